@@ -1,0 +1,1 @@
+"""Internal helpers: transport, caches, parsing utilities."""

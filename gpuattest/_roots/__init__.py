@@ -1,0 +1,1 @@
+"""NVIDIA public trust anchors, shipped as package data and pinned by fingerprint."""

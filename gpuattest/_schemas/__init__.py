@@ -1,0 +1,1 @@
+"""SWID 2015 and XML-DSig schemas used to validate RIMs offline."""

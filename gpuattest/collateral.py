@@ -1,0 +1,236 @@
+"""Where RIMs and OCSP answers come from: the seams the verifier is given.
+
+The verifier never fetches anything itself. It asks a :class:`RimSource` for a
+RIM by ID and an :class:`OcspChecker` for the revocation status of one
+certificate. Files, directories, the network, caches and offline bundles are
+implementations of these two protocols; tests inject their own.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from cryptography import x509
+
+from .errors import MalformedRimError, RimNotFoundError
+
+__all__ = [
+    "MAX_RIM_BYTES",
+    "ChainKind",
+    "CompositeRimSource",
+    "DirectoryRimSource",
+    "FileRimSource",
+    "NoOcsp",
+    "NoRimSource",
+    "OcspChecker",
+    "OcspOutcome",
+    "OcspStatus",
+    "RimSource",
+]
+
+# Real RIMs are about 20 KiB; anything above this is not a RIM.
+MAX_RIM_BYTES = 4 * 1024 * 1024
+_RIM_ID_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,200}$")
+
+
+class ChainKind(enum.StrEnum):
+    """Which chain a certificate belongs to (policies may treat them differently)."""
+
+    DEVICE = "device"
+    DRIVER_RIM = "driver-rim"
+    VBIOS_RIM = "vbios-rim"
+
+
+class RimSource(Protocol):
+    """Gives the RIM XML for a RIM ID."""
+
+    def get_rim(self, rim_id: str) -> bytes:
+        """Return the raw RIM document.
+
+        Raises:
+            RimNotFoundError: the source has no such RIM (exit 3).
+            CollateralUnavailableError: the source could not be consulted (exit 3).
+        """
+        ...
+
+
+class OcspStatus(enum.StrEnum):
+    """Revocation status of one certificate, in NVIDIA's claim vocabulary."""
+
+    GOOD = "good"
+    REVOKED = "revoked"
+    UNKNOWN = "unknown"
+    NOT_CHECKED = "not-checked"
+
+
+@dataclass(frozen=True)
+class OcspOutcome:
+    """What an OCSP check found for one certificate.
+
+    Attributes:
+        status: good, revoked, unknown, or not-checked (with ``reason``).
+        revocation_reason: cryptography ``ReasonFlags`` name (e.g. ``key_compromise``) when revoked.
+        nonce_match: True/False when a nonce was sent, None when none was sent.
+        response_valid: whether the response's signature, responder and CertID checked out;
+            None when no response was evaluated.
+        reason: human text for anything other than a clean ``good``.
+        collateral_missing: True when not checked because the answer could not be obtained
+            (network, offline, stale bundle); False when not checked by configuration.
+        this_update / next_update: the response's validity window, when there was a response.
+    """
+
+    status: OcspStatus
+    revocation_reason: str | None = None
+    nonce_match: bool | None = None
+    response_valid: bool | None = None
+    reason: str = ""
+    collateral_missing: bool = False
+    this_update: dt.datetime | None = None
+    next_update: dt.datetime | None = None
+
+
+class OcspChecker(Protocol):
+    """Checks the revocation status of one certificate."""
+
+    def check(
+        self,
+        cert: x509.Certificate,
+        issuer: x509.Certificate,
+        *,
+        kind: ChainKind,
+        anchor: x509.Certificate,
+        now: dt.datetime,
+    ) -> OcspOutcome:
+        """Return the outcome; never raises for network or response problems."""
+        ...
+
+
+class NoOcsp:
+    """An OCSP checker that checks nothing and says so."""
+
+    def __init__(self, reason: str = "OCSP checking is not enabled") -> None:
+        self.reason = reason
+
+    def check(
+        self,
+        cert: x509.Certificate,
+        issuer: x509.Certificate,
+        *,
+        kind: ChainKind,
+        anchor: x509.Certificate,
+        now: dt.datetime,
+    ) -> OcspOutcome:
+        """Report "not checked" with the configured reason."""
+        return OcspOutcome(OcspStatus.NOT_CHECKED, reason=self.reason)
+
+
+def _read_capped(path: Path) -> bytes:
+    try:
+        with path.open("rb") as fh:
+            data = fh.read(MAX_RIM_BYTES + 1)
+    except OSError as exc:
+        raise MalformedRimError(f"cannot read RIM file {path}: {exc.strerror}") from None
+    if len(data) > MAX_RIM_BYTES:
+        raise MalformedRimError(f"RIM file {path} is larger than {MAX_RIM_BYTES} bytes")
+    return data
+
+
+class NoRimSource:
+    """A source that has no RIMs: every lookup is "not available"."""
+
+    def __init__(self, detail: str = "no RIM source is configured") -> None:
+        self.detail = detail
+
+    def get_rim(self, rim_id: str) -> bytes:
+        """Always raises RimNotFoundError."""
+        raise RimNotFoundError(rim_id, self.detail)
+
+
+class FileRimSource:
+    """Explicit files given for RIM IDs (``--driver-rim`` / ``--vbios-rim``).
+
+    ``files`` maps a role ("driver" or "vbios") to a path; the verifier asks by
+    RIM ID, and this source answers the ID whose kind matches the role.
+    """
+
+    def __init__(self, driver: Path | None = None, vbios: Path | None = None) -> None:
+        self.driver = driver
+        self.vbios = vbios
+
+    def get_rim(self, rim_id: str) -> bytes:
+        """Return the file for the RIM's role.
+
+        Raises:
+            RimNotFoundError: no file was given for this role.
+            MalformedRimError: the file cannot be read or is oversized.
+        """
+        is_driver = "DRIVER" in rim_id.upper()
+        path = self.driver if is_driver else self.vbios
+        if path is None:
+            raise RimNotFoundError(rim_id, "no file given for it")
+        return _read_capped(path)
+
+
+class DirectoryRimSource:
+    """nvattest's directory store: ``DIR/<RIM_ID>.xml``."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    def get_rim(self, rim_id: str) -> bytes:
+        """Return ``DIR/<RIM_ID>.xml``.
+
+        Raises:
+            RimNotFoundError: no such file.
+            MalformedRimError: unreadable or oversized.
+        """
+        if not _RIM_ID_RE.match(rim_id):
+            raise RimNotFoundError(rim_id, "not a valid RIM ID for a file name")
+        path = self.directory / f"{rim_id}.xml"
+        if not path.is_file():
+            raise RimNotFoundError(rim_id, f"{path.name} is not in {self.directory}")
+        return _read_capped(path)
+
+
+class CompositeRimSource:
+    """Tries sources in order; the first that has the RIM wins.
+
+    A :class:`RimNotFoundError` moves on to the next source; any other error
+    (including collateral errors) is raised at once.
+    """
+
+    def __init__(self, sources: Sequence[RimSource]) -> None:
+        self.sources = tuple(sources)
+
+    def get_rim(self, rim_id: str) -> bytes:
+        """Return the RIM from the first source that has it.
+
+        Raises:
+            RimNotFoundError: no source has it.
+        """
+        details: list[str] = []
+        for source in self.sources:
+            try:
+                return source.get_rim(rim_id)
+            except RimNotFoundError as exc:
+                details.append(str(exc))
+        raise RimNotFoundError(rim_id, "; ".join(details) if details else "no source")
+
+
+def rim_sources_from_mapping(mapping: Mapping[str, bytes]) -> RimSource:
+    """A source over an in-memory mapping of RIM ID to bytes (bundles, tests)."""
+
+    class _Mapped:
+        def get_rim(self, rim_id: str) -> bytes:
+            try:
+                return mapping[rim_id]
+            except KeyError:
+                raise RimNotFoundError(rim_id, "not in the supplied collateral") from None
+
+    return _Mapped()
