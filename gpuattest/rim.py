@@ -1,0 +1,753 @@
+"""Reference integrity manifests (RIMs): parsing, XSD validation and XML-DSig.
+
+A RIM is a SWID 2015 tag (ISO/IEC 19770-2) that NVIDIA signs with an enveloped
+XML signature. It carries one ``Resource`` per measurement index with the golden
+SHA-384 values the GPU's SPDM measurement blocks must match.
+
+The three steps are separate because policies treat their failures differently:
+
+* :meth:`ReferenceManifest.parse` reads the document safely (no DTDs, no
+  entities, no network, bounded size) and extracts what the verifier uses. A
+  document it cannot make sense of raises :class:`~gpuattest.errors.MalformedRimError`.
+* :func:`validate_schema` checks the document against the packaged SWID XSD,
+  fully offline, and returns a :class:`SchemaResult`.
+* :func:`verify_signature` checks the XML signature against a strict profile and
+  the embedded certificate chain against an explicit anchor and time, and
+  returns a :class:`RimSignatureResult`. A bad signature is a result, not an error.
+
+Why the signature profile is so narrow: XML-DSig is flexible enough to sign one
+part of a document while a verifier reads another ("signature wrapping"). Every
+known NVIDIA RIM uses the same profile (attestation.md §7.4): a single enveloped
+signature as the root's last child, one ``Reference`` with ``URI=""`` (the whole
+document), transforms enveloped-signature then C14N 1.1, ECDSA P-384 with SHA-384.
+Anything else is refused, so the bytes that were digested are exactly the
+bytes the measurements were read from. The signing key comes from the leaf of
+the embedded chain, and that chain is validated against the caller's anchor;
+nothing in ``KeyInfo`` decides trust by itself.
+
+Canonicalisation is done with lxml's inclusive C14N 1.0. For a whole document
+with one subtree removed, and for ``SignedInfo`` when no ancestor carries an
+``xml:*`` attribute, C14N 1.0 and C14N 1.1 produce identical bytes (they differ
+only in how ``xml:*`` attributes of omitted ancestors are inherited), so such
+attributes are refused where they could matter.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import copy
+import datetime as dt
+import functools
+import hashlib
+import hmac
+import re
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+from cryptography import x509
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
+from lxml import etree
+
+from .chain import MAX_CHAIN_CERTS, ChainResult, validate_chain
+from .collateral import MAX_RIM_BYTES
+from .errors import EnvironmentProblemError, MalformedRimError, UsageError
+
+__all__ = [
+    "ALLOWED_C14N",
+    "ALLOWED_DIGEST",
+    "ALLOWED_SIGNATURE",
+    "ALLOWED_TRANSFORMS",
+    "RIM_CHAIN_LENGTH",
+    "MeasurementEntry",
+    "ReferenceManifest",
+    "RimSignatureResult",
+    "SchemaResult",
+    "validate_schema",
+    "verify_signature",
+]
+
+SWID_NS = "http://standards.iso.org/iso/19770/-2/2015/schema.xsd"
+DSIG_NS = "http://www.w3.org/2000/09/xmldsig#"
+HASH_NS = "http://www.w3.org/2001/04/xmlenc#sha384"
+TCG_RIM_NS = "https://trustedcomputinggroup.org/resource/tcg-reference-integrity-manifest-rim-information-model/"
+XML_NS = "http://www.w3.org/XML/1998/namespace"
+
+# The only signature profile accepted (attestation.md §7.4).
+ALLOWED_C14N = "http://www.w3.org/2006/12/xml-c14n11"
+ALLOWED_SIGNATURE = "http://www.w3.org/2001/04/xmldsig-more#ecdsa-sha384"
+ALLOWED_DIGEST = "http://www.w3.org/2001/04/xmldsig-more#sha384"
+ALLOWED_TRANSFORMS = (
+    "http://www.w3.org/2000/09/xmldsig#enveloped-signature",
+    ALLOWED_C14N,
+)
+# L4 signer, L3, CA, root: every known RIM chain has exactly four certificates.
+RIM_CHAIN_LENGTH = 4
+
+_SHA384_LEN = 48
+_P384_COORD_LEN = 48
+
+# SPDM measurement indices run 1..254 and RIM index i is SPDM block i + 1.
+_MAX_INDEX = 253
+_MAX_ALTERNATIVES = 64
+_MAX_SIZE = 512
+_UINT_RE = re.compile(r"[0-9]{1,6}")
+_HEX_RE = re.compile(r"[0-9A-Fa-f]*")
+_HASH_NAME_RE = re.compile(r"Hash(0|[1-9][0-9]{0,5})")
+_SCHEMA_FILES = ("swidSchema2015.xsd", "signSchema.xsd", "xml.xsd")
+_SCHEMA_BASE = "gpuattest-schemas/"
+
+
+def _q(ns: str, local: str) -> str:
+    return f"{{{ns}}}{local}"
+
+
+_ROOT_TAG = _q(SWID_NS, "SoftwareIdentity")
+_SIGNATURE_TAG = _q(DSIG_NS, "Signature")
+
+
+def _safe_parser() -> etree.XMLParser:
+    """A parser that never loads DTDs, expands entities or touches the network."""
+    return etree.XMLParser(
+        resolve_entities=False,
+        no_network=True,
+        huge_tree=False,
+        load_dtd=False,
+        dtd_validation=False,
+        remove_blank_text=False,
+    )
+
+
+def _elements(el: etree._Element) -> list[etree._Element]:
+    """Element children only (comments and processing instructions left out)."""
+    return list(el.iterchildren("*"))
+
+
+def _local(el: etree._Element) -> str:
+    return etree.QName(el).localname
+
+
+@dataclass(frozen=True)
+class MeasurementEntry:
+    """One ``Resource`` of a RIM's payload: the golden values for one index.
+
+    Attributes:
+        index: the RIM index; it is compared with SPDM block ``index + 1``.
+        active: whether the verifier must compare this index.
+        alternatives: how many golden values the RIM lists (equals ``len(values)``).
+        name: NVIDIA's label, e.g. ``HashedMeasurement_32_GSP``.
+        size: the expected runtime value length in bytes.
+        values: the golden values ``Hash0 .. Hash{alternatives-1}``, as bytes.
+    """
+
+    index: int
+    active: bool
+    alternatives: int
+    name: str
+    size: int
+    values: tuple[bytes, ...]
+
+    def matches(self, runtime: bytes) -> bool:
+        """True when ``runtime`` has the golden size and equals one alternative."""
+        return len(runtime) == self.size and any(
+            hmac.compare_digest(runtime, v) for v in self.values
+        )
+
+
+@dataclass(frozen=True)
+class SchemaResult:
+    """Outcome of XSD validation.
+
+    Attributes:
+        valid: the document conforms to the SWID 2015 schema.
+        reason: the first schema error, one line; empty when valid.
+    """
+
+    valid: bool
+    reason: str
+
+    @property
+    def ok(self) -> bool:
+        """Same as :attr:`valid`."""
+        return self.valid
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {"valid": self.valid, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class RimSignatureResult:
+    """Outcome of checking a RIM's XML signature and its signing chain.
+
+    The two parts are independent: a signature can be mathematically valid under
+    a chain that is expired or anchored elsewhere, and the caller (policy) decides
+    what each combination means.
+
+    Attributes:
+        signature_valid: the signature profile is the allowed one, the digest of
+            the document matches and the ECDSA signature verifies with the
+            leaf certificate's key.
+        signature_reason: why the signature is not valid; empty when it is.
+        chain: the embedded chain validated against the anchor at ``now``.
+        signer: the leaf (L4 signer) certificate, or None when there is none.
+    """
+
+    signature_valid: bool
+    signature_reason: str
+    chain: ChainResult
+    signer: x509.Certificate | None
+
+    @property
+    def ok(self) -> bool:
+        """True only when the signature verifies and the chain is valid."""
+        return self.signature_valid and self.chain.ok
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (certificates reduced to subject and validity)."""
+        signer: dict[str, Any] | None = None
+        if self.signer is not None:
+            signer = {
+                "subject": self.signer.subject.rfc4514_string(),
+                "serial": format(self.signer.serial_number, "X"),
+                "not_before": self.signer.not_valid_before_utc.isoformat(),
+                "not_after": self.signer.not_valid_after_utc.isoformat(),
+            }
+        expiry = self.chain.earliest_expiry
+        return {
+            "signature_valid": self.signature_valid,
+            "signature_reason": self.signature_reason,
+            "chain_status": str(self.chain.status),
+            "chain_reason": self.chain.reason,
+            "chain_earliest_expiry": expiry.isoformat() if expiry is not None else None,
+            "signer": signer,
+        }
+
+
+@dataclass(frozen=True)
+class ReferenceManifest:
+    """A parsed RIM.
+
+    Build it with :meth:`parse`; the constructor does no checking.
+
+    Attributes:
+        tag_id: the root ``tagId``.
+        name: the root ``name`` (``GH100`` for Hopper).
+        colloquial_version: ``Meta/@colloquialVersion`` (driver version, or the
+            dotted VBIOS version).
+        product: ``Meta/@product``, or None when absent.
+        platform_manufacturer_id: the TCG ``PlatformManufacturerId`` (NVIDIA's
+            ``oemid`` claim), or None when absent.
+        measurements: every measurement ``Resource``, in document order.
+        certificates: the certificates embedded in the signature's
+            ``KeyInfo/X509Data``, in document order (leaf first). Empty when the
+            document has no single ``Signature`` element.
+        raw: the document bytes as given.
+        tree: the parsed document; the signature is checked on this very tree.
+    """
+
+    tag_id: str
+    name: str
+    colloquial_version: str
+    product: str | None
+    platform_manufacturer_id: str | None
+    measurements: tuple[MeasurementEntry, ...]
+    certificates: tuple[x509.Certificate, ...]
+    raw: bytes = field(repr=False)
+    tree: etree._ElementTree = field(repr=False, compare=False, hash=False)
+
+    @property
+    def sha256(self) -> str:
+        """Hex SHA-256 of :attr:`raw`."""
+        return hashlib.sha256(self.raw).hexdigest()
+
+    @property
+    def active(self) -> tuple[MeasurementEntry, ...]:
+        """The active measurement entries, in document order."""
+        return tuple(m for m in self.measurements if m.active)
+
+    @property
+    def active_indices(self) -> frozenset[int]:
+        """Indices of the active entries."""
+        return frozenset(m.index for m in self.measurements if m.active)
+
+    def entry(self, index: int) -> MeasurementEntry | None:
+        """The entry with this RIM index, or None."""
+        for m in self.measurements:
+            if m.index == index:
+                return m
+        return None
+
+    @classmethod
+    def parse(cls, xml: bytes) -> ReferenceManifest:
+        """Parse a RIM document.
+
+        Args:
+            xml: the raw document (as read from a file or decoded from the RIM service).
+
+        Returns:
+            The manifest; its signature and schema are not yet checked.
+
+        Raises:
+            MalformedRimError: the input is too large, is not well-formed XML,
+                has a DTD or entity declarations, is not a SWID 2015
+                ``SoftwareIdentity``, or its metadata, measurements or embedded
+                certificates are inconsistent.
+        """
+        root = _parse_xml(xml)
+        tree = root.getroottree()
+        tag_id = _required_attr(root, "tagId", "SoftwareIdentity")
+        name = _required_attr(root, "name", "SoftwareIdentity")
+
+        metas = root.findall(_q(SWID_NS, "Meta"))
+        if len(metas) != 1:
+            raise MalformedRimError(f"RIM must have exactly one Meta element, found {len(metas)}")
+        meta = metas[0]
+        colloquial = _required_attr(meta, "colloquialVersion", "Meta")
+
+        payloads = root.findall(_q(SWID_NS, "Payload"))
+        if len(payloads) != 1:
+            raise MalformedRimError(
+                f"RIM must have exactly one Payload element, found {len(payloads)}"
+            )
+        measurements = _parse_payload(payloads[0])
+
+        return cls(
+            tag_id=tag_id,
+            name=name,
+            colloquial_version=colloquial,
+            product=meta.get("product"),
+            platform_manufacturer_id=meta.get(_q(TCG_RIM_NS, "PlatformManufacturerId")),
+            measurements=measurements,
+            certificates=_embedded_certificates(root),
+            raw=bytes(xml),
+            tree=tree,
+        )
+
+    def validate_schema(self) -> SchemaResult:
+        """Validate against the packaged SWID 2015 XSD; see :func:`validate_schema`.
+
+        Raises:
+            EnvironmentProblemError: the packaged schemas cannot be loaded.
+        """
+        return validate_schema(self)
+
+    def verify_signature(self, *, anchor: x509.Certificate, now: dt.datetime) -> RimSignatureResult:
+        """Check the XML signature and its chain; see :func:`verify_signature`.
+
+        Raises:
+            UsageError: ``now`` is not timezone-aware.
+        """
+        return verify_signature(self, anchor=anchor, now=now)
+
+
+# --- parsing ----------------------------------------------------------------
+
+
+def _parse_xml(xml: bytes) -> etree._Element:
+    if len(xml) == 0:
+        raise MalformedRimError("RIM is empty")
+    if len(xml) > MAX_RIM_BYTES:
+        raise MalformedRimError(f"RIM is {len(xml)} bytes, more than {MAX_RIM_BYTES}")
+    # Refuse DTDs before libxml2 reads them at all (UTF-8 / ASCII documents);
+    # the docinfo check below catches other encodings.
+    if b"<!DOCTYPE" in xml or b"<!ENTITY" in xml:
+        raise MalformedRimError("RIM contains a DTD or entity declaration")
+    try:
+        root = etree.fromstring(bytes(xml), _safe_parser())
+    except etree.XMLSyntaxError as exc:
+        raise MalformedRimError(f"RIM is not well-formed XML: {_one_line(str(exc))}") from None
+    except (etree.ParserError, ValueError, LookupError) as exc:
+        raise MalformedRimError(f"RIM cannot be parsed: {_one_line(str(exc))}") from None
+    if root is None:
+        raise MalformedRimError("RIM has no root element")
+    docinfo: Any = root.getroottree().docinfo  # lxml-stubs lack DocInfo.doctype
+    if docinfo.doctype or docinfo.internalDTD is not None or docinfo.externalDTD is not None:
+        raise MalformedRimError("RIM contains a DTD")
+    for node in root.iter():
+        if isinstance(node, etree._Entity):
+            raise MalformedRimError("RIM contains an entity reference")
+    if root.tag != _ROOT_TAG:
+        raise MalformedRimError(
+            f"RIM root is {_one_line(str(root.tag))}, expected SoftwareIdentity in {SWID_NS}"
+        )
+    return root
+
+
+def _one_line(text: str, limit: int = 200) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def _required_attr(el: etree._Element, attr: str, what: str) -> str:
+    value = el.get(attr)
+    if value is None or value == "":
+        raise MalformedRimError(f"{what} has no {attr} attribute")
+    return value
+
+
+def _uint(value: str | None, what: str, lo: int, hi: int) -> int:
+    if value is None:
+        raise MalformedRimError(f"{what} is missing")
+    if not _UINT_RE.fullmatch(value):
+        raise MalformedRimError(f"{what} {_one_line(value, 40)!r} is not a decimal integer")
+    number = int(value)
+    if not lo <= number <= hi:
+        raise MalformedRimError(f"{what} {number} is outside {lo}..{hi}")
+    return number
+
+
+def _active(value: str | None, where: str) -> bool:
+    if value is None:
+        raise MalformedRimError(f"{where} has no active attribute")
+    lowered = value.lower()
+    if lowered == "true":
+        return True
+    if lowered == "false":
+        return False
+    raise MalformedRimError(f"{where} has active={_one_line(value, 40)!r}, not True or False")
+
+
+def _parse_payload(payload: etree._Element) -> tuple[MeasurementEntry, ...]:
+    entries: list[MeasurementEntry] = []
+    seen: set[int] = set()
+    for res in _elements(payload):
+        if res.tag != _q(SWID_NS, "Resource"):
+            raise MalformedRimError(f"unexpected element {_one_line(str(res.tag))} in Payload")
+        kind = res.get("type")
+        if kind != "Measurement":
+            raise MalformedRimError(f"Resource of type {kind!r} is not a measurement")
+        index = _uint(res.get("index"), "Resource index", 0, _MAX_INDEX)
+        where = f"Resource {index}"
+        if index in seen:
+            raise MalformedRimError(f"duplicate measurement index {index}")
+        seen.add(index)
+        active = _active(res.get("active"), where)
+        count = _uint(res.get("alternatives"), f"{where} alternatives", 1, _MAX_ALTERNATIVES)
+        size = _uint(res.get("size"), f"{where} size", 1, _MAX_SIZE)
+        name = res.get("name") or ""
+        hashes_by_name = {
+            etree.QName(key).localname: str(value)
+            for key, value in res.attrib.items()
+            if etree.QName(key).namespace == HASH_NS
+        }
+        expected = [f"Hash{j}" for j in range(count)]
+        if sorted(hashes_by_name) != sorted(expected):
+            raise MalformedRimError(
+                f"{where} declares {count} alternatives but has hash attributes "
+                f"{_one_line(', '.join(sorted(hashes_by_name)), 80) or 'none'}"
+            )
+        values: list[bytes] = []
+        for j, key in enumerate(expected):
+            text = hashes_by_name[key]
+            if len(text) != 2 * size or not _HEX_RE.fullmatch(text):
+                raise MalformedRimError(f"{where} Hash{j} is not {size} bytes of hex")
+            values.append(bytes.fromhex(text))
+        entries.append(
+            MeasurementEntry(
+                index=index,
+                active=active,
+                alternatives=count,
+                name=name,
+                size=size,
+                values=tuple(values),
+            )
+        )
+    if not entries:
+        raise MalformedRimError("RIM has no measurement entries")
+    return tuple(entries)
+
+
+def _b64(text: str | None, what: str) -> bytes:
+    compact = "".join((text or "").split())
+    try:
+        return base64.b64decode(compact.encode("ascii"), validate=True)
+    except (binascii.Error, UnicodeEncodeError, ValueError):
+        raise MalformedRimError(f"{what} is not valid base64") from None
+
+
+def _embedded_certificates(root: etree._Element) -> tuple[x509.Certificate, ...]:
+    signatures = list(root.iter(_SIGNATURE_TAG))
+    if len(signatures) != 1:
+        # verify_signature reports the structural problem; there is no single
+        # KeyInfo to take certificates from.
+        return ()
+    path = f"{{{DSIG_NS}}}KeyInfo/{{{DSIG_NS}}}X509Data/{{{DSIG_NS}}}X509Certificate"
+    elements = signatures[0].findall(path)
+    if len(elements) > MAX_CHAIN_CERTS:
+        raise MalformedRimError(f"RIM embeds {len(elements)} certificates")
+    certs: list[x509.Certificate] = []
+    for n, el in enumerate(elements):
+        der = _b64(el.text, f"embedded certificate {n}")
+        try:
+            certs.append(x509.load_der_x509_certificate(der))
+        except ValueError:
+            raise MalformedRimError(f"embedded certificate {n} is not a DER certificate") from None
+    return tuple(certs)
+
+
+# --- schema -----------------------------------------------------------------
+
+
+class _PackagedSchemaResolver(etree.Resolver):
+    """Serves the XSD imports from package data; refuses every other URL."""
+
+    def resolve(  # type: ignore[override]  # lxml-stubs omit the context argument
+        self, system_url: str | None, public_id: str | None, context: Any
+    ) -> Any:
+        name = (system_url or "").removeprefix(_SCHEMA_BASE)
+        if name in _SCHEMA_FILES[1:]:
+            return self.resolve_string(_schema_bytes(name), context, base_url=system_url)
+        # Raising makes the schema compilation fail instead of going elsewhere.
+        raise LookupError(f"schema import {system_url!r} is not packaged")
+
+
+def _schema_bytes(name: str) -> bytes:
+    return resources.files("gpuattest._schemas").joinpath(name).read_bytes()
+
+
+@functools.lru_cache(maxsize=1)
+def _swid_schema() -> etree.XMLSchema:
+    """The compiled SWID 2015 schema, built once per process.
+
+    Raises:
+        EnvironmentProblemError: the packaged schema files are missing or broken.
+    """
+    # The schema files are package data, not input; the internal DTD subset of
+    # signSchema.xsd declares entities it uses, so internal entities are resolved
+    # here, while external DTDs and the network stay off.
+    parser = etree.XMLParser(
+        resolve_entities=True, no_network=True, load_dtd=False, huge_tree=False
+    )
+    parser.resolvers.add(_PackagedSchemaResolver())
+    try:
+        doc = etree.fromstring(
+            _schema_bytes(_SCHEMA_FILES[0]), parser, base_url=_SCHEMA_BASE + _SCHEMA_FILES[0]
+        )
+        return etree.XMLSchema(doc)
+    except (OSError, etree.XMLSyntaxError, etree.XMLSchemaParseError) as exc:
+        raise EnvironmentProblemError(
+            f"the packaged SWID schema cannot be loaded ({_one_line(str(exc))}); reinstall gpucc"
+        ) from None
+
+
+def validate_schema(manifest: ReferenceManifest) -> SchemaResult:
+    """Validate a RIM against the packaged SWID 2015 XSD (with XML-DSig and xml.xsd).
+
+    Validation is offline: imports are served from package data and any other
+    location is refused. The compiled schema is cached for the process.
+
+    Raises:
+        EnvironmentProblemError: the packaged schemas cannot be loaded.
+    """
+    schema = _swid_schema()
+    try:
+        schema.assertValid(manifest.tree)
+    except etree.DocumentInvalid as exc:
+        return SchemaResult(False, _one_line(str(exc)) or "document does not match the schema")
+    return SchemaResult(True, "")
+
+
+# --- signature ----------------------------------------------------------------
+
+
+class _Refused(Exception):
+    """Internal: the signature is refused for the reason given."""
+
+
+def _only_whitespace(text: str | None) -> bool:
+    return text is None or text.strip() == ""
+
+
+def _check_node(el: etree._Element, *, text_allowed: bool = False) -> None:
+    """No comments/PIs inside the signature and no stray text."""
+    if len(el) != len(_elements(el)):
+        raise _Refused(f"{_local(el)} contains a comment or processing instruction")
+    for child in el:
+        if not _only_whitespace(child.tail):
+            raise _Refused(f"{_local(el)} contains stray text")
+    if not text_allowed and not _only_whitespace(el.text):
+        raise _Refused(f"{_local(el)} contains stray text")
+
+
+def _children(el: etree._Element, expected: tuple[str, ...]) -> list[etree._Element]:
+    """Require exactly these ds: element children, in this order."""
+    _check_node(el)
+    kids = _elements(el)
+    found = tuple(_local(k) if etree.QName(k).namespace == DSIG_NS else str(k.tag) for k in kids)
+    if found != expected:
+        raise _Refused(
+            f"{_local(el)} has children {', '.join(found) or 'none'}; "
+            f"expected {', '.join(expected)}"
+        )
+    return kids
+
+
+def _algorithm(el: etree._Element, allowed: str) -> None:
+    _check_node(el)
+    if len(el) != 0:
+        raise _Refused(f"{_local(el)} must have no parameters")
+    value = el.get("Algorithm")
+    if value != allowed:
+        raise _Refused(f"{_local(el)} {value!r} is not allowed (only {allowed})")
+
+
+def _value(el: etree._Element, length: int) -> bytes:
+    _check_node(el, text_allowed=True)
+    if len(el) != 0:
+        raise _Refused(f"{_local(el)} must contain only base64 text")
+    compact = "".join((el.text or "").split())
+    try:
+        data = base64.b64decode(compact.encode("ascii"), validate=True)
+    except (binascii.Error, UnicodeEncodeError, ValueError):
+        raise _Refused(f"{_local(el)} is not valid base64") from None
+    if len(data) != length:
+        raise _Refused(f"{_local(el)} is {len(data)} bytes, expected {length}")
+    return data
+
+
+def _xml_attrs(el: etree._Element) -> bool:
+    return any(etree.QName(k).namespace == XML_NS for k in el.attrib)
+
+
+def _signed_parts(root: etree._Element) -> tuple[etree._Element, etree._Element, bytes, bytes]:
+    """Check the signature's shape; return (Signature, SignedInfo, digest, signature value)."""
+    signatures = list(root.iter(_SIGNATURE_TAG))
+    if len(signatures) != 1:
+        raise _Refused(f"expected exactly one Signature element, found {len(signatures)}")
+    sig = signatures[0]
+    if sig.getparent() is not root or sig.getnext() is not None:
+        raise _Refused("the Signature is not the last child of the root element")
+    if not _only_whitespace(sig.tail):
+        raise _Refused("text follows the Signature element")
+    if _xml_attrs(root) or _xml_attrs(sig):
+        raise _Refused("xml:* attributes on the root or Signature are not supported")
+    signed_info, sig_value_el, key_info = _children(
+        sig, ("SignedInfo", "SignatureValue", "KeyInfo")
+    )
+    c14n, method, reference = _children(
+        signed_info, ("CanonicalizationMethod", "SignatureMethod", "Reference")
+    )
+    _algorithm(c14n, ALLOWED_C14N)
+    _algorithm(method, ALLOWED_SIGNATURE)
+    if {str(k): str(v) for k, v in reference.attrib.items()} != {"URI": ""}:
+        raise _Refused('the Reference must have exactly the attribute URI=""')
+    transforms, digest_method, digest_value = _children(
+        reference, ("Transforms", "DigestMethod", "DigestValue")
+    )
+    transform_els = _elements(transforms)
+    _check_node(transforms)
+    if len(transform_els) != len(ALLOWED_TRANSFORMS) or any(
+        t.tag != _q(DSIG_NS, "Transform") for t in transform_els
+    ):
+        raise _Refused("Transforms must be exactly enveloped-signature then C14N 1.1")
+    for t, allowed in zip(transform_els, ALLOWED_TRANSFORMS, strict=True):
+        _algorithm(t, allowed)
+    _algorithm(digest_method, ALLOWED_DIGEST)
+    digest = _value(digest_value, _SHA384_LEN)
+    signature = _value(sig_value_el, 2 * _P384_COORD_LEN)
+    (x509_data,) = _children(key_info, ("X509Data",))
+    certs = _elements(x509_data)
+    _check_node(x509_data)
+    if not certs or any(c.tag != _q(DSIG_NS, "X509Certificate") for c in certs):
+        raise _Refused("X509Data must contain only X509Certificate elements")
+    return sig, signed_info, digest, signature
+
+
+def _document_digest(tree: etree._ElementTree) -> bytes:
+    """SHA-384 of the canonical document with the (single, last) Signature removed."""
+    doc = copy.deepcopy(tree)
+    root = doc.getroot()
+    sig = root[len(root) - 1]
+    # The enveloped-signature transform removes the element, not the text after it.
+    tail = sig.tail
+    if tail:
+        prev = sig.getprevious()
+        if prev is not None:
+            prev.tail = (prev.tail or "") + tail
+        else:
+            root.text = (root.text or "") + tail
+    root.remove(sig)
+    canonical = etree.tostring(doc, method="c14n", exclusive=False, with_comments=False)
+    return hashlib.sha384(canonical).digest()
+
+
+def _leaf_key(leaf: x509.Certificate) -> ec.EllipticCurvePublicKey:
+    try:
+        key = leaf.public_key()
+    except ValueError:
+        raise _Refused("the signer certificate's public key cannot be read") from None
+    if not isinstance(key, ec.EllipticCurvePublicKey) or not isinstance(key.curve, ec.SECP384R1):
+        raise _Refused("the signer certificate does not hold a P-384 key")
+    try:
+        bc = leaf.extensions.get_extension_for_class(x509.BasicConstraints).value
+    except x509.ExtensionNotFound:
+        bc = None
+    except ValueError:
+        raise _Refused("the signer certificate's extensions cannot be read") from None
+    if bc is not None and bc.ca:
+        raise _Refused("the signer certificate is a CA certificate")
+    try:
+        ku = leaf.extensions.get_extension_for_class(x509.KeyUsage).value
+    except x509.ExtensionNotFound:
+        ku = None
+    if ku is not None and not ku.digital_signature:
+        raise _Refused("the signer certificate's key usage does not allow signatures")
+    return key
+
+
+def _check_signature(manifest: ReferenceManifest) -> None:
+    """Raise _Refused unless the signature is well-formed and verifies with the leaf key."""
+    root = manifest.tree.getroot()
+    _sig, signed_info, digest, signature = _signed_parts(root)
+    if not manifest.certificates:
+        raise _Refused("the signature embeds no certificates")
+    key = _leaf_key(manifest.certificates[0])
+    if not hmac.compare_digest(_document_digest(manifest.tree), digest):
+        raise _Refused("the document digest does not match DigestValue (the RIM was modified)")
+    signed = etree.tostring(signed_info, method="c14n", exclusive=False, with_comments=False)
+    r = int.from_bytes(signature[:_P384_COORD_LEN], "big")
+    s = int.from_bytes(signature[_P384_COORD_LEN:], "big")
+    try:
+        key.verify(encode_dss_signature(r, s), signed, ec.ECDSA(hashes.SHA384()))
+    except (InvalidSignature, ValueError):
+        raise _Refused("the ECDSA signature does not verify with the signer certificate") from None
+
+
+def verify_signature(
+    manifest: ReferenceManifest, *, anchor: x509.Certificate, now: dt.datetime
+) -> RimSignatureResult:
+    """Verify a RIM's enveloped XML signature and its embedded certificate chain.
+
+    The signature must follow the one profile NVIDIA uses (see the module
+    docstring); anything else is refused. The key is the leaf of the embedded
+    chain (it must be a non-CA P-384 certificate), and the chain, leaf first,
+    is validated with :func:`gpuattest.chain.validate_chain` against ``anchor``
+    at ``now``; its last certificate must be byte-identical to ``anchor`` and it
+    must have exactly :data:`RIM_CHAIN_LENGTH` certificates.
+
+    Args:
+        manifest: a parsed RIM.
+        anchor: the RIM signing root (``TrustRoots.nvidia().rim_root`` in production).
+        now: the verification time (timezone-aware).
+
+    Returns:
+        A :class:`RimSignatureResult`. A bad signature or chain is reported
+        there, never raised.
+
+    Raises:
+        UsageError: ``now`` is not timezone-aware.
+    """
+    if now.tzinfo is None or now.utcoffset() is None:
+        raise UsageError("verification time must be timezone-aware")
+    chain = validate_chain(manifest.certificates, anchor, now, expected_length=RIM_CHAIN_LENGTH)
+    signer = manifest.certificates[0] if manifest.certificates else None
+    try:
+        _check_signature(manifest)
+    except _Refused as refusal:
+        return RimSignatureResult(False, str(refusal), chain, signer)
+    return RimSignatureResult(True, "", chain, signer)
