@@ -114,8 +114,14 @@ class OcspChecker(Protocol):
 class NoOcsp:
     """An OCSP checker that checks nothing and says so."""
 
-    def __init__(self, reason: str = "OCSP checking is not enabled") -> None:
+    def __init__(
+        self,
+        reason: str = "no OCSP responder or collateral bundle is available",
+        *,
+        collateral_missing: bool = True,
+    ) -> None:
         self.reason = reason
+        self.collateral_missing = collateral_missing
 
     def check(
         self,
@@ -127,7 +133,9 @@ class NoOcsp:
         now: dt.datetime,
     ) -> OcspOutcome:
         """Report "not checked" with the configured reason."""
-        return OcspOutcome(OcspStatus.NOT_CHECKED, reason=self.reason)
+        return OcspOutcome(
+            OcspStatus.NOT_CHECKED, reason=self.reason, collateral_missing=self.collateral_missing
+        )
 
 
 def _read_capped(path: Path) -> bytes:

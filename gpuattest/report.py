@@ -1,0 +1,353 @@
+"""Strict parser for NVIDIA GPU attestation reports (SPDM 1.1 + NVIDIA opaque data).
+
+Layout (attestation.md §3): a 37-byte GET_MEASUREMENTS request, then the
+MEASUREMENTS response: header, measurement record of 55-byte DMTF blocks, a
+32-byte responder nonce, NVIDIA's opaque TLV data, and a 96-byte raw ECDSA
+P-384 signature over everything before it. Every length is bounds-checked and
+the report must end exactly after the signature: trailing or missing bytes
+are malformed input (NVIDIA's parsers accept trailing garbage; we do not).
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import struct
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from .errors import MalformedReportError
+
+__all__ = [
+    "MAX_REPORT_BYTES",
+    "REQUEST_LENGTH",
+    "SIGNATURE_LENGTH",
+    "Architecture",
+    "AttestationReport",
+    "MeasurementBlock",
+    "OpaqueType",
+    "decode_vbios_version",
+]
+
+REQUEST_LENGTH = 37
+SIGNATURE_LENGTH = 96
+NONCE_LENGTH = 32
+# NVML's report buffer is 0x2000 bytes; anything larger is not a GPU report.
+MAX_REPORT_BYTES = 0x2000
+
+_SPDM_VERSION_11 = 0x11
+_GET_MEASUREMENTS = 0xE0
+_MEASUREMENTS = 0x60
+_DMTF_SPEC = 0x01
+
+
+class Architecture(enum.StrEnum):
+    """GPU architectures gpucc knows the rules for."""
+
+    HOPPER = "HOPPER"
+    BLACKWELL = "BLACKWELL"
+
+    @classmethod
+    def parse(cls, value: str) -> Architecture:
+        """Case-insensitive lookup of an NVAT ``arch`` string.
+
+        Raises:
+            MalformedReportError: unknown architecture.
+        """
+        try:
+            return cls(value.strip().upper())
+        except ValueError:
+            raise MalformedReportError(f"unsupported GPU architecture {value!r}") from None
+
+
+class OpaqueType(enum.IntEnum):
+    """NVIDIA opaque-data TLV types (attestation.md §3.6)."""
+
+    CERT_ISSUER_NAME = 1
+    CERT_AUTHORITY_KEY_IDENTIFIER = 2
+    DRIVER_VERSION = 3
+    GPU_INFO = 4
+    SKU = 5
+    VBIOS_VERSION = 6
+    MANUFACTURER_ID = 7
+    TAMPER_DETECTION = 8
+    SMC = 9
+    VPR = 10
+    NVDEC0_STATUS = 11
+    MSRSCNT = 12
+    CPRINFO = 13
+    BOARD_ID = 14
+    CHIP_SKU = 15
+    CHIP_SKU_MOD = 16
+    PROJECT = 17
+    PROJECT_SKU = 18
+    PROJECT_SKU_MOD = 19
+    FWID = 20
+    PROTECTED_PCIE_STATUS = 21
+    SWITCH_PDI = 22
+    FLOORSWEPT_PORTS = 23
+    POSITION_ID = 24
+    LOCK_SWITCH_STATUS = 25
+    GPU_LINK_CONN = 32
+    SYS_ENABLE_STATUS = 33
+    OPAQUE_DATA_VERSION = 34
+    CHIP_INFO = 35
+    FEATURE_FLAG = 36
+
+
+# Types that must be present to derive RIM IDs (attestation.md §3.6).
+_REQUIRED_TYPES = (
+    OpaqueType.DRIVER_VERSION,
+    OpaqueType.VBIOS_VERSION,
+    OpaqueType.CHIP_SKU,
+    OpaqueType.PROJECT,
+    OpaqueType.PROJECT_SKU,
+)
+# Type 255 is NVIDIA's "invalid" marker; 0 is unassigned. Anything in 1..254 that we
+# do not know is kept as raw bytes (new firmware must not break parsing).
+_MAX_VALID_TYPE = 254
+
+NVDEC0_ENABLED = 0xAA
+NVDEC0_DISABLED = 0x55
+
+
+@dataclass(frozen=True)
+class MeasurementBlock:
+    """One DMTF measurement block."""
+
+    index: int
+    value_type: int
+    value: bytes
+
+
+def decode_vbios_version(raw: bytes) -> str:
+    """Decode the 8-byte opaque VBIOS version: hex of bytes 3.2.1.0.4, upper case.
+
+    Raises:
+        MalformedReportError: not 8 bytes.
+    """
+    if len(raw) != 8:
+        raise MalformedReportError(f"VBIOS version field is {len(raw)} bytes, expected 8")
+    return ".".join(f"{raw[i]:02X}" for i in (3, 2, 1, 0, 4))
+
+
+def _ascii_field(raw: bytes, name: str) -> str:
+    text = raw.split(b"\x00", 1)[0]
+    try:
+        value = text.decode("ascii").strip()
+    except UnicodeDecodeError:
+        raise MalformedReportError(f"opaque field {name} is not ASCII") from None
+    if not value or not value.isprintable():
+        raise MalformedReportError(f"opaque field {name} is empty or not printable")
+    return value
+
+
+class _Reader:
+    def __init__(self, data: bytes, offset: int = 0, end: int | None = None) -> None:
+        self.data = data
+        self.pos = offset
+        self.end = len(data) if end is None else end
+
+    def take(self, n: int, what: str) -> bytes:
+        if n < 0 or self.pos + n > self.end:
+            raise MalformedReportError(
+                f"report truncated: {what} needs {n} bytes at offset {self.pos}, "
+                f"{max(0, self.end - self.pos)} left"
+            )
+        out = self.data[self.pos : self.pos + n]
+        self.pos += n
+        return out
+
+    def u8(self, what: str) -> int:
+        return self.take(1, what)[0]
+
+    def u16(self, what: str) -> int:
+        return int(struct.unpack("<H", self.take(2, what))[0])
+
+    def u24(self, what: str) -> int:
+        return int.from_bytes(self.take(3, what), "little")
+
+
+@dataclass(frozen=True)
+class AttestationReport:
+    """A parsed, structurally valid attestation report.
+
+    Construct only with :meth:`parse`. The signature is *not* verified here.
+    """
+
+    raw: bytes = field(repr=False)
+    nonce: bytes
+    responder_nonce: bytes
+    blocks: Mapping[int, MeasurementBlock] = field(repr=False)
+    opaque: Mapping[int, bytes] = field(repr=False)
+    driver_version: str
+    vbios_version: str
+    project: str
+    project_sku: str
+    chip_sku: str
+    chip_info: str | None
+    fwid: bytes | None
+    nvdec0_status: int | None
+    feature_flag: int | None
+    unknown_types: tuple[int, ...]
+
+    @property
+    def signed_bytes(self) -> bytes:
+        """The bytes the signature covers: everything but the last 96."""
+        return self.raw[:-SIGNATURE_LENGTH]
+
+    @property
+    def signature(self) -> bytes:
+        """Raw r||s, 48 + 48 bytes big-endian."""
+        return self.raw[-SIGNATURE_LENGTH:]
+
+    @property
+    def digest(self) -> bytes:
+        """SHA-256 of the whole report (used to bind sessions and in JSON output)."""
+        return hashlib.sha256(self.raw).digest()
+
+    @property
+    def nvdec0_disabled(self) -> bool | None:
+        """True when NVDEC0 is disabled (0x55), False when enabled, None when absent."""
+        if self.nvdec0_status is None:
+            return None
+        return self.nvdec0_status == NVDEC0_DISABLED
+
+    def runtime_measurements(self) -> dict[int, bytes]:
+        """Block Index (1-based) → measurement value."""
+        return {i: b.value for i, b in self.blocks.items()}
+
+    def driver_rim_id(self, arch: Architecture = Architecture.HOPPER) -> str:
+        """The driver RIM ID exactly as NVIDIA derives it (attestation.md §6.4)."""
+        if arch is Architecture.HOPPER:
+            return f"NV_GPU_DRIVER_GH100_{self.driver_version}"
+        chip = self.chip_info or "GB100"
+        return f"NV_GPU_CC_DRIVER_{chip}_{self.driver_version}"
+
+    def vbios_rim_id(self) -> str:
+        """The VBIOS RIM ID: project, project SKU, chip SKU, VBIOS hex without dots."""
+        version = self.vbios_version.replace(".", "").upper()
+        return (
+            f"NV_GPU_VBIOS_{self.project.upper()}_{self.project_sku.upper()}_"
+            f"{self.chip_sku.upper()}_{version}"
+        )
+
+    @classmethod
+    def parse(cls, data: bytes) -> AttestationReport:
+        """Parse and structurally validate a report.
+
+        Raises:
+            MalformedReportError: any layout violation: wrong headers, lengths that
+                run past the data, duplicate or malformed blocks or TLVs, a missing
+                required TLV, or bytes after the signature.
+        """
+        data = bytes(data)
+        if len(data) > MAX_REPORT_BYTES:
+            raise MalformedReportError(
+                f"report is {len(data)} bytes, more than the {MAX_REPORT_BYTES}-byte maximum"
+            )
+        r = _Reader(data)
+        # (1) request: version, code, param1, param2, nonce, slot
+        version, code = r.u8("request version"), r.u8("request code")
+        if version != _SPDM_VERSION_11 or code != _GET_MEASUREMENTS:
+            raise MalformedReportError(
+                f"not an SPDM 1.1 GET_MEASUREMENTS request (0x{version:02x} 0x{code:02x})"
+            )
+        r.take(2, "request parameters")
+        nonce = r.take(NONCE_LENGTH, "request nonce")
+        r.take(1, "request slot")
+        # (2) response header
+        version, code = r.u8("response version"), r.u8("response code")
+        if version != _SPDM_VERSION_11 or code != _MEASUREMENTS:
+            raise MalformedReportError(
+                f"not an SPDM 1.1 MEASUREMENTS response (0x{version:02x} 0x{code:02x})"
+            )
+        r.take(2, "response parameters")
+        n_blocks = r.u8("block count")
+        record_len = r.u24("measurement record length")
+        record_end = r.pos + record_len
+        if record_end > len(data):
+            raise MalformedReportError("measurement record runs past the end of the report")
+        blocks = cls._parse_blocks(data, r.pos, record_end, n_blocks)
+        r.pos = record_end
+        responder_nonce = r.take(NONCE_LENGTH, "responder nonce")
+        opaque_len = r.u16("opaque data length")
+        opaque_start = r.pos
+        r.take(opaque_len, "opaque data")
+        opaque, unknown = cls._parse_opaque(data, opaque_start, opaque_start + opaque_len)
+        r.take(SIGNATURE_LENGTH, "signature")
+        if r.pos != len(data):
+            raise MalformedReportError(f"{len(data) - r.pos} unexpected bytes after the signature")
+        for t in _REQUIRED_TYPES:
+            if t not in opaque:
+                raise MalformedReportError(f"opaque data lacks required field {t.name}")
+        fwid = opaque.get(OpaqueType.FWID)
+        if fwid is not None and len(fwid) != 48:
+            raise MalformedReportError(f"FWID field is {len(fwid)} bytes, expected 48")
+        nvdec = opaque.get(OpaqueType.NVDEC0_STATUS)
+        if nvdec is not None and (len(nvdec) != 1 or nvdec[0] not in (0x55, 0xAA)):
+            raise MalformedReportError("NVDEC0 status is neither enabled nor disabled")
+        flag = opaque.get(OpaqueType.FEATURE_FLAG)
+        chip_info = opaque.get(OpaqueType.CHIP_INFO)
+        return cls(
+            raw=data,
+            nonce=nonce,
+            responder_nonce=responder_nonce,
+            blocks=MappingProxyType(blocks),
+            opaque=MappingProxyType(opaque),
+            driver_version=_ascii_field(opaque[OpaqueType.DRIVER_VERSION], "DRIVER_VERSION"),
+            vbios_version=decode_vbios_version(opaque[OpaqueType.VBIOS_VERSION]),
+            project=_ascii_field(opaque[OpaqueType.PROJECT], "PROJECT"),
+            project_sku=_ascii_field(opaque[OpaqueType.PROJECT_SKU], "PROJECT_SKU"),
+            chip_sku=_ascii_field(opaque[OpaqueType.CHIP_SKU], "CHIP_SKU"),
+            chip_info=_ascii_field(chip_info, "CHIP_INFO") if chip_info is not None else None,
+            fwid=fwid,
+            nvdec0_status=nvdec[0] if nvdec is not None else None,
+            feature_flag=int.from_bytes(flag, "little") if flag else None,
+            unknown_types=tuple(sorted(unknown)),
+        )
+
+    @staticmethod
+    def _parse_blocks(data: bytes, start: int, end: int, count: int) -> dict[int, MeasurementBlock]:
+        r = _Reader(data, start, end)
+        blocks: dict[int, MeasurementBlock] = {}
+        for n in range(count):
+            index = r.u8(f"block {n + 1} index")
+            spec = r.u8(f"block {n + 1} specification")
+            size = r.u16(f"block {n + 1} size")
+            body = _Reader(data, r.pos, r.pos + size)
+            r.take(size, f"block {n + 1} body")
+            if spec != _DMTF_SPEC:
+                raise MalformedReportError(f"block {index} is not a DMTF measurement")
+            if index == 0 or index in blocks:
+                raise MalformedReportError(f"block index {index} is invalid or repeated")
+            value_type = body.u8(f"block {index} value type")
+            value_size = body.u16(f"block {index} value size")
+            value = body.take(value_size, f"block {index} value")
+            if body.pos != body.end:
+                raise MalformedReportError(f"block {index} size does not match its value")
+            blocks[index] = MeasurementBlock(index, value_type, value)
+        if r.pos != end:
+            raise MalformedReportError(
+                f"measurement record length disagrees with its {count} blocks"
+            )
+        return blocks
+
+    @staticmethod
+    def _parse_opaque(data: bytes, start: int, end: int) -> tuple[dict[int, bytes], set[int]]:
+        r = _Reader(data, start, end)
+        fields: dict[int, bytes] = {}
+        unknown: set[int] = set()
+        while r.pos < r.end:
+            t = r.u16("opaque type")
+            length = r.u16(f"opaque field {t} length")
+            value = r.take(length, f"opaque field {t} value")
+            if t == 0 or t > _MAX_VALID_TYPE:
+                raise MalformedReportError(f"opaque field type {t} is not a valid type")
+            if t in fields:
+                raise MalformedReportError(f"opaque field type {t} appears twice")
+            if t not in OpaqueType._value2member_map_:
+                unknown.add(t)
+            fields[t] = value
+        return fields, unknown
