@@ -1,0 +1,1 @@
+"""The gpucc command line (Typer). Thin: parses options, calls the libraries, renders."""

@@ -1,0 +1,273 @@
+"""``gpucc attest`` and ``gpucc evidence collect``."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from .options import OutputFormat, parse_time
+
+if TYPE_CHECKING:
+    from gpuattest.collateral import OcspChecker, RimSource
+    from gpuattest.evidence import EvidenceSet
+    from gpuattest.trust import TrustRoots
+
+evidence_app = typer.Typer(
+    help="Collect GPU evidence.", no_args_is_help=True, pretty_exceptions_show_locals=False
+)
+
+# The bundled sample (NVIDIA's set A, driver 545.00) and its nonce.
+SAMPLE_NONCE = "4cff7f5380ead8fad8ec2c531c110aca4302a88f603792801a8ca29ee151af2e"
+
+ExistingFile = Annotated[
+    Path | None, typer.Option(exists=True, dir_okay=False, readable=True, resolve_path=False)
+]
+
+
+def _sample_paths() -> tuple[Path, Path, Path, Path]:
+    from importlib import resources
+
+    base = resources.files("gpuattest._samples")
+    names = (
+        "attestation-report.hex",
+        "cert-chain.pem",
+        "driver-rim-545.00.swidtag",
+        "vbios-rim-1010_0200_882_96005E0001-test.swidtag",
+    )
+    paths = tuple(Path(str(base.joinpath(n))) for n in names)
+    return paths[0], paths[1], paths[2], paths[3]
+
+
+def _rim_source(
+    rim_dir: Path | None, driver_rim: Path | None, vbios_rim: Path | None
+) -> list[RimSource]:
+    from gpuattest.collateral import DirectoryRimSource, FileRimSource
+
+    sources: list[RimSource] = []
+    if driver_rim or vbios_rim:
+        sources.append(FileRimSource(driver=driver_rim, vbios=vbios_rim))
+    if rim_dir:
+        sources.append(DirectoryRimSource(rim_dir))
+    return sources
+
+
+def _collateral(
+    ctx_sources: list[RimSource], roots: TrustRoots, net: dict[str, object]
+) -> tuple[RimSource, OcspChecker]:
+    """Files first, then the network/cache/bundle layer."""
+    from gpuattest.collateral import CompositeRimSource, NoOcsp, NoRimSource
+
+    try:
+        from gpuattest.netconfig import NetworkSettings, build_collateral
+    except ImportError:  # pragma: no cover - network layer not installed
+        rims = CompositeRimSource([*ctx_sources, NoRimSource()])
+        return rims, NoOcsp()
+    settings = NetworkSettings(**net)
+    net_rims, ocsp = build_collateral(settings, roots=roots)
+    return CompositeRimSource([*ctx_sources, net_rims]), ocsp
+
+
+def attest(
+    evidence: Annotated[
+        Path | None,
+        typer.Option(
+            "--evidence",
+            envvar="GPUCC_EVIDENCE",
+            exists=True,
+            dir_okay=False,
+            help="Evidence JSON (nvattest format), or a raw report with --cert-chain. "
+            "Without it, evidence is collected from the local GPUs.",
+        ),
+    ] = None,
+    cert_chain: Annotated[
+        Path | None,
+        typer.Option(
+            "--cert-chain",
+            envvar="GPUCC_CERT_CHAIN",
+            exists=True,
+            dir_okay=False,
+            help="PEM chain for a raw report given with --evidence.",
+        ),
+    ] = None,
+    nonce: Annotated[
+        str | None,
+        typer.Option(
+            "--nonce",
+            envvar="GPUCC_NONCE",
+            help="Expected nonce (64 hex). Required by the default policy for file evidence.",
+        ),
+    ] = None,
+    rim_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--rim-dir",
+            envvar="GPUCC_RIM_DIR",
+            exists=True,
+            file_okay=False,
+            help="Directory of <RIM_ID>.xml files.",
+        ),
+    ] = None,
+    driver_rim: Annotated[
+        Path | None,
+        typer.Option("--driver-rim", envvar="GPUCC_DRIVER_RIM", exists=True, dir_okay=False),
+    ] = None,
+    vbios_rim: Annotated[
+        Path | None,
+        typer.Option("--vbios-rim", envvar="GPUCC_VBIOS_RIM", exists=True, dir_okay=False),
+    ] = None,
+    policy: Annotated[
+        Path | None,
+        typer.Option("--policy", envvar="GPUCC_POLICY", exists=True, dir_okay=False),
+    ] = None,
+    at: Annotated[
+        str | None,
+        typer.Option(
+            "--at", envvar="GPUCC_AT", help="Verify as of this time (ISO 8601 or Unix seconds)."
+        ),
+    ] = None,
+    output: Annotated[
+        OutputFormat, typer.Option("--format", envvar="GPUCC_FORMAT", help="text or json")
+    ] = OutputFormat.TEXT,
+    sample: Annotated[
+        bool,
+        typer.Option(
+            "--sample",
+            help="Verify the bundled NVIDIA H100 sample (set A, driver 545.00) with its RIMs "
+            "and nonce.",
+        ),
+    ] = False,
+    rim_url: Annotated[
+        str | None,
+        typer.Option("--rim-url", envvar=["GPUCC_RIM_URL", "NVAT_RIM_SERVICE_BASE_URL"]),
+    ] = None,
+    ocsp_url: Annotated[
+        str | None, typer.Option("--ocsp-url", envvar=["GPUCC_OCSP_URL", "NVAT_OCSP_BASE_URL"])
+    ] = None,
+    service_key: Annotated[
+        str | None,
+        typer.Option(
+            "--service-key",
+            envvar=["NV_ATTESTATION_SERVICE_KEY", "NVIDIA_ATTESTATION_SERVICE_KEY"],
+            help="NVIDIA service key (prefer the environment variable: argv is visible).",
+            show_default=False,
+        ),
+    ] = None,
+    no_ocsp_nonce: Annotated[
+        bool, typer.Option("--no-ocsp-nonce", help="Do not send OCSP nonces (caching proxies).")
+    ] = False,
+    cache_dir: Annotated[
+        Path | None, typer.Option("--cache-dir", envvar="GPUCC_CACHE_DIR", file_okay=False)
+    ] = None,
+    no_cache: Annotated[bool, typer.Option("--no-cache")] = False,
+    collateral: Annotated[
+        Path | None,
+        typer.Option(
+            "--collateral",
+            envvar="GPUCC_COLLATERAL",
+            exists=True,
+            dir_okay=False,
+            help="Collateral bundle from 'gpucc collateral fetch'.",
+        ),
+    ] = None,
+    offline: Annotated[
+        bool, typer.Option("--offline", envvar="GPUCC_OFFLINE", help="Never use the network.")
+    ] = False,
+    timeout: Annotated[
+        float, typer.Option("--timeout", help="Network timeout per request, seconds.")
+    ] = 10.0,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+) -> None:
+    """Verify GPU attestation evidence and print a verdict.
+
+    Exit codes: 0 trusted, 1 not trusted, 2 usage, 3 collateral missing,
+    4 malformed input, 5 environment (no GPU/NVML, CC off).
+    """
+    from rich.console import Console
+
+    from gpuattest.errors import UsageError
+    from gpuattest.evidence import load_evidence_file, load_raw_evidence, parse_nonce_hex
+    from gpuattest.policy import Policy, load_policy, parse_policy
+    from gpuattest.trust import TrustRoots
+    from gpuattest.verifier import verify
+
+    from .render import render_json, render_text
+
+    now = parse_time(at)
+    pol: Policy = load_policy(policy) if policy else Policy()
+    ev: EvidenceSet
+    if sample:
+        if evidence or cert_chain:
+            raise UsageError("--sample cannot be combined with --evidence/--cert-chain")
+        report, chain, d_rim, v_rim = _sample_paths()
+        ev = load_raw_evidence(report, chain)
+        driver_rim = driver_rim or d_rim
+        vbios_rim = vbios_rim or v_rim
+        nonce = nonce or SAMPLE_NONCE
+        if policy is None:
+            pol = parse_policy(
+                {"ocsp": {"require": False}},
+                source="sample default: OCSP not required (NVIDIA publishes no stored "
+                "responses for the sample)",
+            )
+    elif evidence is not None:
+        ev = load_evidence_file(evidence, cert_chain)
+    else:
+        if cert_chain is not None:
+            raise UsageError("--cert-chain needs --evidence REPORT")
+        from gpuattest.nvml import collect_evidence
+
+        fresh = parse_nonce_hex(nonce) if nonce else os.urandom(32)
+        ev = collect_evidence(fresh)
+        nonce = fresh.hex()
+    expected = parse_nonce_hex(nonce) if nonce else None
+    roots = TrustRoots.nvidia()
+    rims, ocsp = _collateral(
+        _rim_source(rim_dir, driver_rim, vbios_rim),
+        roots,
+        {
+            "rim_url": rim_url,
+            "ocsp_url": ocsp_url,
+            "service_key": service_key,
+            "ocsp_nonce": not no_ocsp_nonce,
+            "cache_dir": cache_dir,
+            "use_cache": not no_cache,
+            "bundle": collateral,
+            "offline": offline,
+            "timeout": timeout,
+        },
+    )
+    result = verify(
+        ev, expected_nonce=expected, roots=roots, now=now, rims=rims, ocsp=ocsp, policy=pol
+    )
+    if output is OutputFormat.JSON:
+        sys.stdout.write(render_json(result) + "\n")
+    else:
+        render_text(result, Console(), verbose=verbose)
+    raise typer.Exit(result.exit_code)
+
+
+@evidence_app.command("collect")
+def collect(
+    output: Annotated[Path, typer.Option("-o", "--output", help="Evidence JSON to write.")],
+    nonce: Annotated[
+        str | None, typer.Option("--nonce", help="32-byte nonce as 64 hex; random if omitted.")
+    ] = None,
+) -> None:
+    """Collect evidence from the local GPUs (NVML) into an nvattest-format JSON file."""
+    from rich.console import Console
+
+    from gpuattest._internal.files import write_atomic
+    from gpuattest.evidence import dump_evidence_json, parse_nonce_hex
+    from gpuattest.nvml import collect_evidence
+
+    value = parse_nonce_hex(nonce) if nonce else os.urandom(32)
+    ev = collect_evidence(value)
+    write_atomic(output, dump_evidence_json(ev))
+    Console(stderr=True).print(
+        f"wrote evidence for {len(ev.gpus)} GPU(s) to {output}; nonce {value.hex()}",
+        highlight=False,
+    )

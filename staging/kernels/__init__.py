@@ -1,0 +1,1 @@
+"""CUDA sources for GPU staging (package data)."""
