@@ -1,0 +1,201 @@
+"""The staging API for training code: a context manager that scrubs what it stages.
+
+::
+
+    import staging
+
+    with staging.stage("train.gcc", key_file="train.key", device="cpu") as buf:
+        train(buf)          # buf: verified plaintext, a NumPy uint8 array
+    # here buf has been zeroed, also when train() raised
+
+Devices: ``"cpu"`` stages into host memory. ``"gpu"`` and ``"auto"`` raise
+:class:`~gpuattest.errors.GpuStagingUnavailableError` until the GPU path lands; it hooks in
+through :func:`_gpu_backend` and nothing else here has to change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, Protocol
+
+from gpuattest.errors import GpuStagingUnavailableError, UsageError
+
+from . import cpu
+from .dataset import SealedDataset, is_sealed, open_sealed
+from .format import DEFAULT_CHUNK_SIZE, StrPath, read_key_file
+from .seal import ProgressCallback
+
+__all__ = ["Backend", "Device", "stage"]
+
+Device = Literal["cpu", "gpu", "auto"]
+
+
+class Backend(Protocol):
+    """Where staged data lives. Each method returns the staged buffer."""
+
+    @property
+    def name(self) -> str:
+        """``cpu`` or ``gpu``."""
+        ...
+
+    def stage_sealed(
+        self,
+        dataset: SealedDataset,
+        dataset_key: bytes,
+        *,
+        threads: int | None,
+        progress: ProgressCallback | None,
+    ) -> cpu.Buffer:
+        """Decrypt and verify a sealed dataset onto the device."""
+        ...
+
+    def stage_plaintext(
+        self,
+        path: Path,
+        *,
+        chunk_size: int,
+        threads: int | None,
+        progress: ProgressCallback | None,
+    ) -> cpu.Buffer:
+        """Move a plaintext file onto the device, sealed in transit under a fresh key."""
+        ...
+
+    def scrub(self, buf: cpu.Buffer) -> None:
+        """Zero a buffer this backend staged."""
+        ...
+
+
+@dataclass(frozen=True)
+class _CpuBackend:
+    name: str = "cpu"
+
+    def stage_sealed(
+        self,
+        dataset: SealedDataset,
+        dataset_key: bytes,
+        *,
+        threads: int | None,
+        progress: ProgressCallback | None,
+    ) -> cpu.Buffer:
+        return cpu.stage_cpu(dataset, dataset_key, threads=threads, progress=progress)
+
+    def stage_plaintext(
+        self,
+        path: Path,
+        *,
+        chunk_size: int,
+        threads: int | None,
+        progress: ProgressCallback | None,
+    ) -> cpu.Buffer:
+        return cpu.stage_plaintext_cpu(
+            path, chunk_size=chunk_size, threads=threads, progress=progress
+        )
+
+    def scrub(self, buf: cpu.Buffer) -> None:
+        cpu.scrub(buf)
+
+
+def _cpu_backend() -> Backend:
+    return _CpuBackend()
+
+
+def _gpu_backend() -> Backend:
+    """The GPU backend (staging/gpu.py). The one hook the GPU path needs."""
+    raise GpuStagingUnavailableError("GPU staging not available")
+
+
+def select_backend(device: str) -> Backend:
+    """The backend for ``device``.
+
+    Raises:
+        GpuStagingUnavailableError: ``gpu`` or ``auto`` while GPU staging is not available.
+        UsageError: an unknown device name.
+    """
+    if device == "cpu":
+        return _cpu_backend()
+    if device in ("gpu", "auto"):
+        # "auto" must never fall back to host memory silently while the caller asked for
+        # a GPU when one is there; until GPU staging exists it fails like "gpu".
+        return _gpu_backend()
+    raise UsageError(f"unknown device {device!r} (expected cpu, gpu or auto)")
+
+
+def resolve_dataset_key(
+    dataset: SealedDataset,
+    *,
+    key: bytes | None,
+    kek: bytes | None,
+    key_file: StrPath | None,
+) -> bytes:
+    """The dataset key from exactly one of ``key``, ``kek`` or ``key_file``.
+
+    Raises:
+        UsageError: none or several given.
+        KeyFileError: the key file is unreadable, exposed or malformed.
+        KeyUnwrapError: the key-file key does not open the dataset.
+        HeaderAuthenticationError: the key does not verify the header.
+    """
+    given = [x is not None for x in (key, kek, key_file)]
+    if sum(given) != 1:
+        raise UsageError("a sealed dataset needs exactly one of key, kek or key_file")
+    if key is not None:
+        dataset.check_key(key)
+        return key
+    if key_file is not None:
+        kek = read_key_file(key_file)
+    assert kek is not None
+    return dataset.unwrap(kek)
+
+
+@contextmanager
+def stage(
+    path: StrPath,
+    *,
+    key: bytes | None = None,
+    kek: bytes | None = None,
+    key_file: StrPath | None = None,
+    device: Device = "cpu",
+    threads: int | None = None,
+    progress: ProgressCallback | None = None,
+    plaintext: bool | None = None,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+) -> Iterator[cpu.Buffer]:
+    """Stage a dataset, yield the verified buffer, and zero it on exit (also on errors).
+
+    Args:
+        path: a sealed dataset, or a plaintext file.
+        key: the dataset key (e.g. unwrapped from an attested session), or
+        kek: the key-file key the dataset was sealed for, or
+        key_file: the key file itself (mode 0600).
+        device: ``"cpu"``; ``"gpu"``/``"auto"`` once GPU staging is available.
+        threads: worker threads (default ``os.cpu_count()``).
+        progress: ``progress(done_bytes, total_bytes)``.
+        plaintext: force the plaintext path (``True``) or the sealed path (``False``);
+            detected from the file's magic by default. A plaintext input is sealed in
+            transit under a fresh key; no key argument is allowed then.
+        chunk_size: chunk size for the plaintext path.
+
+    Raises:
+        GpuStagingUnavailableError: ``device`` is ``gpu``/``auto`` (for now).
+        UsageError: key arguments that do not fit the input.
+        MalformedDatasetError, KeyFileError, IntegrityError: see :func:`staging.cpu.stage_cpu`.
+    """
+    backend = select_backend(device)
+    sealed = is_sealed(path) if plaintext is None else not plaintext
+    if sealed:
+        dataset = open_sealed(path)
+        dataset_key = resolve_dataset_key(dataset, key=key, kek=kek, key_file=key_file)
+        buf = backend.stage_sealed(dataset, dataset_key, threads=threads, progress=progress)
+    else:
+        if key is not None or kek is not None or key_file is not None:
+            raise UsageError(f"{path} is not a sealed dataset, so it takes no key")
+        buf = backend.stage_plaintext(
+            Path(path), chunk_size=chunk_size, threads=threads, progress=progress
+        )
+    try:
+        yield buf
+    finally:
+        backend.scrub(buf)

@@ -1,0 +1,233 @@
+"""Staging into host memory: decrypt and verify chunk by chunk into one NumPy buffer.
+
+The ciphertext is read with ``pread`` into private scratch buffers (two per thread) and
+decrypted from there with ``AESGCM.decrypt_into`` straight into the destination. The file is
+deliberately not memory-mapped: with a mapping, whoever can write the file (in confidential
+computing, possibly the untrusted host's storage) could change the bytes between the moment
+GCM authenticates them and the moment it decrypts them, and a truncation would kill the
+process with SIGBUS. The private copy costs one memory pass.
+
+No plaintext of an unverified chunk survives a failure: ``decrypt_into`` writes plaintext
+before it checks the tag, so the failing chunk is zeroed, the chunks in flight are allowed
+to finish, and then everything from the first failing chunk to the end of the buffer is
+zeroed before the error is raised.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Callable
+
+import numpy as np
+import numpy.typing as npt
+
+from gpuattest.errors import MalformedDatasetError, MalformedInputError
+
+from ._pipeline import ChunkFailure, run_chunks, window_for
+from .chunks import ChunkCipher, zero
+from .dataset import SealedDataset, io_error, open_sealed, read_exact
+from .format import DEFAULT_CHUNK_SIZE, TAG_SIZE, Header, StrPath, new_dataset_key
+from .seal import ProgressCallback, default_threads
+
+__all__ = [
+    "Buffer",
+    "SealedDataset",
+    "open_sealed",
+    "scrub",
+    "stage_cpu",
+    "stage_plaintext_cpu",
+]
+
+#: The host buffer staging returns: one-dimensional, C-contiguous ``uint8``.
+Buffer = npt.NDArray[np.uint8]
+
+
+def scrub(buf: Buffer) -> None:
+    """Zero a staged buffer in place (what every staging API does on exit)."""
+    buf.fill(0)
+
+
+def _destination(length: int, out: Buffer | None) -> Buffer:
+    if out is None:
+        # np.zeros gets fresh zero pages from the kernel: nothing from earlier allocations
+        # of this process is visible in parts that are never written.
+        return np.zeros(length, dtype=np.uint8)
+    if (
+        out.dtype != np.uint8
+        or out.ndim != 1
+        or out.size != length
+        or not out.flags.c_contiguous
+        or not out.flags.writeable
+    ):
+        raise ValueError(f"out must be a writable, contiguous uint8 array of {length} bytes")
+    return out
+
+
+def _decrypt_all(
+    cipher: ChunkCipher,
+    fill: Callable[[int, int, int], memoryview],
+    dst: Buffer,
+    *,
+    threads: int,
+    progress: ProgressCallback | None,
+    owned: bool,
+) -> None:
+    """Verify every chunk into ``dst``; on failure zero all unverified bytes and raise.
+
+    ``fill(index, slot, length)`` returns ``ct_i || tag_i`` in the slot's scratch buffer.
+    """
+    header = cipher.header
+    size = header.chunk_size
+    total = header.plaintext_length
+    view = dst.data.cast("B")
+
+    def work(index: int, slot: int) -> None:
+        length = header.chunk_length(index)
+        sealed = fill(index, slot, length)
+        cipher.decrypt_into(index, sealed, view[index * size : index * size + length])
+
+    def on_done(index: int) -> None:
+        if progress is not None:
+            progress(min(total, (index + 1) * size), total)
+
+    try:
+        run_chunks(header.chunk_count, work, threads=threads, on_done=on_done)
+    except ChunkFailure as failure:
+        # Every chunk below failure.index verified; nothing from there on is trusted.
+        dst[0 if owned else failure.index * size :] = 0
+        raise failure.cause from None
+    except BaseException:
+        dst[:] = 0
+        raise
+    finally:
+        view.release()
+
+
+def _scratch(header: Header, slots: int) -> list[bytearray]:
+    length = min(header.chunk_size, header.plaintext_length) + TAG_SIZE
+    return [bytearray(length) for _ in range(slots)]
+
+
+def stage_cpu(
+    dataset: SealedDataset,
+    dataset_key: bytes,
+    *,
+    threads: int | None = None,
+    progress: ProgressCallback | None = None,
+    out: Buffer | None = None,
+) -> Buffer:
+    """Decrypt and verify a sealed dataset into host memory.
+
+    Args:
+        dataset: from :func:`open_sealed`.
+        dataset_key: the unwrapped dataset key.
+        threads: worker threads (default ``os.cpu_count()``).
+        progress: ``progress(done_bytes, total_bytes)`` as chunks verify, in order.
+        out: a destination to fill (e.g. pinned memory); a new zeroed array by default.
+
+    Returns:
+        The plaintext, every byte of it verified.
+
+    Raises:
+        HeaderAuthenticationError: wrong key or altered header (nothing decrypted).
+        ChunkAuthenticationError: a chunk failed; it and every byte after it are zero in
+            ``out`` (a buffer staging allocated itself is zeroed entirely).
+        MalformedDatasetError: the file changed since it was opened.
+        StagingIOError: the file cannot be read.
+    """
+    threads = threads or default_threads()
+    header = dataset.header
+    cipher = dataset.check_key(dataset_key)
+    dst = _destination(header.plaintext_length, out)
+    try:
+        fd = os.open(dataset.path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        dst[:] = 0
+        raise io_error("read", dataset.path, exc) from None
+    try:
+        try:
+            size = os.fstat(fd).st_size
+            prefix = os.pread(fd, len(dataset.prefix), 0)
+        except OSError as exc:
+            dst[:] = 0
+            raise io_error("read", dataset.path, exc) from None
+        if size != header.file_size or prefix != dataset.prefix:
+            dst[:] = 0
+            raise MalformedDatasetError(f"{dataset.path} changed after it was opened")
+        slots = _scratch(header, window_for(threads, header.chunk_count))
+
+        def fill(index: int, slot: int, length: int) -> memoryview:
+            buf = memoryview(slots[slot])[: length + TAG_SIZE]
+            try:
+                read_exact(fd, buf, header.chunk_offset(index))
+            except OSError as exc:
+                raise io_error("read", dataset.path, exc) from None
+            return buf
+
+        _decrypt_all(cipher, fill, dst, threads=threads, progress=progress, owned=out is None)
+    finally:
+        os.close(fd)
+    return dst
+
+
+def stage_plaintext_cpu(
+    path: StrPath,
+    *,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    threads: int | None = None,
+    progress: ProgressCallback | None = None,
+    out: Buffer | None = None,
+) -> Buffer:
+    """Stage a plaintext file the way confidential computing moves it: sealed in transit.
+
+    A fresh random dataset key is made for this call only. Each chunk is read, encrypted on
+    the host exactly as the sealed format prescribes (the bounce-buffer model: the host
+    encrypts, the device decrypts), then decrypted and verified into the destination with
+    the same code that stages a sealed file. On the CPU this is a round trip; on the GPU the
+    second half runs on the device.
+
+    Raises:
+        MalformedInputError: ``path`` is not a regular file or changed size.
+        ChunkAuthenticationError: a chunk did not verify (memory corruption).
+        StagingIOError: the file cannot be read.
+    """
+    threads = threads or default_threads()
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise io_error("read", path, exc) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise MalformedInputError(f"{path} is not a regular file")
+        header = Header.new(st.st_size, chunk_size=chunk_size)
+        cipher = ChunkCipher(new_dataset_key(), header)
+        dst = _destination(header.plaintext_length, out)
+        slots = window_for(threads, header.chunk_count)
+        plain = [bytearray(min(chunk_size, header.plaintext_length)) for _ in range(slots)]
+        sealed = _scratch(header, slots)
+
+        def fill(index: int, slot: int, length: int) -> memoryview:
+            pt = memoryview(plain[slot])[:length]
+            ct = memoryview(sealed[slot])[: length + TAG_SIZE]
+            try:
+                read_exact(fd, pt, index * chunk_size)
+            except MalformedDatasetError:
+                raise MalformedInputError(f"{path} shrank while it was staged") from None
+            except OSError as exc:
+                raise io_error("read", path, exc) from None
+            cipher.encrypt_into(index, pt, ct)
+            return ct
+
+        try:
+            _decrypt_all(cipher, fill, dst, threads=threads, progress=progress, owned=out is None)
+        finally:
+            for buf in plain:
+                zero(buf)
+        if os.fstat(fd).st_size != header.plaintext_length:
+            dst[:] = 0
+            raise MalformedInputError(f"{path} changed size while it was staged")
+    finally:
+        os.close(fd)
+    return dst

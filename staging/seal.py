@@ -1,0 +1,388 @@
+"""Sealing: plaintext in, a sealed dataset (``docs/FORMAT.md``) out.
+
+:func:`seal_file` streams the source through a bounded window of chunk buffers (two per
+thread), encrypts chunks in parallel with ``AESGCM.encrypt_into`` into those preallocated
+buffers, and writes each chunk at its fixed offset in a temporary file beside the
+destination. Only a complete, flushed file is renamed over the destination; on any error
+the temporary file is removed, so a half-written dataset never exists under its name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import secrets
+import stat
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gpuattest.errors import MalformedInputError
+
+from ._pipeline import ChunkFailure, run_chunks, window_for
+from .chunks import ChunkCipher
+from .dataset import SealedDataset, io_error, open_sealed, read_exact
+from .format import (
+    DEFAULT_CHUNK_SIZE,
+    KEY_SIZE,
+    NONCE_SIZE,
+    TAG_SIZE,
+    Header,
+    StrPath,
+    WrapKind,
+    WrapRecord,
+    key_id,
+    new_dataset_key,
+    wrap_key,
+)
+
+__all__ = [
+    "ProgressCallback",
+    "SealResult",
+    "WrapSpec",
+    "default_threads",
+    "rewrap",
+    "seal_bytes",
+    "seal_file",
+]
+
+#: ``progress(done_bytes, total_bytes)``, called in the calling thread as chunks complete.
+ProgressCallback = Callable[[int, int], None]
+
+
+def default_threads() -> int:
+    """``os.cpu_count()``, at least 1."""
+    return os.cpu_count() or 1
+
+
+@dataclass(frozen=True)
+class WrapSpec:
+    """Who a newly sealed dataset's key is wrapped for.
+
+    Use :meth:`key_file` or :meth:`session` rather than the constructor.
+    """
+
+    kind: WrapKind
+    kek: bytes = field(repr=False)
+    context: bytes
+
+    @classmethod
+    def key_file(cls, kek: bytes) -> WrapSpec:
+        """Wrap for a key file's key (record kind 1, context = its key id)."""
+        if len(kek) != KEY_SIZE:
+            raise ValueError("a key-file key is 32 bytes")
+        return cls(kind=WrapKind.KEY_FILE, kek=kek, context=key_id(kek))
+
+    @classmethod
+    def session(cls, session_key: bytes, transcript_hash: bytes) -> WrapSpec:
+        """Wrap for an attested session (record kind 2, context = transcript hash)."""
+        if len(session_key) != KEY_SIZE or len(transcript_hash) != 48:
+            raise ValueError("a session key is 32 bytes and a transcript hash 48")
+        return cls(kind=WrapKind.SESSION, kek=session_key, context=transcript_hash)
+
+    @property
+    def record_length(self) -> int:
+        """Bytes the wrap record takes in a file's wrap section."""
+        return 4 + len(self.context) + NONCE_SIZE + KEY_SIZE + TAG_SIZE
+
+    def wrap(
+        self, dataset_key: bytes, header_digest: bytes, *, wrap_nonce: bytes | None = None
+    ) -> WrapRecord:
+        """The wrap record of ``dataset_key`` for this recipient and dataset."""
+        return wrap_key(
+            self.kek, dataset_key, header_digest, self.kind, self.context, wrap_nonce=wrap_nonce
+        )
+
+
+@dataclass(frozen=True)
+class SealResult:
+    """What sealing produced.
+
+    Attributes:
+        header: the dataset's header.
+        header_tag: its tag.
+        wrap: the wrap record embedded in the file, if any.
+        dataset_key: the dataset key (keep it secret; it is not in the repr).
+        seconds: wall time spent.
+    """
+
+    header: Header
+    header_tag: bytes
+    wrap: WrapRecord | None
+    dataset_key: bytes = field(repr=False)
+    seconds: float
+
+
+def _plan(
+    plaintext_length: int,
+    *,
+    kek: bytes | None,
+    wrap: WrapSpec | None,
+    dataset_key: bytes | None,
+    chunk_size: int,
+    dataset_id: bytes | None,
+) -> tuple[Header, bytes, WrapRecord | None]:
+    """Header, dataset key and wrap record of a dataset about to be sealed."""
+    if kek is not None and wrap is not None:
+        raise ValueError("give either kek or wrap, not both")
+    spec = WrapSpec.key_file(kek) if kek is not None else wrap
+    if spec is None and dataset_key is None:
+        raise ValueError("without kek or wrap, pass the dataset_key to use (or nobody can open it)")
+    key = new_dataset_key() if dataset_key is None else dataset_key
+    if len(key) != KEY_SIZE:
+        raise ValueError("a dataset key is 32 bytes")
+    header = Header(
+        chunk_size=chunk_size,
+        dataset_id=secrets.token_bytes(16) if dataset_id is None else dataset_id,
+        plaintext_length=plaintext_length,
+        wrap_length=0 if spec is None else spec.record_length,
+    )
+    record = None if spec is None else spec.wrap(key, header.digest)
+    return header, key, record
+
+
+def _prefix(cipher: ChunkCipher, record: WrapRecord | None) -> tuple[bytes, bytes]:
+    tag = cipher.header_tag()
+    wrap_bytes = b"" if record is None else record.to_bytes()
+    return tag, cipher.header.to_bytes() + tag + wrap_bytes
+
+
+def seal_bytes(
+    data: bytes | bytearray | memoryview,
+    *,
+    kek: bytes | None = None,
+    wrap: WrapSpec | None = None,
+    dataset_key: bytes | None = None,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    threads: int | None = None,
+    dataset_id: bytes | None = None,
+) -> bytes:
+    """Seal an in-memory plaintext and return the sealed dataset's bytes.
+
+    Exactly the format :func:`seal_file` writes. Pass ``kek`` (a key-file key), ``wrap`` (a
+    :class:`WrapSpec`), or only ``dataset_key`` for a dataset without a wrap record.
+    ``dataset_id`` is random unless given (tests only).
+    """
+    src = memoryview(data).cast("B")
+    header, key, record = _plan(
+        len(src),
+        kek=kek,
+        wrap=wrap,
+        dataset_key=dataset_key,
+        chunk_size=chunk_size,
+        dataset_id=dataset_id,
+    )
+    cipher = ChunkCipher(key, header)
+    _, prefix = _prefix(cipher, record)
+    out = bytearray(header.file_size)
+    out[: len(prefix)] = prefix
+    view = memoryview(out)
+    size = header.chunk_size
+
+    def work(index: int, _slot: int) -> None:
+        length = header.chunk_length(index)
+        start = header.chunk_offset(index)
+        cipher.encrypt_into(
+            index,
+            src[index * size : index * size + length],
+            view[start : start + length + TAG_SIZE],
+        )
+
+    try:
+        run_chunks(header.chunk_count, work, threads=threads or default_threads())
+    except ChunkFailure as failure:
+        raise failure.cause from None
+    finally:
+        view.release()
+    return bytes(out)
+
+
+def seal_file(
+    src: StrPath,
+    dst: StrPath,
+    *,
+    kek: bytes | None = None,
+    wrap: WrapSpec | None = None,
+    dataset_key: bytes | None = None,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    threads: int | None = None,
+    progress: ProgressCallback | None = None,
+) -> SealResult:
+    """Seal the regular file ``src`` into ``dst``, atomically.
+
+    Args:
+        src: plaintext file (its size must not change while it is sealed).
+        dst: destination; replaced only once the new file is complete and flushed.
+        kek: wrap the dataset key for this key-file key (record kind 1), or
+        wrap: wrap it for another recipient, or neither with
+        dataset_key: the dataset key to use (random by default).
+        chunk_size: plaintext bytes per chunk (default 4 MiB, see ``DEFAULT_CHUNK_SIZE``).
+        threads: worker threads (default ``os.cpu_count()``).
+        progress: ``progress(done_bytes, total_bytes)`` as chunks complete.
+
+    Raises:
+        MalformedDatasetError: ``chunk_size`` is out of range.
+        MalformedInputError: ``src`` is not a regular file or changed size while sealing.
+        StagingIOError: a file cannot be read or written (nothing is left at ``dst``).
+    """
+    started = time.perf_counter()
+    src = Path(src)
+    dst = Path(dst)
+    threads = threads or default_threads()
+    try:
+        src_fd = os.open(src, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise io_error("read", src, exc) from None
+    try:
+        st = os.fstat(src_fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise MalformedInputError(f"{src} is not a regular file")
+        header, key, record = _plan(
+            st.st_size,
+            kek=kek,
+            wrap=wrap,
+            dataset_key=dataset_key,
+            chunk_size=chunk_size,
+            dataset_id=None,
+        )
+        cipher = ChunkCipher(key, header)
+        tag, prefix = _prefix(cipher, record)
+        _write_sealed(src_fd, src, dst, cipher, prefix, threads, progress)
+    finally:
+        os.close(src_fd)
+    return SealResult(
+        header=header,
+        header_tag=tag,
+        wrap=record,
+        dataset_key=key,
+        seconds=time.perf_counter() - started,
+    )
+
+
+def _write_sealed(
+    src_fd: int,
+    src: Path,
+    dst: Path,
+    cipher: ChunkCipher,
+    prefix: bytes,
+    threads: int,
+    progress: ProgressCallback | None,
+) -> None:
+    header = cipher.header
+    tmp = dst.with_name(f"{dst.name}.tmp-{secrets.token_hex(4)}")
+    try:
+        out_fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        raise io_error("create", tmp, exc) from None
+    done = False
+    try:
+        try:
+            _reserve(out_fd, header.file_size)
+            os.pwrite(out_fd, prefix, 0)
+        except OSError as exc:
+            raise io_error("write", tmp, exc) from None
+        count = header.chunk_count
+        slots = window_for(threads, count)
+        size = header.chunk_size
+        plain = [bytearray(min(size, header.plaintext_length) or 0) for _ in range(slots)]
+        sealed = [bytearray(min(size, header.plaintext_length) + TAG_SIZE) for _ in range(slots)]
+        total = header.plaintext_length
+
+        def work(index: int, slot: int) -> None:
+            length = header.chunk_length(index)
+            pt = memoryview(plain[slot])[:length]
+            ct = memoryview(sealed[slot])[: length + TAG_SIZE]
+            try:
+                read_exact(src_fd, pt, index * size)
+            except OSError as exc:
+                raise io_error("read", src, exc) from None
+            cipher.encrypt_into(index, pt, ct)
+            try:
+                _write_all(out_fd, ct, header.chunk_offset(index))
+            except OSError as exc:
+                raise io_error("write", tmp, exc) from None
+
+        def on_done(index: int) -> None:
+            if progress is not None:
+                progress(min(total, (index + 1) * size), total)
+
+        try:
+            run_chunks(count, work, threads=threads, on_done=on_done)
+        except ChunkFailure as failure:
+            if isinstance(failure.cause, MalformedInputError):
+                raise MalformedInputError(f"{src} shrank while it was being sealed") from None
+            raise failure.cause from None
+        try:
+            if os.fstat(src_fd).st_size != total:
+                raise MalformedInputError(f"{src} changed size while it was being sealed")
+            os.fsync(out_fd)
+        except OSError as exc:
+            raise io_error("write", tmp, exc) from None
+        os.close(out_fd)
+        out_fd = -1
+        try:
+            os.replace(tmp, dst)
+        except OSError as exc:
+            raise io_error("rename onto", dst, exc) from None
+        done = True
+        _fsync_parent(dst)
+    finally:
+        if out_fd >= 0:
+            os.close(out_fd)
+        if not done:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+
+
+def _reserve(fd: int, size: int) -> None:
+    """Allocate the output up front (early ENOSPC); fall back to setting the size."""
+    if size and hasattr(os, "posix_fallocate"):
+        try:
+            os.posix_fallocate(fd, 0, size)
+            return
+        except OSError as exc:
+            if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):  # the filesystem cannot
+                raise
+    os.ftruncate(fd, size)
+
+
+def _write_all(fd: int, data: memoryview, offset: int) -> None:
+    done = 0
+    while done < len(data):
+        done += os.pwrite(fd, data[done:], offset + done)
+
+
+def _fsync_parent(path: Path) -> None:
+    try:
+        fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    try:
+        with contextlib.suppress(OSError):
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def rewrap(
+    dataset: SealedDataset | StrPath,
+    *,
+    kek: bytes,
+    to: WrapSpec,
+    wrap_nonce: bytes | None = None,
+) -> WrapRecord:
+    """A new wrap record for ``to`` from a dataset sealed for the key-file key ``kek``.
+
+    The chunks are not read or changed: the record goes into a session answer (or any other
+    carrier). ``wrap_nonce`` is random unless given (known-answer tests only).
+
+    Raises:
+        MalformedDatasetError: the file is not a valid sealed dataset.
+        KeyUnwrapError: ``kek`` does not open the dataset's wrap record.
+        HeaderAuthenticationError: the header does not verify under the unwrapped key.
+    """
+    sealed = dataset if isinstance(dataset, SealedDataset) else open_sealed(dataset)
+    dataset_key = sealed.unwrap(kek)
+    return to.wrap(dataset_key, sealed.header_digest, wrap_nonce=wrap_nonce)
