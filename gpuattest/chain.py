@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cryptography import x509
-from cryptography.exceptions import InvalidSignature
+from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.x509.oid import ExtensionOID
 
@@ -98,6 +98,16 @@ def load_pem_chain(data: bytes) -> tuple[x509.Certificate, ...]:
         raise MalformedCertificateError(f"certificate chain cannot be parsed: {exc}") from None
     if len(certs) > MAX_CHAIN_CERTS:
         raise MalformedCertificateError(f"certificate chain has {len(certs)} certificates")
+    for i, cert in enumerate(certs):
+        # cryptography parses these fields lazily; force them now so a corrupt
+        # certificate is malformed input here rather than an error mid-validation.
+        try:
+            _ = (cert.subject, cert.issuer, cert.not_valid_before_utc, cert.not_valid_after_utc)
+            _ = (cert.extensions, cert.public_key(), cert.signature_hash_algorithm)
+        except (ValueError, TypeError, UnsupportedAlgorithm) as exc:
+            raise MalformedCertificateError(
+                f"certificate {i} in the chain is malformed: {exc}"
+            ) from None
     return tuple(certs)
 
 
@@ -161,7 +171,21 @@ def validate_chain(
     """
     if now.tzinfo is None:
         raise ValueError("verification time must be timezone-aware")
-    certs = tuple(chain)
+    try:
+        return _validate(tuple(chain), anchor, now, expected_length)
+    except (ValueError, TypeError, UnsupportedAlgorithm) as exc:  # an unparseable field
+        certs = tuple(chain)
+        return ChainResult(
+            ChainStatus.INVALID, f"a certificate cannot be parsed: {exc}", None, certs
+        )
+
+
+def _validate(
+    certs: tuple[x509.Certificate, ...],
+    anchor: x509.Certificate,
+    now: dt.datetime,
+    expected_length: int | None,
+) -> ChainResult:
     earliest = min((c.not_valid_after_utc for c in certs), default=None)
 
     def bad(reason: str) -> ChainResult:
