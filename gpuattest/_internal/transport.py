@@ -1,0 +1,427 @@
+"""The one HTTP layer: every collateral request (RIM service, OCSP) goes through here.
+
+:class:`Fetcher` is the seam the RIM and OCSP clients are given; the production
+implementation, :class:`RequestsFetcher`, sits on ``requests`` with:
+
+* explicit timeouts (connect, read) plus a total deadline for reading a body,
+  so a server that drips one byte per read timeout cannot hold us forever;
+* urllib3 ``Retry`` with exponential backoff on connection errors and on
+  HTTP 500/502/503/504, bounded in count; read timeouts are not retried (a slow
+  service would otherwise cost several full read timeouts) and ``Retry-After``
+  is ignored (a server must not be able to make us sleep for hours);
+* at most :data:`MAX_REDIRECTS` redirects (requests drops ``Authorization`` when
+  a redirect leaves the host or changes the scheme);
+* proxies from ``HTTP_PROXY``/``HTTPS_PROXY``/``NO_PROXY`` (requests'
+  ``trust_env``), and the CA bundle from ``REQUESTS_CA_BUNDLE``;
+* a streaming read with a hard size cap (``Content-Length`` is checked first,
+  then the bytes actually received), with ``Accept-Encoding: identity`` so
+  that no compressed body is inflated in memory;
+* every failure turned into a one-line :class:`~gpuattest.errors.NetworkError`
+  (exit 3). The service key is only ever sent as ``Authorization: Bearer``; it
+  never appears in messages, logs or reprs, and it is refused over plain HTTP
+  except to a loopback address (local proxies and tests).
+
+``offline=True`` makes every call raise :class:`~gpuattest.errors.OfflineError`
+before anything touches the network.
+"""
+
+from __future__ import annotations
+
+import http.client
+import ipaddress
+import ssl
+import time
+from collections.abc import Collection, Iterator, Mapping
+from types import TracebackType
+from typing import Protocol
+from urllib.parse import urlsplit, urlunsplit
+
+import requests
+import requests.adapters
+import urllib3.exceptions
+from urllib3.util.retry import Retry
+
+from .. import __version__
+from ..errors import NetworkError, OfflineError, UsageError
+
+__all__ = [
+    "DEFAULT_CONNECT_TIMEOUT",
+    "DEFAULT_READ_TIMEOUT",
+    "DEFAULT_USER_AGENT",
+    "MAX_REDIRECTS",
+    "Fetcher",
+    "HttpStatusError",
+    "RequestsFetcher",
+    "ServiceAccessDeniedError",
+    "safe_url",
+]
+
+# NVAT: connect timeout 5 s; NVIDIA's Python verifier: 10 s for OCSP and RIM (attestation.md §2.4).
+DEFAULT_CONNECT_TIMEOUT = 5.0
+DEFAULT_READ_TIMEOUT = 10.0
+# NVIDIA's retry counter is 3 (disabled in Python); NVAT retries 5 times. Three attempts after
+# the first, with backoff 0, 2b, 4b seconds, keeps a dead service to well under a minute.
+DEFAULT_RETRIES = 3
+DEFAULT_BACKOFF = 0.5
+# Upper bound for one whole call (headers + body); a per-read timeout alone does not bound a
+# server that keeps sending a byte just before every timeout.
+DEFAULT_TOTAL_TIMEOUT = 60.0
+MAX_REDIRECTS = 3
+# No collateral document comes anywhere near this; callers pass tighter caps per call.
+DEFAULT_MAX_BYTES = 16 * 1024 * 1024
+DEFAULT_USER_AGENT = f"gpucc/{__version__}"
+
+_RETRY_STATUSES = frozenset({500, 502, 503, 504})
+_CHUNK = 64 * 1024
+
+
+class HttpStatusError(NetworkError):
+    """The service answered with an HTTP status the caller did not accept.
+
+    Attributes:
+        status: the HTTP status code.
+    """
+
+    def __init__(self, message: str, *, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class ServiceAccessDeniedError(HttpStatusError):
+    """The service refused access (HTTP 401/403)."""
+
+    hint = (
+        "if your deployment needs an NVIDIA attestation service key, pass --service-key "
+        "or set NV_ATTESTATION_SERVICE_KEY"
+    )
+
+
+class Fetcher(Protocol):
+    """Fetches bytes over HTTP; any failure is a :class:`NetworkError`."""
+
+    def get(
+        self,
+        url: str,
+        *,
+        max_bytes: int,
+        accept: Collection[int] = (200,),
+        headers: Mapping[str, str] | None = None,
+        bearer: str | None = None,
+    ) -> bytes:
+        """GET ``url`` and return the body.
+
+        Args:
+            url: absolute http(s) URL.
+            max_bytes: the largest body accepted.
+            accept: HTTP statuses that count as success.
+            headers: extra request headers.
+            bearer: a service key, sent as ``Authorization: Bearer``.
+
+        Raises:
+            HttpStatusError: any status outside ``accept`` (after retries for 5xx).
+            NetworkError: timeout, connection, DNS, TLS, redirect or size failure.
+            OfflineError: the fetcher is offline.
+            UsageError: a service key would go over plain HTTP to a remote host.
+        """
+        ...
+
+    def post(
+        self,
+        url: str,
+        body: bytes,
+        *,
+        content_type: str,
+        max_bytes: int,
+        accept: Collection[int] = (200,),
+        headers: Mapping[str, str] | None = None,
+        bearer: str | None = None,
+    ) -> bytes:
+        """POST ``body`` to ``url`` and return the answer; same errors as :meth:`get`."""
+        ...
+
+
+def safe_url(url: str) -> str:
+    """``url`` without any ``user:password@`` part, for messages."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<invalid URL>"
+    netloc = parts.netloc.rsplit("@", 1)[-1]
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, ""))
+
+
+def _is_loopback(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _causes(exc: BaseException) -> Iterator[BaseException]:
+    """The exception and everything it wraps (args, ``reason``, cause, context)."""
+    seen: set[int] = set()
+    todo: list[BaseException] = [exc]
+    while todo:
+        cur = todo.pop(0)
+        if id(cur) in seen:
+            continue
+        seen.add(id(cur))
+        yield cur
+        todo.extend(a for a in cur.args if isinstance(a, BaseException))
+        reason = getattr(cur, "reason", None)
+        if isinstance(reason, BaseException):
+            todo.append(reason)
+        for linked in (cur.__cause__, cur.__context__):
+            if linked is not None:
+                todo.append(linked)
+
+
+def _first(exc: BaseException, kind: type[BaseException]) -> BaseException | None:
+    return next((e for e in _causes(exc) if isinstance(e, kind)), None)
+
+
+def _one_line(text: str, limit: int = 120) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class RequestsFetcher:
+    """:class:`Fetcher` on a ``requests.Session`` with retries, caps and typed errors.
+
+    Args:
+        timeout: (connect, read) timeouts in seconds.
+        retries: retries after the first attempt, for connection errors and 5xx answers.
+        backoff: urllib3 backoff factor (sleeps 0, 2*backoff, 4*backoff ... seconds).
+        max_bytes: a ceiling on any body, whatever a caller asks for.
+        user_agent: the ``User-Agent`` header.
+        offline: refuse every request with :class:`OfflineError`.
+        trust_env: take proxies and CA bundle from the environment (requests' default).
+        total_timeout: the longest one call may take to deliver its body.
+    """
+
+    def __init__(
+        self,
+        *,
+        timeout: tuple[float, float] = (DEFAULT_CONNECT_TIMEOUT, DEFAULT_READ_TIMEOUT),
+        retries: int = DEFAULT_RETRIES,
+        backoff: float = DEFAULT_BACKOFF,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        user_agent: str = DEFAULT_USER_AGENT,
+        offline: bool = False,
+        trust_env: bool = True,
+        total_timeout: float = DEFAULT_TOTAL_TIMEOUT,
+    ) -> None:
+        if retries < 0 or max_bytes <= 0 or min(timeout) <= 0 or total_timeout <= 0:
+            raise ValueError("retries, max_bytes and timeouts must be positive")
+        self.timeout = timeout
+        self.retries = retries
+        self.max_bytes = max_bytes
+        self.user_agent = user_agent
+        self.offline = offline
+        self.total_timeout = total_timeout
+        self._session = requests.Session()
+        self._session.trust_env = trust_env
+        self._session.max_redirects = MAX_REDIRECTS
+        self._session.headers["User-Agent"] = user_agent
+        retry = Retry(
+            total=retries,
+            connect=retries,
+            read=0,
+            status=retries,
+            other=0,
+            allowed_methods=frozenset({"GET", "POST"}),  # OCSP POSTs are safe to repeat
+            status_forcelist=_RETRY_STATUSES,
+            backoff_factor=backoff,
+            backoff_max=max(backoff * 8, 0.0),
+            raise_on_status=False,
+            respect_retry_after_header=False,
+        )
+        adapter = requests.adapters.HTTPAdapter(max_retries=retry)
+        self._session.mount("http://", adapter)
+        self._session.mount("https://", adapter)
+
+    def __repr__(self) -> str:
+        return (
+            f"RequestsFetcher(timeout={self.timeout!r}, retries={self.retries}, "
+            f"offline={self.offline})"
+        )
+
+    def close(self) -> None:
+        """Close pooled connections."""
+        self._session.close()
+
+    def __enter__(self) -> RequestsFetcher:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def get(
+        self,
+        url: str,
+        *,
+        max_bytes: int,
+        accept: Collection[int] = (200,),
+        headers: Mapping[str, str] | None = None,
+        bearer: str | None = None,
+    ) -> bytes:
+        """GET ``url``; see :meth:`Fetcher.get`."""
+        return self._request("GET", url, None, None, max_bytes, accept, headers, bearer)
+
+    def post(
+        self,
+        url: str,
+        body: bytes,
+        *,
+        content_type: str,
+        max_bytes: int,
+        accept: Collection[int] = (200,),
+        headers: Mapping[str, str] | None = None,
+        bearer: str | None = None,
+    ) -> bytes:
+        """POST ``body``; see :meth:`Fetcher.post`."""
+        return self._request("POST", url, body, content_type, max_bytes, accept, headers, bearer)
+
+    # -- internals ---------------------------------------------------------
+
+    def _request(
+        self,
+        method: str,
+        url: str,
+        body: bytes | None,
+        content_type: str | None,
+        max_bytes: int,
+        accept: Collection[int],
+        headers: Mapping[str, str] | None,
+        bearer: str | None,
+    ) -> bytes:
+        shown = safe_url(url)
+        if self.offline:
+            raise OfflineError(f"running offline: not contacting {shown}")
+        self._check_url(url, shown, bearer)
+        limit = min(max_bytes, self.max_bytes)
+        send: dict[str, str] = {"Accept-Encoding": "identity"}
+        if headers:
+            send.update(headers)
+        if content_type is not None:
+            send["Content-Type"] = content_type
+        if bearer:
+            send["Authorization"] = f"Bearer {bearer}"
+        deadline = time.monotonic() + self.total_timeout
+        try:
+            response = self._session.request(
+                method,
+                url,
+                data=body,
+                headers=send,
+                timeout=self.timeout,
+                stream=True,
+                allow_redirects=True,
+            )
+        except (requests.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
+            raise NetworkError(self._scrub(f"{shown}: {self._describe(exc)}", bearer)) from None
+        try:
+            status = response.status_code
+            if status not in accept:
+                reason = _one_line(response.reason or "", 60)
+                text = f"{shown} answered HTTP {status}" + (f" {reason}" if reason else "")
+                raise HttpStatusError(self._scrub(text, bearer), status=status)
+            return self._read_body(response, shown, limit, deadline, bearer)
+        finally:
+            response.close()
+
+    def _check_url(self, url: str, shown: str, bearer: str | None) -> None:
+        try:
+            parts = urlsplit(url)
+            host = parts.hostname or ""
+        except ValueError:
+            raise NetworkError(f"invalid URL {shown}") from None
+        if parts.scheme not in ("http", "https") or not host:
+            raise NetworkError(f"invalid URL {shown}: only http and https URLs are supported")
+        if bearer and parts.scheme == "http" and not _is_loopback(host):
+            raise UsageError(
+                f"refusing to send the service key over plain http to {host}; use an https URL"
+            )
+
+    def _read_body(
+        self,
+        response: requests.Response,
+        shown: str,
+        limit: int,
+        deadline: float,
+        bearer: str | None,
+    ) -> bytes:
+        declared = response.headers.get("Content-Length")
+        if declared is not None and declared.strip().isdigit() and int(declared) > limit:
+            raise NetworkError(f"{shown}: response of {int(declared)} bytes exceeds {limit} bytes")
+        chunks: list[bytes] = []
+        size = 0
+        try:
+            for chunk in response.iter_content(chunk_size=_CHUNK):
+                size += len(chunk)
+                if size > limit:
+                    raise NetworkError(f"{shown}: response exceeds {limit} bytes")
+                if time.monotonic() > deadline:
+                    raise NetworkError(
+                        f"{shown}: response not complete within {self.total_timeout:g} s"
+                    )
+                chunks.append(chunk)
+        except (requests.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
+            raise NetworkError(self._scrub(f"{shown}: {self._describe(exc)}", bearer)) from None
+        return b"".join(chunks)
+
+    def _describe(self, exc: BaseException) -> str:
+        """A short, secret-free description of a transport failure."""
+        connect, read = self.timeout
+        if isinstance(exc, requests.exceptions.ConnectTimeout) or _first(
+            exc, urllib3.exceptions.ConnectTimeoutError
+        ):
+            return f"connection timed out after {connect:g} s"
+        if isinstance(exc, requests.exceptions.ReadTimeout) or _first(
+            exc, urllib3.exceptions.ReadTimeoutError
+        ):
+            return f"no answer within the read timeout of {read:g} s"
+        if isinstance(exc, requests.exceptions.TooManyRedirects):
+            return f"more than {MAX_REDIRECTS} redirects"
+        if isinstance(exc, requests.exceptions.ProxyError):
+            return "the proxy refused or could not be reached"
+        if isinstance(exc, requests.exceptions.SSLError) or _first(exc, ssl.SSLError):
+            verify = _first(exc, ssl.SSLCertVerificationError)
+            if isinstance(verify, ssl.SSLCertVerificationError) and verify.verify_message:
+                return f"TLS certificate verification failed: {_one_line(verify.verify_message)}"
+            return "TLS handshake failed"
+        if isinstance(
+            exc,
+            requests.exceptions.InvalidURL
+            | requests.exceptions.MissingSchema
+            | requests.exceptions.InvalidSchema,
+        ):
+            return "invalid URL"
+        if _first(exc, urllib3.exceptions.NameResolutionError):
+            return "host name cannot be resolved"
+        if _first(exc, ConnectionRefusedError):
+            return "connection refused"
+        if _first(exc, http.client.RemoteDisconnected) or _first(exc, ConnectionResetError):
+            return "the server closed the connection without answering"
+        if isinstance(exc, requests.exceptions.ChunkedEncodingError):
+            return "the response body was cut off or malformed"
+        if isinstance(exc, requests.exceptions.ContentDecodingError):
+            return "the response body cannot be decoded"
+        if isinstance(exc, requests.exceptions.RetryError):
+            return "the service kept failing after retries"
+        os_error = _first(exc, OSError)
+        if isinstance(os_error, OSError) and os_error.strerror:
+            return f"connection failed: {_one_line(os_error.strerror)}"
+        return f"request failed ({type(exc).__name__})"
+
+    @staticmethod
+    def _scrub(text: str, bearer: str | None) -> str:
+        text = _one_line(text, 300)
+        return text.replace(bearer, "***") if bearer else text
