@@ -380,8 +380,16 @@ class RequestsFetcher:
     def _describe(self, exc: BaseException) -> str:
         """A short, secret-free description of a transport failure."""
         connect, read = self.timeout
-        if isinstance(exc, requests.exceptions.ConnectTimeout) or _first(
-            exc, urllib3.exceptions.ConnectTimeoutError
+        # Checked first: urllib3's NewConnectionError (and so NameResolutionError) subclasses
+        # ConnectTimeoutError for historical reasons.
+        if _first(exc, urllib3.exceptions.NameResolutionError):
+            return "host name cannot be resolved"
+        if _first(exc, ConnectionRefusedError):
+            return "connection refused"
+        if isinstance(exc, requests.exceptions.ConnectTimeout) or any(
+            isinstance(e, urllib3.exceptions.ConnectTimeoutError)
+            and not isinstance(e, urllib3.exceptions.NewConnectionError)
+            for e in _causes(exc)
         ):
             return f"connection timed out after {connect:g} s"
         if isinstance(exc, requests.exceptions.ReadTimeout) or _first(
@@ -404,10 +412,6 @@ class RequestsFetcher:
             | requests.exceptions.InvalidSchema,
         ):
             return "invalid URL"
-        if _first(exc, urllib3.exceptions.NameResolutionError):
-            return "host name cannot be resolved"
-        if _first(exc, ConnectionRefusedError):
-            return "connection refused"
         if _first(exc, http.client.RemoteDisconnected) or _first(exc, ConnectionResetError):
             return "the server closed the connection without answering"
         if isinstance(exc, requests.exceptions.ChunkedEncodingError):
