@@ -47,10 +47,11 @@ from importlib import resources
 from typing import Any
 
 from cryptography import x509
-from cryptography.exceptions import InvalidSignature
+from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
+from cryptography.utils import CryptographyDeprecationWarning
 from lxml import etree
 
 from .chain import MAX_CHAIN_CERTS, ChainResult, validate_chain
@@ -484,10 +485,34 @@ def _embedded_certificates(root: etree._Element) -> tuple[x509.Certificate, ...]
     for n, el in enumerate(elements):
         der = _b64(el.text, f"embedded certificate {n}")
         try:
-            certs.append(x509.load_der_x509_certificate(der))
-        except ValueError:
+            cert = x509.load_der_x509_certificate(der)
+        except (ValueError, x509.InvalidVersion, CryptographyDeprecationWarning):
+            # The warning is raised only where warnings are errors; it flags
+            # encodings cryptography will refuse in a future release.
             raise MalformedRimError(f"embedded certificate {n} is not a DER certificate") from None
+        if cert.serial_number <= 0:
+            raise MalformedRimError(f"embedded certificate {n} has a non-positive serial number")
+        _check_certificate(cert, n)
+        certs.append(cert)
     return tuple(certs)
+
+
+def _check_certificate(cert: x509.Certificate, n: int) -> None:
+    """Decode the parts cryptography parses lazily, so later checks cannot trip on them.
+
+    Chain validation reads names, extensions, the key and the signature
+    algorithm; a certificate whose parts do not decode is malformed input here
+    rather than an exception in the middle of validation.
+    """
+    try:
+        _ = cert.subject, cert.issuer, cert.extensions
+        _ = cert.not_valid_before_utc, cert.not_valid_after_utc
+        _ = cert.signature_hash_algorithm
+        cert.public_key()
+    except (ValueError, TypeError, UnsupportedAlgorithm, x509.DuplicateExtension) as exc:
+        raise MalformedRimError(
+            f"embedded certificate {n} cannot be decoded: {_one_line(str(exc), 80)}"
+        ) from None
 
 
 # --- schema -----------------------------------------------------------------
@@ -672,8 +697,18 @@ def _document_digest(tree: etree._ElementTree) -> bytes:
         else:
             root.text = (root.text or "") + tail
     root.remove(sig)
-    canonical = etree.tostring(doc, method="c14n", exclusive=False, with_comments=False)
-    return hashlib.sha384(canonical).digest()
+    return hashlib.sha384(_c14n(doc, "the document")).digest()
+
+
+def _c14n(node: etree._ElementTree | etree._Element, what: str) -> bytes:
+    """Inclusive C14N without comments; refuses what libxml2 cannot canonicalise.
+
+    libxml2 refuses, for example, relative namespace URIs, which C14N forbids.
+    """
+    try:
+        return etree.tostring(node, method="c14n", exclusive=False, with_comments=False)
+    except (etree.LxmlError, ValueError) as exc:
+        raise _Refused(f"{what} cannot be canonicalised: {_one_line(str(exc), 80)}") from None
 
 
 def _leaf_key(leaf: x509.Certificate) -> ec.EllipticCurvePublicKey:
@@ -709,7 +744,7 @@ def _check_signature(manifest: ReferenceManifest) -> None:
     key = _leaf_key(manifest.certificates[0])
     if not hmac.compare_digest(_document_digest(manifest.tree), digest):
         raise _Refused("the document digest does not match DigestValue (the RIM was modified)")
-    signed = etree.tostring(signed_info, method="c14n", exclusive=False, with_comments=False)
+    signed = _c14n(signed_info, "SignedInfo")
     r = int.from_bytes(signature[:_P384_COORD_LEN], "big")
     s = int.from_bytes(signature[_P384_COORD_LEN:], "big")
     try:
