@@ -15,7 +15,6 @@ from cryptography.hazmat.primitives import serialization
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from lxml import etree
-from rimpki import RimPki, make_rim_pki, sign_rim, strip_signatures
 from signxml.algorithms import CanonicalizationMethod, DigestAlgorithm, SignatureMethod
 from signxml.verifier import SignatureConfiguration, XMLVerifier
 
@@ -30,12 +29,12 @@ from gpuattest.rim import (
     verify_signature,
 )
 from gpuattest.trust import TrustRoots
+from tests.rimpki import RimPki, make_rim_pki, sign_rim, strip_signatures
+from tests.samples import PROD, SET_A_DRIVER_RIM, SET_A_VBIOS_RIM
 
-SAMPLES = Path(__file__).parent / "data" / "nvidia-samples"
-SET_A = SAMPLES / "set-a-h100-545.00"
-DRIVER_RIM = SET_A / "driver-rim-545.00.swidtag"
-VBIOS_RIM = SET_A / "vbios-rim-1010_0200_882_96005E0001-test.swidtag"
-PROD_RIMS = sorted((SAMPLES / "vbios-rims-prod").glob("*.swidtag"))
+DRIVER_RIM = SET_A_DRIVER_RIM
+VBIOS_RIM = SET_A_VBIOS_RIM
+PROD_RIMS = sorted(PROD.glob("*.swidtag"))
 
 DS = "http://www.w3.org/2000/09/xmldsig#"
 SWID = "http://standards.iso.org/iso/19770/-2/2015/schema.xsd"
