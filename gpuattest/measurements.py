@@ -1,0 +1,248 @@
+"""Compare a GPU's runtime measurements with the golden values of its RIMs.
+
+Rules (attestation.md §8):
+
+1. RIM index ``i`` is compared with SPDM measurement block ``Index = i + 1``.
+2. The golden set is the active entries of the driver RIM plus the active
+   entries of the VBIOS RIM.
+3. An index active in both RIMs is a conflict: the comparison fails and the
+   claim ``x-nvidia-gpu-vbios-index-no-conflict`` is false.
+4. For every active golden entry, the runtime block must exist, its length must
+   equal the golden ``size`` and its bytes must equal one of the alternatives.
+   Values are compared as bytes, never as (case-sensitive) hex strings.
+5. When the report says NVDEC0 is disabled (opaque type 11 is ``0x55``), index
+   35 is not compared, and the result records that it was skipped.
+
+Without both RIMs no comparison is made at all: the result is ``not-run`` and
+names the missing RIM, which is distinct from a mismatch.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .rim import MeasurementEntry, ReferenceManifest
+
+__all__ = [
+    "NVDEC0_INDEX",
+    "MeasurementResult",
+    "MeasurementStatus",
+    "MismatchRecord",
+    "compare_measurements",
+]
+
+# RIM index of the NVDEC0 measurement, not compared when NVDEC0 is disabled.
+NVDEC0_INDEX = 35
+
+_SOURCES = ("driver", "vbios")
+
+
+class MeasurementStatus(enum.StrEnum):
+    """Outcome of the comparison, with NVIDIA's ``measres`` vocabulary."""
+
+    SUCCESS = "success"
+    FAIL = "fail"
+    NOT_RUN = "not-run"
+
+
+@dataclass(frozen=True)
+class MismatchRecord:
+    """One active golden entry the runtime evidence does not satisfy.
+
+    Attributes:
+        index: the RIM index (SPDM block ``index + 1``).
+        source: ``"driver"`` or ``"vbios"``: which RIM the golden entry came from.
+        golden_values: every golden alternative, lower-case hex.
+        golden_size: the golden size in bytes.
+        runtime_value: the runtime value in lower-case hex, or None when the
+            block is missing.
+        runtime_size: the runtime value length, or None when the block is missing.
+        reason: ``"missing"``, ``"size"`` or ``"value"``.
+    """
+
+    index: int
+    source: str
+    golden_values: tuple[str, ...]
+    golden_size: int
+    runtime_value: str | None
+    runtime_size: int | None
+    reason: str
+
+    @property
+    def spdm_index(self) -> int:
+        """The SPDM measurement block index this record refers to."""
+        return self.index + 1
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "index": self.index,
+            "spdm_index": self.spdm_index,
+            "source": self.source,
+            "golden_values": list(self.golden_values),
+            "golden_size": self.golden_size,
+            "runtime_value": self.runtime_value,
+            "runtime_size": self.runtime_size,
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True)
+class MeasurementResult:
+    """Outcome of comparing runtime measurements with both RIMs.
+
+    Attributes:
+        status: success, fail, or not-run (a RIM is missing).
+        reason: one line explaining a fail or not-run; empty on success.
+        missing_rims: which RIMs were not supplied (``"driver"``, ``"vbios"``).
+        mismatches: the entries that did not match, ordered by index then source.
+        conflicts: RIM indices active in both RIMs, ascending.
+        skipped: RIM indices deliberately not compared (NVDEC0 disabled).
+        golden_count: active golden entries in both RIMs together.
+        compared_count: entries actually compared (golden minus skipped).
+        matched_count: compared entries that matched.
+        nvdec0_disabled: the NVDEC0 state the comparison used (None: unknown,
+            so index 35 was compared).
+    """
+
+    status: MeasurementStatus
+    reason: str
+    missing_rims: tuple[str, ...]
+    mismatches: tuple[MismatchRecord, ...]
+    conflicts: tuple[int, ...]
+    skipped: tuple[int, ...]
+    golden_count: int
+    compared_count: int
+    matched_count: int
+    nvdec0_disabled: bool | None
+
+    @property
+    def ok(self) -> bool:
+        """True only for a successful comparison."""
+        return self.status is MeasurementStatus.SUCCESS
+
+    @property
+    def index_no_conflict(self) -> bool | None:
+        """Claim ``x-nvidia-gpu-vbios-index-no-conflict``; None when not run."""
+        if self.status is MeasurementStatus.NOT_RUN:
+            return None
+        return not self.conflicts
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "status": str(self.status),
+            "reason": self.reason,
+            "missing_rims": list(self.missing_rims),
+            "index_no_conflict": self.index_no_conflict,
+            "golden_count": self.golden_count,
+            "compared_count": self.compared_count,
+            "matched_count": self.matched_count,
+            "skipped": list(self.skipped),
+            "conflicts": list(self.conflicts),
+            "nvdec0_disabled": self.nvdec0_disabled,
+            "mismatches": [m.to_dict() for m in self.mismatches],
+        }
+
+
+def _check(entry: MeasurementEntry, source: str, runtime: bytes | None) -> MismatchRecord | None:
+    """None when ``runtime`` satisfies ``entry``; otherwise the mismatch record."""
+    if runtime is not None and entry.matches(runtime):
+        return None
+    if runtime is None:
+        reason = "missing"
+    elif len(runtime) != entry.size:
+        reason = "size"
+    else:
+        reason = "value"
+    return MismatchRecord(
+        index=entry.index,
+        source=source,
+        golden_values=tuple(v.hex() for v in entry.values),
+        golden_size=entry.size,
+        runtime_value=runtime.hex() if runtime is not None else None,
+        runtime_size=len(runtime) if runtime is not None else None,
+        reason=reason,
+    )
+
+
+def compare_measurements(
+    *,
+    driver: ReferenceManifest | None,
+    vbios: ReferenceManifest | None,
+    runtime: Mapping[int, bytes],
+    nvdec0_disabled: bool | None,
+) -> MeasurementResult:
+    """Compare runtime SPDM measurement values with the active golden values.
+
+    Args:
+        driver: the driver RIM, or None when it could not be obtained.
+        vbios: the VBIOS RIM, or None when it could not be obtained.
+        runtime: SPDM block ``Index`` (1-based) to the measurement value bytes.
+        nvdec0_disabled: True when the report says NVDEC0 is disabled (index 35
+            is then skipped), False when enabled, None when the report does not
+            say (index 35 is compared).
+
+    Returns:
+        A :class:`MeasurementResult`. Mismatches, conflicts and missing RIMs are
+        results, never exceptions; this function does not raise.
+    """
+    missing = tuple(
+        name for name, rim in zip(_SOURCES, (driver, vbios), strict=True) if rim is None
+    )
+    if driver is None or vbios is None:
+        return MeasurementResult(
+            status=MeasurementStatus.NOT_RUN,
+            reason=f"reference values unavailable: no {' and no '.join(missing)} RIM",
+            missing_rims=missing,
+            mismatches=(),
+            conflicts=(),
+            skipped=(),
+            golden_count=0,
+            compared_count=0,
+            matched_count=0,
+            nvdec0_disabled=nvdec0_disabled,
+        )
+
+    conflicts = tuple(sorted(driver.active_indices & vbios.active_indices))
+    golden = [(e, "driver") for e in driver.active] + [(e, "vbios") for e in vbios.active]
+    golden.sort(key=lambda pair: (pair[0].index, _SOURCES.index(pair[1])))
+
+    mismatches: list[MismatchRecord] = []
+    skipped: set[int] = set()
+    compared = 0
+    for entry, source in golden:
+        if nvdec0_disabled is True and entry.index == NVDEC0_INDEX:
+            skipped.add(entry.index)
+            continue
+        compared += 1
+        record = _check(entry, source, runtime.get(entry.index + 1))
+        if record is not None:
+            mismatches.append(record)
+
+    problems: list[str] = []
+    if compared == 0:
+        # Vacuous success would let two empty RIMs vouch for any GPU.
+        problems.append("the RIMs have no active measurements to compare")
+    if conflicts:
+        problems.append("indices active in both RIMs: " + ", ".join(str(i) for i in conflicts))
+    if mismatches:
+        problems.append(
+            "measurement mismatch at RIM indices "
+            + ", ".join(f"{m.index} ({m.source})" for m in mismatches)
+        )
+    return MeasurementResult(
+        status=MeasurementStatus.FAIL if problems else MeasurementStatus.SUCCESS,
+        reason="; ".join(problems),
+        missing_rims=(),
+        mismatches=tuple(mismatches),
+        conflicts=conflicts,
+        skipped=tuple(sorted(skipped)),
+        golden_count=len(golden),
+        compared_count=compared,
+        matched_count=compared - len(mismatches),
+        nvdec0_disabled=nvdec0_disabled,
+    )
