@@ -65,6 +65,7 @@ __all__ = [
     "new_dataset_key",
     "parse_wrap_section",
     "read_key_file",
+    "sealed_size",
     "unwrap_key",
     "verify_header_tag",
     "wrap_aad",
@@ -115,6 +116,12 @@ _HEADER_TAG_INDEX = b"\xff" * 8
 def chunk_count_for(plaintext_length: int, chunk_size: int) -> int:
     """``n = max(1, ceil(plaintext_length / chunk_size))``: an empty dataset has one chunk."""
     return max(1, -(-plaintext_length // chunk_size))
+
+
+def sealed_size(plaintext_length: int, chunk_size: int, wrap_length: int = 0) -> int:
+    """Size of the sealed file for a plaintext: ``80 + wrap_length + length + 16 * n``."""
+    count = chunk_count_for(plaintext_length, chunk_size)
+    return PREFIX_SIZE + wrap_length + plaintext_length + TAG_SIZE * count
 
 
 def _check_chunk_size(chunk_size: int) -> None:

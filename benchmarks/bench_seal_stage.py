@@ -1,0 +1,239 @@
+"""Seal and CPU-stage throughput against the raw AES-GCM ceiling, measured in one run.
+
+Run by hand (not a test)::
+
+    .venv/bin/python benchmarks/bench_seal_stage.py [--size-mib 512] [--repeat 3]
+
+For 1 MiB and 4 MiB chunks, with one thread and with every CPU, it times:
+
+* ``raw enc`` / ``raw dec``: bare ``AESGCM.encrypt_into`` / ``decrypt_into`` over the same
+  in-memory buffers, chunk by chunk on a thread pool: the ceiling.
+* ``seal_bytes``: the library sealing an in-memory plaintext (same buffers as ``raw enc``).
+* ``seal_file``: file to file (page cache), with the temporary file, fsync and rename.
+* ``stage_cpu``: file (page cache) to a fresh NumPy buffer, verified.
+* ``stage_cpu out=``: the same into a buffer that is already mapped (no page faults).
+* ``plaintext``: ``stage_plaintext_cpu``, encrypt then decrypt (two AES passes).
+
+Plus ``pread`` alone: the copy from the page cache that file-based staging adds to the
+ceiling (see ``staging/cpu.py`` for why the file is not memory-mapped).
+
+Each cell is the best of ``--repeat`` runs, in GB/s of plaintext (10^9 bytes/s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from staging import format as fmt
+from staging.cpu import stage_cpu, stage_plaintext_cpu
+from staging.dataset import open_sealed
+from staging.seal import WrapSpec, seal_bytes, seal_file
+
+MiB = 1024 * 1024
+
+
+def _best(fn: Callable[[], object], repeat: int, size: int) -> float:
+    """Best throughput (GB/s) of ``repeat`` runs."""
+    rates = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        fn()
+        rates.append(size / (time.perf_counter() - started) / 1e9)
+    return max(rates)
+
+
+def _raw(
+    aead: AESGCM,
+    op: str,
+    src: memoryview,
+    dst: memoryview,
+    chunk: int,
+    count: int,
+    threads: int,
+    pool: ThreadPoolExecutor | None,
+) -> None:
+    """The ceiling: one ``*_into`` call per chunk, nothing else."""
+    aad = bytes(41)
+    total = len(src) if op == "enc" else len(dst)
+
+    def one(i: int) -> None:
+        length = min(chunk, total - i * chunk)
+        nonce = i.to_bytes(12, "big")
+        if op == "enc":
+            s = src[i * chunk : i * chunk + length]
+            d = dst[i * (chunk + 16) : i * (chunk + 16) + length + 16]
+            aead.encrypt_into(nonce, s, aad, d)
+        else:
+            s = src[i * (chunk + 16) : i * (chunk + 16) + length + 16]
+            d = dst[i * chunk : i * chunk + length]
+            aead.decrypt_into(nonce, s, aad, d)
+
+    if pool is None:
+        for i in range(count):
+            one(i)
+    else:
+        for _ in pool.map(one, range(count)):
+            pass
+
+
+def _pread_all(path: Path, chunk: int, threads: int, pool: ThreadPoolExecutor | None) -> None:
+    size = os.path.getsize(path)
+    fd = os.open(path, os.O_RDONLY)
+    bufs = [bytearray(chunk) for _ in range(max(1, threads))]
+
+    def one(i: int) -> None:
+        buf = memoryview(bufs[i % len(bufs)])
+        os.preadv(fd, [buf], i * chunk)
+
+    try:
+        count = -(-size // chunk)
+        if pool is None:
+            for i in range(count):
+                one(i)
+        else:
+            # Same buffer per thread slot is fine here: only the copy cost matters.
+            for _ in pool.map(one, range(count)):
+                pass
+    finally:
+        os.close(fd)
+
+
+def _first_touch(size: int) -> None:
+    buf = np.zeros(size, dtype=np.uint8)
+    buf[::4096] = 1
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--size-mib", type=int, default=512, help="plaintext size (MiB)")
+    parser.add_argument("--repeat", type=int, default=3, help="runs per cell (best kept)")
+    parser.add_argument("--dir", type=Path, default=None, help="scratch directory")
+    args = parser.parse_args()
+
+    size = args.size_mib * MiB
+    repeat = args.repeat
+    all_threads = os.cpu_count() or 1
+    thread_counts = sorted({1, all_threads})
+    import cryptography
+
+    print(
+        f"plaintext {args.size_mib} MiB, best of {repeat}; cpu_count={all_threads}; "
+        f"Python {sys.version.split()[0]}, cryptography {cryptography.__version__}, "
+        f"numpy {np.__version__}",
+        flush=True,
+    )
+    plain = np.random.default_rng(1).integers(0, 256, size, dtype=np.uint8)
+    kek = fmt.new_dataset_key()
+    wrap_length = WrapSpec.key_file(kek).record_length
+    # (operation, chunk, threads, GB/s, ceiling GB/s or None)
+    rows: list[tuple[str, int, int, float, float | None]] = []
+    fault_rate = _best(partial(_first_touch, size), repeat, size)
+
+    with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
+        tmpdir = Path(tmp)
+        src = tmpdir / "plain.bin"
+        plain.tofile(src)
+        for chunk in (1 * MiB, 4 * MiB):
+            count = -(-size // chunk)
+            sealed_path = tmpdir / f"sealed-{chunk}.gcc"
+            seal_file(src, sealed_path, kek=kek, chunk_size=chunk)
+            dataset = open_sealed(sealed_path)
+            dk = dataset.unwrap(kek)
+            sealed_mem = bytearray(fmt.sealed_size(size, chunk, wrap_length))
+            staged = np.ones(size, dtype=np.uint8)  # mapped: no page faults while timed
+            aead = AESGCM(os.urandom(32))
+            for threads in thread_counts:
+                with ThreadPoolExecutor(threads) as executor:
+                    pool = executor if threads > 1 else None
+                    raw_enc = _best(
+                        partial(
+                            _raw, aead, "enc", plain.data, memoryview(sealed_mem), chunk, count,
+                            threads, pool,
+                        ),
+                        repeat,
+                        size,
+                    )  # fmt: skip
+                    raw_dec = _best(
+                        partial(
+                            _raw, aead, "dec", memoryview(sealed_mem), staged.data, chunk, count,
+                            threads, pool,
+                        ),
+                        repeat,
+                        size,
+                    )  # fmt: skip
+                    pread = _best(partial(_pread_all, sealed_path, chunk, threads, pool), 3, size)
+                cells: list[tuple[str, Callable[[], object], float | None]] = [
+                    (
+                        "seal_bytes",
+                        partial(seal_bytes, plain.data, kek=kek, chunk_size=chunk, threads=threads),
+                        raw_enc,
+                    ),
+                    (
+                        "seal_bytes out=",
+                        partial(
+                            seal_bytes, plain.data, kek=kek, chunk_size=chunk, threads=threads,
+                            out=sealed_mem,
+                        ),
+                        raw_enc,
+                    ),
+                    (
+                        "seal_file (+fsync)",
+                        partial(
+                            seal_file, src, tmpdir / "bench.gcc", kek=kek, chunk_size=chunk,
+                            threads=threads,
+                        ),
+                        raw_enc,
+                    ),
+                    ("stage_cpu", partial(stage_cpu, dataset, dk, threads=threads), raw_dec),
+                    (
+                        "stage_cpu out=",
+                        partial(stage_cpu, dataset, dk, threads=threads, out=staged),
+                        raw_dec,
+                    ),
+                    (
+                        "stage_plaintext_cpu",
+                        partial(stage_plaintext_cpu, src, chunk_size=chunk, threads=threads),
+                        None,
+                    ),
+                ]  # fmt: skip
+                rows.append(("raw encrypt_into", chunk, threads, raw_enc, None))
+                rows.append(("raw decrypt_into", chunk, threads, raw_dec, None))
+                rows.append(("pread (page cache)", chunk, threads, pread, None))
+                for name, fn, ceiling in cells:
+                    rows.append((name, chunk, threads, _best(fn, repeat, size), ceiling))
+                print(f"  done: chunk {chunk // MiB} MiB, {threads} thread(s)", flush=True)
+
+    print()
+    print(f"first touch of a fresh buffer (page faults): {fault_rate:.2f} GB/s")
+    print()
+    header = f"{'operation':<22} {'chunk':>6}"
+    for threads in thread_counts:
+        header += f" {f'{threads} thr GB/s':>12} {'vs raw':>7}"
+    print(header)
+    print("-" * len(header))
+    names = list(dict.fromkeys(r[0] for r in rows))
+    for chunk in (1 * MiB, 4 * MiB):
+        for name in names:
+            line = f"{name:<22} {chunk // MiB:>4}Mi"
+            for threads in thread_counts:
+                match = [r for r in rows if r[:3] == (name, chunk, threads)]
+                rate, ceiling = match[0][3], match[0][4]
+                ratio = f"{rate / ceiling:.2f}" if ceiling else ""
+                line += f" {rate:>12.2f} {ratio:>7}"
+            print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
