@@ -98,7 +98,6 @@ _MAX_ALTERNATIVES = 64
 _MAX_SIZE = 512
 _UINT_RE = re.compile(r"[0-9]{1,6}")
 _HEX_RE = re.compile(r"[0-9A-Fa-f]*")
-_HASH_NAME_RE = re.compile(r"Hash(0|[1-9][0-9]{0,5})")
 _SCHEMA_FILES = ("swidSchema2015.xsd", "signSchema.xsd", "xml.xsd")
 _SCHEMA_BASE = "gpuattest-schemas/"
 
