@@ -1,0 +1,253 @@
+// aesgcm.cu -- gpucc's AES-256-GCM kernels for sealed datasets (format v1, docs/FORMAT.md).
+//
+// Three kernels, launched by staging/gpu.py through cupy.RawModule:
+//
+//   gcm_setup     one CTA per key: round keys, H, the powers of H and of G = H^CT, H^n.
+//   gcm_chunks    the fused pass: AES-256-CTR and the GHASH shares of many chunks in one launch.
+//                 A persistent grid walks the work items (chunk, tile) of a batch; each CTA
+//                 builds its bank-replicated T-table once and reuses it for every item.
+//   gcm_finalize  one CTA per chunk: combines the chunk's tile shares, computes the tag, writes it
+//                 (sealing) or compares it in constant time (opening), writes a status word, and
+//                 zeroes the plaintext of a chunk whose tag failed.
+//
+// The arithmetic and the work decomposition live in aesgcm_math.cuh, shared with the host
+// harness (harness.cu) that CI runs without a GPU. See docs/GPU.md for the design.
+
+#include "aesgcm_math.cuh"
+
+using namespace gcmk;
+
+#ifndef GCMK_K
+#define GCMK_K 4  // blocks per thread per tile
+#endif
+#define GCMK_MAX_THREADS 256
+#define GCMK_MAX_WARPS (GCMK_MAX_THREADS / 32)
+
+// T-table replicated once per shared-memory bank: entry x of lane l lives at word 32*x + l, so
+// lane l always reads bank l. A warp's 32 lookups hit 32 different banks whatever the indices:
+// no bank conflicts, hence no data-dependent shared-memory timing.
+struct BankTable {
+    const u32* base;  // table + lane
+    __device__ __forceinline__ u32 operator()(u32 x) const { return base[x << 5]; }
+};
+
+// Thread t's powers of H, read from the key context through the read-only cache: for a given i
+// the 32 lanes of a warp read 32 consecutive powers (one contiguous 512-byte run), the same ones
+// for every tile, so after the first tile they come from L1.
+struct CtxPowers {
+    const u32* ctx;
+    u32 T;
+    u32 t;
+    __device__ __forceinline__ gf128 operator()(int i) const {
+        const u32 off = ctx_thread_power_offset(GCMK_K, T, static_cast<u32>(i), t);
+        const uint4 v = __ldg(reinterpret_cast<const uint4*>(ctx + off));
+        gf128 r;
+        r.w[0] = v.x;
+        r.w[1] = v.y;
+        r.w[2] = v.z;
+        r.w[3] = v.w;
+        return r;
+    }
+};
+
+// A plain 256-entry table, for code where a single thread does the lookups (setup, tags): one
+// active lane cannot conflict with itself.
+struct PlainTable {
+    const u32* t;
+    __device__ __forceinline__ u32 operator()(u32 x) const { return t[x]; }
+};
+
+__device__ __forceinline__ void build_bank_table(u32* tbl) {
+    const u32 lane = threadIdx.x & 31u;
+    for (u32 x = threadIdx.x; x < 256u; x += blockDim.x) {
+        const u32 v = aes_te0(x);
+        // Each lane starts at its own bank so the warp's 32 stores never collide either.
+        for (u32 l = 0; l < 32u; ++l) {
+            tbl[(x << 5) | ((l + lane) & 31u)] = v;
+        }
+    }
+}
+
+__device__ __forceinline__ void build_plain_table(u32* tbl) {
+    for (u32 x = threadIdx.x; x < 256u; x += blockDim.x) {
+        tbl[x] = aes_te0(x);
+    }
+}
+
+__device__ __forceinline__ gf128 warp_xor(gf128 v) {
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+#pragma unroll
+        for (int w = 0; w < 4; ++w) {
+            v.w[w] ^= __shfl_xor_sync(0xffffffffu, v.w[w], off);
+        }
+    }
+    return v;
+}
+
+// XOR of v over the whole CTA, valid in warp 0 (all lanes) on return. red: [GCMK_MAX_WARPS][4].
+__device__ __forceinline__ gf128 cta_xor(gf128 v, u32 (*red)[4]) {
+    const u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+    v = warp_xor(v);
+    if (lane == 0u) {
+#pragma unroll
+        for (int w = 0; w < 4; ++w) {
+            red[warp][w] = v.w[w];
+        }
+    }
+    __syncthreads();
+    gf128 r = gf_zero();
+    if (warp == 0u) {
+        if (lane < (blockDim.x >> 5)) {
+#pragma unroll
+            for (int w = 0; w < 4; ++w) {
+                r.w[w] = red[lane][w];
+            }
+        }
+        r = warp_xor(r);
+    }
+    return r;
+}
+
+__device__ __forceinline__ Batch make_batch(const u8* in, u8* out, u64 first_chunk,
+                                            u64 total_chunks, u64 last_len, u32 nchunks,
+                                            u32 chunk_size, u32 id_prefix, u32 encrypt,
+                                            u32 tiles_full, u32 tiles_last) {
+    Batch b;
+    b.in = in;
+    b.out = out;
+    b.first_chunk = first_chunk;
+    b.total_chunks = total_chunks;
+    b.last_len = last_len;
+    b.nchunks = nchunks;
+    b.chunk_size = chunk_size;
+    b.id_prefix = id_prefix;
+    b.encrypt = encrypt;
+    b.tiles_full = tiles_full;
+    b.tiles_last = tiles_last;
+    return b;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+// key: 32-byte chunk key (device memory; the caller zeroes it after this kernel).
+// ctx: ctx_words(ct) words. Launch: 1 CTA of 256 threads.
+extern "C" __global__ void __launch_bounds__(256)
+    gcm_setup(const u8* __restrict__ key, u32* __restrict__ ctx, u32 ct, u64 n_full, u64 n_last) {
+    __shared__ u32 table[256];
+    build_plain_table(table);
+    __syncthreads();
+    if (threadIdx.x == 0u) {
+        const PlainTable te{table};
+        setup_key_schedule(key, ctx, te);
+    }
+    __syncthreads();
+    setup_powers(ctx, ct, n_full, n_last, threadIdx.x, blockDim.x);
+}
+
+// The fused CTR + GHASH pass over a batch. Launch: blockDim = T (a multiple of 32, <= 256) with
+// GCMK_K * T == the ct given to gcm_setup; any grid size (the host uses a persistent grid of
+// 4 CTAs per SM: 33 KB of shared memory and at most 64 registers per thread let 4 CTAs of 256
+// threads share an SM). partials: one 16-byte share per work item.
+extern "C" __global__ void __launch_bounds__(GCMK_MAX_THREADS, 4)
+    gcm_chunks(const u8* __restrict__ in, u8* __restrict__ out, const u32* __restrict__ ctx,
+               u32* __restrict__ partials, u64 first_chunk, u64 total_chunks, u64 last_len,
+               u32 nchunks, u32 chunk_size, u32 id_prefix, u32 encrypt, u32 tiles_full,
+               u32 tiles_last) {
+    __shared__ u32 table[256 * 32];
+    __shared__ u32 rk[kAesRoundKeyWords];
+    __shared__ u32 red[2][GCMK_MAX_WARPS][4];
+
+    const Batch b = make_batch(in, out, first_chunk, total_chunks, last_len, nchunks, chunk_size,
+                               id_prefix, encrypt, tiles_full, tiles_last);
+    const u32 T = blockDim.x, t = threadIdx.x, lane = t & 31u;
+
+    build_bank_table(table);
+    for (u32 i = t; i < static_cast<u32>(kAesRoundKeyWords); i += T) {
+        rk[i] = ctx[kCtxRoundKeys + i];
+    }
+    __syncthreads();
+    const CtxPowers hp{ctx, T, t};
+
+    const BankTable te{table + lane};
+    const u64 items = batch_items(b);
+    u32 parity = 0;
+    for (u64 q = blockIdx.x; q < items; q += gridDim.x) {
+        u32 local;
+        u64 tile;
+        batch_item(b, q, &local, &tile);
+        const GcmMessage m = batch_message(b, local);
+        const gf128 share = gcm_tile_thread<GCMK_K>(m, b.encrypt != 0u, tile,
+                                                    batch_chunk_tiles(b, local), T, t, rk, te, hp);
+        // Double-buffered reduction scratch: one barrier per item is enough.
+        const gf128 sum = cta_xor(share, red[parity]);
+        if (t == 0u) {
+#pragma unroll
+            for (int w = 0; w < 4; ++w) {
+                partials[4ull * q + w] = sum.w[w];
+            }
+        }
+        parity ^= 1u;
+    }
+
+    // Leave no key material or GHASH shares in shared memory for later kernels to find.
+    __syncthreads();
+    for (u32 i = t; i < static_cast<u32>(kAesRoundKeyWords); i += T) {
+        rk[i] = 0u;
+    }
+    for (u32 i = t; i < 2u * GCMK_MAX_WARPS * 4u; i += T) {
+        (&red[0][0][0])[i] = 0u;
+    }
+}
+
+// Tags and verdicts. Launch: one CTA per chunk of the batch, kCombineThreads (256) threads.
+// digest: the 32-byte header digest (the AAD prefix). status: one word per chunk of the batch,
+// 0 = authentic (or sealed), 1 = tag mismatch (that chunk's plaintext is zeroed here).
+extern "C" __global__ void __launch_bounds__(kCombineThreads)
+    gcm_finalize(const u8* __restrict__ in, u8* __restrict__ out, const u32* __restrict__ ctx,
+                 const u32* __restrict__ partials, const u8* __restrict__ digest,
+                 u32* __restrict__ status, u64 first_chunk, u64 total_chunks, u64 last_len,
+                 u32 nchunks, u32 chunk_size, u32 id_prefix, u32 encrypt, u32 tiles_full,
+                 u32 tiles_last, u32 ct) {
+    __shared__ u32 table[256];
+    __shared__ u32 red[GCMK_MAX_WARPS][4];
+    __shared__ u32 failed;
+
+    const Batch b = make_batch(in, out, first_chunk, total_chunks, last_len, nchunks, chunk_size,
+                               id_prefix, encrypt, tiles_full, tiles_last);
+    const u32 local = blockIdx.x;
+    const u32 t = threadIdx.x;
+    build_plain_table(table);
+
+    const BatchPartials parts{partials, static_cast<u64>(local) * tiles_full};
+    const CtxGPowers gpow{ctx, ct};
+    const gf128 share =
+        gcm_combine_thread(parts, batch_chunk_tiles(b, local), blockDim.x, t, gpow);
+    const gf128 gc = cta_xor(share, red);  // includes the barrier that publishes `table`
+
+    if (t == 0u) {
+        const PlainTable te{table};
+        const u32 bad = finalize_chunk(b, local, gc, ctx, digest, te);
+        status[local] = bad;
+        failed = bad;
+    }
+    __syncthreads();
+    if (failed != 0u && encrypt == 0u) {
+        // Never leave unverified plaintext behind: zero the whole chunk on the device.
+        const GcmMessage m = batch_message(b, local);
+        const u64 vecs = m.len >> 4;
+        uint4 zero;
+        zero.x = zero.y = zero.z = zero.w = 0u;
+        for (u64 v = t; v < vecs; v += blockDim.x) {
+            reinterpret_cast<uint4*>(m.dst)[v] = zero;
+        }
+        for (u64 i = (vecs << 4) + t; i < m.len; i += blockDim.x) {
+            m.dst[i] = 0u;
+        }
+    }
+    if (t == 0u) {
+        for (int w = 0; w < GCMK_MAX_WARPS; ++w) {
+            red[w][0] = red[w][1] = red[w][2] = red[w][3] = 0u;
+        }
+    }
+}
