@@ -94,7 +94,7 @@ def load_pem_chain(data: bytes) -> tuple[x509.Certificate, ...]:
         )
     try:
         certs = x509.load_pem_x509_certificates(data)
-    except ValueError as exc:
+    except (ValueError, x509.InvalidVersion) as exc:
         raise MalformedCertificateError(f"certificate chain cannot be parsed: {exc}") from None
     if len(certs) > MAX_CHAIN_CERTS:
         raise MalformedCertificateError(f"certificate chain has {len(certs)} certificates")
@@ -104,7 +104,13 @@ def load_pem_chain(data: bytes) -> tuple[x509.Certificate, ...]:
         try:
             _ = (cert.subject, cert.issuer, cert.not_valid_before_utc, cert.not_valid_after_utc)
             _ = (cert.extensions, cert.public_key(), cert.signature_hash_algorithm)
-        except (ValueError, TypeError, UnsupportedAlgorithm) as exc:
+        except (
+            ValueError,
+            TypeError,
+            UnsupportedAlgorithm,
+            x509.InvalidVersion,
+            x509.DuplicateExtension,
+        ) as exc:
             raise MalformedCertificateError(
                 f"certificate {i} in the chain is malformed: {exc}"
             ) from None
