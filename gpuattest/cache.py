@@ -37,19 +37,18 @@ import json
 import logging
 import os
 import re
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import platformdirs
 
+from ._internal.files import write_atomic
 from .collateral import MAX_RIM_BYTES, RimSource
 
 __all__ = [
     "CACHE_FORMAT",
     "CachingRimSource",
     "CollateralCache",
-    "atomic_write",
     "default_cache_dir",
 ]
 
@@ -66,26 +65,6 @@ _MAX_RIM_ENTRY = (MAX_RIM_BYTES * 4) // 3 + 4096
 def default_cache_dir() -> Path:
     """The per-user cache directory (``platformdirs.user_cache_dir("gpucc")``)."""
     return Path(platformdirs.user_cache_dir("gpucc"))
-
-
-def atomic_write(path: Path, data: bytes, *, mode: int = 0o600) -> None:
-    """Write ``data`` to ``path`` so readers see the old file or the new one, never a mix.
-
-    Raises:
-        OSError: the directory is not writable (the temporary file is removed).
-    """
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 class CollateralCache:
@@ -232,7 +211,7 @@ class CollateralCache:
             self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
             path.parent.mkdir(mode=0o700, exist_ok=True)
             os.chmod(path.parent, 0o700)
-            atomic_write(path, json.dumps(doc, sort_keys=True).encode("ascii"))
+            write_atomic(path, json.dumps(doc, sort_keys=True).encode("ascii"), mode=0o600)
         except OSError as exc:
             _log.debug("cannot write cache entry %s: %s", path, exc.strerror)
 

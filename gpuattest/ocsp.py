@@ -112,10 +112,12 @@ __all__ = [
     "OcspClient",
     "OcspFetch",
     "OcspRules",
+    "OcspTarget",
     "build_request",
     "usable",
     "describe_age",
     "evaluate_response",
+    "ocsp_targets",
 ]
 
 DEFAULT_OCSP_URL = "https://ocsp.ndis.nvidia.com"
@@ -795,3 +797,45 @@ class OcspClient:
             return None
         expires = min(limit, now + self.max_cache_ttl)
         return expires if expires > now else None
+
+
+# --- which certificates of a chain are checked --------------------------------------------
+
+
+@dataclass(frozen=True)
+class OcspTarget:
+    """One OCSP question: ``cert`` issued by ``issuer``, with the rest of the chain above it.
+
+    Attributes:
+        cert: the certificate asked about.
+        issuer: the next certificate in the chain.
+        issuer_chain: the certificates above ``issuer``, ending in ``anchor``.
+        kind: the chain it belongs to.
+        anchor: the pinned root of that chain.
+    """
+
+    cert: x509.Certificate
+    issuer: x509.Certificate
+    issuer_chain: tuple[x509.Certificate, ...]
+    kind: ChainKind
+    anchor: x509.Certificate
+
+
+def ocsp_targets(
+    chain: Sequence[x509.Certificate], *, kind: ChainKind, anchor: x509.Certificate
+) -> tuple[OcspTarget, ...]:
+    """The certificates NVIDIA checks by OCSP in a leaf-first chain (attestation.md §5.1).
+
+    Device chains: indices 1 .. n-2 (not the per-boot leaf, not the root). RIM
+    chains: indices 0 .. n-2. The chain's own last certificate is untrusted input
+    and is replaced by ``anchor``, so the issuer of certificate n-2 is the pin.
+    """
+    certs = list(chain)
+    if len(certs) < 2:
+        return ()
+    path = [*certs[:-1], anchor]
+    first = 1 if kind is ChainKind.DEVICE else 0
+    return tuple(
+        OcspTarget(path[i], path[i + 1], tuple(path[i + 2 :]), kind, anchor)
+        for i in range(first, len(path) - 1)
+    )
