@@ -188,24 +188,23 @@ def build_pki() -> NetPki:
     )
 
 
-def make_rim_document(chain: list[x509.Certificate], marker: str = "test") -> bytes:
-    """A RIM-shaped XML document embedding ``chain`` the way NVIDIA's RIMs do.
+def make_rim_document(chain: list[x509.Certificate], base: Path = DRIVER_RIM) -> bytes:
+    """NVIDIA's sample RIM ``base`` with its embedded certificates replaced by ``chain``.
 
-    Only the ``ds:X509Certificate`` elements matter to collateral collection; the
-    document is not signed.
+    The document still parses as a RIM (only ``ds:X509Certificate`` elements change);
+    its XML signature no longer verifies, which collateral collection does not need.
     """
-    certs = "".join(
-        "<ds:X509Certificate>"
-        + base64.b64encode(c.public_bytes(serialization.Encoding.DER)).decode()
-        + "</ds:X509Certificate>"
-        for c in chain
-    )
-    return (
-        '<SoftwareIdentity xmlns="http://standards.iso.org/iso/19770/-2/2015/schema.xsd" '
-        f'name="GH100" tagId="{marker}">'
-        '<ds:Signature xmlns:ds="http://www.w3.org/2000/09/xmldsig#"><ds:KeyInfo><ds:X509Data>'
-        f"{certs}</ds:X509Data></ds:KeyInfo></ds:Signature></SoftwareIdentity>"
-    ).encode()
+    from lxml import etree
+
+    root = etree.fromstring(base.read_bytes())
+    ns = "{http://www.w3.org/2000/09/xmldsig#}"
+    x509_data = next(root.iter(f"{ns}X509Data"))
+    for old in list(x509_data):
+        x509_data.remove(old)
+    for cert in chain:
+        el = etree.SubElement(x509_data, f"{ns}X509Certificate")
+        el.text = base64.b64encode(cert.public_bytes(serialization.Encoding.DER)).decode()
+    return bytes(etree.tostring(root))
 
 
 # --- a generic threaded server ---------------------------------------------------------
