@@ -65,12 +65,14 @@ __all__ = [
     "new_dataset_key",
     "parse_wrap_section",
     "read_key_file",
+    "read_secret_file",
     "sealed_size",
     "unwrap_key",
     "verify_header_tag",
     "wrap_aad",
     "wrap_key",
     "write_key_file",
+    "write_secret_file",
 ]
 
 MAGIC = b"GPUCCSD\x00"
@@ -507,21 +509,17 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def write_key_file(path: StrPath, key: bytes | None = None, *, overwrite: bool = False) -> bytes:
-    """Write a key file with mode 0600, atomically, and return its key.
+def write_secret_file(path: StrPath, data: bytes, *, overwrite: bool = False) -> None:
+    """Write a secret file with mode 0600, atomically.
 
-    The key (fresh and random unless given) goes to a temporary file created with mode 0600
-    in the same directory, is flushed to disk, and only then appears under ``path``: by an
-    exclusive hard link (an existing file is never replaced) or, with ``overwrite``, by
-    rename.
+    ``data`` goes to a temporary file created with mode 0600 in the same directory, is
+    flushed to disk, and only then appears under ``path``: by an exclusive hard link (an
+    existing file is never replaced) or, with ``overwrite``, by rename.
 
     Raises:
         KeyFileError: ``path`` exists (without ``overwrite``) or cannot be written.
     """
     path = Path(path)
-    key = new_dataset_key() if key is None else key
-    if len(key) != KEY_SIZE:
-        raise ValueError("a key is 32 bytes")
     tmp = path.with_name(f".{path.name}.tmp-{secrets.token_hex(4)}")
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
@@ -530,7 +528,9 @@ def write_key_file(path: StrPath, key: bytes | None = None, *, overwrite: bool =
     try:
         try:
             os.fchmod(fd, 0o600)  # the umask could only have removed bits; be explicit
-            os.write(fd, _KEY_FILE_MAGIC + key)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -547,15 +547,16 @@ def write_key_file(path: StrPath, key: bytes | None = None, *, overwrite: bool =
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
     _fsync_dir(path.parent)
-    return key
 
 
-def read_key_file(path: StrPath) -> bytes:
-    """Read a key file's 32-byte key.
+def read_secret_file(path: StrPath, max_size: int) -> bytes:
+    """Read a secret file that only its owner can access.
+
+    At most ``max_size + 1`` bytes are read, so a caller can tell a file that is too long.
 
     Raises:
-        KeyFileError: missing, not a regular file, any group or world permission (the key
-            could be read, or replaced by someone else's), or not a gpucc key file.
+        KeyFileError: missing, not a regular file, or any group or world permission (the
+            secret could be read, or replaced by someone else's).
     """
     path = Path(path)
     try:
@@ -574,9 +575,38 @@ def read_key_file(path: StrPath) -> bytes:
                 f"key file {path} is accessible by group or others (mode {mode:04o}); "
                 f"run: chmod 600 {path}"
             )
-        data = os.read(fd, KEY_FILE_SIZE + 1)
+        with os.fdopen(os.dup(fd), "rb") as fh:
+            return fh.read(max_size + 1)
+    except OSError as exc:
+        raise KeyFileError(f"cannot read key file {path}: {exc.strerror}") from None
     finally:
         os.close(fd)
+
+
+def write_key_file(path: StrPath, key: bytes | None = None, *, overwrite: bool = False) -> bytes:
+    """Write a key file (``docs/FORMAT.md``) with mode 0600, atomically; return its key.
+
+    The key is fresh and random unless given. An existing file is never replaced unless
+    ``overwrite`` is set.
+
+    Raises:
+        KeyFileError: ``path`` exists (without ``overwrite``) or cannot be written.
+    """
+    key = new_dataset_key() if key is None else key
+    if len(key) != KEY_SIZE:
+        raise ValueError("a key is 32 bytes")
+    write_secret_file(path, _KEY_FILE_MAGIC + key, overwrite=overwrite)
+    return key
+
+
+def read_key_file(path: StrPath) -> bytes:
+    """Read a key file's 32-byte key.
+
+    Raises:
+        KeyFileError: missing, not a regular file, any group or world permission (the key
+            could be read, or replaced by someone else's), or not a gpucc key file.
+    """
+    data = read_secret_file(path, KEY_FILE_SIZE)
     if len(data) != KEY_FILE_SIZE or not data.startswith(_KEY_FILE_MAGIC):
         raise KeyFileError(f"{path} is not a gpucc key file")
     return data[len(_KEY_FILE_MAGIC) :]
