@@ -533,3 +533,67 @@ def test_cache_directory_from_settings(
     assert (tmp_path / "c" / "rim").is_dir() and (tmp_path / "c" / "ocsp").is_dir()
     with pytest.raises(ValueError):
         build_collateral(NetworkSettings(timeout=0))
+
+
+# --- the CLI --------------------------------------------------------------------------------
+
+SET_A = Path(__file__).parent / "data" / "nvidia-samples" / "set-a-h100-545.00"
+
+
+def test_cli_fetch_writes_what_it_got_and_exits_3_for_the_rest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from cli.collateral import collateral_app
+    from gpuattest.errors import CollateralUnavailableError
+
+    secret = "nvapi-CLI-SECRET-KEY"
+    monkeypatch.setenv("NV_ATTESTATION_SERVICE_KEY", secret)
+    out = tmp_path / "bundle.json"
+    with serve(RimService.with_samples()) as rim_srv, serve(OcspResponder(build_pki())) as ocsp_srv:
+        result = CliRunner().invoke(
+            collateral_app,
+            [
+                "fetch",
+                "--evidence",
+                str(SET_A / "attestation-report.hex"),
+                "--cert-chain",
+                str(SET_A / "cert-chain.pem"),
+                "-o",
+                str(out),
+                "--rim-url",
+                rim_srv.url,
+                "--ocsp-url",
+                ocsp_srv.url,
+                "--cache-dir",
+                str(tmp_path / "cache"),
+                "--timeout",
+                "0.5",
+            ],
+        )
+        assert rim_srv.seen[0].headers["Authorization"] == f"Bearer {secret}"
+    # NVIDIA's real chains cannot be answered by the test responder: RIMs in, OCSP missing.
+    assert isinstance(result.exception, CollateralUnavailableError), result.output
+    assert result.exception.exit_code == 3
+    assert secret not in result.output
+    assert "RIM  NV_GPU_DRIVER_GH100_545.00" in result.output
+    assert "missing: OCSP for 'GH100 A01 GSP BROM'" in result.output
+    bundle = load_bundle(out)
+    assert sorted(bundle.rims) == [DRIVER_RIM_ID, VBIOS_RIM_ID]
+    assert bundle.ocsp == ()
+
+    shown = CliRunner().invoke(collateral_app, ["show", str(out)])
+    assert shown.exit_code == 0
+    assert f"RIM  {DRIVER_RIM_ID}" in shown.output
+
+
+def test_cli_show_lists_ocsp_windows(bundle_file: Path) -> None:
+    from typer.testing import CliRunner
+
+    from cli.collateral import collateral_app
+
+    shown = CliRunner().invoke(collateral_app, ["show", str(bundle_file)])
+    assert shown.exit_code == 0, shown.output
+    assert shown.output.count("OCSP ") == 6
+    assert "nextUpdate 2026-01-16T12:00:00+00:00" in shown.output

@@ -1,0 +1,188 @@
+"""``gpucc collateral fetch`` and ``gpucc collateral show``: bundles for offline verification."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+collateral_app = typer.Typer(
+    help="Gather RIMs and OCSP responses into a bundle for verification without network.",
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,
+)
+
+
+@collateral_app.command("fetch")
+def fetch(
+    evidence: Annotated[
+        Path,
+        typer.Option(
+            "--evidence",
+            envvar="GPUCC_EVIDENCE",
+            exists=True,
+            dir_okay=False,
+            help="Evidence JSON (nvattest format), or a raw report with --cert-chain.",
+        ),
+    ],
+    output: Annotated[
+        Path, typer.Option("-o", "--output", dir_okay=False, help="Bundle file to write.")
+    ],
+    cert_chain: Annotated[
+        Path | None,
+        typer.Option(
+            "--cert-chain", exists=True, dir_okay=False, help="PEM chain for a raw report."
+        ),
+    ] = None,
+    rim_url: Annotated[
+        str | None,
+        typer.Option(
+            "--rim-url",
+            envvar=["GPUCC_RIM_URL", "NVAT_RIM_SERVICE_BASE_URL"],
+            help="RIM service base URL (default NVIDIA's).",
+        ),
+    ] = None,
+    ocsp_url: Annotated[
+        str | None,
+        typer.Option(
+            "--ocsp-url",
+            envvar=["GPUCC_OCSP_URL", "NVAT_OCSP_BASE_URL"],
+            help="OCSP responder URL (default NVIDIA's).",
+        ),
+    ] = None,
+    service_key: Annotated[
+        str | None,
+        typer.Option(
+            "--service-key",
+            envvar=["NV_ATTESTATION_SERVICE_KEY", "NVIDIA_ATTESTATION_SERVICE_KEY"],
+            help="NVIDIA service key (prefer the environment variable: argv is visible).",
+            show_default=False,
+        ),
+    ] = None,
+    no_ocsp_nonce: Annotated[
+        bool, typer.Option("--no-ocsp-nonce", help="Do not send OCSP nonces (caching proxies).")
+    ] = False,
+    cache_dir: Annotated[
+        Path | None, typer.Option("--cache-dir", envvar="GPUCC_CACHE_DIR", file_okay=False)
+    ] = None,
+    no_cache: Annotated[
+        bool, typer.Option("--no-cache", help="Neither read nor write the cache.")
+    ] = False,
+    timeout: Annotated[
+        float, typer.Option("--timeout", min=0.1, help="Network timeout per request, seconds.")
+    ] = 10.0,
+) -> None:
+    """Fetch every RIM and OCSP response the evidence needs and write them to one bundle.
+
+    The bundle is written even when something is missing; the command then exits 3
+    and lists what could not be obtained.
+    """
+    from rich.console import Console
+
+    from gpuattest.bundle import collect_collateral, write_bundle
+    from gpuattest.cache import CachingRimSource
+    from gpuattest.chain import load_pem_chain
+    from gpuattest.collateral import OcspStatus, RimSource
+    from gpuattest.errors import CollateralUnavailableError, UsageError
+    from gpuattest.evidence import load_evidence_file
+    from gpuattest.netconfig import NetworkSettings, build_fetcher
+    from gpuattest.ocsp import DEFAULT_OCSP_URL, OcspClient
+    from gpuattest.report import Architecture, AttestationReport
+    from gpuattest.rim_service import DEFAULT_RIM_URL, RimServiceSource
+    from gpuattest.trust import TrustRoots
+
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    ev = load_evidence_file(evidence, cert_chain)
+    chains = [load_pem_chain(gpu.cert_chain_pem) for gpu in ev.gpus]
+    rim_ids: list[str] = []
+    for gpu in ev.gpus:
+        report = AttestationReport.parse(gpu.report)
+        rim_ids += [report.driver_rim_id(Architecture.parse(gpu.arch)), report.vbios_rim_id()]
+
+    settings = NetworkSettings(
+        rim_url=rim_url,
+        ocsp_url=ocsp_url,
+        service_key=service_key,
+        ocsp_nonce=not no_ocsp_nonce,
+        cache_dir=cache_dir,
+        use_cache=not no_cache,
+        timeout=timeout,
+    )
+    try:
+        fetcher = build_fetcher(settings)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    cache = settings.cache()
+    rims: RimSource = RimServiceSource(
+        fetcher=fetcher, base_url=rim_url or DEFAULT_RIM_URL, service_key=service_key
+    )
+    if cache is not None:
+        rims = CachingRimSource(rims, cache)
+    ocsp = OcspClient(
+        fetcher=fetcher,
+        url=ocsp_url or DEFAULT_OCSP_URL,
+        use_nonce=not no_ocsp_nonce,
+        service_key=service_key,
+        cache=cache,
+    )
+    with fetcher:
+        result = collect_collateral(
+            device_chains=chains,
+            rim_ids=rim_ids,
+            rim_source=rims,
+            ocsp=ocsp,
+            roots=TrustRoots.nvidia(),
+            now=dt.datetime.now(dt.UTC),
+        )
+    try:
+        write_bundle(result.bundle, output)
+    except OSError as exc:
+        raise UsageError(f"cannot write {output}: {exc.strerror or exc}") from None
+
+    bundle = result.bundle
+    err.print(
+        f"wrote {output}: {len(bundle.rims)} RIM(s), {len(bundle.ocsp)} OCSP response(s) "
+        f"for {len(ev.gpus)} GPU(s)"
+    )
+    for rim_id in bundle.rims:
+        err.print(f"  RIM  {rim_id}")
+    for name, kind, outcome in result.outcomes:
+        status = str(outcome.status)
+        if outcome.status is OcspStatus.REVOKED and outcome.revocation_reason:
+            status += f" ({outcome.revocation_reason})"
+        err.print(f"  OCSP {kind:<10} {name}: {status}")
+    for problem in result.problems:
+        err.print(f"  missing: {problem}")
+    if result.problems:
+        raise CollateralUnavailableError(
+            f"collateral incomplete: {len(result.problems)} item(s) could not be obtained; "
+            f"{output} holds the rest"
+        )
+
+
+@collateral_app.command("show")
+def show(
+    bundle_path: Annotated[
+        Path, typer.Argument(exists=True, dir_okay=False, help="Bundle file to describe.")
+    ],
+) -> None:
+    """Describe a bundle: when it was made, which RIMs and OCSP responses it holds."""
+    from cryptography.x509 import ocsp as x509_ocsp
+
+    from gpuattest.bundle import load_bundle
+
+    bundle = load_bundle(bundle_path)
+    typer.echo(f"created {bundle.created.isoformat()}")
+    for rim_id, data in bundle.rims.items():
+        typer.echo(f"RIM  {rim_id} ({len(data)} bytes)")
+    for entry in bundle.ocsp:
+        resp = x509_ocsp.load_der_ocsp_response(entry.response)
+        window = ""
+        if resp.response_status is x509_ocsp.OCSPResponseStatus.SUCCESSFUL:
+            nxt = resp.next_update_utc
+            window = f" thisUpdate {resp.this_update_utc.isoformat()}" + (
+                f" nextUpdate {nxt.isoformat()}" if nxt else " (no nextUpdate)"
+            )
+        typer.echo(f"OCSP {entry.subject}{window}")
