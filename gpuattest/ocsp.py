@@ -297,6 +297,17 @@ class OcspRules:
     max_age_without_next_update: dt.timedelta = DEFAULT_MAX_AGE_WITHOUT_NEXT_UPDATE
 
 
+# What cryptography raises when a response's inner parts do not decode (lazily parsed).
+_MALFORMED = (
+    ValueError,
+    TypeError,
+    UnsupportedAlgorithm,
+    x509.DuplicateExtension,
+    x509.InvalidVersion,
+    x509.UnsupportedGeneralNameType,
+)
+
+
 class _Invalid(Exception):
     """The response is a signed OCSP answer that fails verification."""
 
@@ -500,7 +511,7 @@ def evaluate_response(
         return OcspOutcome(
             OcspStatus.UNKNOWN, response_valid=False, reason=f"invalid OCSP response: {exc}"
         )
-    except (ValueError, UnsupportedAlgorithm) as exc:
+    except _MALFORMED as exc:
         return OcspOutcome(
             OcspStatus.UNKNOWN,
             response_valid=False,

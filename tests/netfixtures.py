@@ -459,6 +459,7 @@ class OcspBehaviour:
         http_status: the HTTP status to answer with.
         body: "ocsp", "garbage", or "unauthorized" (an unsuccessful responseStatus).
         include_chain: add the issuer's own issuers to the response's certificates.
+        responder_id: "hash" (byKey) or "name" (byName).
     """
 
     status: str = "good"
@@ -472,6 +473,7 @@ class OcspBehaviour:
     http_status: int = 200
     body: str = "ocsp"
     include_chain: bool = False
+    responder_id: str = "hash"
 
 
 class OcspResponder:
@@ -561,7 +563,12 @@ class OcspResponder:
             )
 
         def finish(builder: ocsp.OCSPResponseBuilder) -> ocsp.OCSPResponseBuilder:
-            builder = builder.responder_id(ocsp.OCSPResponderEncoding.HASH, signer.cert)
+            encoding = (
+                ocsp.OCSPResponderEncoding.NAME
+                if b.responder_id == "name"
+                else ocsp.OCSPResponderEncoding.HASH
+            )
+            builder = builder.responder_id(encoding, signer.cert)
             if certs:
                 builder = builder.certificates(certs)
             nonce = self._nonce(request, b)

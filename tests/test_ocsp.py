@@ -180,6 +180,14 @@ def test_delegated_responder_with_ocsp_signing_eku(
     assert out.response_valid is True
 
 
+@pytest.mark.parametrize("signer", ["issuer", "delegated"])
+def test_responder_identified_by_name(
+    client: OcspClient, pki: NetPki, responder: OcspResponder, signer: str
+) -> None:
+    responder.set(signer=signer, responder_id="name")
+    assert check_brom(client, pki).status is OcspStatus.GOOD
+
+
 def test_responder_chain_taken_from_the_response(
     client: OcspClient, pki: NetPki, responder: OcspResponder
 ) -> None:
@@ -496,3 +504,29 @@ def test_describe_age() -> None:
 
 def test_default_behaviour_is_good() -> None:
     assert OcspBehaviour().status == "good"
+
+
+def test_every_single_byte_corruption_is_handled(pki: NetPki, responder: OcspResponder) -> None:
+    """Flip each byte of a good response: never an exception, never a forged "good"."""
+    chain = pki.device_chain
+    request = ocsp.load_der_ocsp_request(build_request(chain[1], chain[2], nonce=None))
+    responder.set(signer="delegated")
+    der = responder.respond(pki.brom, request, responder.behaviour)
+    original_tbs = ocsp.load_der_ocsp_response(der).tbs_response_bytes
+    goods = 0
+    for i in range(len(der)):
+        mutated = der[:i] + bytes([der[i] ^ 0x01]) + der[i + 1 :]
+        out = evaluate_response(
+            mutated,
+            cert=chain[1],
+            issuer=chain[2],
+            anchor=chain[4],
+            now=NOW,
+            kind=DEVICE,
+            issuer_chain=chain[3:],
+        )
+        if out.status is OcspStatus.GOOD:
+            goods += 1
+            # Only bytes outside the signed data may change without detection.
+            assert ocsp.load_der_ocsp_response(mutated).tbs_response_bytes == original_tbs
+    assert goods < len(der) // 4
