@@ -80,12 +80,10 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import hashlib
-import ipaddress
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
-from urllib.parse import urlsplit
 
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
@@ -94,7 +92,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed448, ed25519, paddin
 from cryptography.x509 import ocsp
 from cryptography.x509.oid import ExtendedKeyUsageOID, SignatureAlgorithmOID
 
-from ._internal.transport import Fetcher, safe_url
+from ._internal.transport import Fetcher, plain_http_to_remote, safe_url
 from .cache import CollateralCache
 from .chain import MAX_CHAIN_CERTS, validate_chain
 from .collateral import ChainKind, OcspOutcome, OcspStatus
@@ -648,17 +646,6 @@ def usable(outcome: OcspOutcome) -> bool:
     return outcome.response_valid is True and outcome.status is not OcspStatus.NOT_CHECKED
 
 
-def _http_to_remote(url: str) -> bool:
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    if parts.scheme != "http" or host.lower() == "localhost":
-        return False
-    try:
-        return not ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return True
-
-
 class OcspClient:
     """Asks an OCSP responder about one certificate at a time; see the module docstring.
 
@@ -694,7 +681,7 @@ class OcspClient:
     ) -> None:
         if hash_algorithm not in _HASHES:
             raise ValueError(f"unsupported CertID hash algorithm {hash_algorithm!r}")
-        if service_key and _http_to_remote(url):
+        if service_key and plain_http_to_remote(url):
             raise UsageError(
                 "refusing to send the service key to an OCSP responder over plain http; "
                 "use an https URL"

@@ -41,10 +41,11 @@ from ._internal.transport import (
     Fetcher,
     HttpStatusError,
     ServiceAccessDeniedError,
+    plain_http_to_remote,
     safe_url,
 )
 from .collateral import MAX_RIM_BYTES
-from .errors import NetworkError, RimNotFoundError
+from .errors import NetworkError, RimNotFoundError, UsageError
 
 __all__ = [
     "DEFAULT_RIM_URL",
@@ -85,6 +86,9 @@ class RimServiceSource:
         service_key: optional NVIDIA service key, sent as a bearer token only.
         verify_sha256: check the ``sha256`` field against the decoded RIM.
         max_rim_bytes: the largest RIM accepted.
+
+    Raises:
+        UsageError: a service key with a plain-http URL to a remote host.
     """
 
     def __init__(
@@ -96,6 +100,11 @@ class RimServiceSource:
         verify_sha256: bool = True,
         max_rim_bytes: int = MAX_RIM_BYTES,
     ) -> None:
+        if service_key and plain_http_to_remote(base_url):
+            raise UsageError(
+                "refusing to send the service key to a RIM service over plain http; "
+                "use an https URL"
+            )
         self.fetcher = fetcher
         self.base_url = base_url.rstrip("/")
         self._service_key = service_key or None

@@ -19,6 +19,7 @@ from gpuattest.errors import (
     NetworkError,
     OfflineError,
     RimNotFoundError,
+    UsageError,
 )
 from gpuattest.rim_service import RimServiceError, RimServiceSource, valid_rim_id
 from tests.netfixtures import (
@@ -198,6 +199,11 @@ def test_malformed_ids_never_reach_the_network(
     with pytest.raises(RimNotFoundError):
         source.get_rim(rim_id)
     assert server.count == 0
+
+
+def test_service_key_refused_for_plain_http_remote() -> None:
+    with pytest.raises(UsageError):
+        RimServiceSource(fetcher=RequestsFetcher(), base_url="http://rim.example", service_key=KEY)
 
 
 def test_repr_hides_the_service_key(source: RimServiceSource) -> None:

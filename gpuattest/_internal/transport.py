@@ -53,6 +53,7 @@ __all__ = [
     "HttpStatusError",
     "RequestsFetcher",
     "ServiceAccessDeniedError",
+    "plain_http_to_remote",
     "safe_url",
 ]
 
@@ -148,6 +149,16 @@ def safe_url(url: str) -> str:
         return "<invalid URL>"
     netloc = parts.netloc.rsplit("@", 1)[-1]
     return urlunsplit((parts.scheme, netloc, parts.path, parts.query, ""))
+
+
+def plain_http_to_remote(url: str) -> bool:
+    """Whether ``url`` is plain http to a host other than a loopback address."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+    except ValueError:
+        return False
+    return parts.scheme == "http" and not _is_loopback(host)
 
 
 def _is_loopback(host: str) -> bool:
@@ -345,7 +356,7 @@ class RequestsFetcher:
             raise NetworkError(f"invalid URL {shown}") from None
         if parts.scheme not in ("http", "https") or not host:
             raise NetworkError(f"invalid URL {shown}: only http and https URLs are supported")
-        if bearer and parts.scheme == "http" and not _is_loopback(host):
+        if bearer and plain_http_to_remote(url):
             raise UsageError(
                 f"refusing to send the service key over plain http to {host}; use an https URL"
             )
