@@ -1,0 +1,172 @@
+"""``gpucc seal``: plaintext in, sealed dataset out (plus helpers shared by ``gpucc stage``)."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from gpuattest.errors import UsageError
+
+__all__ = ["byte_progress", "format_rate", "parse_size", "seal"]
+
+_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
+_SIZE = re.compile(r"^\s*(\d+)\s*([kmg]?)(?:i?b)?\s*$", re.IGNORECASE)
+
+
+def parse_size(text: str, option: str = "--chunk-size") -> int:
+    """``4MiB``, ``512KiB``, ``4M`` or ``4194304`` (binary units).
+
+    Raises:
+        UsageError: not a size.
+    """
+    match = _SIZE.match(text)
+    if not match:
+        raise UsageError(f"{option} {text!r} is not a size (examples: 1MiB, 4MiB, 65536)")
+    return int(match.group(1)) * _UNITS[match.group(2).lower()]
+
+
+def check_chunk_size(size: int, text: str) -> None:
+    """Refuse a chunk size the format does not allow, as a usage error."""
+    from staging.format import MAX_CHUNK_SIZE, MIN_CHUNK_SIZE
+
+    if not MIN_CHUNK_SIZE <= size <= MAX_CHUNK_SIZE or size % 16:
+        raise UsageError(f"--chunk-size {text}: must be a multiple of 16 between 4KiB and 256MiB")
+
+
+def format_rate(nbytes: float, seconds: float) -> str:
+    """Human bytes per second (binary units)."""
+    rate = nbytes / seconds if seconds > 0 else 0.0
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if rate < 1024 or unit == "GiB":
+            return f"{rate:.1f} {unit}/s" if unit != "B" else f"{rate:.0f} B/s"
+        rate /= 1024
+    return f"{rate:.1f} GiB/s"  # pragma: no cover - loop always returns
+
+
+def format_size(nbytes: int) -> str:
+    """Human size (binary units)."""
+    value = float(nbytes)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TiB"  # pragma: no cover
+
+
+@contextmanager
+def byte_progress(description: str, total: int) -> Iterator[Callable[[int, int], None]]:
+    """A Rich progress bar with bytes/s on stderr (only when stderr is a terminal).
+
+    Yields the ``progress(done, total)`` callback the staging library calls.
+    """
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
+
+    console = Console(stderr=True)
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        DownloadColumn(binary_units=True),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+        console=console,
+        disable=not console.is_terminal,
+        transient=False,
+    ) as progress:
+        task = progress.add_task(description, total=max(total, 1))
+
+        def update(done: int, _total: int) -> None:
+            progress.update(task, completed=done)
+
+        yield update
+        progress.update(task, completed=max(total, 1))
+
+
+def note(message: str) -> None:
+    """One line for people on stderr."""
+    sys.stderr.write(f"gpucc: {message}\n")
+
+
+def load_or_create_key_file(path: Path) -> bytes:
+    """The key-file key, creating the file (mode 0600) with a notice when it is absent.
+
+    Raises:
+        KeyFileError: unreadable, exposed (group/world access) or malformed.
+    """
+    from staging.format import read_key_file, write_key_file
+
+    if os.path.lexists(path):
+        return read_key_file(path)
+    key = write_key_file(path)
+    note(f"created key file {path} (mode 0600); keep it apart from the sealed data")
+    return key
+
+
+def seal(
+    dataset: Annotated[
+        Path,
+        typer.Argument(exists=True, dir_okay=False, readable=True, help="Plaintext file to seal."),
+    ],
+    output: Annotated[
+        Path, typer.Option("-o", "--output", dir_okay=False, help="Sealed dataset to write.")
+    ],
+    key_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--key-file",
+            envvar="GPUCC_KEY_FILE",
+            dir_okay=False,
+            help="Key file whose key wraps the dataset key; created (mode 0600) if absent.",
+        ),
+    ] = None,
+    chunk_size: Annotated[
+        str, typer.Option("--chunk-size", help="Plaintext bytes per chunk, 4KiB to 256MiB.")
+    ] = "4MiB",
+    threads: Annotated[
+        int | None,
+        typer.Option("--threads", min=1, help="Worker threads (default: all CPUs)."),
+    ] = None,
+) -> None:
+    """Seal DATASET with AES-256-GCM into a gpucc sealed dataset (docs/FORMAT.md).
+
+    The output appears only once it is complete and flushed (written to a temporary name,
+    then renamed). A fresh dataset key is wrapped for the key file's key.
+    """
+    from staging.seal import seal_file
+
+    if key_file is None:
+        raise UsageError("seal needs --key-file (or GPUCC_KEY_FILE): the key that will open it")
+    size = parse_size(chunk_size)
+    check_chunk_size(size, chunk_size)
+    if output.exists() and output.resolve() == dataset.resolve():
+        raise UsageError("the output must not be the input file")
+    kek = load_or_create_key_file(key_file)
+    total = dataset.stat().st_size
+    started = time.perf_counter()
+    with byte_progress("sealing", total) as progress:
+        result = seal_file(
+            dataset, output, kek=kek, chunk_size=size, threads=threads, progress=progress
+        )
+    seconds = time.perf_counter() - started
+    header = result.header
+    note(
+        f"sealed {format_size(header.plaintext_length)} into {output}: "
+        f"{header.chunk_count} chunk(s) of {format_size(header.chunk_size)}, "
+        f"dataset id {header.dataset_id.hex()}, in {seconds:.2f} s "
+        f"({format_rate(header.plaintext_length, seconds)})"
+    )

@@ -1,0 +1,412 @@
+"""``gpucc session``: release dataset keys to an attested GPU session (docs/PROTOCOL.md).
+
+Two machines::
+
+    holder$ gpucc session challenge > challenge.hex
+    host$   gpucc session offer --challenge $(cat challenge.hex) -o offer.json --host-key host.key
+    holder$ gpucc session answer offer.json --challenge $(cat challenge.hex) \\
+                --dataset train.gcc --key-file train.key -o answer.json
+    host$   gpucc stage train.gcc --session answer.json --host-key host.key
+
+One machine: ``gpucc session local train.gcc --key-file train.key -o answer.json
+--host-key host.key`` runs all three steps against the local GPU.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from gpuattest.errors import UsageError
+
+from .options import parse_time
+from .seal import note
+
+if TYPE_CHECKING:
+    from gpuattest.session import AttestationOutcome, CollectedEvidence, DatasetKey
+
+__all__ = ["session_app"]
+
+session_app = typer.Typer(
+    help="Release dataset keys only to a GPU session whose attestation verified.",
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,
+)
+
+_SIMULATION_WARNING = "SIMULATED GPU: for tests and demos only, this attests nothing real"
+
+ChallengeOption = Annotated[
+    str,
+    typer.Option(
+        "--challenge",
+        envvar="GPUCC_SESSION_CHALLENGE",
+        help="The data holder's challenge, 64 hex characters.",
+    ),
+]
+SimulateOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--simulate",
+        hidden=True,
+        file_okay=False,
+        help="Use a simulated GPU whose trust anchors and RIMs live in this directory.",
+    ),
+]
+
+
+def _challenge(text: str) -> bytes:
+    cleaned = text.strip().lower()
+    try:
+        value = bytes.fromhex(cleaned)
+    except ValueError:
+        value = b""
+    if len(value) != 32:
+        raise UsageError("--challenge must be 64 hex characters (32 bytes)")
+    return value
+
+
+def _read(path: Path, limit: int) -> bytes:
+    from staging.dataset import io_error
+
+    try:
+        with path.open("rb") as fh:
+            return fh.read(limit + 1)
+    except OSError as exc:
+        raise io_error("read", path, exc) from None
+
+
+def _write(path: Path, data: bytes) -> None:
+    from gpuattest._internal.files import write_atomic
+    from staging.dataset import io_error
+
+    try:
+        write_atomic(path, data)
+    except OSError as exc:
+        raise io_error("write", path, exc) from None
+
+
+# --- evidence and attestation seams -------------------------------------------------
+
+
+def _warn_if_simulated(simulate: Path | None) -> None:
+    if simulate is not None:
+        note(_SIMULATION_WARNING)
+
+
+def _simulated_gpu(directory: Path) -> Any:
+    """A simulated GPU, its anchors and RIMs saved in ``directory`` for the other side."""
+    from cryptography.hazmat.primitives.serialization import Encoding
+
+    from gpuattest.simulate import SimulatedGpu
+
+    gpu = SimulatedGpu.create(now=dt.datetime.now(dt.UTC))
+    (directory / "rims").mkdir(parents=True, exist_ok=True)
+    (directory / "device_root.pem").write_bytes(gpu.roots.device_root.public_bytes(Encoding.PEM))
+    (directory / "rim_root.pem").write_bytes(gpu.roots.rim_root.public_bytes(Encoding.PEM))
+    for rim_id, rim in gpu.rims.items():
+        (directory / "rims" / f"{rim_id}.xml").write_bytes(rim)
+    return gpu
+
+
+def _collector(simulate: Path | None) -> Callable[[bytes], CollectedEvidence]:
+    from gpuattest.session import CollectedEvidence
+
+    if simulate is not None:
+        gpu = _simulated_gpu(simulate)
+        return lambda nonce: CollectedEvidence.from_evidence_set(gpu.evidence(nonce))
+
+    def collect(nonce: bytes) -> CollectedEvidence:
+        from gpuattest.nvml import collect_evidence
+
+        return CollectedEvidence.from_evidence_set(collect_evidence(nonce))
+
+    return collect
+
+
+def _attester(
+    *,
+    simulate: Path | None,
+    rim_dir: Path | None,
+    policy: Path | None,
+    collateral: Path | None,
+    offline: bool,
+    at: str | None,
+) -> Callable[[Any, bytes], AttestationOutcome]:
+    """The full gpucc verification and policy, as the protocol's ``attest`` callable."""
+    from gpuattest.collateral import DirectoryRimSource, NoOcsp
+    from gpuattest.policy import Policy, load_policy, parse_policy
+    from gpuattest.trust import TrustRoots
+    from gpuattest.verifier import verify
+
+    now = parse_time(at)
+    pol: Policy = load_policy(policy) if policy else Policy()
+    if simulate is not None:
+        roots = TrustRoots.from_pem(
+            (simulate / "device_root.pem").read_bytes(), (simulate / "rim_root.pem").read_bytes()
+        )
+        rims: Any = DirectoryRimSource(simulate / "rims")
+        ocsp: Any = NoOcsp("simulated GPU: no OCSP responder")
+        if policy is None:
+            pol = parse_policy({"ocsp": {"require": False}}, source="simulation default")
+    else:
+        from gpuattest.collateral import CompositeRimSource
+        from gpuattest.netconfig import NetworkSettings, build_collateral
+
+        roots = TrustRoots.nvidia()
+        net_rims, ocsp = build_collateral(
+            NetworkSettings(bundle=collateral, offline=offline), roots=roots
+        )
+        local = [DirectoryRimSource(rim_dir)] if rim_dir is not None else []
+        rims = CompositeRimSource([*local, net_rims])
+
+    def attest(evidence: Any, nonce: bytes) -> AttestationOutcome:
+        return verify(
+            evidence, expected_nonce=nonce, roots=roots, now=now, rims=rims, ocsp=ocsp, policy=pol
+        )
+
+    return attest
+
+
+def _grants(datasets: list[Path], key_file: Path) -> list[DatasetKey]:
+    from gpuattest.session import DatasetKey
+    from staging.dataset import open_sealed
+    from staging.format import read_key_file
+
+    kek = read_key_file(key_file)
+    grants = []
+    for path in datasets:
+        sealed = open_sealed(path)
+        grants.append(DatasetKey(sealed.dataset_id, sealed.header_digest, sealed.unwrap(kek)))
+    return grants
+
+
+RimDirOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--rim-dir",
+        envvar="GPUCC_RIM_DIR",
+        exists=True,
+        file_okay=False,
+        help="Directory of <RIM_ID>.xml files.",
+    ),
+]
+PolicyOption = Annotated[
+    Path | None,
+    typer.Option("--policy", envvar="GPUCC_POLICY", exists=True, dir_okay=False),
+]
+CollateralOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--collateral",
+        envvar="GPUCC_COLLATERAL",
+        exists=True,
+        dir_okay=False,
+        help="Collateral bundle from 'gpucc collateral fetch'.",
+    ),
+]
+OfflineOption = Annotated[
+    bool, typer.Option("--offline", envvar="GPUCC_OFFLINE", help="Never use the network.")
+]
+AtOption = Annotated[
+    str | None, typer.Option("--at", envvar="GPUCC_AT", help="Verify as of this time.")
+]
+DatasetsOption = Annotated[
+    list[Path],
+    typer.Option(
+        "--dataset",
+        exists=True,
+        dir_okay=False,
+        help="Sealed dataset whose key to release (repeatable).",
+    ),
+]
+KeyFileOption = Annotated[
+    Path,
+    typer.Option(
+        "--key-file",
+        envvar="GPUCC_KEY_FILE",
+        exists=True,
+        dir_okay=False,
+        help="Key file the datasets were sealed for.",
+    ),
+]
+HostKeyOutOption = Annotated[
+    Path,
+    typer.Option(
+        "--host-key",
+        dir_okay=False,
+        help="Where to keep this session's private key (created with mode 0600).",
+    ),
+]
+
+
+# --- commands -------------------------------------------------------------------------
+
+
+@session_app.command("challenge")
+def challenge() -> None:
+    """Data holder: print a fresh 32-byte challenge (hex) for one host."""
+    from gpuattest.session import new_challenge
+
+    sys.stdout.write(new_challenge().hex() + "\n")
+
+
+@session_app.command("offer")
+def offer(
+    challenge: ChallengeOption,
+    output: Annotated[
+        Path, typer.Option("-o", "--output", dir_okay=False, help="Offer file to write.")
+    ],
+    host_key: HostKeyOutOption,
+    simulate: SimulateOption = None,
+) -> None:
+    """Host: make a session key, collect GPU evidence bound to it, and write the offer."""
+    from gpuattest.session import create_offer
+
+    value = _challenge(challenge)
+    if host_key.exists():
+        raise UsageError(f"{host_key} exists; every session needs a fresh host key file")
+    _warn_if_simulated(simulate)
+    made, secret = create_offer(value, _collector(simulate))
+    secret.write(host_key)
+    _write(output, made.to_json())
+    note(
+        f"wrote offer {output} for {len(secret.report_digests)} GPU(s); session key in "
+        f"{host_key} (mode 0600)"
+    )
+
+
+@session_app.command("answer")
+def answer(
+    offer_file: Annotated[
+        Path,
+        typer.Argument(exists=True, dir_okay=False, metavar="OFFER", help="The host's offer."),
+    ],
+    challenge: ChallengeOption,
+    datasets: DatasetsOption,
+    key_file: KeyFileOption,
+    output: Annotated[
+        Path, typer.Option("-o", "--output", dir_okay=False, help="Answer file to write.")
+    ],
+    rim_dir: RimDirOption = None,
+    policy: PolicyOption = None,
+    collateral: CollateralOption = None,
+    offline: OfflineOption = False,
+    at: AtOption = None,
+    simulate: SimulateOption = None,
+) -> None:
+    """Data holder: verify the offer's attestation, then wrap dataset keys for it.
+
+    The offer must answer CHALLENGE (yours), and its GPU evidence must pass full
+    verification and policy with the nonce bound to the offered key. Exit 1 if not.
+    """
+    from gpuattest.session import MAX_OFFER_BYTES, Offer, accept_offer
+
+    if not datasets:
+        raise UsageError("name at least one --dataset whose key to release")
+    value = _challenge(challenge)
+    grants = _grants(datasets, key_file)
+    received = Offer.from_json(_read(offer_file, MAX_OFFER_BYTES))
+    _warn_if_simulated(simulate)
+    attest = _attester(
+        simulate=simulate,
+        rim_dir=rim_dir,
+        policy=policy,
+        collateral=collateral,
+        offline=offline,
+        at=at,
+    )
+    holder = accept_offer(received, challenge=value, attest=attest)
+    _write(output, holder.answer([holder.wrap(g) for g in grants]).to_json())
+    note(
+        f"attestation trusted for {len(holder.report_digests)} GPU(s); wrote keys for "
+        f"{len(grants)} dataset(s) to {output} (transcript {holder.transcript_hash.hex()[:16]}…)"
+    )
+
+
+@session_app.command("accept")
+def accept(
+    answer_file: Annotated[
+        Path,
+        typer.Argument(exists=True, dir_okay=False, metavar="ANSWER", help="The holder's answer."),
+    ],
+    host_key: Annotated[
+        Path,
+        typer.Option(
+            "--host-key", exists=True, dir_okay=False, help="This session's host key file."
+        ),
+    ],
+    datasets: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--dataset", exists=True, dir_okay=False, help="Also check this dataset opens."
+        ),
+    ] = None,
+) -> None:
+    """Host: check an answer against this session and list the datasets it opens.
+
+    Staging does the same checks (``gpucc stage D --session ANSWER --host-key F``); this
+    command only verifies, without reading the chunks.
+    """
+    from gpuattest.session import MAX_ANSWER_BYTES, Answer, HostKey, open_answer
+    from staging.dataset import open_sealed
+
+    session = open_answer(
+        Answer.from_json(_read(answer_file, MAX_ANSWER_BYTES)), HostKey.read(host_key)
+    )
+    for path in datasets or []:
+        sealed = open_sealed(path)
+        sealed.check_key(session.dataset_key(sealed.header_digest))
+        note(f"{path}: key released by this session, header verified")
+    ids = ", ".join(i.hex() for i in session.dataset_ids) or "none"
+    sys.stdout.write(f"answer verified for this session; dataset ids: {ids}\n")
+
+
+@session_app.command("local")
+def local(
+    datasets: Annotated[
+        list[Path],
+        typer.Argument(exists=True, dir_okay=False, help="Sealed datasets to release."),
+    ],
+    key_file: KeyFileOption,
+    output: Annotated[
+        Path, typer.Option("-o", "--output", dir_okay=False, help="Answer file to write.")
+    ],
+    host_key: HostKeyOutOption,
+    rim_dir: RimDirOption = None,
+    policy: PolicyOption = None,
+    collateral: CollateralOption = None,
+    offline: OfflineOption = False,
+    at: AtOption = None,
+    simulate: SimulateOption = None,
+) -> None:
+    """One machine: attest the local GPU under a fresh session and release dataset keys.
+
+    Then stage with ``gpucc stage DATASET --session ANSWER --host-key HOST_KEY``.
+    """
+    from gpuattest.session import local_session
+
+    if host_key.exists():
+        raise UsageError(f"{host_key} exists; every session needs a fresh host key file")
+    grants = _grants(datasets, key_file)
+    _warn_if_simulated(simulate)
+    collect = _collector(simulate)
+    attest = _attester(
+        simulate=simulate,
+        rim_dir=rim_dir,
+        policy=policy,
+        collateral=collateral,
+        offline=offline,
+        at=at,
+    )
+    result = local_session(collect=collect, attest=attest, datasets=grants)
+    result.host_key.write(host_key)
+    _write(output, result.answer.to_json())
+    note(
+        f"attestation trusted; released keys for {len(grants)} dataset(s): answer {output}, "
+        f"host key {host_key} (mode 0600)"
+    )

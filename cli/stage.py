@@ -1,0 +1,184 @@
+"""``gpucc stage``: decrypt and verify a dataset into memory, report throughput, scrub."""
+
+from __future__ import annotations
+
+import enum
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import typer
+
+from gpuattest.errors import UsageError
+
+from .options import OutputFormat
+from .seal import byte_progress, check_chunk_size, format_rate, format_size, note, parse_size
+
+__all__ = ["Device", "stage"]
+
+
+class Device(enum.StrEnum):
+    """--device values."""
+
+    CPU = "cpu"
+    GPU = "gpu"
+    AUTO = "auto"
+
+
+_DEVICE_NAMES: dict[Device, Literal["cpu", "gpu", "auto"]] = {
+    Device.CPU: "cpu",
+    Device.GPU: "gpu",
+    Device.AUTO: "auto",
+}
+
+
+def _read_capped(path: Path, limit: int) -> bytes:
+    from staging.dataset import io_error
+
+    try:
+        with path.open("rb") as fh:
+            return fh.read(limit + 1)
+    except OSError as exc:
+        raise io_error("read", path, exc) from None
+
+
+def _session_key(answer_path: Path, host_key_path: Path, header_digest: bytes) -> bytes:
+    from gpuattest.session import MAX_ANSWER_BYTES, Answer, HostKey, open_answer
+
+    answer = Answer.from_json(_read_capped(answer_path, MAX_ANSWER_BYTES))
+    session = open_answer(answer, HostKey.read(host_key_path))
+    return session.dataset_key(header_digest)
+
+
+def stage(
+    dataset: Annotated[
+        Path,
+        typer.Argument(
+            exists=True,
+            dir_okay=False,
+            readable=True,
+            help="A sealed dataset, or a plaintext file (sealed in transit with a fresh key).",
+        ),
+    ],
+    key_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--key-file",
+            envvar="GPUCC_KEY_FILE",
+            exists=True,
+            dir_okay=False,
+            help="Key file the dataset was sealed for.",
+        ),
+    ] = None,
+    session: Annotated[
+        Path | None,
+        typer.Option(
+            "--session",
+            exists=True,
+            dir_okay=False,
+            help="Session answer from the data holder (with --host-key).",
+        ),
+    ] = None,
+    host_key: Annotated[
+        Path | None,
+        typer.Option(
+            "--host-key",
+            exists=True,
+            dir_okay=False,
+            help="This host's session key file from 'gpucc session offer'.",
+        ),
+    ] = None,
+    device: Annotated[
+        Device, typer.Option("--device", help="Where to stage: cpu, gpu or auto.")
+    ] = Device.CPU,
+    threads: Annotated[
+        int | None,
+        typer.Option("--threads", min=1, help="Worker threads (default: all CPUs)."),
+    ] = None,
+    chunk_size: Annotated[
+        str,
+        typer.Option("--chunk-size", help="Chunk size for a plaintext input (4KiB-256MiB)."),
+    ] = "4MiB",
+    output: Annotated[
+        OutputFormat, typer.Option("--format", envvar="GPUCC_FORMAT", help="text or json")
+    ] = OutputFormat.TEXT,
+) -> None:
+    """Decrypt and verify DATASET chunk by chunk into memory, then scrub it.
+
+    Every chunk is authenticated before staging reports success; on a failed chunk the
+    buffer is zeroed from that chunk on and the exit code is 6. The staged buffer is
+    zeroed before the command ends. Exit codes: 0 staged, 2 usage, 4 malformed dataset or
+    key file, 5 GPU staging not available, 6 integrity failure.
+    """
+    from staging.api import select_backend
+    from staging.api import stage as stage_dataset
+    from staging.dataset import is_sealed, open_sealed
+    from staging.format import Header, read_key_file
+    from staging.seal import default_threads
+
+    backend = select_backend(_DEVICE_NAMES[device])  # gpu/auto fail here, before any work
+    size = parse_size(chunk_size)
+    check_chunk_size(size, chunk_size)
+    if (session is None) != (host_key is None):
+        raise UsageError("--session and --host-key go together")
+    sealed = is_sealed(dataset)
+    summary: dict[str, Any] = {
+        "schema": "gpucc.stage/v1",
+        "dataset": str(dataset),
+        "device": backend.name,
+    }
+    if sealed:
+        if (key_file is None) == (session is None):
+            raise UsageError("a sealed dataset needs --key-file, or --session with --host-key")
+        opened = open_sealed(dataset)
+        header = opened.header
+        if session is not None and host_key is not None:
+            dataset_key = _session_key(session, host_key, opened.header_digest)
+            key_source = "session"
+        else:
+            assert key_file is not None
+            dataset_key = opened.unwrap(read_key_file(key_file))
+            key_source = "key-file"
+        summary.update(input="sealed", key_source=key_source, dataset_id=header.dataset_id.hex())
+        stage_args: dict[str, Any] = {"key": dataset_key}
+    else:
+        if key_file is not None or session is not None:
+            raise UsageError(
+                f"{dataset} is not a sealed dataset: a plaintext input is sealed in transit "
+                "under a fresh key, so it takes no --key-file or --session"
+            )
+        note(f"{dataset} is not sealed: staging it sealed in transit under a fresh one-time key")
+        header = Header.new(dataset.stat().st_size, chunk_size=size)
+        summary.update(input="plaintext", key_source="ephemeral", dataset_id=None)
+        stage_args = {"plaintext": True, "chunk_size": size}
+
+    total = header.plaintext_length
+    with byte_progress("staging", total) as progress:
+        started = time.perf_counter()
+        with stage_dataset(
+            dataset, device=_DEVICE_NAMES[device], threads=threads, progress=progress, **stage_args
+        ) as buf:
+            seconds = time.perf_counter() - started
+            staged = int(buf.size)
+        scrubbed = not buf.any()
+    summary.update(
+        bytes=staged,
+        chunks=header.chunk_count,
+        chunk_size=header.chunk_size,
+        threads=threads or default_threads(),
+        verified=True,
+        scrubbed=scrubbed,
+        seconds=round(seconds, 6),
+        bytes_per_second=round(staged / seconds) if seconds > 0 else None,
+    )
+    if output is OutputFormat.JSON:
+        sys.stdout.write(json.dumps(summary, indent=2) + "\n")
+        return
+    what = "plaintext (sealed in transit)" if not sealed else "sealed dataset"
+    sys.stdout.write(
+        f"staged {format_size(staged)} of {what} {dataset} on {backend.name}: "
+        f"{header.chunk_count} chunk(s) verified in {seconds:.3f} s "
+        f"({format_rate(staged, seconds)}); buffer scrubbed\n"
+    )
