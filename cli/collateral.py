@@ -110,10 +110,7 @@ def fetch(
         use_cache=not no_cache,
         timeout=timeout,
     )
-    try:
-        fetcher = build_fetcher(settings)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+    fetcher = build_fetcher(settings)
     cache = settings.cache()
     rims: RimSource = RimServiceSource(
         fetcher=fetcher, base_url=rim_url or DEFAULT_RIM_URL, service_key=service_key

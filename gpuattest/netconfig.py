@@ -50,6 +50,7 @@ from .collateral import (
     OcspStatus,
     RimSource,
 )
+from .errors import UsageError
 from .ocsp import DEFAULT_CLOCK_SKEW, DEFAULT_OCSP_URL, ChainAwareOcspChecker, OcspClient
 from .rim_service import DEFAULT_RIM_URL, RimServiceSource
 from .trust import TrustRoots
@@ -104,9 +105,13 @@ class NetworkSettings:
 
 
 def build_fetcher(settings: NetworkSettings) -> RequestsFetcher:
-    """The HTTP layer for ``settings`` (offline when asked)."""
-    if settings.timeout <= 0:
-        raise ValueError("timeout must be positive")
+    """The HTTP layer for ``settings`` (offline when asked).
+
+    Raises:
+        UsageError: a timeout or retry count that makes no sense.
+    """
+    if not settings.timeout > 0 or settings.retries < 0:
+        raise UsageError("the network timeout must be positive and retries not negative")
     connect = min(DEFAULT_CONNECT_TIMEOUT, settings.timeout)
     return RequestsFetcher(
         timeout=(connect, settings.timeout),
@@ -170,7 +175,8 @@ def build_collateral(
 
     Raises:
         MalformedBundleError: the bundle cannot be read.
-        UsageError: a service key would be sent over plain http to a remote host.
+        UsageError: a service key would be sent over plain http to a remote host, or
+            the timeout is not positive.
     """
     del roots  # see the docstring
     fetch = fetcher if fetcher is not None else build_fetcher(settings)

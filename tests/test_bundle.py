@@ -26,7 +26,7 @@ from gpuattest.bundle import (
     write_bundle,
 )
 from gpuattest.collateral import ChainKind, OcspStatus, RimSource
-from gpuattest.errors import EXIT_MALFORMED, OfflineError, RimNotFoundError
+from gpuattest.errors import EXIT_MALFORMED, OfflineError, RimNotFoundError, UsageError
 from gpuattest.netconfig import FallbackOcspChecker, NetworkSettings, build_collateral
 from gpuattest.ocsp import CertId, OcspClient, OcspTarget, ocsp_targets
 from gpuattest.rim_service import RimServiceSource
@@ -531,7 +531,7 @@ def test_cache_directory_from_settings(
         assert out.status is OcspStatus.GOOD
     assert ocsp_srv.count == 1
     assert (tmp_path / "c" / "rim").is_dir() and (tmp_path / "c" / "ocsp").is_dir()
-    with pytest.raises(ValueError):
+    with pytest.raises(UsageError):
         build_collateral(NetworkSettings(timeout=0))
 
 
