@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from gpuattest.errors import GpuStagingUnavailableError, UsageError
 
@@ -34,7 +34,8 @@ Device = Literal["cpu", "gpu", "auto"]
 
 
 class Backend(Protocol):
-    """Where staged data lives. Each method returns the staged buffer."""
+    """Where staged data lives. Each method returns the staged buffer: a NumPy ``uint8``
+    array on the CPU; on the GPU whatever the GPU backend documents (a CuPy array)."""
 
     @property
     def name(self) -> str:
@@ -48,7 +49,7 @@ class Backend(Protocol):
         *,
         threads: int | None,
         progress: ProgressCallback | None,
-    ) -> cpu.Buffer:
+    ) -> Any:
         """Decrypt and verify a sealed dataset onto the device."""
         ...
 
@@ -59,11 +60,11 @@ class Backend(Protocol):
         chunk_size: int,
         threads: int | None,
         progress: ProgressCallback | None,
-    ) -> cpu.Buffer:
+    ) -> Any:
         """Move a plaintext file onto the device, sealed in transit under a fresh key."""
         ...
 
-    def scrub(self, buf: cpu.Buffer) -> None:
+    def scrub(self, buf: Any) -> None:
         """Zero a buffer this backend staged."""
         ...
 
@@ -94,7 +95,7 @@ class _CpuBackend:
             path, chunk_size=chunk_size, threads=threads, progress=progress
         )
 
-    def scrub(self, buf: cpu.Buffer) -> None:
+    def scrub(self, buf: Any) -> None:
         cpu.scrub(buf)
 
 
@@ -162,8 +163,11 @@ def stage(
     progress: ProgressCallback | None = None,
     plaintext: bool | None = None,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
-) -> Iterator[cpu.Buffer]:
+) -> Iterator[Any]:
     """Stage a dataset, yield the verified buffer, and zero it on exit (also on errors).
+
+    The buffer is a one-dimensional NumPy ``uint8`` array on the CPU (``cpu.Buffer``), and
+    what the GPU backend returns on the GPU.
 
     Args:
         path: a sealed dataset, or a plaintext file.

@@ -38,6 +38,7 @@ PINNED = {
     "nonce_2": "a0a1a2a30000000000000002",
     "aad_2": "af91117f045697057dda680907d11fe1215c79867d0e471111dfbc0dce1d2efb020000000000000001",
     "chunk_2_tag": "d93b9da82be42fab16eadbf0ae97936c",
+    "chunk_2_ct_prefix": "78e282c037852823611518e65deb911c",
     "key_id": "f49c199b88944b6d37e6e1fc71c6c1e5",
     "wrap_record": "01001000f49c199b88944b6d37e6e1fc71c6c1e5707172737475767778797a7b"
     "d3e4b91b9a5de20da356b156b309152ed81973820410d42dee948c9e391fcbbe"
@@ -130,6 +131,7 @@ def test_header_tag_and_chunk_ciphertext() -> None:
     cipher.encrypt_into(2, pt, out)
     assert bytes(out) == raw
     assert raw[-16:].hex() == PINNED["chunk_2_tag"]
+    assert raw[:16].hex() == PINNED["chunk_2_ct_prefix"] and len(raw) == 1808 + 16
 
 
 def test_key_id_and_wrap_record() -> None:
