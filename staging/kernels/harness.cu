@@ -6,10 +6,12 @@
 // are lowercase hex, "-" for empty. tests/test_kernel_harness.py drives it and checks every answer
 // against the `cryptography` package and the GCM specification's test vectors.
 //
+//   layout                                      -> key-context and geometry constants
 //   sbox                                        -> the 256 S-box bytes
 //   clmul32 A B                                 -> 64-bit carry-less product (hex words in/out)
 //   gfmul X Y                                   -> X*Y in GF(2^128), GCM byte order
 //   gfpow X E                                   -> X^E (E decimal)
+//   ctrblock J0 C                               -> counter block of data block C (inc32)
 //   aes KEY BLOCK                               -> AES-256 encryption of one block
 //   ref enc|dec KEY IV AAD TEXT                 -> TEXT' TAG: serial GCM (a plain oracle)
 //   tiled enc|dec K T FT KEY IV AAD TEXT        -> TEXT' TAG: the kernel's tiled decomposition
@@ -331,6 +333,11 @@ u64 parse_u64(const std::string& s) { return static_cast<u64>(std::stoull(s, nul
 std::string run(const std::vector<std::string>& a, const HostTable& te) {
     const std::string& cmd = a[0];
     std::vector<u8> x, y, z, w;
+    if (cmd == "layout" && a.size() == 1) {
+        return "ctx_hpow=" + std::to_string(kCtxHPow) + " combine_threads=" +
+               std::to_string(kCombineThreads) + " ctx_words_1024=" +
+               std::to_string(ctx_words(1024)) + " aad_bytes=" + std::to_string(kFormatAadBytes);
+    }
     if (cmd == "sbox" && a.size() == 1) {
         u8 s[256];
         for (u32 i = 0; i < 256; ++i) {
@@ -350,6 +357,16 @@ std::string run(const std::vector<std::string>& a, const HostTable& te) {
     }
     if (cmd == "gfpow" && a.size() == 3 && from_hex(a[1], x) && x.size() == 16) {
         return gf_to_hex(gf_pow(gf_from_hex16(x), parse_u64(a[2])));
+    }
+    if (cmd == "ctrblock" && a.size() == 3 && from_hex(a[1], x) && x.size() == 16) {
+        u32 j0[4], out[4];
+        for (int i = 0; i < 4; ++i) {
+            j0[i] = load_le32(x.data() + 4 * i);
+        }
+        gcm_counter_block(j0, parse_u64(a[2]), out);
+        u8 ob[16];
+        tag_bytes(out, ob);
+        return to_hex(ob, 16);
     }
     if (cmd == "aes" && a.size() == 3 && from_hex(a[1], x) && from_hex(a[2], y) &&
         x.size() == 32 && y.size() == 16) {
