@@ -1,0 +1,468 @@
+"""A stand-in for the part of CuPy that ``staging.gpu`` uses, for testing without a GPU.
+
+It checks the orchestration, not the kernels' arithmetic (``test_kernel_harness.py`` does that):
+
+* **Lazy streams.** A copy or a launch does not run when it is issued: it is queued on its
+  stream and runs only when something forces it (an event or stream synchronize, a
+  ``wait_event`` dependency being forced, or ``Event.done`` deciding at random that the GPU
+  got there). A missing event wait therefore lets a reader overwrite a pinned slot before its
+  copy ran, or lets the host read a status word before it was written, and a test fails.
+* **Kernel signatures.** ``RawModule`` parses the ``extern "C"`` kernels of the real
+  ``aesgcm.cu`` and every launch is checked against them: an array for a pointer,
+  ``numpy.uint64``/``numpy.uint32`` for the integers, the right count.
+* **Kernel semantics** (emulated with ``cryptography``): ``gcm_chunks`` writes AES-CTR output
+  *before* anything is verified, as the real kernel does; ``gcm_finalize`` checks the tag,
+  writes the status word and zeroes a failing chunk, or writes the tag when sealing.
+* Fresh allocations (``empty``) are filled with garbage, as device memory may be.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import random
+import re
+import threading
+from collections.abc import Callable, Sequence
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+uint8 = np.uint8
+uint32 = np.uint32
+
+_lock = threading.RLock()
+_ids = itertools.count(0x1000)
+_local = threading.local()
+_rng = random.Random(1234)
+
+
+class Config:
+    """Knobs the tests turn."""
+
+    device_count = 1
+    sm_count = 2
+    compile_error: str | None = None
+    done_probability = 0.5
+    launches: list[tuple[str, tuple[int, ...], tuple[int, ...]]] = []  # noqa: RUF012
+
+
+def reset(devices: int = 1, seed: int = 0) -> None:
+    Config.device_count = devices
+    Config.compile_error = None
+    Config.launches = []
+    _rng.seed(seed)
+    _devices.clear()
+
+
+# --- streams and events ---------------------------------------------------------------------------
+
+
+class Stream:
+    def __init__(self, non_blocking: bool = False, *, device: int | None = None) -> None:
+        self.device = _current_device() if device is None else device
+        self.ops: list[Callable[[], None]] = []
+        self.executed = 0
+        self.ptr = next(_ids)
+        _streams[self.ptr] = self
+        _device_state(self.device).streams.append(self)
+
+    def enqueue(self, op: Callable[[], None]) -> None:
+        with _lock:
+            self.ops.append(op)
+
+    def run_until(self, n: int) -> None:
+        with _lock:
+            while self.executed < n:
+                op = self.ops[self.executed]
+                self.executed += 1
+                op()
+
+    def synchronize(self) -> None:
+        with _lock:
+            self.run_until(len(self.ops))
+
+    def wait_event(self, event: Event) -> None:
+        mark = event.mark
+        if mark is not None:
+            self.enqueue(lambda: mark[0].run_until(mark[1]))
+
+    def __enter__(self) -> Stream:
+        stack = _stream_stack()
+        stack.append(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _stream_stack().pop()
+
+
+_streams: dict[int, Stream] = {}
+
+
+class Event:
+    def __init__(self, block: bool = False, disable_timing: bool = False) -> None:
+        self.mark: tuple[Stream, int] | None = None
+
+    def record(self, stream: Stream | None = None) -> None:
+        s = stream if stream is not None else get_current_stream()
+        with _lock:
+            self.mark = (s, len(s.ops))
+
+    def synchronize(self) -> None:
+        if self.mark is not None:
+            self.mark[0].run_until(self.mark[1])
+
+    @property
+    def done(self) -> bool:
+        if self.mark is None:
+            return True
+        with _lock:
+            if _rng.random() < Config.done_probability:
+                self.synchronize()
+            return self.mark[0].executed >= self.mark[1]
+
+
+def get_current_stream() -> Stream:
+    stack = _stream_stack()
+    if stack:
+        return stack[-1]
+    return _device_state(_current_device()).null
+
+
+def _stream_stack() -> list[Stream]:
+    if not hasattr(_local, "streams"):
+        _local.streams = []
+    stack: list[Stream] = _local.streams
+    return stack
+
+
+# --- devices -------------------------------------------------------------------------------------
+
+
+class _DeviceState:
+    streams: list[Stream]
+    null: Stream
+
+
+_devices: dict[int, _DeviceState] = {}
+
+
+def _device_state(dev: int) -> _DeviceState:
+    with _lock:
+        if dev not in _devices:
+            state = _DeviceState()
+            state.streams = []
+            _devices[dev] = state
+            state.null = Stream(device=dev)  # registers itself in state.streams
+        return _devices[dev]
+
+
+def _current_device() -> int:
+    dev: int = getattr(_local, "device", 0)
+    return dev
+
+
+class Device:
+    def __init__(self, device: int | None = None) -> None:
+        self.id = _current_device() if device is None else device
+        if not 0 <= self.id < Config.device_count:
+            raise RuntimeError(f"cudaErrorInvalidDevice: {self.id}")
+        self.attributes = {"MultiProcessorCount": Config.sm_count}
+        self._saved: list[int] = []
+
+    def __enter__(self) -> Device:
+        self._saved.append(_current_device())
+        _local.device = self.id
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _local.device = self._saved.pop()
+
+    def synchronize(self) -> None:
+        with _lock:
+            for s in list(_device_state(self.id).streams):
+                s.synchronize()
+
+
+# --- memory --------------------------------------------------------------------------------------
+
+
+class ndarray:  # noqa: N801 - the CuPy name
+    def __init__(self, a: np.ndarray[Any, Any], device: int) -> None:
+        self._a = a
+        self.device = SimpleNamespace(id=device)
+        self.data = SimpleNamespace(ptr=a.ctypes.data)
+
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        dt: np.dtype[Any] = self._a.dtype
+        return dt
+
+    @property
+    def ndim(self) -> int:
+        return self._a.ndim
+
+    @property
+    def size(self) -> int:
+        return int(self._a.size)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self._a.shape)
+
+    @property
+    def flags(self) -> Any:
+        return self._a.flags
+
+    def __getitem__(self, idx: Any) -> ndarray:
+        return ndarray(self._a[idx], self.device.id)
+
+    def fill(self, value: int) -> None:
+        a = self._a
+        get_current_stream().enqueue(lambda: a.fill(value))
+
+    def get(self, stream: Any = None, out: np.ndarray[Any, Any] | None = None) -> Any:
+        get_current_stream().synchronize()
+        Device(self.device.id).synchronize()
+        if out is None:
+            return self._a.copy()
+        out[...] = self._a
+        return out
+
+
+def empty(shape: Any, dtype: Any = np.float64) -> ndarray:
+    a = np.empty(shape, dtype=dtype)
+    a.view(np.uint8).reshape(-1)[:] = np.frombuffer(
+        _rng.randbytes(a.nbytes), dtype=np.uint8
+    )  # uninitialised memory: garbage
+    return ndarray(a, _current_device())
+
+
+def zeros(shape: Any, dtype: Any = np.float64) -> ndarray:
+    return ndarray(np.zeros(shape, dtype=dtype), _current_device())
+
+
+def asarray(a: Any) -> ndarray:
+    if isinstance(a, ndarray):
+        return a
+    return ndarray(np.array(a, copy=True), _current_device())
+
+
+def asnumpy(a: ndarray) -> np.ndarray[Any, Any]:
+    result: np.ndarray[Any, Any] = a.get()
+    return result
+
+
+def alloc_pinned_memory(nbytes: int) -> bytearray:
+    return bytearray(nbytes)
+
+
+def _memcpy_async(dst: int, src: int, size: int, kind: int, stream: int) -> None:
+    def copy() -> None:
+        ctypes.memmove(dst, src, size)
+
+    _streams[stream].enqueue(copy)
+
+
+runtime = SimpleNamespace(
+    getDeviceCount=lambda: Config.device_count,
+    memcpyAsync=_memcpy_async,
+    memcpyHostToDevice=1,
+    memcpyDeviceToHost=2,
+)
+
+
+# --- kernels -------------------------------------------------------------------------------------
+
+_SIGNATURE = re.compile(
+    r'extern "C" __global__ void(?: __launch_bounds__\([^)]*\))?\s+(\w+)\(([^)]*)\)'
+)
+
+
+def _parse_signatures(code: str) -> dict[str, list[str]]:
+    out = {}
+    for name, params in _SIGNATURE.findall(code):
+        kinds = []
+        for p in params.split(","):
+            p = " ".join(p.split())
+            if "*" in p:
+                kinds.append("ptr")
+            elif p.startswith("u64"):
+                kinds.append("u64")
+            elif p.startswith("u32"):
+                kinds.append("u32")
+            else:
+                raise AssertionError(f"unexpected kernel parameter {p!r}")
+        out[name] = kinds
+    return out
+
+
+class CompileException(Exception):
+    pass
+
+
+class RawModule:
+    def __init__(self, code: str, options: Sequence[str] = ()) -> None:
+        if Config.compile_error is not None:
+            raise CompileException(Config.compile_error + "\n(more lines)")
+        assert '#include "' not in code, "NVRTC gets no include path: inline the header"
+        self.signatures = _parse_signatures(code)
+        assert set(self.signatures) == {"gcm_setup", "gcm_chunks", "gcm_finalize"}
+
+    def get_function(self, name: str) -> Kernel:
+        return Kernel(name, self.signatures[name])
+
+
+class Kernel:
+    def __init__(self, name: str, params: list[str]) -> None:
+        self.name = name
+        self.params = params
+
+    def __call__(
+        self, grid: tuple[int, ...], block: tuple[int, ...], args: tuple[Any, ...]
+    ) -> None:
+        assert len(args) == len(self.params), (self.name, len(args), len(self.params))
+        for kind, arg in zip(self.params, args, strict=True):
+            if kind == "ptr":
+                assert isinstance(arg, ndarray), (self.name, kind, type(arg))
+            elif kind == "u64":
+                assert type(arg) is np.uint64, (self.name, kind, type(arg))
+            else:
+                assert type(arg) is np.uint32, (self.name, kind, type(arg))
+        assert 1 <= grid[0] and 1 <= block[0] <= 256 and block[0] % 32 == 0, (grid, block)
+        Config.launches.append((self.name, tuple(grid), tuple(block)))
+        impl = _IMPLS[self.name]
+        get_current_stream().enqueue(lambda: impl(grid, block, *args))
+
+
+def _ceil(a: int, b: int) -> int:
+    return (a + b - 1) // b
+
+
+def _key(ctx: ndarray) -> bytes:
+    return ctx._a[:8].tobytes()
+
+
+def _fake_setup(
+    grid: Any, block: Any, key: ndarray, ctx: ndarray, ct: Any, nf: Any, nl: Any
+) -> None:
+    assert grid == (1,) and block == (256,)
+    assert ctx.size == 72 + 4 * int(ct) + 4 * 257
+    ctx._a[:8] = key._a.view(np.uint32)
+    ctx._a[8:] = 0x5EC2E7  # stands for the expanded key material
+
+
+def _chunks_of(
+    first: Any, total: Any, last_len: Any, n: Any, cs: Any
+) -> list[tuple[int, int, int]]:
+    """(local index, dataset index, plaintext length) of a batch."""
+    out = []
+    for local in range(int(n)):
+        idx = int(first) + local
+        length = int(last_len) if idx == int(total) - 1 else int(cs)
+        out.append((local, idx, length))
+    return out
+
+
+def _nonce(prefix: Any, idx: int) -> bytes:
+    return int(prefix).to_bytes(4, "little") + idx.to_bytes(8, "big")
+
+
+def _fake_chunks(
+    grid: Any,
+    block: Any,
+    src: ndarray,
+    dst: ndarray,
+    ctx: ndarray,
+    partials: ndarray,
+    first: Any,
+    total: Any,
+    last_len: Any,
+    n: Any,
+    cs: Any,
+    prefix: Any,
+    encrypt: Any,
+    tiles_full: Any,
+    tiles_last: Any,
+) -> None:
+    ct = 4 * block[0]
+    assert int(tiles_full) == _ceil(_ceil(int(cs), 16), ct)
+    assert int(tiles_last) == _ceil(_ceil(int(last_len), 16), ct)
+    final = int(first) + int(n) == int(total)
+    items = (int(n) - final) * int(tiles_full) + (int(tiles_last) if final else 0)
+    assert grid[0] <= items and partials.size >= 4 * items
+    key = _key(ctx)
+    stride = int(cs) + 16
+    for local, idx, length in _chunks_of(first, total, last_len, n, cs):
+        if encrypt:
+            a, b = local * int(cs), local * stride
+        else:
+            a, b = local * stride, local * int(cs)
+        ctr = Cipher(algorithms.AES(key), modes.CTR(_nonce(prefix, idx) + (2).to_bytes(4, "big")))
+        data = src._a[a : a + length].tobytes()
+        dst._a[b : b + length] = np.frombuffer(ctr.encryptor().update(data), dtype=np.uint8)
+
+
+def _fake_finalize(
+    grid: Any,
+    block: Any,
+    src: ndarray,
+    dst: ndarray,
+    ctx: ndarray,
+    partials: ndarray,
+    digest: ndarray,
+    status: ndarray,
+    first: Any,
+    total: Any,
+    last_len: Any,
+    n: Any,
+    cs: Any,
+    prefix: Any,
+    encrypt: Any,
+    tiles_full: Any,
+    tiles_last: Any,
+    ct: Any,
+) -> None:
+    assert grid == (int(n),) and block == (256,)
+    assert status.size == int(n)
+    key = _key(ctx)
+    aead = AESGCM(key)
+    stride = int(cs) + 16
+    dig = digest._a.tobytes()
+    for local, idx, length in _chunks_of(first, total, last_len, n, cs):
+        aad = dig + idx.to_bytes(8, "little") + (b"\x01" if idx == int(total) - 1 else b"\x00")
+        nonce = _nonce(prefix, idx)
+        if encrypt:
+            pt = src._a[local * int(cs) : local * int(cs) + length].tobytes()
+            tag = aead.encrypt(nonce, pt, aad)[-16:]
+            at = local * stride + length
+            dst._a[at : at + 16] = np.frombuffer(tag, dtype=np.uint8)
+            status._a[local] = 0
+            continue
+        record = src._a[local * stride : local * stride + length + 16].tobytes()
+        try:
+            aead.decrypt(nonce, record, aad)
+            status._a[local] = 0
+        except InvalidTag:
+            status._a[local] = 1
+            dst._a[local * int(cs) : local * int(cs) + length] = 0
+
+
+_IMPLS: dict[str, Callable[..., None]] = {
+    "gcm_setup": _fake_setup,
+    "gcm_chunks": _fake_chunks,
+    "gcm_finalize": _fake_finalize,
+}
+
+cuda = SimpleNamespace(
+    Device=Device,
+    Stream=Stream,
+    Event=Event,
+    get_current_stream=get_current_stream,
+    alloc_pinned_memory=alloc_pinned_memory,
+    runtime=runtime,
+)

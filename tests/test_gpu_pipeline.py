@@ -1,0 +1,443 @@
+"""The GPU staging pipeline's orchestration, run without a GPU against ``tests/fake_cupy.py``.
+
+The fake runs copies and kernels lazily (only when an event or stream synchronisation forces
+them), so these tests catch a missing event wait, a pinned slot refilled too early, a status
+word read before it was written, or a wrong kernel argument type; the kernels themselves are
+emulated with ``cryptography``. What the real kernels compute is checked by
+``test_kernel_harness.py``; the real thing end to end by ``test_gpu_staging.py`` on a GPU.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from gpuattest.errors import (
+    ChunkAuthenticationError,
+    GpuStagingUnavailableError,
+    MalformedDatasetError,
+    UsageError,
+)
+from staging import dataset as dataset_mod
+from staging import format as fmt
+from staging import gpu
+from staging.dataset import SealedDataset, StagingIOError, open_sealed
+from staging.format import HeaderAuthenticationError
+from staging.seal import seal_bytes
+from tests import fake_cupy
+
+CS = 4096
+SENTINEL = 0xA5
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    seed = int.from_bytes(os.urandom(4), "big")
+    print(f"fake_cupy seed={seed}")
+    fake_cupy.reset(devices=3, seed=seed)
+    monkeypatch.setattr(gpu, "_cupy", lambda: fake_cupy)
+    monkeypatch.setattr(gpu, "_modules", {})
+    yield fake_cupy
+    fake_cupy.reset()
+
+
+def _data(n: int) -> bytes:
+    return os.urandom(n)
+
+
+def _sealed(tmp_path: Path, data: bytes, cs: int = CS) -> tuple[SealedDataset, bytes]:
+    dk = fmt.new_dataset_key()
+    path = tmp_path / "d.gcc"
+    path.write_bytes(seal_bytes(data, dataset_key=dk, chunk_size=cs, threads=2))
+    return open_sealed(path), dk
+
+
+def _poisoned(n: int, device: int = 0) -> Any:
+    return fake_cupy.ndarray(np.full(n, SENTINEL, dtype=np.uint8), device)
+
+
+def _host(arr: Any) -> bytes:
+    return bytes(fake_cupy.asnumpy(arr).tobytes())
+
+
+SIZES = [0, 1, 15, 16, 17, CS - 1, CS, CS + 1, 5 * CS + 7, 24 * CS, 37 * CS + 3]
+PIPELINES: list[dict[str, Any]] = [
+    {"batch_bytes": 1, "slots": 1, "threads": 1},  # one chunk per batch, no overlap
+    {"batch_bytes": 3 * (CS + 16), "slots": 2, "threads": 3},
+    {"batch_bytes": 5 * (CS + 16), "slots": 4, "threads": 2},
+    {"batch_bytes": 1 << 30, "slots": 4, "threads": 4},  # everything in one launch
+]
+
+
+@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize("pipe", range(len(PIPELINES)))
+def test_sealed_round_trip_overwrites_every_byte(
+    fake: Any, tmp_path: Path, size: int, pipe: int
+) -> None:
+    data = _data(size)
+    dataset, dk = _sealed(tmp_path, data)
+    out = _poisoned(size)
+    got = gpu.stage_gpu(dataset, dk, out=out, **PIPELINES[pipe])
+    assert got is out
+    assert _host(out) == data
+
+
+@pytest.mark.parametrize("size", [0, 1, CS, 9 * CS + 1])
+def test_sealed_round_trip_into_a_fresh_array(fake: Any, tmp_path: Path, size: int) -> None:
+    data = _data(size)
+    dataset, dk = _sealed(tmp_path, data)
+    arr = gpu.stage_gpu(dataset, dk, batch_bytes=2 * CS, slots=3)
+    assert arr.dtype == np.uint8 and arr.shape == (size,)
+    assert _host(arr) == data
+
+
+@pytest.mark.parametrize("size", [0, 1, CS - 1, CS, 11 * CS + 5])
+def test_plaintext_round_trip(fake: Any, tmp_path: Path, size: int) -> None:
+    data = _data(size)
+    (tmp_path / "p.bin").write_bytes(data)
+    out = _poisoned(size)
+    gpu.stage_plaintext_gpu(
+        tmp_path / "p.bin", chunk_size=CS, out=out, batch_bytes=4 * CS, slots=2, threads=3
+    )
+    assert _host(out) == data
+
+
+def test_small_chunks_are_batched_per_launch(fake: Any, tmp_path: Path) -> None:
+    data = _data(64 * CS)
+    dataset, dk = _sealed(tmp_path, data)
+    fake.Config.launches = []
+    gpu.stage_gpu(dataset, dk, batch_bytes=16 * (CS + 16), slots=2)
+    chunks = [x for x in fake.Config.launches if x[0] == "gcm_chunks"]
+    finals = [x for x in fake.Config.launches if x[0] == "gcm_finalize"]
+    assert len(chunks) == 4 and len(finals) == 4  # 64 chunks, 4 launches each
+    assert {grid for _, grid, _ in finals} == {(16,)}
+    # A 4 KiB chunk is one tile of 64 threads x 4 blocks; the grid covers 16 chunks' tiles.
+    assert {(grid, block) for _, grid, block in chunks} == {((min(16, 2 * 4),), (64,))}
+
+
+# --- failures ----------------------------------------------------------------------------------
+
+N = 9  # chunks in the tamper datasets (the last one short)
+
+
+def _tamper_set(tmp_path: Path) -> tuple[Path, bytes, bytes]:
+    data = _data((N - 1) * CS + 1000)
+    dataset, dk = _sealed(tmp_path, data)
+    return dataset.path, data, dk
+
+
+def _flip(path: Path, offset: int) -> None:
+    blob = bytearray(path.read_bytes())
+    blob[offset] ^= 0x04
+    path.write_bytes(bytes(blob))
+
+
+def _assert_failed_at(path: Path, dk: bytes, data: bytes, index: int, **kw: Any) -> None:
+    out = _poisoned(len(data))
+    with pytest.raises(ChunkAuthenticationError) as info:
+        gpu.stage_gpu(open_sealed(path), dk, out=out, **kw)
+    assert info.value.chunk_index == index and info.value.exit_code == 6
+    host = _host(out)
+    assert host[: index * CS] == data[: index * CS]  # verified chunks stay
+    assert not any(host[index * CS :])  # the failing chunk and everything after: zero
+
+
+@pytest.mark.parametrize("index", range(N))
+@pytest.mark.parametrize("where", ["ciphertext", "tag"])
+def test_flipped_bit_names_the_chunk_and_leaves_nothing_unverified(
+    fake: Any, tmp_path: Path, index: int, where: str
+) -> None:
+    path, data, dk = _tamper_set(tmp_path)
+    header = open_sealed(path).header
+    start = header.chunk_offset(index)
+    length = header.chunk_length(index)
+    _flip(path, start + (length // 2 if where == "ciphertext" else length + 7))
+    _assert_failed_at(path, dk, data, index, batch_bytes=2 * (CS + 16), slots=3, threads=2)
+
+
+@pytest.mark.parametrize("pipe", range(len(PIPELINES)))
+@pytest.mark.parametrize("done_probability", [0.0, 0.5, 1.0])
+def test_the_lowest_failing_chunk_is_named_whatever_the_timing(
+    fake: Any, tmp_path: Path, pipe: int, done_probability: float
+) -> None:
+    fake.Config.done_probability = done_probability
+    path, data, dk = _tamper_set(tmp_path)
+    header = open_sealed(path).header
+    for index in (6, 2):
+        _flip(path, header.chunk_offset(index) + 1)
+    _assert_failed_at(path, dk, data, 2, **PIPELINES[pipe])
+
+
+def test_owned_buffer_is_zeroed_entirely_on_failure(
+    fake: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path, data, dk = _tamper_set(tmp_path)
+    _flip(path, open_sealed(path).header.chunk_offset(4) + 9)
+    made: list[Any] = []
+    real_empty = fake.empty
+
+    def spy(shape: Any, dtype: Any = np.float64) -> Any:
+        arr = real_empty(shape, dtype)
+        made.append(arr)
+        return arr
+
+    monkeypatch.setattr(fake, "empty", spy)
+    with pytest.raises(ChunkAuthenticationError):
+        gpu.stage_gpu(open_sealed(path), dk, batch_bytes=CS, slots=2)
+    outs = [a for a in made if a.size == len(data) and a.ndim == 1]
+    assert len(outs) == 1
+    assert not any(_host(outs[0]))
+
+
+def test_swapped_and_spliced_chunks(fake: Any, tmp_path: Path) -> None:
+    path, data, dk = _tamper_set(tmp_path)
+    header = open_sealed(path).header
+    blob = bytearray(path.read_bytes())
+    a, b = header.chunk_offset(3), header.chunk_offset(4)
+    rec = CS + 16
+    blob[a : a + rec], blob[b : b + rec] = blob[b : b + rec], blob[a : a + rec]
+    path.write_bytes(bytes(blob))
+    _assert_failed_at(path, dk, data, 3, batch_bytes=3 * rec)
+    # A chunk from another dataset under the same dataset key: its AAD and nonce differ.
+    blob[a : a + rec], blob[b : b + rec] = blob[b : b + rec], blob[a : a + rec]  # undo
+    other = bytes(seal_bytes(_data(len(data)), dataset_key=dk, chunk_size=CS))
+    blob[a : a + rec] = other[a : a + rec]
+    path.write_bytes(bytes(blob))
+    _assert_failed_at(path, dk, data, 3, batch_bytes=rec)
+
+
+def test_wrong_key_and_altered_header_touch_nothing(fake: Any, tmp_path: Path) -> None:
+    path, data, dk = _tamper_set(tmp_path)
+    out = _poisoned(len(data))
+    fake.Config.launches = []
+    with pytest.raises(HeaderAuthenticationError):
+        gpu.stage_gpu(open_sealed(path), fmt.new_dataset_key(), out=out)
+    _flip(path, 20)  # dataset id: still parses
+    with pytest.raises(HeaderAuthenticationError):
+        gpu.stage_gpu(open_sealed(path), dk, out=out)
+    assert fake.Config.launches == []
+    assert _host(out) == bytes([SENTINEL]) * len(data)
+
+
+def test_file_changed_after_open(fake: Any, tmp_path: Path) -> None:
+    path, data, dk = _tamper_set(tmp_path)
+    dataset = open_sealed(path)
+    _flip(path, 70)  # header tag
+    with pytest.raises(MalformedDatasetError, match="changed"):
+        gpu.stage_gpu(dataset, dk, out=_poisoned(len(data)))
+
+
+def test_read_error_zeroes_the_whole_output(
+    fake: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path, data, dk = _tamper_set(tmp_path)
+    header = open_sealed(path).header
+    real = dataset_mod.read_exact
+
+    def failing(fd: int, buf: memoryview, offset: int) -> None:
+        if offset >= header.chunk_offset(5):
+            raise OSError(5, "Input/output error")
+        real(fd, buf, offset)
+
+    monkeypatch.setattr(gpu, "read_exact", failing)
+    out = _poisoned(len(data))
+    with pytest.raises(StagingIOError, match="Input/output error"):
+        gpu.stage_gpu(open_sealed(path), dk, out=out, batch_bytes=CS, slots=2)
+    assert not any(_host(out))
+
+
+# --- several GPUs ---------------------------------------------------------------------------------
+
+
+def test_split_across_gpus(fake: Any, tmp_path: Path) -> None:
+    data = _data(20 * CS + 77)
+    dataset, dk = _sealed(tmp_path, data)
+    shards = gpu.stage_gpu_sharded(dataset, dk, gpus=3, batch_bytes=2 * CS, slots=2)
+    assert [s.device for s in shards] == [0, 1, 2]
+    assert [s.chunk_count for s in shards] == [7, 7, 7]
+    assert b"".join(_host(s.array) for s in shards) == data
+    assert [s.offset for s in shards] == [0, 7 * CS, 14 * CS]
+    # Fewer chunks than GPUs: only as many GPUs as chunks.
+    (tmp_path / "small").mkdir()
+    small, dk2 = _sealed(tmp_path / "small", b"ab")
+    assert len(gpu.stage_gpu_sharded(small, dk2, gpus=[2, 0])) == 1
+
+
+@pytest.mark.parametrize("bad", [1, 8, 15, 20])
+def test_failure_on_one_gpu_stops_all_and_names_the_lowest_chunk(
+    fake: Any, tmp_path: Path, bad: int
+) -> None:
+    data = _data(20 * CS + 77)
+    dataset, dk = _sealed(tmp_path, data)
+    _flip(dataset.path, dataset.header.chunk_offset(bad) + 3)
+    if bad + 9 < dataset.header.chunk_count:  # a second, later bad chunk
+        _flip(dataset.path, dataset.header.chunk_offset(bad + 9) + 3)
+    outs = [_poisoned(7 * CS, 0), _poisoned(7 * CS, 1), _poisoned(6 * CS + 77, 2)]
+    with pytest.raises(ChunkAuthenticationError) as info:
+        gpu.stage_gpu_sharded(
+            open_sealed(dataset.path), dk, gpus=3, outs=outs, batch_bytes=CS, slots=2
+        )
+    assert info.value.chunk_index == bad
+    whole = b"".join(_host(o) for o in outs)
+    assert whole[: bad * CS] == data[: bad * CS]
+    assert not any(whole[bad * CS :])
+
+
+def test_too_many_gpus_or_bad_ids(fake: Any, tmp_path: Path) -> None:
+    dataset, dk = _sealed(tmp_path, _data(CS))
+    with pytest.raises(GpuStagingUnavailableError, match="4 GPUs requested"):
+        gpu.stage_gpu_sharded(dataset, dk, gpus=4)
+    with pytest.raises(GpuStagingUnavailableError, match="device 7 does not exist"):
+        gpu.stage_gpu_sharded(dataset, dk, gpus=[7])
+    with pytest.raises(UsageError):
+        gpu.stage_gpu_sharded(dataset, dk, gpus=0)
+    with pytest.raises(UsageError):
+        gpu.stage_gpu_sharded(dataset, dk, gpus=[1, 1])
+
+
+# --- sealing on the GPU and device-resident records --------------------------------------------
+
+
+@pytest.mark.parametrize("size", [0, 1, CS, 3 * CS + 9])
+def test_gpu_seal_opens_on_the_cpu_and_back(fake: Any, tmp_path: Path, size: int) -> None:
+    data = _data(size)
+    kek = fmt.new_dataset_key()
+    dev = fake_cupy.asarray(np.frombuffer(data, dtype=np.uint8))
+    blob = gpu.seal_gpu(dev, kek=kek, chunk_size=CS)
+    (tmp_path / "g.gcc").write_bytes(blob)
+    dataset = open_sealed(tmp_path / "g.gcc")
+    from staging.cpu import stage_cpu
+
+    assert stage_cpu(dataset, dataset.unwrap(kek)).tobytes() == data
+    # Same key and dataset id: byte for byte what the CPU sealer writes.
+    dk = dataset.unwrap(kek)
+    again = gpu.seal_gpu(dev, dataset_key=dk, chunk_size=CS, dataset_id=dataset.dataset_id)
+    assert again == seal_bytes(data, dataset_key=dk, chunk_size=CS, dataset_id=dataset.dataset_id)
+    # And the device-resident records open on the GPU.
+    records = fake_cupy.asarray(
+        np.frombuffer(bytes(blob[dataset.header.chunks_offset :]), np.uint8)
+    )
+    assert _host(gpu.decrypt_records_gpu(records, dataset.header, dk)) == data
+
+
+def test_device_resident_records_tampered(fake: Any, tmp_path: Path) -> None:
+    data = _data(6 * CS)
+    dataset, dk = _sealed(tmp_path, data)
+    raw = bytearray(dataset.path.read_bytes()[dataset.header.chunks_offset :])
+    raw[2 * (CS + 16) + 5] ^= 1
+    records = fake_cupy.asarray(np.frombuffer(bytes(raw), np.uint8))
+    out = _poisoned(len(data))
+    with pytest.raises(ChunkAuthenticationError) as info:
+        gpu.decrypt_records_gpu(records, dataset.header, dk, out=out)
+    assert info.value.chunk_index == 2
+    host = _host(out)
+    assert host[: 2 * CS] == data[: 2 * CS] and not any(host[2 * CS :])
+    with pytest.raises(ValueError, match="chunk boundary"):
+        gpu.decrypt_records_gpu(records[:100], dataset.header, dk)
+
+
+# --- availability, the backend, the context manager -------------------------------------------
+
+
+def test_unavailable_without_cupy(monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_cupy() -> Any:
+        raise GpuStagingUnavailableError("CuPy is not installed (ModuleNotFoundError: no cupy)")
+
+    monkeypatch.setattr(gpu, "_cupy", no_cupy)
+    monkeypatch.setattr(gpu, "_modules", {})
+    assert not gpu.gpu_available()
+    reason = gpu.unavailable_reason()
+    assert reason is not None and "CuPy" in reason and "\n" not in reason
+    with pytest.raises(GpuStagingUnavailableError) as info:
+        gpu.require_gpu()
+    assert info.value.exit_code == 5
+    with pytest.raises(GpuStagingUnavailableError):
+        gpu.backend()
+    assert gpu.gpu_count() == 0
+
+
+def test_real_import_without_cupy_gives_a_reason() -> None:
+    try:
+        import cupy  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        pytest.skip("CuPy is installed here")
+    reason = gpu.unavailable_reason()
+    assert reason is not None and reason.startswith("CuPy is not installed")
+
+
+def test_compile_failure_is_a_one_line_reason(fake: Any) -> None:
+    fake.Config.compile_error = "aesgcm.cu(12): error: something"
+    reason = gpu.unavailable_reason(0)
+    assert reason is not None and "did not build" in reason and "\n" not in reason
+    fake.Config.compile_error = None
+    assert gpu.gpu_available(0)  # not cached as a failure
+
+
+def test_backend_stages_and_scrubs(fake: Any, tmp_path: Path) -> None:
+    data = _data(3 * CS + 1)
+    dataset, dk = _sealed(tmp_path, data)
+    be = gpu.backend()
+    assert be.name == "gpu"
+    buf = be.stage_sealed(dataset, dk, threads=2, progress=None)
+    assert _host(buf) == data
+    be.scrub(buf)
+    assert not any(_host(buf))
+    multi = gpu.backend(gpus=2)
+    shards = multi.stage_sealed(dataset, dk, threads=None, progress=None)
+    assert b"".join(_host(s.array) for s in shards) == data
+    multi.scrub(shards)
+    assert not any(b"".join(_host(s.array) for s in shards))
+    (tmp_path / "p.bin").write_bytes(data)
+    plain = be.stage_plaintext(tmp_path / "p.bin", chunk_size=CS, threads=2, progress=None)
+    assert _host(plain) == data
+
+
+def test_context_manager_scrubs_on_exit_and_on_error(fake: Any, tmp_path: Path) -> None:
+    data = _data(2 * CS + 3)
+    dataset, dk = _sealed(tmp_path, data)
+    with gpu.gpu_staging(dataset, dk) as staged:
+        arr = staged.array
+        assert _host(arr) == data and staged.nbytes == len(data)
+    assert not any(_host(arr))
+    with pytest.raises(RuntimeError), gpu.gpu_staging(dataset, dk, gpus=2) as staged:
+        shards = staged.shards
+        with pytest.raises(UsageError):
+            _ = staged.array
+        raise RuntimeError("training failed")
+    assert all(not any(_host(s.array)) for s in shards)
+    (tmp_path / "p.bin").write_bytes(data)
+    with gpu.gpu_staging(tmp_path / "p.bin", chunk_size=CS) as staged:
+        assert _host(staged.array) == data
+    with pytest.raises(UsageError), gpu.gpu_staging(tmp_path / "p.bin", dk):
+        pass
+    with pytest.raises(UsageError), gpu.gpu_staging(dataset):
+        pass
+
+
+def test_progress_is_in_order_and_complete(fake: Any, tmp_path: Path) -> None:
+    data = _data(10 * CS + 5)
+    dataset, dk = _sealed(tmp_path, data)
+    seen: list[tuple[int, int]] = []
+    gpu.stage_gpu(dataset, dk, batch_bytes=3 * (CS + 16), progress=lambda d, t: seen.append((d, t)))
+    assert [d for d, _ in seen] == sorted(d for d, _ in seen)
+    assert seen[-1] == (len(data), len(data))
+
+
+def test_geometry_helpers() -> None:
+    assert gpu._threads_for(4096) == 64  # 256 blocks: tiles of 4 x 64
+    assert gpu._threads_for(16384) == 256
+    assert gpu._threads_for(4 * 1024 * 1024) == 256
+    assert gpu._tiles(0, 1024) == 0 and gpu._tiles(1, 1024) == 1
+    assert gpu._tiles(16 * 1024, 1024) == 1 and gpu._tiles(16 * 1024 + 1, 1024) == 2
+    rng = random.Random(7)
+    header = fmt.Header(chunk_size=CS, dataset_id=rng.randbytes(16), plaintext_length=10 * CS + 3)
+    assert gpu._count_records(header, 11 * (CS + 16) - CS + 3, 0) == (11, 10 * CS + 3)
+    assert gpu._count_records(header, 2 * (CS + 16), 4) == (2, 2 * CS)
