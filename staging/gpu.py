@@ -189,7 +189,97 @@ class _Kernels:
     setup: Any
     chunks: Any
     finalize: Any
+    selftest: Any
     sm_count: int
+
+
+#: Known answers checked on each device right after the kernels are built (McGrew & Viega,
+#: "The Galois/Counter Mode of Operation", AES-256 test cases 14 and 16: one full block; and
+#: AAD with a partial last block). key, iv, aad, plaintext, ciphertext, tag (hex).
+_KATS = (
+    (
+        "00" * 32,
+        "00" * 12,
+        "",
+        "00" * 16,
+        "cea7403d4d606b6e074ec5d3baf39d18",
+        "d0d1c8a799996bf0265b98b5d48ab919",
+    ),
+    (
+        "feffe9928665731c6d6a8f9467308308" * 2,
+        "cafebabefacedbaddecaf888",
+        "feedfacedeadbeeffeedfacedeadbeefabaddad2",
+        "d9313225f88406e5a55909c5aff5269a86a7a9531534f7da2e4c303d8a318a72"
+        "1c3c0c95956809532fcf0e2449a6b525b16aedf5aa0de657ba637b39",
+        "522dc1f099567d07f47f37a32a84427d643a8cdcbfe5c0c97598a2bd2555d1aa"
+        "8cb08e48590dbb3da7b08b1056828838c5f61e6393ba7a0abcc9f662",
+        "76fc6ece0f4e1768cddf8853bb2d551b",
+    ),
+)
+
+#: Threads of the gcm_selftest CTA (its __launch_bounds__).
+_SELFTEST_THREADS = 64
+
+
+def _gcm_message(
+    kernels: _Kernels,
+    cupy: Any,
+    key: bytes,
+    iv: bytes,
+    aad: bytes,
+    data: bytes,
+    *,
+    seal: bool,
+) -> tuple[bytes, bytes]:
+    """One plain GCM message through gcm_selftest on the current device: (output, tag).
+
+    Sealing returns the ciphertext and its tag; opening returns the CTR output and the tag
+    computed over ``data`` (the caller compares). The same device code as staging runs.
+    """
+
+    def dev(b: bytes) -> Any:
+        # Never a zero-size allocation: the kernel gets a valid pointer either way.
+        return cupy.asarray(np.frombuffer(b or b"\x00", dtype=np.uint8))
+
+    ct = _K * _SELFTEST_THREADS
+    partials = cupy.zeros(max(1, _tiles(len(data), ct)) * 4, dtype=cupy.uint32)
+    out = cupy.zeros(max(1, len(data)), dtype=cupy.uint8)
+    tag = cupy.zeros(16, dtype=cupy.uint8)
+    d_key = dev(key)
+    try:
+        kernels.selftest(
+            (1,),
+            (_SELFTEST_THREADS,),
+            (
+                d_key,
+                dev(iv),
+                np.uint64(len(iv)),
+                dev(aad),
+                np.uint64(len(aad)),
+                dev(data),
+                out,
+                np.uint64(len(data)),
+                np.uint32(1 if seal else 0),
+                partials,
+                tag,
+            ),
+        )
+        result = bytes(cupy.asnumpy(out)[: len(data)].tobytes())
+        return result, bytes(cupy.asnumpy(tag).tobytes())
+    finally:
+        d_key.fill(0)
+        partials.fill(0)
+
+
+def _self_test(kernels: _Kernels, cupy: Any) -> bool:
+    """Run the known answers on the current device, both directions."""
+    for key, iv, aad, pt, ct, tag in _KATS:
+        k, i, a, p, c, t = (bytes.fromhex(x) for x in (key, iv, aad, pt, ct, tag))
+        if _gcm_message(kernels, cupy, k, i, a, p, seal=True) != (c, t):
+            return False
+        if _gcm_message(kernels, cupy, k, i, a, c, seal=False) != (p, t):
+            return False
+    return True
 
 
 _modules: dict[int, _Kernels] = {}
@@ -199,8 +289,12 @@ _modules_lock = threading.Lock()
 def _kernels(device_id: int) -> _Kernels:
     """The compiled kernels for one device (compiled once per process and device).
 
+    Right after building, the kernels must reproduce the known answers of :data:`_KATS` on
+    that device, sealing and opening; otherwise nothing is staged with them.
+
     Raises:
-        GpuStagingUnavailableError: no CuPy, no such device, or the kernels do not compile.
+        GpuStagingUnavailableError: no CuPy, no such device, the kernels do not build, or
+            they fail the known-answer self-test.
     """
     with _modules_lock:
         found = _modules.get(device_id)
@@ -222,14 +316,21 @@ def _kernels(device_id: int) -> _Kernels:
                     setup=module.get_function("gcm_setup"),
                     chunks=module.get_function("gcm_chunks"),
                     finalize=module.get_function("gcm_finalize"),
+                    selftest=module.get_function("gcm_selftest"),
                     sm_count=int(cupy.cuda.Device(device_id).attributes["MultiProcessorCount"]),
                 )
+                passed = _self_test(kernels, cupy)
         except GpuStagingUnavailableError:
             raise
         except Exception as exc:  # noqa: BLE001 - CompileException, CUDADriverError, ...
             raise GpuStagingUnavailableError(
                 f"the AES-GCM kernels did not build for CUDA device {device_id}: {_one_line(exc)}"
             ) from None
+        if not passed:
+            raise GpuStagingUnavailableError(
+                f"the AES-GCM kernels failed their known-answer self-test on CUDA device "
+                f"{device_id} (a miscompiled or unsupported build); refusing to stage"
+            )
         _modules[device_id] = kernels
         return kernels
 

@@ -47,6 +47,7 @@ class Config:
     device_count = 1
     sm_count = 2
     compile_error: str | None = None
+    selftest_broken = False
     done_probability = 0.5
     launches: list[tuple[str, tuple[int, ...], tuple[int, ...]]] = []  # noqa: RUF012
 
@@ -54,6 +55,7 @@ class Config:
 def reset(devices: int = 1, seed: int = 0) -> None:
     Config.device_count = devices
     Config.compile_error = None
+    Config.selftest_broken = False
     Config.launches = []
     _rng.seed(seed)
     _devices.clear()
@@ -311,7 +313,7 @@ class RawModule:
             raise CompileException(Config.compile_error + "\n(more lines)")
         assert '#include "' not in code, "NVRTC gets no include path: inline the header"
         self.signatures = _parse_signatures(code)
-        assert set(self.signatures) == {"gcm_setup", "gcm_chunks", "gcm_finalize"}
+        assert set(self.signatures) == {"gcm_setup", "gcm_chunks", "gcm_finalize", "gcm_selftest"}
 
     def get_function(self, name: str) -> Kernel:
         return Kernel(name, self.signatures[name])
@@ -452,7 +454,46 @@ def _fake_finalize(
             dst._a[local * int(cs) : local * int(cs) + length] = 0
 
 
+def _fake_selftest(
+    grid: Any,
+    block: Any,
+    key: ndarray,
+    iv: ndarray,
+    iv_len: Any,
+    aad: ndarray,
+    aad_len: Any,
+    src: ndarray,
+    dst: ndarray,
+    length: Any,
+    encrypt: Any,
+    partials: ndarray,
+    tag_out: ndarray,
+) -> None:
+    assert grid == (1,) and block == (64,)
+    k = key._a.tobytes()
+    nonce = iv._a[: int(iv_len)].tobytes()
+    data = src._a[: int(length)].tobytes()
+    if Config.selftest_broken:
+        data = bytes(len(data))
+    if not encrypt:  # opening: CTR output, and the tag over the given ciphertext
+        ctr = Cipher(algorithms.AES(k), modes.GCM(nonce)).encryptor()
+        ctr.authenticate_additional_data(aad._a[: int(aad_len)].tobytes())
+        # GCM's CTR is an involution: encrypting the ciphertext gives the plaintext, but the
+        # tag must cover the ciphertext, so seal the recovered plaintext to get it.
+        plain = ctr.update(data) + ctr.finalize()
+        data_for_tag = plain
+    else:
+        data_for_tag = data
+    enc = Cipher(algorithms.AES(k), modes.GCM(nonce)).encryptor()
+    enc.authenticate_additional_data(aad._a[: int(aad_len)].tobytes())
+    out = enc.update(data_for_tag) + enc.finalize()
+    result = out if encrypt else data_for_tag
+    dst._a[: len(result)] = np.frombuffer(result, dtype=np.uint8)
+    tag_out._a[:16] = np.frombuffer(enc.tag, dtype=np.uint8)
+
+
 _IMPLS: dict[str, Callable[..., None]] = {
+    "gcm_selftest": _fake_selftest,
     "gcm_setup": _fake_setup,
     "gcm_chunks": _fake_chunks,
     "gcm_finalize": _fake_finalize,

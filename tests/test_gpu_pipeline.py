@@ -381,6 +381,14 @@ def test_compile_failure_is_a_one_line_reason(fake: Any) -> None:
     assert gpu.gpu_available(0)  # not cached as a failure
 
 
+def test_a_build_that_fails_its_known_answers_is_refused(fake: Any) -> None:
+    fake.Config.selftest_broken = True
+    reason = gpu.unavailable_reason(1)
+    assert reason is not None and "known-answer self-test" in reason
+    fake.Config.selftest_broken = False
+    assert gpu.gpu_available(1)
+
+
 def test_backend_stages_and_scrubs(fake: Any, tmp_path: Path) -> None:
     data = _data(3 * CS + 1)
     dataset, dk = _sealed(tmp_path, data)

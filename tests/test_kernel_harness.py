@@ -239,6 +239,13 @@ def test_vectors_file_agrees_with_cryptography() -> None:
         assert h == _b(c["h"]), c["name"]
 
 
+def test_the_device_self_test_answers_are_right() -> None:
+    """gpu.py refuses a device whose kernels miss these; they must be right themselves."""
+    for key, iv, aad, pt, ct, tag in gpu._KATS:
+        got = _gcm(bytes.fromhex(key), bytes.fromhex(iv), bytes.fromhex(pt), bytes.fromhex(aad))
+        assert got == (bytes.fromhex(ct), bytes.fromhex(tag))
+
+
 GEOMETRIES = [(1, 1, 1), (1, 3, 2), (2, 5, 7), (4, 32, 256), (4, 64, 3), (8, 7, 33)]
 
 
@@ -529,7 +536,7 @@ def test_kernels_compile_for_sm90_without_spills(tmp_path: Path) -> None:
     report = _ptxas_report(KERNELS / "aesgcm.cu", KERNELS, tmp_path / "aesgcm.cubin")
     print(report)
     funcs = _functions(report)
-    assert set(funcs) == {"gcm_setup", "gcm_chunks", "gcm_finalize"}
+    assert set(funcs) == {"gcm_setup", "gcm_chunks", "gcm_finalize", "gcm_selftest"}
     for name, props in funcs.items():
         assert props["spill_stores"] == 0 and props["spill_loads"] == 0, (name, props)
         assert props["stack"] == 0, (name, props)
@@ -562,5 +569,5 @@ def test_the_source_cupy_compiles_is_the_same_kernel(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     ptx = (tmp_path / "k.ptx").read_text()
-    for name in ("gcm_setup", "gcm_chunks", "gcm_finalize"):
+    for name in ("gcm_setup", "gcm_chunks", "gcm_finalize", "gcm_selftest"):
         assert f".entry {name}(" in ptx

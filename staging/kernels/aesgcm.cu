@@ -251,3 +251,99 @@ extern "C" __global__ void __launch_bounds__(kCombineThreads)
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+
+// Thread t's powers of H computed on demand (the self-test has no key context).
+struct OnTheFlyPowers {
+    gf128 h;
+    u32 T;
+    u32 t;
+    __device__ __forceinline__ gf128 operator()(int i) const {
+        return gf_pow(h, gcm_thread_power(GCMK_K, T, static_cast<u32>(i), t));
+    }
+};
+
+struct OnTheFlyGPowers {
+    gf128 g;
+    __device__ __forceinline__ gf128 operator()(u32 e) const { return gf_pow(g, e); }
+};
+
+// One plain GCM message of any IV and AAD length through the same device code as the staging
+// kernels (bank-replicated T-table, gcm_tile_thread, the CTA reductions, the tile combine).
+// For known-answer self-tests and the test suite, not for throughput.
+// Launch: 1 CTA of 64 threads. partials: gcm_tiles(len, GCMK_K * 64) * 4 words.
+extern "C" __global__ void __launch_bounds__(64)
+    gcm_selftest(const u8* __restrict__ key, const u8* __restrict__ iv, u64 iv_len,
+                 const u8* __restrict__ aad, u64 aad_len, const u8* __restrict__ src,
+                 u8* __restrict__ dst, u64 len, u32 encrypt, u32* __restrict__ partials,
+                 u8* __restrict__ tag_out) {
+    __shared__ u32 table[256 * 32];
+    __shared__ u32 rk[kAesRoundKeyWords];
+    __shared__ u32 red[2][GCMK_MAX_WARPS][4];
+    __shared__ u32 hj[8];  // H (natural order), J0
+
+    const u32 T = blockDim.x, t = threadIdx.x, lane = t & 31u;
+    build_bank_table(table);
+    __syncthreads();
+    const BankTable te{table + lane};
+    if (t == 0u) {
+        u32 kw[8];
+        for (int i = 0; i < 8; ++i) {
+            kw[i] = load_le32(key + 4 * i);
+        }
+        aes256_expand_key(kw, rk, te);
+        const u32 zero[4] = {0u, 0u, 0u, 0u};
+        u32 hb[4];
+        aes256_encrypt(rk, zero, hb, te);
+        const gf128 h = gf_from_le_words(hb);
+        u32 j0[4];
+        gcm_j0(iv, iv_len, h, j0);
+        for (int w = 0; w < 4; ++w) {
+            hj[w] = h.w[w];
+            hj[4 + w] = j0[w];
+        }
+    }
+    __syncthreads();
+    gf128 h;
+    GcmMessage m;
+    for (int w = 0; w < 4; ++w) {
+        h.w[w] = hj[w];
+        m.j0[w] = hj[4 + w];
+    }
+    m.src = src;
+    m.dst = dst;
+    m.len = len;
+    const u32 ct = GCMK_K * T;
+    const u64 ntiles = gcm_tiles(len, ct);
+    const OnTheFlyPowers hp{h, T, t};
+    u32 parity = 0;
+    for (u64 tau = 0; tau < ntiles; ++tau) {
+        const gf128 share = gcm_tile_thread<GCMK_K>(m, encrypt != 0u, tau, ntiles, T, t, rk, te, hp);
+        const gf128 sum = cta_xor(share, red[parity]);
+        if (t == 0u) {
+            for (int w = 0; w < 4; ++w) {
+                partials[4ull * tau + w] = sum.w[w];
+            }
+        }
+        parity ^= 1u;
+    }
+    __syncthreads();  // the tile shares in global memory are visible to the whole CTA
+    const BatchPartials parts{partials, 0ull};
+    const gf128 share = gcm_combine_thread(parts, ntiles, T, t, OnTheFlyGPowers{gf_pow(h, ct)});
+    const gf128 gc = cta_xor(share, red[parity]);
+    if (t == 0u) {
+        const gf128 ga = gcm_ghash_bytes(aad, aad_len, gf_zero(), h);
+        const gf128 hn = gf_pow(h, gcm_text_blocks(len));
+        u32 ekj0[4], tag[4];
+        aes256_encrypt(rk, m.j0, ekj0, te);
+        gcm_tag_words(gc, ga, aad_len, len, h, hn, ekj0, tag);
+        for (int i = 0; i < 16; ++i) {
+            tag_out[i] = static_cast<u8>(tag[i >> 2] >> (8 * (i & 3)));
+        }
+    }
+    __syncthreads();
+    for (u32 i = t; i < static_cast<u32>(kAesRoundKeyWords); i += T) {
+        rk[i] = 0u;
+    }
+}

@@ -604,6 +604,33 @@ GCMK_HD gf128 gcm_tile_thread(const GcmMessage& m, bool encrypt, u64 tile, u64 n
     return gf_reduce(acc);
 }
 
+// GHASH over arbitrary bytes (zero-padded to whole blocks), continuing from y.
+GCMK_HD gf128 gcm_ghash_bytes(const u8* p, u64 len, gf128 y, const gf128& h) {
+    const u64 blocks = gcm_text_blocks(len);
+    for (u64 c = 0; c < blocks; ++c) {
+        u32 L[4];
+        load_text_block(p, c, len, L);
+        y = gf_mul(gf_xor(y, gf_from_le_words(L)), h);
+    }
+    return y;
+}
+
+// J0 per SP 800-38D: IV || 0^31 || 1 for a 96-bit IV, else GHASH_H(IV || pad || [len(IV)]_64).
+// (The sealed format only uses 96-bit IVs; the general case serves the self-test vectors.)
+GCMK_HD void gcm_j0(const u8* iv, u64 iv_len, const gf128& h, u32 j0[4]) {
+    if (iv_len == 12u) {
+        u32 w[3];
+        for (int i = 0; i < 3; ++i) {
+            w[i] = load_le32(iv + 4 * i);
+        }
+        gcm_j0_from_iv96(w, j0);
+        return;
+    }
+    gf128 y = gcm_ghash_bytes(iv, iv_len, gf_zero(), h);
+    y = gf_mul(gf_xor(y, gf_length_block(0u, iv_len)), h);
+    gf_to_le_words(y, j0);
+}
+
 // The exponent of H that thread t of a tile needs for its i-th block.
 GCMK_HD u32 gcm_thread_power(u32 K, u32 T, u32 i, u32 t) { return K * T - (i * T + t); }
 

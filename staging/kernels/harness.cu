@@ -97,15 +97,8 @@ std::string gf_to_hex(const gf128& x) {
     return to_hex(b, 16);
 }
 
-// GHASH of arbitrary bytes, zero-padded to whole blocks, continuing from y.
 gf128 ghash_bytes(gf128 y, const gf128& h, const std::vector<u8>& data) {
-    for (size_t off = 0; off < data.size(); off += 16) {
-        u8 blk[16] = {0};
-        const size_t n = data.size() - off < 16 ? data.size() - off : 16;
-        std::memcpy(blk, data.data() + off, n);
-        y = gf_mul(gf_xor(y, gf_from_bytes(blk)), h);
-    }
-    return y;
+    return gcm_ghash_bytes(data.data(), data.size(), y, h);
 }
 
 struct KeyState {
@@ -127,19 +120,8 @@ KeyState key_state(const std::vector<u8>& key, const HostTable& te) {
     return ks;
 }
 
-// J0 per SP 800-38D: IV || 0^31 || 1 for 96-bit IVs, else GHASH(IV || pad || [len(IV)]_64).
 void derive_j0(const KeyState& ks, const std::vector<u8>& iv, u32 j0[4]) {
-    if (iv.size() == 12) {
-        u32 w[3];
-        for (int i = 0; i < 3; ++i) {
-            w[i] = load_le32(iv.data() + 4 * i);
-        }
-        gcm_j0_from_iv96(w, j0);
-        return;
-    }
-    gf128 y = ghash_bytes(gf_zero(), ks.h, iv);
-    y = gf_mul(gf_xor(y, gf_length_block(0, iv.size())), ks.h);
-    gf_to_le_words(y, j0);
+    gcm_j0(iv.data(), iv.size(), ks.h, j0);
 }
 
 void tag_bytes(const u32 tag[4], u8 out[16]) {
