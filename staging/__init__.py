@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .api import stage
-    from .cpu import scrub, stage_cpu, stage_plaintext_cpu
+    from .cpu import scrub, stage_bytes, stage_cpu, stage_plaintext_cpu
     from .dataset import SealedDataset, is_sealed, open_sealed
     from .format import read_key_file, write_key_file
     from .seal import SealResult, WrapSpec, rewrap, seal_bytes, seal_file
@@ -34,6 +34,7 @@ __all__ = [
     "seal_bytes",
     "seal_file",
     "stage",
+    "stage_bytes",
     "stage_cpu",
     "stage_plaintext_cpu",
     "write_key_file",
@@ -42,6 +43,7 @@ __all__ = [
 _HOME = {
     "stage": "api",
     "scrub": "cpu",
+    "stage_bytes": "cpu",
     "stage_cpu": "cpu",
     "stage_plaintext_cpu": "cpu",
     "SealedDataset": "dataset",

@@ -1,18 +1,20 @@
-"""A bounded window of chunks processed in parallel, in file order, failing deterministically.
+"""Chunks processed in parallel with bounded memory, failing deterministically.
 
-Chunks are submitted in index order to a thread pool, at most ``2 * threads`` at a time; each
-in-flight chunk owns one of that many scratch slots, so memory stays bounded whatever the
-dataset size. When a chunk fails, nothing new is submitted, every chunk already in flight is
-allowed to finish (so no worker writes after the caller starts cleaning up), and the failure
-with the *lowest* index is reported: every chunk below it was submitted earlier and has
-completed, so the answer does not depend on thread timing.
+``threads`` workers claim chunk indices from a shared counter, in increasing order, and
+each worker owns one scratch slot, so at most ``threads`` chunks are in flight and memory
+stays bounded whatever the dataset size. Workers never wait for the calling thread to hand
+out work (it only reports progress), so no core idles between chunks.
+
+When a chunk fails, workers stop claiming new indices and finish the chunk they hold, so no
+worker writes after the caller starts cleaning up. The failure with the *lowest* index is
+reported: every lower index was claimed earlier and has completed, so the answer does not
+depend on thread timing.
 """
 
 from __future__ import annotations
 
-from collections import deque
+import threading
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 
 __all__ = ["ChunkFailure", "run_chunks", "window_for"]
 
@@ -28,7 +30,45 @@ class ChunkFailure(Exception):
 
 def window_for(threads: int, count: int) -> int:
     """Number of scratch slots (chunks in flight) for ``threads`` workers."""
-    return max(1, min(count, 2 * threads if threads > 1 else 1))
+    return max(1, min(count, threads))
+
+
+class _State:
+    """What the workers and the calling thread share, under one condition variable."""
+
+    def __init__(self, count: int) -> None:
+        self.cond = threading.Condition()
+        self.count = count
+        self.next_index = 0
+        self.completed = bytearray(count)
+        self.failures: list[tuple[int, BaseException]] = []
+        self.stop = False
+        self.running = 0
+
+
+def _worker(state: _State, slot: int, work: Callable[[int, int], None]) -> None:
+    cond = state.cond
+    try:
+        while True:
+            with cond:
+                if state.stop or state.failures or state.next_index >= state.count:
+                    return
+                index = state.next_index
+                state.next_index += 1
+            try:
+                work(index, slot)
+            except BaseException as exc:  # recorded; the calling thread re-raises it
+                with cond:
+                    state.failures.append((index, exc))
+                    cond.notify_all()
+                return
+            with cond:
+                state.completed[index] = 1
+                cond.notify_all()
+    finally:
+        with cond:
+            state.running -= 1
+            cond.notify_all()
 
 
 def run_chunks(
@@ -46,8 +86,8 @@ def run_chunks(
 
     Raises:
         ChunkFailure: the lowest-index chunk that raised, with its exception.
-        BaseException: anything raised in the calling thread (``KeyboardInterrupt``), after
-            every running chunk has stopped.
+        BaseException: anything raised in the calling thread (``KeyboardInterrupt``, or an
+            exception from ``on_done``), after every worker has stopped.
     """
     if threads < 1:
         raise ValueError("threads must be at least 1")
@@ -62,30 +102,45 @@ def run_chunks(
         return
 
     slots = window_for(threads, count)
-    free = list(range(slots))
-    inflight: deque[tuple[int, int, Future[None]]] = deque()
-    failures: list[tuple[int, Exception]] = []
-    next_index = 0
-    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="gpucc-chunk") as pool:
-        try:
-            while inflight or (next_index < count and not failures):
-                while free and next_index < count and not failures:
-                    slot = free.pop()
-                    inflight.append((next_index, slot, pool.submit(work, next_index, slot)))
-                    next_index += 1
-                index, slot, future = inflight.popleft()
-                error = future.exception()
-                free.append(slot)
-                if error is not None:
-                    if not isinstance(error, Exception):  # a worker's KeyboardInterrupt etc.
-                        raise error
-                    failures.append((index, error))
-                elif on_done is not None and not failures:
+    state = _State(count)
+    state.running = slots
+    workers = [
+        threading.Thread(
+            target=_worker, args=(state, slot, work), name=f"gpucc-chunk-{slot}", daemon=True
+        )
+        for slot in range(slots)
+    ]
+    for worker in workers:
+        worker.start()
+    reported = 0
+    try:
+        while True:
+            with state.cond:
+                while (
+                    state.running
+                    and not state.failures
+                    and (reported >= count or not state.completed[reported])
+                ):
+                    state.cond.wait()
+                ready = reported
+                while ready < count and state.completed[ready]:
+                    ready += 1
+                finished = not state.running or bool(state.failures)
+            if on_done is not None and not state.failures:
+                for index in range(reported, ready):
                     on_done(index)
-        except BaseException:
-            for _, _, future in inflight:
-                future.cancel()
-            raise  # leaving the with-block waits for the running chunks
-    if failures:
-        index, error = min(failures, key=lambda item: item[0])
+            reported = ready
+            if finished:
+                break
+    except BaseException:
+        with state.cond:
+            state.stop = True
+        raise
+    finally:
+        for worker in workers:
+            worker.join()
+    if state.failures:
+        index, error = min(state.failures, key=lambda item: item[0])
+        if not isinstance(error, Exception):  # a worker's SystemExit and the like
+            raise error
         raise ChunkFailure(index, error) from error

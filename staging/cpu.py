@@ -27,7 +27,16 @@ from gpuattest.errors import MalformedDatasetError, MalformedInputError
 from ._pipeline import ChunkFailure, run_chunks, window_for
 from .chunks import ChunkCipher, zero
 from .dataset import SealedDataset, io_error, open_sealed, read_exact
-from .format import DEFAULT_CHUNK_SIZE, TAG_SIZE, Header, StrPath, new_dataset_key
+from .format import (
+    DEFAULT_CHUNK_SIZE,
+    HEADER_SIZE,
+    PREFIX_SIZE,
+    TAG_SIZE,
+    Header,
+    StrPath,
+    new_dataset_key,
+    parse_wrap_section,
+)
 from .seal import ProgressCallback, default_threads
 
 __all__ = [
@@ -35,6 +44,7 @@ __all__ = [
     "SealedDataset",
     "open_sealed",
     "scrub",
+    "stage_bytes",
     "stage_cpu",
     "stage_plaintext_cpu",
 ]
@@ -168,6 +178,50 @@ def stage_cpu(
         _decrypt_all(cipher, fill, dst, threads=threads, progress=progress, owned=out is None)
     finally:
         os.close(fd)
+    return dst
+
+
+def stage_bytes(
+    data: bytes | bytearray | memoryview,
+    dataset_key: bytes,
+    *,
+    threads: int | None = None,
+    progress: ProgressCallback | None = None,
+    out: Buffer | None = None,
+) -> Buffer:
+    """Decrypt and verify a sealed dataset held in memory (e.g. from ``seal_bytes``).
+
+    Chunks are decrypted straight from ``data``, without a copy, so ``data`` must be private
+    memory that nothing else writes while staging runs (not a shared mapping of a file).
+    The same checks and the same zeroing as :func:`stage_cpu`.
+
+    Raises:
+        MalformedDatasetError: bad framing or a length that does not match the header.
+        HeaderAuthenticationError: wrong key or altered header (nothing decrypted).
+        ChunkAuthenticationError: a chunk failed (see :func:`stage_cpu` for what is zeroed).
+    """
+    threads = threads or default_threads()
+    view = memoryview(data).cast("B")
+    if len(view) < PREFIX_SIZE:
+        raise MalformedDatasetError(f"sealed data is {len(view)} bytes, too short")
+    header = Header.parse(bytes(view[:HEADER_SIZE]))
+    wrap_end = PREFIX_SIZE + header.wrap_length
+    if len(view) < wrap_end:
+        raise MalformedDatasetError("sealed data ends inside its wrap section")
+    parse_wrap_section(bytes(view[PREFIX_SIZE:wrap_end]))
+    if len(view) != header.file_size:
+        raise MalformedDatasetError(
+            f"sealed data is {len(view)} bytes but its header describes {header.file_size}"
+        )
+    cipher = ChunkCipher(dataset_key, header)
+    cipher.verify_header(bytes(view[HEADER_SIZE:PREFIX_SIZE]))
+    dst = _destination(header.plaintext_length, out)
+
+    def fill(index: int, _slot: int, length: int) -> memoryview:
+        start = header.chunk_offset(index)
+        return view[start : start + length + TAG_SIZE]
+
+    _decrypt_all(cipher, fill, dst, threads=threads, progress=progress, owned=out is None)
     return dst
 
 

@@ -29,7 +29,7 @@ from gpuattest.errors import (
 from staging import format as fmt
 from staging._pipeline import ChunkFailure, run_chunks
 from staging.chunks import ChunkCipher
-from staging.cpu import Buffer, stage_cpu, stage_plaintext_cpu
+from staging.cpu import Buffer, stage_bytes, stage_cpu, stage_plaintext_cpu
 from staging.dataset import StagingIOError, open_sealed
 from staging.format import HeaderAuthenticationError
 from staging.seal import WrapSpec, rewrap, seal_bytes, seal_file
@@ -90,6 +90,28 @@ def test_seal_bytes_matches_seal_file_layout(tmp_path: Path, size: int) -> None:
         data, dataset_key=dk, chunk_size=CS, threads=1, dataset_id=dataset.header.dataset_id
     )
     assert again == blob
+
+
+@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize("threads", [1, 3])
+def test_stage_bytes_round_trip_and_tamper(size: int, threads: int) -> None:
+    data = _data(size, seed=4)
+    dk = fmt.new_dataset_key()
+    blob = seal_bytes(data, dataset_key=dk, chunk_size=CS, threads=threads)
+    assert stage_bytes(blob, dk, threads=threads).tobytes() == data
+    header = fmt.Header.parse(bytes(blob[:64]))
+    last = header.chunk_count - 1
+    _, end = _chunk_span(bytes(blob), last)
+    blob[end - 1] ^= 1  # the last tag
+    out = _sentinel(size)
+    with pytest.raises(ChunkAuthenticationError) as info:
+        stage_bytes(blob, dk, threads=threads, out=out)
+    assert info.value.chunk_index == last
+    assert out[: last * CS].tobytes() == data[: last * CS] and not out[last * CS :].any()
+    with pytest.raises(MalformedDatasetError):
+        stage_bytes(blob[:-1], dk)
+    with pytest.raises(HeaderAuthenticationError):
+        stage_bytes(blob, fmt.new_dataset_key())
 
 
 @pytest.mark.parametrize("size", [0, 1, CS - 1, CS, CS + 1, 7 * CS + 3])
