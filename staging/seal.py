@@ -22,7 +22,7 @@ from pathlib import Path
 from gpuattest.errors import MalformedInputError
 
 from ._pipeline import ChunkFailure, run_chunks, window_for
-from .chunks import ChunkCipher
+from .chunks import ChunkCipher, zero
 from .dataset import SealedDataset, io_error, open_sealed, read_exact
 from .format import (
     DEFAULT_CHUNK_SIZE,
@@ -320,6 +320,9 @@ def _write_sealed(
             if isinstance(failure.cause, MalformedInputError):
                 raise MalformedInputError(f"{src} shrank while it was being sealed") from None
             raise failure.cause from None
+        finally:
+            for buf in plain:  # plaintext copies: do not leave them to the allocator
+                zero(buf)
         try:
             if os.fstat(src_fd).st_size != total:
                 raise MalformedInputError(f"{src} changed size while it was being sealed")
