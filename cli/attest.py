@@ -14,7 +14,7 @@ from .options import OutputFormat, parse_time
 if TYPE_CHECKING:
     from gpuattest.collateral import OcspChecker, RimSource
     from gpuattest.evidence import EvidenceSet
-    from gpuattest.trust import TrustRoots
+    from gpuattest.netconfig import NetworkSettings
 
 evidence_app = typer.Typer(
     help="Collect GPU evidence.", no_args_is_help=True, pretty_exceptions_show_locals=False
@@ -56,19 +56,14 @@ def _rim_source(
 
 
 def _collateral(
-    ctx_sources: list[RimSource], roots: TrustRoots, net: dict[str, object]
+    file_sources: list[RimSource], settings: NetworkSettings
 ) -> tuple[RimSource, OcspChecker]:
-    """Files first, then the network/cache/bundle layer."""
-    from gpuattest.collateral import CompositeRimSource, NoOcsp, NoRimSource
+    """Local files first, then the network/cache/bundle layer."""
+    from gpuattest.collateral import CompositeRimSource
+    from gpuattest.netconfig import build_collateral
 
-    try:
-        from gpuattest.netconfig import NetworkSettings, build_collateral
-    except ImportError:  # pragma: no cover - network layer not installed
-        rims = CompositeRimSource([*ctx_sources, NoRimSource()])
-        return rims, NoOcsp()
-    settings = NetworkSettings(**net)
-    net_rims, ocsp = build_collateral(settings, roots=roots)
-    return CompositeRimSource([*ctx_sources, net_rims]), ocsp
+    net_rims, ocsp = build_collateral(settings)
+    return CompositeRimSource([*file_sources, net_rims]), ocsp
 
 
 def attest(
@@ -225,21 +220,20 @@ def attest(
         nonce = fresh.hex()
     expected = parse_nonce_hex(nonce) if nonce else None
     roots = TrustRoots.nvidia()
-    rims, ocsp = _collateral(
-        _rim_source(rim_dir, driver_rim, vbios_rim),
-        roots,
-        {
-            "rim_url": rim_url,
-            "ocsp_url": ocsp_url,
-            "service_key": service_key,
-            "ocsp_nonce": not no_ocsp_nonce,
-            "cache_dir": cache_dir,
-            "use_cache": not no_cache,
-            "bundle": collateral,
-            "offline": offline,
-            "timeout": timeout,
-        },
+    from gpuattest.netconfig import NetworkSettings
+
+    settings = NetworkSettings(
+        rim_url=rim_url,
+        ocsp_url=ocsp_url,
+        service_key=service_key,
+        ocsp_nonce=not no_ocsp_nonce,
+        cache_dir=cache_dir,
+        use_cache=not no_cache,
+        bundle=collateral,
+        offline=offline,
+        timeout=timeout,
     )
+    rims, ocsp = _collateral(_rim_source(rim_dir, driver_rim, vbios_rim), settings)
     result = verify(
         ev, expected_nonce=expected, roots=roots, now=now, rims=rims, ocsp=ocsp, policy=pol
     )

@@ -106,8 +106,13 @@ class OcspChecker(Protocol):
         kind: ChainKind,
         anchor: x509.Certificate,
         now: dt.datetime,
+        issuer_chain: Sequence[x509.Certificate] = (),
     ) -> OcspOutcome:
-        """Return the outcome; never raises for network or response problems."""
+        """Return the outcome; never raises for network or response problems.
+
+        ``issuer_chain`` holds the certificates above ``issuer`` up to the anchor, so a
+        responder's chain can be validated to the pinned root.
+        """
         ...
 
 
@@ -131,6 +136,7 @@ class NoOcsp:
         kind: ChainKind,
         anchor: x509.Certificate,
         now: dt.datetime,
+        issuer_chain: Sequence[x509.Certificate] = (),
     ) -> OcspOutcome:
         """Report "not checked" with the configured reason."""
         return OcspOutcome(

@@ -92,7 +92,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed448, ed25519, paddin
 from cryptography.x509 import ocsp
 from cryptography.x509.oid import ExtendedKeyUsageOID, SignatureAlgorithmOID
 
-from ._internal.transport import Fetcher, plain_http_to_remote, safe_url
+from ._internal.transport import Fetcher, HttpStatusError, plain_http_to_remote, safe_url
 from .cache import CollateralCache
 from .chain import MAX_CHAIN_CERTS, validate_chain
 from .collateral import ChainKind, OcspOutcome, OcspStatus
@@ -694,6 +694,9 @@ class OcspClient:
         self.cache = cache
         self.max_cache_ttl = max_cache_ttl
         self.hash_algorithm = hash_algorithm
+        # Set after a connection-level failure: the rest of this client's checks report
+        # it at once instead of paying timeouts and retries for every certificate.
+        self._unreachable: str | None = None
 
     def __repr__(self) -> str:
         key = "set" if self._service_key else "none"
@@ -766,6 +769,11 @@ class OcspClient:
                     return OcspFetch(dataclasses.replace(outcome, reason=reason), cached, True)
                 self.cache.discard_ocsp(cert_id.key)
 
+        if self._unreachable is not None:
+            return OcspFetch(
+                _missing(f"OCSP responder unavailable (not retried this run): {self._unreachable}"),
+                None,
+            )
         nonce = os.urandom(NONCE_BYTES) if self.use_nonce else None
         request = build_request(cert, issuer, nonce=nonce, hash_algorithm=self.hash_algorithm)
         try:
@@ -778,6 +786,8 @@ class OcspClient:
                 bearer=self._service_key,
             )
         except CollateralUnavailableError as exc:
+            if not isinstance(exc, HttpStatusError):
+                self._unreachable = str(exc)
             return OcspFetch(_missing(f"OCSP responder unavailable: {exc}"), None)
         outcome = evaluate(der, nonce)
         if self.cache is not None and usable(outcome) and outcome.nonce_match is not False:

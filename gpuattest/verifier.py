@@ -294,7 +294,17 @@ def _ocsp_chain(
     outcomes: list[tuple[x509.Certificate, OcspOutcome]] = []
     for i in reversed(indices):
         outcomes.append(
-            (certs[i], checker.check(certs[i], certs[i + 1], kind=kind, anchor=anchor, now=now))
+            (
+                certs[i],
+                checker.check(
+                    certs[i],
+                    certs[i + 1],
+                    kind=kind,
+                    anchor=anchor,
+                    now=now,
+                    issuer_chain=certs[i + 2 :],
+                ),
+            )
         )
     notes: list[str] = []
     nonce_match: bool | None = None
