@@ -23,6 +23,7 @@ import itertools
 import random
 import re
 import threading
+import time
 from collections.abc import Callable, Sequence
 from types import SimpleNamespace
 from typing import Any
@@ -108,9 +109,17 @@ _streams: dict[int, Stream] = {}
 class Event:
     def __init__(self, block: bool = False, disable_timing: bool = False) -> None:
         self.mark: tuple[Stream, int] | None = None
+        self.when = 0.0
 
     def record(self, stream: Stream | None = None) -> None:
         s = stream if stream is not None else get_current_stream()
+        with _lock:
+            self.mark = (s, len(s.ops))
+
+        def stamp() -> None:
+            self.when = time.perf_counter()
+
+        s.enqueue(stamp)
         with _lock:
             self.mark = (s, len(s.ops))
 
@@ -126,6 +135,11 @@ class Event:
             if _rng.random() < Config.done_probability:
                 self.synchronize()
             return self.mark[0].executed >= self.mark[1]
+
+
+def get_elapsed_time(start: Event, stop: Event) -> float:
+    stop.synchronize()
+    return (stop.when - start.when) * 1e3
 
 
 def get_current_stream() -> Stream:
@@ -244,6 +258,14 @@ def empty(shape: Any, dtype: Any = np.float64) -> ndarray:
     return ndarray(a, _current_device())
 
 
+def empty_like(a: ndarray) -> ndarray:
+    return empty(a.shape, a.dtype)
+
+
+def get_default_memory_pool() -> Any:
+    return SimpleNamespace(free_all_blocks=lambda: None)
+
+
 def zeros(shape: Any, dtype: Any = np.float64) -> ndarray:
     return ndarray(np.zeros(shape, dtype=dtype), _current_device())
 
@@ -275,6 +297,8 @@ runtime = SimpleNamespace(
     memcpyAsync=_memcpy_async,
     memcpyHostToDevice=1,
     memcpyDeviceToHost=2,
+    memcpyDeviceToDevice=3,
+    getDeviceProperties=lambda dev: {"name": b"fake GPU"},
 )
 
 
@@ -504,6 +528,7 @@ cuda = SimpleNamespace(
     Stream=Stream,
     Event=Event,
     get_current_stream=get_current_stream,
+    get_elapsed_time=get_elapsed_time,
     alloc_pinned_memory=alloc_pinned_memory,
     runtime=runtime,
 )
