@@ -145,3 +145,12 @@ def test_malformed_policy_exit_4(tmp_path: Path) -> None:
     pol.write_text("ocsp:\n  requir: false\n")
     proc = gpucc("attest", "--sample", "--policy", str(pol))
     assert proc.returncode == 4 and "ocsp.requir" in proc.stderr
+
+
+def test_demo_runs_every_step() -> None:
+    proc = gpucc("demo", "--size-mib", "2")
+    no_traceback(proc)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = " ".join(proc.stdout.split())
+    assert "TRUSTED" in out and "bytes identical: True" in out
+    assert "caught: chunk" in out and "failed authentication" in out
