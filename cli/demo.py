@@ -129,7 +129,7 @@ def demo(
             raise NotTrustedError("staged bytes differ from the original")
         tampered = work / "tampered.gcc"
         raw = bytearray(sealed.read_bytes())
-        raw[-(3 << 20)] ^= 0x01  # a bit in one of the last chunks
+        raw[header.chunk_offset(header.chunk_count - 1) + 1] ^= 0x01  # a bit in the last chunk
         tampered.write_bytes(raw)
         try:
             with stage(tampered, key=key, device="cpu"):
