@@ -132,6 +132,12 @@ def _threads_for(chunk_size: int) -> int:
     return width
 
 
+def _check_aligned(name: str, array: Any) -> None:
+    """The kernels read and write 16-byte vectors: device buffers must be 16-byte aligned."""
+    if int(array.data.ptr) % 16:
+        raise ValueError(f"{name} must start on a 16-byte boundary (a view at an odd offset?)")
+
+
 def _tiles(length: int, ct: int) -> int:
     blocks = -(-length // 16)
     return -(-blocks // ct)
@@ -702,7 +708,8 @@ def _run_device(
     batches = [
         (b, min(per_batch, first + count - b)) for b in range(first, first + count, per_batch)
     ]
-    slot_bytes = max(_records_span(header, b, n)[1] for b, n in batches)
+    # Rows of the device ring stay 256-byte aligned: the kernels use 16-byte vector accesses.
+    slot_bytes = -(-max(_records_span(header, b, n)[1] for b, n in batches) // 256) * 256
     nslots = max(1, min(slots, len(batches)))
     gds = use_gds and source.gds_path() is not None
 
@@ -938,6 +945,7 @@ def _stage(
                 raise ValueError(
                     f"out must be a contiguous 1-D uint8 array of {length} bytes on device {dev}"
                 )
+            _check_aligned("out", arr)
         else:
             with cupy.cuda.Device(dev):
                 # Every byte is overwritten by the kernels (or zeroed on failure).
@@ -1341,6 +1349,9 @@ def decrypt_records_gpu(
     device_id = int(records.device.id)
     chunk_key = derive_chunk_key(dataset_key, header.dataset_id)
     count, length = _count_records(header, records.size, first_chunk)
+    _check_aligned("records", records)
+    if out is not None:
+        _check_aligned("out", out)
     owned = out is None
     with cupy.cuda.Device(device_id):
         if owned:
@@ -1417,6 +1428,7 @@ def seal_gpu(
     cupy = _cupy()
     if data.dtype != cupy.uint8 or data.ndim != 1 or not data.flags.c_contiguous:
         raise ValueError("data must be a contiguous 1-D uint8 device array")
+    _check_aligned("data", data)
     if kek is not None and wrap is not None:
         raise ValueError("give either kek or wrap, not both")
     spec = WrapSpec.key_file(kek) if kek is not None else wrap

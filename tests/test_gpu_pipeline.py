@@ -439,6 +439,16 @@ def test_progress_is_in_order_and_complete(fake: Any, tmp_path: Path) -> None:
     assert seen[-1] == (len(data), len(data))
 
 
+def test_misaligned_buffers_are_refused(fake: Any, tmp_path: Path) -> None:
+    data = _data(2 * CS)
+    dataset, dk = _sealed(tmp_path, data)
+    bigger = _poisoned(len(data) + 1)
+    with pytest.raises(ValueError, match="16-byte boundary"):
+        gpu.stage_gpu(dataset, dk, out=bigger[1:])
+    with pytest.raises(ValueError, match="16-byte boundary"):
+        gpu.seal_gpu(bigger[1:], dataset_key=dk, chunk_size=CS)
+
+
 def test_geometry_helpers() -> None:
     assert gpu._threads_for(4096) == 64  # 256 blocks: tiles of 4 x 64
     assert gpu._threads_for(16384) == 256
