@@ -278,6 +278,10 @@ def offer(
         f"wrote offer {output} for {len(secret.report_digests)} GPU(s); session key in "
         f"{host_key} (mode 0600)"
     )
+    # The nonce is public; printing it lets a CPU TEE bind the same value into its report data.
+    note(
+        f"session nonce {made.nonce.hex()} (bind it into TDX/SNP report data if you have a CPU TEE)"
+    )
 
 
 @session_app.command("answer")
