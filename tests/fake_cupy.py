@@ -237,6 +237,10 @@ class ndarray:  # noqa: N801 - the CuPy name
     def __getitem__(self, idx: Any) -> ndarray:
         return ndarray(self._a[idx], self.device.id)
 
+    def any(self) -> bool:
+        Device(self.device.id).synchronize()
+        return bool(self._a.any())
+
     def fill(self, value: int) -> None:
         a = self._a
         get_current_stream().enqueue(lambda: a.fill(value))

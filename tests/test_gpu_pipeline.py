@@ -357,8 +357,9 @@ def test_unavailable_without_cupy(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(GpuStagingUnavailableError) as info:
         gpu.require_gpu()
     assert info.value.exit_code == 5
-    with pytest.raises(GpuStagingUnavailableError):
-        gpu.backend()
+    for gpus in (None, 1, 2):
+        with pytest.raises(GpuStagingUnavailableError, match="CuPy is not installed"):
+            gpu.backend(gpus)
     assert gpu.gpu_count() == 0
 
 
