@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import numpy as np
 import typer
 
 from gpuattest.errors import UsageError
@@ -94,6 +93,14 @@ def stage(
     device: Annotated[
         Device, typer.Option("--device", help="Where to stage: cpu, gpu or auto.")
     ] = Device.CPU,
+    gpus: Annotated[
+        int,
+        typer.Option(
+            "--gpus",
+            min=1,
+            help="With --device gpu/auto: split the dataset over N local GPUs (chunk ranges).",
+        ),
+    ] = 1,
     threads: Annotated[
         int | None,
         typer.Option("--threads", min=1, help="Worker threads (default: all CPUs)."),
@@ -119,7 +126,9 @@ def stage(
     from staging.format import Header, read_key_file
     from staging.seal import default_threads
 
-    backend = select_backend(_DEVICE_NAMES[device])  # gpu/auto fail here, before any work
+    backend = select_backend(_DEVICE_NAMES[device], gpus=gpus)  # gpu fails here, before work
+    if device is Device.AUTO:
+        note(f"--device auto: staging on {backend.name}")
     size = parse_size(chunk_size)
     check_chunk_size(size, chunk_size)
     if (session is None) != (host_key is None):
@@ -129,6 +138,7 @@ def stage(
         "schema": "gpucc.stage/v1",
         "dataset": str(dataset),
         "device": backend.name,
+        "gpus": gpus if backend.name == "gpu" else 0,
     }
     if sealed:
         if (key_file is None) == (session is None):
@@ -160,12 +170,18 @@ def stage(
     with byte_progress("staging", total) as progress:
         started = time.perf_counter()
         with stage_dataset(
-            dataset, device=_DEVICE_NAMES[device], threads=threads, progress=progress, **stage_args
+            dataset,
+            device="gpu" if backend.name == "gpu" else "cpu",
+            gpus=gpus,
+            threads=threads,
+            progress=progress,
+            **stage_args,
         ) as buf:
             seconds = time.perf_counter() - started
             staged = header.plaintext_length
         # The API zeroes the buffer on exit; check it where that is cheap to see.
-        scrubbed = not buf.any() if isinstance(buf, np.ndarray) else True
+        parts = [s.array for s in buf] if isinstance(buf, list) else [buf]
+        scrubbed = not any(bool(p.any()) for p in parts)
     summary.update(
         bytes=staged,
         chunks=header.chunk_count,

@@ -15,6 +15,7 @@ through :func:`_gpu_backend` and nothing else here has to change.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -27,6 +28,8 @@ from . import cpu
 from .dataset import SealedDataset, is_sealed, open_sealed
 from .format import DEFAULT_CHUNK_SIZE, StrPath, read_key_file
 from .seal import ProgressCallback
+
+_logger = logging.getLogger("gpucc.staging")
 
 __all__ = ["Backend", "Device", "stage"]
 
@@ -103,24 +106,44 @@ def _cpu_backend() -> Backend:
     return _CpuBackend()
 
 
-def _gpu_backend() -> Backend:
-    """The GPU backend (staging/gpu.py). The one hook the GPU path needs."""
-    raise GpuStagingUnavailableError("GPU staging not available")
-
-
-def select_backend(device: str) -> Backend:
-    """The backend for ``device``.
+def _gpu_backend(gpus: int | None = None) -> Backend:
+    """The GPU backend (staging/gpu.py).
 
     Raises:
-        GpuStagingUnavailableError: ``gpu`` or ``auto`` while GPU staging is not available.
-        UsageError: an unknown device name.
+        GpuStagingUnavailableError: no CuPy, no usable device, or the kernels do not build.
     """
+    from . import gpu
+
+    try:
+        return gpu.backend(gpus)
+    except GpuStagingUnavailableError as exc:
+        if str(exc).startswith("GPU staging not available"):
+            raise
+        raise GpuStagingUnavailableError(f"GPU staging not available: {exc}") from None
+
+
+def select_backend(device: str, *, gpus: int | None = None) -> Backend:
+    """The backend for ``device``; ``auto`` takes the GPU when usable, else the CPU (logged).
+
+    Raises:
+        GpuStagingUnavailableError: ``gpu`` while GPU staging is not available.
+        UsageError: an unknown device name, or several GPUs asked for on the CPU.
+    """
+    if gpus is not None and gpus > 1 and device == "cpu":
+        raise UsageError("--gpus needs --device gpu or auto")
     if device == "cpu":
         return _cpu_backend()
-    if device in ("gpu", "auto"):
-        # "auto" must never fall back to host memory silently while the caller asked for
-        # a GPU when one is there; until GPU staging exists it fails like "gpu".
-        return _gpu_backend()
+    if device == "gpu":
+        return _gpu_backend(gpus)
+    if device == "auto":
+        from . import gpu
+
+        reason = gpu.unavailable_reason(0)
+        if reason is None:
+            _logger.info("device auto: staging on the GPU")
+            return _gpu_backend(gpus)
+        _logger.info("device auto: staging on the CPU (%s)", reason)
+        return _cpu_backend()
     raise UsageError(f"unknown device {device!r} (expected cpu, gpu or auto)")
 
 
@@ -164,6 +187,7 @@ def stage(
     progress: ProgressCallback | None = None,
     plaintext: bool | None = None,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
+    gpus: int | None = None,
 ) -> Iterator[Any]:
     """Stage a dataset, yield the verified buffer, and zero it on exit (also on errors).
 
@@ -175,20 +199,21 @@ def stage(
         key: the dataset key (e.g. unwrapped from an attested session), or
         kek: the key-file key the dataset was sealed for, or
         key_file: the key file itself (mode 0600).
-        device: ``"cpu"``; ``"gpu"``/``"auto"`` once GPU staging is available.
+        device: ``"cpu"``, ``"gpu"`` (CuPy array), or ``"auto"`` (GPU when usable).
         threads: worker threads (default ``os.cpu_count()``).
         progress: ``progress(done_bytes, total_bytes)``.
         plaintext: force the plaintext path (``True``) or the sealed path (``False``);
             detected from the file's magic by default. A plaintext input is sealed in
             transit under a fresh key; no key argument is allowed then.
         chunk_size: chunk size for the plaintext path.
+        gpus: with ``device="gpu"``, split the dataset over this many local GPUs.
 
     Raises:
-        GpuStagingUnavailableError: ``device`` is ``gpu``/``auto`` (for now).
+        GpuStagingUnavailableError: ``device`` is ``gpu`` and GPU staging is not usable.
         UsageError: key arguments that do not fit the input.
         MalformedDatasetError, KeyFileError, IntegrityError: see :func:`staging.cpu.stage_cpu`.
     """
-    backend = select_backend(device)
+    backend = select_backend(device, gpus=gpus)
     sealed = is_sealed(path) if plaintext is None else not plaintext
     if sealed:
         dataset = open_sealed(path)

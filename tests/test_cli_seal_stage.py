@@ -149,12 +149,33 @@ def test_stage_plaintext_input_is_sealed_in_transit(work: Path) -> None:
     _one_error_line(refused, "not a sealed dataset")
 
 
-@pytest.mark.parametrize("device", ["gpu", "auto"])
-def test_stage_on_gpu_is_not_available_yet(work: Path, device: str) -> None:
+def test_stage_on_gpu_without_cupy_is_one_line_exit_5(work: Path) -> None:
+    try:
+        import cupy  # noqa: F401
+
+        pytest.skip("CuPy is installed: the GPU path is tested in test_gpu_staging.py")
+    except ImportError:
+        pass
     _seal(work)
-    result = run("stage", "d.gcc", "--key-file", "k.key", "--device", device, cwd=work)
+    result = run("stage", "d.gcc", "--key-file", "k.key", "--device", "gpu", cwd=work)
     assert result.returncode == 5
     _one_error_line(result, "GPU staging not available")
+
+
+def test_stage_auto_without_a_gpu_says_it_uses_the_cpu(work: Path) -> None:
+    try:
+        import cupy  # noqa: F401
+
+        pytest.skip("CuPy is installed")
+    except ImportError:
+        pass
+    _seal(work)
+    result = run(
+        "stage", "d.gcc", "--key-file", "k.key", "--device", "auto", "--format", "json", cwd=work
+    )
+    assert result.returncode == 0, result.stderr
+    assert "staging on cpu" in result.stderr
+    assert json.loads(result.stdout)["device"] == "cpu"
 
 
 def test_stage_tampered_chunk_exits_6_naming_it(work: Path) -> None:

@@ -583,13 +583,34 @@ def test_stage_plaintext_input(tmp_path: Path) -> None:
         pass
 
 
-@pytest.mark.parametrize("device", ["gpu", "auto"])
-def test_gpu_devices_are_not_available_yet(sealed: tuple[Path, bytes, bytes], device: str) -> None:
+def test_gpu_device_without_cupy_fails_with_its_reason(
+    sealed: tuple[Path, bytes, bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from staging import gpu
+
+    def unavailable(*_args: object, **_kwargs: object) -> None:
+        raise GpuStagingUnavailableError("GPU staging not available: CuPy is not installed")
+
+    monkeypatch.setattr(gpu, "require_gpu", unavailable)
+    monkeypatch.setattr(gpu, "unavailable_reason", lambda *_a: "CuPy is not installed")
     path, _, kek = sealed
     with pytest.raises(GpuStagingUnavailableError, match="GPU staging not available") as info:
-        with staging.stage(path, kek=kek, device=device):  # type: ignore[arg-type]
+        with staging.stage(path, kek=kek, device="gpu"):
             pass
     assert info.value.exit_code == 5
+
+
+def test_auto_falls_back_to_the_cpu_and_cpu_refuses_several_gpus(
+    sealed: tuple[Path, bytes, bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from staging import gpu
+
+    monkeypatch.setattr(gpu, "unavailable_reason", lambda *_a: "CuPy is not installed")
+    path, plain, kek = sealed
+    with staging.stage(path, kek=kek, device="auto") as buf:
+        assert isinstance(buf, np.ndarray) and bytes(buf) == plain
+    with pytest.raises(UsageError), staging.stage(path, kek=kek, device="cpu", gpus=2):
+        pass
 
 
 def test_unknown_device(sealed: tuple[Path, bytes, bytes]) -> None:
