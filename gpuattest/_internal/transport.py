@@ -33,13 +33,11 @@ import ssl
 import time
 from collections.abc import Collection, Iterator, Mapping
 from types import TracebackType
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
-import requests
-import requests.adapters
-import urllib3.exceptions
-from urllib3.util.retry import Retry
+if TYPE_CHECKING:  # imported lazily at run time: they cost ~85 ms of start-up
+    import requests
 
 from .. import __version__
 from ..errors import NetworkError, OfflineError, UsageError
@@ -224,6 +222,7 @@ class RequestsFetcher:
         trust_env: bool = True,
         total_timeout: float = DEFAULT_TOTAL_TIMEOUT,
     ) -> None:
+
         if retries < 0 or max_bytes <= 0 or min(timeout) <= 0 or total_timeout <= 0:
             raise ValueError("retries, max_bytes and timeouts must be positive")
         self.timeout = timeout
@@ -232,26 +231,40 @@ class RequestsFetcher:
         self.user_agent = user_agent
         self.offline = offline
         self.total_timeout = total_timeout
-        self._session = requests.Session()
-        self._session.trust_env = trust_env
-        self._session.max_redirects = MAX_REDIRECTS
-        self._session.headers["User-Agent"] = user_agent
+        self._trust_env = trust_env
+        self._backoff = backoff
+        # Built on first use, so offline and file-only runs never import requests.
+        self._session: requests.Session | None = None
+
+    def _get_session(self) -> requests.Session:
+        if self._session is not None:
+            return self._session
+        import requests
+        import requests.adapters
+        from urllib3.util.retry import Retry
+
+        session = requests.Session()
+        session.trust_env = self._trust_env
+        session.max_redirects = MAX_REDIRECTS
+        session.headers["User-Agent"] = self.user_agent
         retry = Retry(
-            total=retries,
-            connect=retries,
+            total=self.retries,
+            connect=self.retries,
             read=0,
-            status=retries,
+            status=self.retries,
             other=0,
             allowed_methods=frozenset({"GET", "POST"}),  # OCSP POSTs are safe to repeat
             status_forcelist=_RETRY_STATUSES,
-            backoff_factor=backoff,
-            backoff_max=max(backoff * 8, 0.0),
+            backoff_factor=self._backoff,
+            backoff_max=max(self._backoff * 8, 0.0),
             raise_on_status=False,
             respect_retry_after_header=False,
         )
         adapter = requests.adapters.HTTPAdapter(max_retries=retry)
-        self._session.mount("http://", adapter)
-        self._session.mount("https://", adapter)
+        session.mount("http://", adapter)
+        session.mount("https://", adapter)
+        self._session = session
+        return session
 
     def __repr__(self) -> str:
         return (
@@ -261,7 +274,8 @@ class RequestsFetcher:
 
     def close(self) -> None:
         """Close pooled connections."""
-        self._session.close()
+        if self._session is not None:
+            self._session.close()
 
     def __enter__(self) -> RequestsFetcher:
         return self
@@ -313,6 +327,9 @@ class RequestsFetcher:
         headers: Mapping[str, str] | None,
         bearer: str | None,
     ) -> bytes:
+        import requests
+        import urllib3.exceptions
+
         shown = safe_url(url)
         if self.offline:
             raise OfflineError(f"running offline: not contacting {shown}")
@@ -327,7 +344,7 @@ class RequestsFetcher:
             send["Authorization"] = f"Bearer {bearer}"
         deadline = time.monotonic() + self.total_timeout
         try:
-            response = self._session.request(
+            response = self._get_session().request(
                 method,
                 url,
                 data=body,
@@ -369,6 +386,9 @@ class RequestsFetcher:
         deadline: float,
         bearer: str | None,
     ) -> bytes:
+        import requests
+        import urllib3.exceptions
+
         declared = response.headers.get("Content-Length")
         if declared is not None and declared.strip().isdigit() and int(declared) > limit:
             raise NetworkError(f"{shown}: response of {int(declared)} bytes exceeds {limit} bytes")
@@ -390,6 +410,9 @@ class RequestsFetcher:
 
     def _describe(self, exc: BaseException) -> str:
         """A short, secret-free description of a transport failure."""
+        import requests
+        import urllib3.exceptions
+
         connect, read = self.timeout
         # Checked first: urllib3's NewConnectionError (and so NameResolutionError) subclasses
         # ConnectTimeoutError for historical reasons.
