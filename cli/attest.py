@@ -9,7 +9,17 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from .options import OutputFormat, parse_time
+from .options import (
+    CacheDirOption,
+    NoCacheOption,
+    NoOcspNonceOption,
+    OcspUrlOption,
+    OutputFormat,
+    RimUrlOption,
+    ServiceKeyOption,
+    TimeoutOption,
+    parse_time,
+)
 
 if TYPE_CHECKING:
     from gpuattest.collateral import OcspChecker, RimSource
@@ -135,29 +145,12 @@ def attest(
             "and nonce.",
         ),
     ] = False,
-    rim_url: Annotated[
-        str | None,
-        typer.Option("--rim-url", envvar=["GPUCC_RIM_URL", "NVAT_RIM_SERVICE_BASE_URL"]),
-    ] = None,
-    ocsp_url: Annotated[
-        str | None, typer.Option("--ocsp-url", envvar=["GPUCC_OCSP_URL", "NVAT_OCSP_BASE_URL"])
-    ] = None,
-    service_key: Annotated[
-        str | None,
-        typer.Option(
-            "--service-key",
-            envvar=["NV_ATTESTATION_SERVICE_KEY", "NVIDIA_ATTESTATION_SERVICE_KEY"],
-            help="NVIDIA service key (prefer the environment variable: argv is visible).",
-            show_default=False,
-        ),
-    ] = None,
-    no_ocsp_nonce: Annotated[
-        bool, typer.Option("--no-ocsp-nonce", help="Do not send OCSP nonces (caching proxies).")
-    ] = False,
-    cache_dir: Annotated[
-        Path | None, typer.Option("--cache-dir", envvar="GPUCC_CACHE_DIR", file_okay=False)
-    ] = None,
-    no_cache: Annotated[bool, typer.Option("--no-cache")] = False,
+    rim_url: RimUrlOption = None,
+    ocsp_url: OcspUrlOption = None,
+    service_key: ServiceKeyOption = None,
+    no_ocsp_nonce: NoOcspNonceOption = False,
+    cache_dir: CacheDirOption = None,
+    no_cache: NoCacheOption = False,
     collateral: Annotated[
         Path | None,
         typer.Option(
@@ -171,9 +164,7 @@ def attest(
     offline: Annotated[
         bool, typer.Option("--offline", envvar="GPUCC_OFFLINE", help="Never use the network.")
     ] = False,
-    timeout: Annotated[
-        float, typer.Option("--timeout", help="Network timeout per request, seconds.")
-    ] = 10.0,
+    timeout: TimeoutOption = 10.0,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Verify GPU attestation evidence and print a verdict.

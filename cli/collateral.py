@@ -8,6 +8,16 @@ from typing import Annotated
 
 import typer
 
+from .options import (
+    CacheDirOption,
+    NoCacheOption,
+    NoOcspNonceOption,
+    OcspUrlOption,
+    RimUrlOption,
+    ServiceKeyOption,
+    TimeoutOption,
+)
+
 collateral_app = typer.Typer(
     help="Gather RIMs and OCSP responses into a bundle for verification without network.",
     no_args_is_help=True,
@@ -36,43 +46,13 @@ def fetch(
             "--cert-chain", exists=True, dir_okay=False, help="PEM chain for a raw report."
         ),
     ] = None,
-    rim_url: Annotated[
-        str | None,
-        typer.Option(
-            "--rim-url",
-            envvar=["GPUCC_RIM_URL", "NVAT_RIM_SERVICE_BASE_URL"],
-            help="RIM service base URL (default NVIDIA's).",
-        ),
-    ] = None,
-    ocsp_url: Annotated[
-        str | None,
-        typer.Option(
-            "--ocsp-url",
-            envvar=["GPUCC_OCSP_URL", "NVAT_OCSP_BASE_URL"],
-            help="OCSP responder URL (default NVIDIA's).",
-        ),
-    ] = None,
-    service_key: Annotated[
-        str | None,
-        typer.Option(
-            "--service-key",
-            envvar=["NV_ATTESTATION_SERVICE_KEY", "NVIDIA_ATTESTATION_SERVICE_KEY"],
-            help="NVIDIA service key (prefer the environment variable: argv is visible).",
-            show_default=False,
-        ),
-    ] = None,
-    no_ocsp_nonce: Annotated[
-        bool, typer.Option("--no-ocsp-nonce", help="Do not send OCSP nonces (caching proxies).")
-    ] = False,
-    cache_dir: Annotated[
-        Path | None, typer.Option("--cache-dir", envvar="GPUCC_CACHE_DIR", file_okay=False)
-    ] = None,
-    no_cache: Annotated[
-        bool, typer.Option("--no-cache", help="Neither read nor write the cache.")
-    ] = False,
-    timeout: Annotated[
-        float, typer.Option("--timeout", min=0.1, help="Network timeout per request, seconds.")
-    ] = 10.0,
+    rim_url: RimUrlOption = None,
+    ocsp_url: OcspUrlOption = None,
+    service_key: ServiceKeyOption = None,
+    no_ocsp_nonce: NoOcspNonceOption = False,
+    cache_dir: CacheDirOption = None,
+    no_cache: NoCacheOption = False,
+    timeout: TimeoutOption = 10.0,
 ) -> None:
     """Fetch every RIM and OCSP response the evidence needs and write them to one bundle.
 

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
 
 from gpuattest.errors import UsageError
 
@@ -33,3 +37,46 @@ def parse_time(text: str | None) -> dt.datetime:
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=dt.UTC)
     return parsed.astimezone(dt.UTC)
+
+
+# --- network options shared by `attest` and `collateral fetch` ------------------------
+
+
+RimUrlOption = Annotated[
+    str | None,
+    typer.Option(
+        "--rim-url",
+        envvar=["GPUCC_RIM_URL", "NVAT_RIM_SERVICE_BASE_URL"],
+        help="RIM service base URL (default NVIDIA's).",
+    ),
+]
+OcspUrlOption = Annotated[
+    str | None,
+    typer.Option(
+        "--ocsp-url",
+        envvar=["GPUCC_OCSP_URL", "NVAT_OCSP_BASE_URL"],
+        help="OCSP responder URL (default NVIDIA's).",
+    ),
+]
+ServiceKeyOption = Annotated[
+    str | None,
+    typer.Option(
+        "--service-key",
+        envvar=["NV_ATTESTATION_SERVICE_KEY", "NVIDIA_ATTESTATION_SERVICE_KEY"],
+        help="NVIDIA service key (prefer the environment variable: argv is visible).",
+        show_default=False,
+        show_envvar=False,
+    ),
+]
+NoOcspNonceOption = Annotated[
+    bool, typer.Option("--no-ocsp-nonce", help="Do not send OCSP nonces (caching proxies).")
+]
+CacheDirOption = Annotated[
+    Path | None, typer.Option("--cache-dir", envvar="GPUCC_CACHE_DIR", file_okay=False)
+]
+NoCacheOption = Annotated[
+    bool, typer.Option("--no-cache", help="Neither read nor write the cache.")
+]
+TimeoutOption = Annotated[
+    float, typer.Option("--timeout", min=0.1, help="Network timeout per request, seconds.")
+]
