@@ -36,10 +36,19 @@ def test_pinned_root_fingerprints() -> None:
     for cert, pin in ((roots.device_root, DEVICE_ROOT_SHA256), (roots.rim_root, RIM_ROOT_SHA256)):
         der = cert.public_bytes(serialization.Encoding.DER)
         assert hashlib.sha256(der).hexdigest() == pin
-    assert DEVICE_ROOT_SHA256.startswith("102bf659d541")
-    assert RIM_ROOT_SHA256.startswith("12977b5115ac")
+    # Written out here, independently of the code, from attestation.md §4.3.
+    assert DEVICE_ROOT_SHA256 == "102bf659d5419614c9d8e6aecebc80454eb26b1df6a769ac720b9a690b167b48"
+    assert RIM_ROOT_SHA256 == "12977b5115acb0381179279fffeb5a8c4d264971ebb32298023a465fa41df5d1"
     assert "NVIDIA Device Identity CA" in roots.device_root.subject.rfc4514_string()
     assert "NVIDIA CoRIM signing Root CA" in roots.rim_root.subject.rfc4514_string()
+
+
+def test_altered_embedded_root_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpuattest import trust
+
+    monkeypatch.setattr(trust, "DEVICE_ROOT_SHA256", "00" * 32)
+    with pytest.raises(trust.TrustRootError, match="pinned fingerprint"):
+        trust.TrustRoots.nvidia()
 
 
 def test_real_device_chains_validate() -> None:
