@@ -27,9 +27,7 @@ before anything touches the network.
 
 from __future__ import annotations
 
-import http.client
 import ipaddress
-import ssl
 import time
 from collections.abc import Collection, Iterator, Mapping
 from types import TracebackType
@@ -327,12 +325,12 @@ class RequestsFetcher:
         headers: Mapping[str, str] | None,
         bearer: str | None,
     ) -> bytes:
-        import requests
-        import urllib3.exceptions
-
         shown = safe_url(url)
         if self.offline:
             raise OfflineError(f"running offline: not contacting {shown}")
+        import requests
+        import urllib3.exceptions
+
         self._check_url(url, shown, bearer)
         limit = min(max_bytes, self.max_bytes)
         send: dict[str, str] = {"Accept-Encoding": "identity"}
@@ -410,6 +408,9 @@ class RequestsFetcher:
 
     def _describe(self, exc: BaseException) -> str:
         """A short, secret-free description of a transport failure."""
+        import http.client
+        import ssl
+
         import requests
         import urllib3.exceptions
 
