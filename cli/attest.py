@@ -10,11 +10,16 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from .options import (
+    AtOption,
     CacheDirOption,
+    CollateralOption,
     NoCacheOption,
     NoOcspNonceOption,
     OcspUrlOption,
+    OfflineOption,
     OutputFormat,
+    PolicyOption,
+    RimDirOption,
     RimUrlOption,
     ServiceKeyOption,
     TimeoutOption,
@@ -106,16 +111,7 @@ def attest(
             help="Expected nonce (64 hex). Required by the default policy for file evidence.",
         ),
     ] = None,
-    rim_dir: Annotated[
-        Path | None,
-        typer.Option(
-            "--rim-dir",
-            envvar="GPUCC_RIM_DIR",
-            exists=True,
-            file_okay=False,
-            help="Directory of <RIM_ID>.xml files.",
-        ),
-    ] = None,
+    rim_dir: RimDirOption = None,
     driver_rim: Annotated[
         Path | None,
         typer.Option("--driver-rim", envvar="GPUCC_DRIVER_RIM", exists=True, dir_okay=False),
@@ -124,16 +120,8 @@ def attest(
         Path | None,
         typer.Option("--vbios-rim", envvar="GPUCC_VBIOS_RIM", exists=True, dir_okay=False),
     ] = None,
-    policy: Annotated[
-        Path | None,
-        typer.Option("--policy", envvar="GPUCC_POLICY", exists=True, dir_okay=False),
-    ] = None,
-    at: Annotated[
-        str | None,
-        typer.Option(
-            "--at", envvar="GPUCC_AT", help="Verify as of this time (ISO 8601 or Unix seconds)."
-        ),
-    ] = None,
+    policy: PolicyOption = None,
+    at: AtOption = None,
     output: Annotated[
         OutputFormat, typer.Option("--format", envvar="GPUCC_FORMAT", help="text or json")
     ] = OutputFormat.TEXT,
@@ -151,19 +139,8 @@ def attest(
     no_ocsp_nonce: NoOcspNonceOption = False,
     cache_dir: CacheDirOption = None,
     no_cache: NoCacheOption = False,
-    collateral: Annotated[
-        Path | None,
-        typer.Option(
-            "--collateral",
-            envvar="GPUCC_COLLATERAL",
-            exists=True,
-            dir_okay=False,
-            help="Collateral bundle from 'gpucc collateral fetch'.",
-        ),
-    ] = None,
-    offline: Annotated[
-        bool, typer.Option("--offline", envvar="GPUCC_OFFLINE", help="Never use the network.")
-    ] = False,
+    collateral: CollateralOption = None,
+    offline: OfflineOption = False,
     timeout: TimeoutOption = 10.0,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:

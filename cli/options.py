@@ -80,3 +80,55 @@ NoCacheOption = Annotated[
 TimeoutOption = Annotated[
     float, typer.Option("--timeout", min=0.1, help="Network timeout per request, seconds.")
 ]
+
+
+# --- attestation options shared by `attest` and the session commands ------------------
+
+RimDirOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--rim-dir",
+        envvar="GPUCC_RIM_DIR",
+        exists=True,
+        file_okay=False,
+        help="Directory of <RIM_ID>.xml files.",
+    ),
+]
+PolicyOption = Annotated[
+    Path | None,
+    typer.Option("--policy", envvar="GPUCC_POLICY", exists=True, dir_okay=False),
+]
+CollateralOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--collateral",
+        envvar="GPUCC_COLLATERAL",
+        exists=True,
+        dir_okay=False,
+        help="Collateral bundle from 'gpucc collateral fetch'.",
+    ),
+]
+OfflineOption = Annotated[
+    bool, typer.Option("--offline", envvar="GPUCC_OFFLINE", help="Never use the network.")
+]
+AtOption = Annotated[
+    str | None,
+    typer.Option(
+        "--at", envvar="GPUCC_AT", help="Verify as of this time (ISO 8601 or Unix seconds)."
+    ),
+]
+
+
+def read_capped(path: Path, limit: int) -> bytes:
+    """Read at most ``limit + 1`` bytes of ``path`` (callers refuse what is over ``limit``).
+
+    Raises:
+        StagingIOError: the file cannot be read (one line, exit 5).
+    """
+    from staging.dataset import io_error
+
+    try:
+        with path.open("rb") as fh:
+            return fh.read(limit + 1)
+    except OSError as exc:
+        raise io_error("read", path, exc) from None

@@ -24,7 +24,15 @@ import typer
 
 from gpuattest.errors import UsageError
 
-from .options import parse_time
+from .options import (
+    AtOption,
+    CollateralOption,
+    OfflineOption,
+    PolicyOption,
+    RimDirOption,
+    parse_time,
+    read_capped,
+)
 from .seal import note
 
 if TYPE_CHECKING:
@@ -68,16 +76,6 @@ def _challenge(text: str) -> bytes:
     if len(value) != 32:
         raise UsageError("--challenge must be 64 hex characters (32 bytes)")
     return value
-
-
-def _read(path: Path, limit: int) -> bytes:
-    from staging.dataset import io_error
-
-    try:
-        with path.open("rb") as fh:
-            return fh.read(limit + 1)
-    except OSError as exc:
-        raise io_error("read", path, exc) from None
 
 
 def _write(path: Path, data: bytes) -> None:
@@ -185,36 +183,6 @@ def _grants(datasets: list[Path], key_file: Path) -> list[DatasetKey]:
     return grants
 
 
-RimDirOption = Annotated[
-    Path | None,
-    typer.Option(
-        "--rim-dir",
-        envvar="GPUCC_RIM_DIR",
-        exists=True,
-        file_okay=False,
-        help="Directory of <RIM_ID>.xml files.",
-    ),
-]
-PolicyOption = Annotated[
-    Path | None,
-    typer.Option("--policy", envvar="GPUCC_POLICY", exists=True, dir_okay=False),
-]
-CollateralOption = Annotated[
-    Path | None,
-    typer.Option(
-        "--collateral",
-        envvar="GPUCC_COLLATERAL",
-        exists=True,
-        dir_okay=False,
-        help="Collateral bundle from 'gpucc collateral fetch'.",
-    ),
-]
-OfflineOption = Annotated[
-    bool, typer.Option("--offline", envvar="GPUCC_OFFLINE", help="Never use the network.")
-]
-AtOption = Annotated[
-    str | None, typer.Option("--at", envvar="GPUCC_AT", help="Verify as of this time.")
-]
 DatasetsOption = Annotated[
     list[Path],
     typer.Option(
@@ -314,7 +282,7 @@ def answer(
         raise UsageError("name at least one --dataset whose key to release")
     value = _challenge(challenge)
     grants = _grants(datasets, key_file)
-    received = Offer.from_json(_read(offer_file, MAX_OFFER_BYTES))
+    received = Offer.from_json(read_capped(offer_file, MAX_OFFER_BYTES))
     _warn_if_simulated(simulate)
     attest = _attester(
         simulate=simulate,
@@ -360,7 +328,7 @@ def accept(
     from staging.dataset import open_sealed
 
     session = open_answer(
-        Answer.from_json(_read(answer_file, MAX_ANSWER_BYTES)), HostKey.read(host_key)
+        Answer.from_json(read_capped(answer_file, MAX_ANSWER_BYTES)), HostKey.read(host_key)
     )
     for path in datasets or []:
         sealed = open_sealed(path)

@@ -13,7 +13,7 @@ import typer
 
 from gpuattest.errors import UsageError
 
-from .options import OutputFormat
+from .options import OutputFormat, read_capped
 from .seal import byte_progress, check_chunk_size, format_rate, format_size, note, parse_size
 
 __all__ = ["Device", "stage"]
@@ -34,20 +34,10 @@ _DEVICE_NAMES: dict[Device, Literal["cpu", "gpu", "auto"]] = {
 }
 
 
-def _read_capped(path: Path, limit: int) -> bytes:
-    from staging.dataset import io_error
-
-    try:
-        with path.open("rb") as fh:
-            return fh.read(limit + 1)
-    except OSError as exc:
-        raise io_error("read", path, exc) from None
-
-
 def _session_key(answer_path: Path, host_key_path: Path, header_digest: bytes) -> bytes:
     from gpuattest.session import MAX_ANSWER_BYTES, Answer, HostKey, open_answer
 
-    answer = Answer.from_json(_read_capped(answer_path, MAX_ANSWER_BYTES))
+    answer = Answer.from_json(read_capped(answer_path, MAX_ANSWER_BYTES))
     session = open_answer(answer, HostKey.read(host_key_path))
     return session.dataset_key(header_digest)
 
