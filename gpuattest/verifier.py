@@ -395,6 +395,35 @@ def _ocsp_chain(
     )
 
 
+def _chain_ocsp_check(
+    check_id: str,
+    title: str,
+    chain: ChainResult,
+    *,
+    first: int,
+    kind: ChainKind,
+    anchor: x509.Certificate,
+    checker: OcspChecker,
+    now: dt.datetime,
+    policy: Policy,
+) -> tuple[Check, _ChainOcsp | None]:
+    """The OCSP check for certificates ``first``..n-2 of a chain (not run on an invalid chain)."""
+    certs = chain.certificates
+    if chain.status is ChainStatus.INVALID or len(certs) < 2:
+        return Check(check_id, title, CheckStatus.NOT_CHECKED, "the chain is invalid"), None
+    res = _ocsp_chain(
+        certs,
+        range(first, len(certs) - 1),
+        kind=kind,
+        anchor=anchor,
+        checker=checker,
+        now=now,
+        policy=policy,
+    )
+    check = Check(check_id, title, res.status, res.reason, res.collateral_missing, note=res.note)
+    return check, res
+
+
 def _chain_claim(chain: ChainResult | None, ocsp: _ChainOcsp | None) -> dict[str, Any]:
     status = str(chain.status) if chain else None
     if ocsp is not None and ocsp.claim_status == "revoked" and ocsp.status is CheckStatus.FAIL:
@@ -527,37 +556,18 @@ def _verify_rim(
         )
     )
     checks.append(_rim_chain_check(p, f"{label} certificate chain", sig.chain, now, policy))
-    certs = sig.chain.certificates
-    ocsp_res: _ChainOcsp | None = None
-    if sig.chain.status is ChainStatus.INVALID or len(certs) < 2:
-        checks.append(
-            Check(
-                f"{p}-ocsp",
-                f"{label} certificate OCSP",
-                CheckStatus.NOT_CHECKED,
-                "the chain is invalid",
-            )
-        )
-    else:
-        ocsp_res = _ocsp_chain(
-            certs,
-            range(0, len(certs) - 1),
-            kind=kind,
-            anchor=roots.rim_root,
-            checker=ocsp,
-            now=now,
-            policy=policy,
-        )
-        checks.append(
-            Check(
-                f"{p}-ocsp",
-                f"{label} certificate OCSP",
-                ocsp_res.status,
-                ocsp_res.reason,
-                ocsp_res.collateral_missing,
-                note=ocsp_res.note,
-            )
-        )
+    ocsp_check, ocsp_res = _chain_ocsp_check(
+        f"{p}-ocsp",
+        f"{label} certificate OCSP",
+        sig.chain,
+        first=0,
+        kind=kind,
+        anchor=roots.rim_root,
+        checker=ocsp,
+        now=now,
+        policy=policy,
+    )
+    checks.append(ocsp_check)
     version_ok = manifest.colloquial_version.strip().upper() == expected_version.strip().upper()
     checks.append(
         Check(
@@ -658,36 +668,18 @@ def _verify_gpu(
     claims["ueid"] = str(leaf.serial_number)
 
     # (4) OCSP for device certificates 1..n-2 (the per-boot leaf and the root are not checked)
-    device_ocsp: _ChainOcsp | None = None
-    if chain.status is ChainStatus.INVALID:
-        checks.append(
-            Check(
-                "device-ocsp",
-                "Device certificate OCSP",
-                CheckStatus.NOT_CHECKED,
-                "the chain is invalid",
-            )
-        )
-    else:
-        device_ocsp = _ocsp_chain(
-            certs,
-            range(1, len(certs) - 1),
-            kind=ChainKind.DEVICE,
-            anchor=roots.device_root,
-            checker=ocsp,
-            now=now,
-            policy=policy,
-        )
-        checks.append(
-            Check(
-                "device-ocsp",
-                "Device certificate OCSP",
-                device_ocsp.status,
-                device_ocsp.reason,
-                device_ocsp.collateral_missing,
-                note=device_ocsp.note,
-            )
-        )
+    ocsp_check, device_ocsp = _chain_ocsp_check(
+        "device-ocsp",
+        "Device certificate OCSP",
+        chain,
+        first=1,
+        kind=ChainKind.DEVICE,
+        anchor=roots.device_root,
+        checker=ocsp,
+        now=now,
+        policy=policy,
+    )
+    checks.append(ocsp_check)
     claims["x-nvidia-gpu-attestation-report-cert-chain"] = _chain_claim(chain, device_ocsp)
 
     # (5) FWID
