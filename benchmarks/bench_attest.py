@@ -22,15 +22,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from gpuattest.chain import load_pem_chain, validate_chain  # noqa: E402
-from gpuattest.collateral import FileRimSource, NoOcsp  # noqa: E402
-from gpuattest.evidence import load_raw_evidence  # noqa: E402
-from gpuattest.measurements import compare_measurements  # noqa: E402
-from gpuattest.policy import parse_policy  # noqa: E402
-from gpuattest.report import AttestationReport  # noqa: E402
-from gpuattest.rim import ReferenceManifest  # noqa: E402
-from gpuattest.trust import TrustRoots  # noqa: E402
-from gpuattest.verifier import _verify_report_signature, verify  # noqa: E402
+from gpucc.gpuattest.chain import load_pem_chain, validate_chain  # noqa: E402
+from gpucc.gpuattest.collateral import FileRimSource, NoOcsp  # noqa: E402
+from gpucc.gpuattest.evidence import load_raw_evidence  # noqa: E402
+from gpucc.gpuattest.measurements import compare_measurements  # noqa: E402
+from gpucc.gpuattest.policy import parse_policy  # noqa: E402
+from gpucc.gpuattest.report import AttestationReport  # noqa: E402
+from gpucc.gpuattest.rim import ReferenceManifest  # noqa: E402
+from gpucc.gpuattest.trust import TrustRoots  # noqa: E402
+from gpucc.gpuattest.verifier import _verify_report_signature, verify  # noqa: E402
 
 SET_A = ROOT / "tests" / "data" / "nvidia-samples" / "set-a-h100-545.00"
 NONCE = bytes.fromhex("4cff7f5380ead8fad8ec2c531c110aca4302a88f603792801a8ca29ee151af2e")

@@ -46,10 +46,10 @@ from typing import Any
 import numpy as np
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from staging import format as fmt
-from staging import gpu
-from staging.dataset import open_sealed
-from staging.seal import seal_file
+from gpucc.staging import format as fmt
+from gpucc.staging import gpu
+from gpucc.staging.dataset import open_sealed
+from gpucc.staging.seal import seal_file
 
 DESCRIPTION = "GPU staging throughput beside its ceilings and the CPU baseline."
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30

@@ -39,10 +39,10 @@ from pathlib import Path
 import numpy as np
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from staging import format as fmt
-from staging.cpu import stage_bytes, stage_cpu, stage_plaintext_cpu
-from staging.dataset import open_sealed
-from staging.seal import WrapSpec, seal_bytes, seal_file
+from gpucc.staging import format as fmt
+from gpucc.staging.cpu import stage_bytes, stage_cpu, stage_plaintext_cpu
+from gpucc.staging.dataset import open_sealed
+from gpucc.staging.seal import WrapSpec, seal_bytes, seal_file
 
 MiB = 1024 * 1024
 

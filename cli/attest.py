@@ -27,9 +27,9 @@ from .options import (
 )
 
 if TYPE_CHECKING:
-    from gpuattest.collateral import OcspChecker, RimSource
-    from gpuattest.evidence import EvidenceSet
-    from gpuattest.netconfig import NetworkSettings
+    from gpucc.gpuattest.collateral import OcspChecker, RimSource
+    from gpucc.gpuattest.evidence import EvidenceSet
+    from gpucc.gpuattest.netconfig import NetworkSettings
 
 evidence_app = typer.Typer(
     help="Collect GPU evidence.", no_args_is_help=True, pretty_exceptions_show_locals=False
@@ -46,7 +46,7 @@ ExistingFile = Annotated[
 def _sample_paths() -> tuple[Path, Path, Path, Path]:
     from importlib import resources
 
-    base = resources.files("gpuattest._samples")
+    base = resources.files("gpucc.gpuattest._samples")
     names = (
         "attestation-report.hex",
         "cert-chain.pem",
@@ -60,7 +60,7 @@ def _sample_paths() -> tuple[Path, Path, Path, Path]:
 def _rim_source(
     rim_dir: Path | None, driver_rim: Path | None, vbios_rim: Path | None
 ) -> list[RimSource]:
-    from gpuattest.collateral import DirectoryRimSource, FileRimSource
+    from gpucc.gpuattest.collateral import DirectoryRimSource, FileRimSource
 
     sources: list[RimSource] = []
     if driver_rim or vbios_rim:
@@ -74,8 +74,8 @@ def _collateral(
     file_sources: list[RimSource], settings: NetworkSettings
 ) -> tuple[RimSource, OcspChecker]:
     """Local files first, then the network/cache/bundle layer."""
-    from gpuattest.collateral import CompositeRimSource
-    from gpuattest.netconfig import build_collateral
+    from gpucc.gpuattest.collateral import CompositeRimSource
+    from gpucc.gpuattest.netconfig import build_collateral
 
     net_rims, ocsp = build_collateral(settings)
     return CompositeRimSource([*file_sources, net_rims]), ocsp
@@ -151,11 +151,11 @@ def attest(
     """
     from rich.console import Console
 
-    from gpuattest.errors import UsageError
-    from gpuattest.evidence import load_evidence_file, load_raw_evidence, parse_nonce_hex
-    from gpuattest.policy import Policy, load_policy, parse_policy
-    from gpuattest.trust import TrustRoots
-    from gpuattest.verifier import verify
+    from gpucc.gpuattest.errors import UsageError
+    from gpucc.gpuattest.evidence import load_evidence_file, load_raw_evidence, parse_nonce_hex
+    from gpucc.gpuattest.policy import Policy, load_policy, parse_policy
+    from gpucc.gpuattest.trust import TrustRoots
+    from gpucc.gpuattest.verifier import verify
 
     from .render import render_json, render_text
 
@@ -181,14 +181,14 @@ def attest(
     else:
         if cert_chain is not None:
             raise UsageError("--cert-chain needs --evidence REPORT")
-        from gpuattest.nvml import collect_evidence
+        from gpucc.gpuattest.nvml import collect_evidence
 
         fresh = parse_nonce_hex(nonce) if nonce else os.urandom(32)
         ev = collect_evidence(fresh)
         nonce = fresh.hex()
     expected = parse_nonce_hex(nonce) if nonce else None
     roots = TrustRoots.nvidia()
-    from gpuattest.netconfig import NetworkSettings
+    from gpucc.gpuattest.netconfig import NetworkSettings
 
     settings = NetworkSettings(
         rim_url=rim_url,
@@ -222,9 +222,9 @@ def collect(
     """Collect evidence from the local GPUs (NVML) into an nvattest-format JSON file."""
     from rich.console import Console
 
-    from gpuattest._internal.files import write_atomic
-    from gpuattest.evidence import dump_evidence_json, parse_nonce_hex
-    from gpuattest.nvml import collect_evidence
+    from gpucc.gpuattest._internal.files import write_atomic
+    from gpucc.gpuattest.evidence import dump_evidence_json, parse_nonce_hex
+    from gpucc.gpuattest.nvml import collect_evidence
 
     value = parse_nonce_hex(nonce) if nonce else os.urandom(32)
     ev = collect_evidence(value)

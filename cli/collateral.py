@@ -61,17 +61,17 @@ def fetch(
     """
     from rich.console import Console
 
-    from gpuattest.bundle import collect_collateral, write_bundle
-    from gpuattest.cache import CachingRimSource
-    from gpuattest.chain import load_pem_chain
-    from gpuattest.collateral import OcspStatus, RimSource
-    from gpuattest.errors import CollateralUnavailableError, UsageError
-    from gpuattest.evidence import load_evidence_file
-    from gpuattest.netconfig import NetworkSettings, build_fetcher
-    from gpuattest.ocsp import DEFAULT_OCSP_URL, OcspClient
-    from gpuattest.report import Architecture, AttestationReport
-    from gpuattest.rim_service import DEFAULT_RIM_URL, RimServiceSource
-    from gpuattest.trust import TrustRoots
+    from gpucc.gpuattest.bundle import collect_collateral, write_bundle
+    from gpucc.gpuattest.cache import CachingRimSource
+    from gpucc.gpuattest.chain import load_pem_chain
+    from gpucc.gpuattest.collateral import OcspStatus, RimSource
+    from gpucc.gpuattest.errors import CollateralUnavailableError, UsageError
+    from gpucc.gpuattest.evidence import load_evidence_file
+    from gpucc.gpuattest.netconfig import NetworkSettings, build_fetcher
+    from gpucc.gpuattest.ocsp import DEFAULT_OCSP_URL, OcspClient
+    from gpucc.gpuattest.report import Architecture, AttestationReport
+    from gpucc.gpuattest.rim_service import DEFAULT_RIM_URL, RimServiceSource
+    from gpucc.gpuattest.trust import TrustRoots
 
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     ev = load_evidence_file(evidence, cert_chain)
@@ -148,7 +148,7 @@ def show(
     """Describe a bundle: when it was made, which RIMs and OCSP responses it holds."""
     from cryptography.x509 import ocsp as x509_ocsp
 
-    from gpuattest.bundle import load_bundle
+    from gpucc.gpuattest.bundle import load_bundle
 
     bundle = load_bundle(bundle_path)
     typer.echo(f"created {bundle.created.isoformat()}")

@@ -28,17 +28,17 @@ def demo(
     is no GPU here); (3) seal a generated dataset; (4) stage it on the CPU, verifying
     every chunk; (5) show that a tampered chunk is caught and named.
     """
-    from gpuattest.collateral import FileRimSource, NoOcsp, rim_sources_from_mapping
-    from gpuattest.errors import ChunkAuthenticationError, NotTrustedError
-    from gpuattest.evidence import load_raw_evidence, parse_nonce_hex
-    from gpuattest.policy import parse_policy
-    from gpuattest.session import CollectedEvidence, DatasetKey, local_session
-    from gpuattest.simulate import SimulatedGpu
-    from gpuattest.trust import TrustRoots
-    from gpuattest.verifier import verify
-    from staging.api import stage
-    from staging.dataset import open_sealed
-    from staging.seal import seal_file
+    from gpucc.gpuattest.collateral import FileRimSource, NoOcsp, rim_sources_from_mapping
+    from gpucc.gpuattest.errors import ChunkAuthenticationError, NotTrustedError
+    from gpucc.gpuattest.evidence import load_raw_evidence, parse_nonce_hex
+    from gpucc.gpuattest.policy import parse_policy
+    from gpucc.gpuattest.session import CollectedEvidence, DatasetKey, local_session
+    from gpucc.gpuattest.simulate import SimulatedGpu
+    from gpucc.gpuattest.trust import TrustRoots
+    from gpucc.gpuattest.verifier import verify
+    from gpucc.staging.api import stage
+    from gpucc.staging.dataset import open_sealed
+    from gpucc.staging.seal import seal_file
 
     from .attest import SAMPLE_NONCE, _sample_paths
 

@@ -33,8 +33,8 @@ def _register_optional() -> None:
     import importlib
 
     for module, attr, name in (
-        ("cli.collateral", "collateral_app", "collateral"),
-        ("cli.session", "session_app", "session"),
+        ("gpucc.cli.collateral", "collateral_app", "collateral"),
+        ("gpucc.cli.session", "session_app", "session"),
     ):
         try:
             sub = getattr(importlib.import_module(module), attr)
@@ -42,9 +42,9 @@ def _register_optional() -> None:
             continue
         app.add_typer(sub, name=name)
     for module, attr, name in (
-        ("cli.seal", "seal", "seal"),
-        ("cli.stage", "stage", "stage"),
-        ("cli.demo", "demo", "demo"),
+        ("gpucc.cli.seal", "seal", "seal"),
+        ("gpucc.cli.stage", "stage", "stage"),
+        ("gpucc.cli.demo", "demo", "demo"),
     ):
         try:
             fn = getattr(importlib.import_module(module), attr)
@@ -58,7 +58,7 @@ _register_optional()
 
 def _version(value: bool) -> None:
     if value:
-        from gpuattest import __version__
+        from gpucc import __version__
 
         typer.echo(f"gpucc {__version__}")
         raise typer.Exit(0)
@@ -76,7 +76,7 @@ def main(
 
 def run() -> None:
     """Console-script entry point: the single place errors become exit codes."""
-    from gpuattest.errors import GpuccError
+    from gpucc.gpuattest.errors import GpuccError
 
     verbose = "--verbose" in sys.argv or "-v" in sys.argv[1:]
     try:

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from gpuattest.errors import UsageError
+from gpucc.gpuattest.errors import UsageError
 
 
 class OutputFormat(enum.StrEnum):
@@ -125,7 +125,7 @@ def read_capped(path: Path, limit: int) -> bytes:
     Raises:
         StagingIOError: the file cannot be read (one line, exit 5).
     """
-    from staging.dataset import io_error
+    from gpucc.staging.dataset import io_error
 
     try:
         with path.open("rb") as fh:

@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 if TYPE_CHECKING:
-    from gpuattest.verifier import AttestationResult
+    from gpucc.gpuattest.verifier import AttestationResult
 
 _STATUS_STYLE = {
     "pass": "green",

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from gpuattest.errors import UsageError
+from gpucc.gpuattest.errors import UsageError
 
 from .options import (
     AtOption,
@@ -36,7 +36,7 @@ from .options import (
 from .seal import note
 
 if TYPE_CHECKING:
-    from gpuattest.session import AttestationOutcome, CollectedEvidence, DatasetKey
+    from gpucc.gpuattest.session import AttestationOutcome, CollectedEvidence, DatasetKey
 
 __all__ = ["session_app"]
 
@@ -79,8 +79,8 @@ def _challenge(text: str) -> bytes:
 
 
 def _write(path: Path, data: bytes) -> None:
-    from gpuattest._internal.files import write_atomic
-    from staging.dataset import io_error
+    from gpucc.gpuattest._internal.files import write_atomic
+    from gpucc.staging.dataset import io_error
 
     try:
         write_atomic(path, data)
@@ -100,7 +100,7 @@ def _simulated_gpu(directory: Path) -> Any:
     """A simulated GPU, its anchors and RIMs saved in ``directory`` for the other side."""
     from cryptography.hazmat.primitives.serialization import Encoding
 
-    from gpuattest.simulate import SimulatedGpu
+    from gpucc.gpuattest.simulate import SimulatedGpu
 
     gpu = SimulatedGpu.create(now=dt.datetime.now(dt.UTC))
     (directory / "rims").mkdir(parents=True, exist_ok=True)
@@ -112,14 +112,14 @@ def _simulated_gpu(directory: Path) -> Any:
 
 
 def _collector(simulate: Path | None) -> Callable[[bytes], CollectedEvidence]:
-    from gpuattest.session import CollectedEvidence
+    from gpucc.gpuattest.session import CollectedEvidence
 
     if simulate is not None:
         gpu = _simulated_gpu(simulate)
         return lambda nonce: CollectedEvidence.from_evidence_set(gpu.evidence(nonce))
 
     def collect(nonce: bytes) -> CollectedEvidence:
-        from gpuattest.nvml import collect_evidence
+        from gpucc.gpuattest.nvml import collect_evidence
 
         return CollectedEvidence.from_evidence_set(collect_evidence(nonce))
 
@@ -136,10 +136,10 @@ def _attester(
     at: str | None,
 ) -> Callable[[Any, bytes], AttestationOutcome]:
     """The full gpucc verification and policy, as the protocol's ``attest`` callable."""
-    from gpuattest.collateral import DirectoryRimSource, NoOcsp
-    from gpuattest.policy import Policy, load_policy, parse_policy
-    from gpuattest.trust import TrustRoots
-    from gpuattest.verifier import verify
+    from gpucc.gpuattest.collateral import DirectoryRimSource, NoOcsp
+    from gpucc.gpuattest.policy import Policy, load_policy, parse_policy
+    from gpucc.gpuattest.trust import TrustRoots
+    from gpucc.gpuattest.verifier import verify
 
     now = parse_time(at)
     pol: Policy = load_policy(policy) if policy else Policy()
@@ -152,8 +152,8 @@ def _attester(
         if policy is None:
             pol = parse_policy({"ocsp": {"require": False}}, source="simulation default")
     else:
-        from gpuattest.collateral import CompositeRimSource
-        from gpuattest.netconfig import NetworkSettings, build_collateral
+        from gpucc.gpuattest.collateral import CompositeRimSource
+        from gpucc.gpuattest.netconfig import NetworkSettings, build_collateral
 
         roots = TrustRoots.nvidia()
         net_rims, ocsp = build_collateral(
@@ -171,9 +171,9 @@ def _attester(
 
 
 def _grants(datasets: list[Path], key_file: Path) -> list[DatasetKey]:
-    from gpuattest.session import DatasetKey
-    from staging.dataset import open_sealed
-    from staging.format import read_key_file
+    from gpucc.gpuattest.session import DatasetKey
+    from gpucc.staging.dataset import open_sealed
+    from gpucc.staging.format import read_key_file
 
     kek = read_key_file(key_file)
     grants = []
@@ -218,7 +218,7 @@ HostKeyOutOption = Annotated[
 @session_app.command("challenge")
 def challenge() -> None:
     """Data holder: print a fresh 32-byte challenge (hex) for one host."""
-    from gpuattest.session import new_challenge
+    from gpucc.gpuattest.session import new_challenge
 
     sys.stdout.write(new_challenge().hex() + "\n")
 
@@ -233,7 +233,7 @@ def offer(
     simulate: SimulateOption = None,
 ) -> None:
     """Host: make a session key, collect GPU evidence bound to it, and write the offer."""
-    from gpuattest.session import create_offer
+    from gpucc.gpuattest.session import create_offer
 
     value = _challenge(challenge)
     if host_key.exists():
@@ -276,7 +276,7 @@ def answer(
     The offer must answer CHALLENGE (yours), and its GPU evidence must pass full
     verification and policy with the nonce bound to the offered key. Exit 1 if not.
     """
-    from gpuattest.session import MAX_OFFER_BYTES, Offer, accept_offer
+    from gpucc.gpuattest.session import MAX_OFFER_BYTES, Offer, accept_offer
 
     if not datasets:
         raise UsageError("name at least one --dataset whose key to release")
@@ -324,8 +324,8 @@ def accept(
     Staging does the same checks (``gpucc stage D --session ANSWER --host-key F``); this
     command only verifies, without reading the chunks.
     """
-    from gpuattest.session import MAX_ANSWER_BYTES, Answer, HostKey, open_answer
-    from staging.dataset import open_sealed
+    from gpucc.gpuattest.session import MAX_ANSWER_BYTES, Answer, HostKey, open_answer
+    from gpucc.staging.dataset import open_sealed
 
     session = open_answer(
         Answer.from_json(read_capped(answer_file, MAX_ANSWER_BYTES)), HostKey.read(host_key)
@@ -360,7 +360,7 @@ def local(
 
     Then stage with ``gpucc stage DATASET --session ANSWER --host-key HOST_KEY``.
     """
-    from gpuattest.session import local_session
+    from gpucc.gpuattest.session import local_session
 
     if host_key.exists():
         raise UsageError(f"{host_key} exists; every session needs a fresh host key file")

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 import typer
 
-from gpuattest.errors import UsageError
+from gpucc.gpuattest.errors import UsageError
 
 from .options import OutputFormat, read_capped
 from .seal import byte_progress, check_chunk_size, format_rate, format_size, note, parse_size
@@ -35,7 +35,7 @@ _DEVICE_NAMES: dict[Device, Literal["cpu", "gpu", "auto"]] = {
 
 
 def _session_key(answer_path: Path, host_key_path: Path, header_digest: bytes) -> bytes:
-    from gpuattest.session import MAX_ANSWER_BYTES, Answer, HostKey, open_answer
+    from gpucc.gpuattest.session import MAX_ANSWER_BYTES, Answer, HostKey, open_answer
 
     answer = Answer.from_json(read_capped(answer_path, MAX_ANSWER_BYTES))
     session = open_answer(answer, HostKey.read(host_key_path))
@@ -110,11 +110,11 @@ def stage(
     zeroed before the command ends. Exit codes: 0 staged, 2 usage, 4 malformed dataset or
     key file, 5 GPU staging not available, 6 integrity failure.
     """
-    from staging.api import select_backend
-    from staging.api import stage as stage_dataset
-    from staging.dataset import is_sealed, open_sealed
-    from staging.format import Header, read_key_file
-    from staging.seal import default_threads
+    from gpucc.staging.api import select_backend
+    from gpucc.staging.api import stage as stage_dataset
+    from gpucc.staging.dataset import is_sealed, open_sealed
+    from gpucc.staging.format import Header, read_key_file
+    from gpucc.staging.seal import default_threads
 
     backend = select_backend(_DEVICE_NAMES[device], gpus=gpus)  # gpu fails here, before work
     if device is Device.AUTO:

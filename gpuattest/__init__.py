@@ -3,5 +3,3 @@
 The public API lives in the submodules (``gpuattest.verifier``, ``gpuattest.report``,
 ``gpuattest.rim``, ...); this package imports nothing eagerly so that the CLI starts fast.
 """
-
-__version__ = "0.1.0"

@@ -531,7 +531,7 @@ class _PackagedSchemaResolver(etree.Resolver):
 
 
 def _schema_bytes(name: str) -> bytes:
-    return resources.files("gpuattest._schemas").joinpath(name).read_bytes()
+    return resources.files("gpucc.gpuattest._schemas").joinpath(name).read_bytes()
 
 
 @functools.lru_cache(maxsize=1)

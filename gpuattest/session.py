@@ -45,7 +45,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from staging.format import (
+from gpucc.staging.format import (
     KEY_SIZE,
     StrPath,
     WrapKind,

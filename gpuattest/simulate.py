@@ -165,7 +165,7 @@ def build_report(
 
 
 def _template_rim(name: str) -> bytes:
-    return resources.files("gpuattest._samples").joinpath(name).read_bytes()
+    return resources.files("gpucc.gpuattest._samples").joinpath(name).read_bytes()
 
 
 def sign_rim(

@@ -43,7 +43,7 @@ def cert_sha256(cert: x509.Certificate) -> str:
 
 def _load_embedded(name: str, pin: str) -> x509.Certificate:
     try:
-        data = resources.files("gpuattest._roots").joinpath(name).read_bytes()
+        data = resources.files("gpucc.gpuattest._roots").joinpath(name).read_bytes()
         cert = x509.load_pem_x509_certificate(data)
     except (OSError, ValueError) as exc:
         raise TrustRootError(f"embedded root {name} cannot be loaded: {exc}") from None

@@ -1,7 +1,7 @@
 """gpucc staging: sealed datasets (``docs/FORMAT.md``) and verified staging into memory.
 
 This package takes key bytes and never imports the attestation library (only its error
-types). Submodules load on first use, so ``import staging`` stays cheap::
+types). Submodules load on first use, so ``import gpucc.staging`` stays cheap::
 
     staging.seal_file(src, dst, kek=key)            # staging.seal
     staging.open_sealed(path)                       # staging.dataset

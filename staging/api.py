@@ -2,7 +2,7 @@
 
 ::
 
-    import staging
+    from gpucc import staging
 
     with staging.stage("train.gcc", key_file="train.key", device="cpu") as buf:
         train(buf)          # buf: verified plaintext, a NumPy uint8 array
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from gpuattest.errors import GpuStagingUnavailableError, UsageError
+from gpucc.gpuattest.errors import GpuStagingUnavailableError, UsageError
 
 from . import cpu
 from .dataset import SealedDataset, is_sealed, open_sealed

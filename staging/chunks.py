@@ -11,7 +11,7 @@ import numpy as np
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from gpuattest.errors import ChunkAuthenticationError
+from gpucc.gpuattest.errors import ChunkAuthenticationError
 
 from .format import (
     TAG_SIZE,

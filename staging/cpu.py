@@ -22,7 +22,7 @@ from collections.abc import Callable
 import numpy as np
 import numpy.typing as npt
 
-from gpuattest.errors import MalformedDatasetError, MalformedInputError
+from gpucc.gpuattest.errors import MalformedDatasetError, MalformedInputError
 
 from ._pipeline import ChunkFailure, run_chunks, window_for
 from .chunks import ChunkCipher, zero

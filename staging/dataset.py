@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpuattest.errors import EnvironmentProblemError, KeyUnwrapError, MalformedDatasetError
+from gpucc.gpuattest.errors import EnvironmentProblemError, KeyUnwrapError, MalformedDatasetError
 
 from .chunks import ChunkCipher
 from .format import (

@@ -28,7 +28,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from gpuattest.errors import (
+from gpucc.gpuattest.errors import (
     IntegrityError,
     KeyFileError,
     KeyUnwrapError,

@@ -2,7 +2,7 @@
 
 ::
 
-    from staging import gpu, open_sealed
+    from gpucc.staging import gpu, open_sealed
 
     dataset = open_sealed("train.gcc")
     with gpu.gpu_staging(dataset, dataset_key) as staged:
@@ -54,7 +54,7 @@ from typing import Any
 
 import numpy as np
 
-from gpuattest.errors import (
+from gpucc.gpuattest.errors import (
     ChunkAuthenticationError,
     GpuStagingUnavailableError,
     MalformedDatasetError,
@@ -95,7 +95,7 @@ __all__ = [
     "unavailable_reason",
 ]
 
-# --- kernel geometry, mirrored from staging/kernels/aesgcm_math.cuh ---------------------------
+# --- kernel geometry, mirrored from staging/kernels/aesgcm_math.cuh ----------
 # tests/test_kernel_harness.py checks these against the header (harness command "layout").
 
 #: Blocks per thread per tile (GCMK_K).
@@ -177,7 +177,7 @@ def gpu_count() -> int:
 
 def _kernel_source() -> str:
     """aesgcm.cu with aesgcm_math.cuh inlined (no include path needed, zip-safe)."""
-    pkg = resources.files("staging.kernels")
+    pkg = resources.files("gpucc.staging.kernels")
     header = pkg.joinpath("aesgcm_math.cuh").read_text(encoding="utf-8")
     main = pkg.joinpath("aesgcm.cu").read_text(encoding="utf-8")
     include = '#include "aesgcm_math.cuh"'

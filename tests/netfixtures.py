@@ -32,7 +32,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509 import ocsp
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from gpuattest.trust import TrustRoots
+from gpucc.gpuattest.trust import TrustRoots
 
 UTC = dt.UTC
 # The verification time of every test: inside all validity periods below.

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuattest._internal.transport import RequestsFetcher
-from gpuattest.bundle import (
+from gpucc.gpuattest._internal.transport import RequestsFetcher
+from gpucc.gpuattest.bundle import (
     BUNDLE_FORMAT,
     Bundle,
     BundleOcspChecker,
@@ -25,11 +25,11 @@ from gpuattest.bundle import (
     rim_kind,
     write_bundle,
 )
-from gpuattest.collateral import ChainKind, OcspStatus, RimSource
-from gpuattest.errors import EXIT_MALFORMED, OfflineError, RimNotFoundError, UsageError
-from gpuattest.netconfig import FallbackOcspChecker, NetworkSettings, build_collateral
-from gpuattest.ocsp import CertId, OcspClient, OcspTarget, ocsp_targets
-from gpuattest.rim_service import RimServiceSource
+from gpucc.gpuattest.collateral import ChainKind, OcspStatus, RimSource
+from gpucc.gpuattest.errors import EXIT_MALFORMED, OfflineError, RimNotFoundError, UsageError
+from gpucc.gpuattest.netconfig import FallbackOcspChecker, NetworkSettings, build_collateral
+from gpucc.gpuattest.ocsp import CertId, OcspClient, OcspTarget, ocsp_targets
+from gpucc.gpuattest.rim_service import RimServiceSource
 from tests.netfixtures import (
     DRIVER_RIM_ID,
     NOW,
@@ -467,7 +467,7 @@ def test_unreadable_and_oversized_bundles(
 ) -> None:
     with pytest.raises(MalformedBundleError):
         load_bundle(tmp_path / "absent.json")
-    import gpuattest.bundle as bundle_module
+    from gpucc.gpuattest import bundle as bundle_module
 
     monkeypatch.setattr(bundle_module, "MAX_BUNDLE_BYTES", 1000)
     with pytest.raises(MalformedBundleError, match="larger than"):
@@ -545,8 +545,8 @@ def test_cli_fetch_writes_what_it_got_and_exits_3_for_the_rest(
 ) -> None:
     from typer.testing import CliRunner
 
-    from cli.collateral import collateral_app
-    from gpuattest.errors import CollateralUnavailableError
+    from gpucc.cli.collateral import collateral_app
+    from gpucc.gpuattest.errors import CollateralUnavailableError
 
     secret = "nvapi-CLI-SECRET-KEY"
     monkeypatch.setenv("NV_ATTESTATION_SERVICE_KEY", secret)
@@ -591,7 +591,7 @@ def test_cli_fetch_writes_what_it_got_and_exits_3_for_the_rest(
 def test_cli_show_lists_ocsp_windows(bundle_file: Path) -> None:
     from typer.testing import CliRunner
 
-    from cli.collateral import collateral_app
+    from gpucc.cli.collateral import collateral_app
 
     shown = CliRunner().invoke(collateral_app, ["show", str(bundle_file)])
     assert shown.exit_code == 0, shown.output

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from gpuattest._internal.transport import RequestsFetcher
-from gpuattest.cache import CachingRimSource, CollateralCache, default_cache_dir
-from gpuattest.collateral import ChainKind, OcspOutcome, OcspStatus
-from gpuattest.ocsp import CertId, OcspClient
-from gpuattest.rim_service import RimServiceSource
+from gpucc.gpuattest._internal.transport import RequestsFetcher
+from gpucc.gpuattest.cache import CachingRimSource, CollateralCache, default_cache_dir
+from gpucc.gpuattest.collateral import ChainKind, OcspOutcome, OcspStatus
+from gpucc.gpuattest.ocsp import CertId, OcspClient
+from gpucc.gpuattest.rim_service import RimServiceSource
 from tests.netfixtures import (
     DRIVER_RIM,
     DRIVER_RIM_ID,

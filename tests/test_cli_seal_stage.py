@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from staging.format import HEADER_SIZE, PREFIX_SIZE, TAG_SIZE
+from gpucc.staging.format import HEADER_SIZE, PREFIX_SIZE, TAG_SIZE
 
 CS = 4096
 

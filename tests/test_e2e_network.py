@@ -18,12 +18,12 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from gpuattest.evidence import EvidenceSet, GpuEvidence
-from gpuattest.netconfig import NetworkSettings, build_collateral
-from gpuattest.policy import Policy, parse_policy
-from gpuattest.report import AttestationReport
-from gpuattest.simulate import build_report
-from gpuattest.verifier import AttestationResult, Verdict, verify
+from gpucc.gpuattest.evidence import EvidenceSet, GpuEvidence
+from gpucc.gpuattest.netconfig import NetworkSettings, build_collateral
+from gpucc.gpuattest.policy import Policy, parse_policy
+from gpucc.gpuattest.report import AttestationReport
+from gpucc.gpuattest.simulate import build_report
+from gpucc.gpuattest.verifier import AttestationResult, Verdict, verify
 from tests import netfixtures as nf
 from tests.rimpki import RimPki, sign_rim
 from tests.samples import (
@@ -302,7 +302,7 @@ def test_bundle_made_online_verifies_offline(
 ) -> None:
     _, url = sample_rim_service
     evidence = tmp_path / "evidence.json"
-    from gpuattest.evidence import dump_evidence_json, load_raw_evidence
+    from gpucc.gpuattest.evidence import dump_evidence_json, load_raw_evidence
 
     evidence.write_bytes(dump_evidence_json(load_raw_evidence(SET_A_REPORT, SET_A_CHAIN)))
     bundle = tmp_path / "bundle.json"

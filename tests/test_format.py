@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from gpuattest.errors import KeyFileError, KeyUnwrapError, MalformedDatasetError
-from staging import format as fmt
-from staging.chunks import ChunkCipher
-from staging.seal import SealResult, WrapSpec
+from gpucc.gpuattest.errors import KeyFileError, KeyUnwrapError, MalformedDatasetError
+from gpucc.staging import format as fmt
+from gpucc.staging.chunks import ChunkCipher
+from gpucc.staging.seal import SealResult, WrapSpec
 
 DK = bytes(range(32))
 DATASET_ID = bytes(range(0xA0, 0xB0))

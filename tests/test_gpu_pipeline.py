@@ -18,18 +18,18 @@ from typing import Any
 import numpy as np
 import pytest
 
-from gpuattest.errors import (
+from gpucc.gpuattest.errors import (
     ChunkAuthenticationError,
     GpuStagingUnavailableError,
     MalformedDatasetError,
     UsageError,
 )
-from staging import dataset as dataset_mod
-from staging import format as fmt
-from staging import gpu
-from staging.dataset import SealedDataset, StagingIOError, open_sealed
-from staging.format import HeaderAuthenticationError
-from staging.seal import seal_bytes
+from gpucc.staging import dataset as dataset_mod
+from gpucc.staging import format as fmt
+from gpucc.staging import gpu
+from gpucc.staging.dataset import SealedDataset, StagingIOError, open_sealed
+from gpucc.staging.format import HeaderAuthenticationError
+from gpucc.staging.seal import seal_bytes
 from tests import fake_cupy
 
 CS = 4096
@@ -312,7 +312,7 @@ def test_gpu_seal_opens_on_the_cpu_and_back(fake: Any, tmp_path: Path, size: int
     blob = gpu.seal_gpu(dev, kek=kek, chunk_size=CS)
     (tmp_path / "g.gcc").write_bytes(blob)
     dataset = open_sealed(tmp_path / "g.gcc")
-    from staging.cpu import stage_cpu
+    from gpucc.staging.cpu import stage_cpu
 
     assert stage_cpu(dataset, dataset.unwrap(kek)).tobytes() == data
     # Same key and dataset id: byte for byte what the CPU sealer writes.

@@ -31,13 +31,13 @@ import numpy as np
 import pytest
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
-from gpuattest.errors import ChunkAuthenticationError, MalformedDatasetError
-from staging import format as fmt
-from staging import gpu
-from staging.cpu import stage_cpu
-from staging.dataset import SealedDataset, open_sealed
-from staging.format import HeaderAuthenticationError
-from staging.seal import seal_bytes
+from gpucc.gpuattest.errors import ChunkAuthenticationError, MalformedDatasetError
+from gpucc.staging import format as fmt
+from gpucc.staging import gpu
+from gpucc.staging.cpu import stage_cpu
+from gpucc.staging.dataset import SealedDataset, open_sealed
+from gpucc.staging.format import HeaderAuthenticationError
+from gpucc.staging.seal import seal_bytes
 
 pytestmark = pytest.mark.gpu
 

@@ -13,12 +13,12 @@ import json
 
 import pytest
 
-from gpuattest.measurements import (
+from gpucc.gpuattest.measurements import (
     NVDEC0_INDEX,
     MeasurementStatus,
     compare_measurements,
 )
-from gpuattest.rim import MeasurementEntry, ReferenceManifest
+from gpucc.gpuattest.rim import MeasurementEntry, ReferenceManifest
 from tests.samples import (
     SET_A_DRIVER_RIM,
     SET_A_PROD_VBIOS_RIM,

@@ -16,13 +16,13 @@ from typing import Any
 
 import pytest
 
-from gpuattest.collateral import NoOcsp, rim_sources_from_mapping
-from gpuattest.errors import CcModeError, NvmlUnavailableError
-from gpuattest.evidence import dump_evidence_json, load_evidence_json
-from gpuattest.nvml import collect_evidence
-from gpuattest.policy import parse_policy
-from gpuattest.simulate import SimulatedGpu
-from gpuattest.verifier import CheckStatus, Verdict, verify
+from gpucc.gpuattest.collateral import NoOcsp, rim_sources_from_mapping
+from gpucc.gpuattest.errors import CcModeError, NvmlUnavailableError
+from gpucc.gpuattest.evidence import dump_evidence_json, load_evidence_json
+from gpucc.gpuattest.nvml import collect_evidence
+from gpucc.gpuattest.policy import parse_policy
+from gpucc.gpuattest.simulate import SimulatedGpu
+from gpucc.gpuattest.verifier import CheckStatus, Verdict, verify
 
 pynvml = pytest.importorskip("pynvml")
 NOW = dt.datetime.now(dt.UTC)

@@ -10,10 +10,10 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes
 from cryptography.x509 import ocsp
 
-from gpuattest._internal.transport import RequestsFetcher
-from gpuattest.collateral import ChainKind, OcspOutcome, OcspStatus
-from gpuattest.errors import UsageError
-from gpuattest.ocsp import (
+from gpucc.gpuattest._internal.transport import RequestsFetcher
+from gpucc.gpuattest.collateral import ChainKind, OcspOutcome, OcspStatus
+from gpucc.gpuattest.errors import UsageError
+from gpucc.gpuattest.ocsp import (
     NONCE_BYTES,
     CertId,
     OcspClient,

@@ -13,21 +13,21 @@ from cryptography.hazmat.primitives import serialization
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuattest.chain import ChainStatus, load_pem_chain, validate_chain
-from gpuattest.errors import (
+from gpucc.gpuattest.chain import ChainStatus, load_pem_chain, validate_chain
+from gpucc.gpuattest.errors import (
     MalformedCertificateError,
     MalformedEvidenceError,
     MalformedPolicyError,
 )
-from gpuattest.evidence import (
+from gpucc.gpuattest.evidence import (
     dump_evidence_json,
     load_evidence_file,
     load_evidence_json,
     load_raw_evidence,
     parse_nonce_hex,
 )
-from gpuattest.policy import load_policy, parse_policy
-from gpuattest.trust import DEVICE_ROOT_SHA256, RIM_ROOT_SHA256, TrustRoots
+from gpucc.gpuattest.policy import load_policy, parse_policy
+from gpucc.gpuattest.trust import DEVICE_ROOT_SHA256, RIM_ROOT_SHA256, TrustRoots
 from tests.samples import HEAD_CHAIN, SET_A_CHAIN, SET_A_NONCE, SET_A_REPORT, report_bytes
 
 
@@ -44,7 +44,7 @@ def test_pinned_root_fingerprints() -> None:
 
 
 def test_altered_embedded_root_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    from gpuattest import trust
+    from gpucc.gpuattest import trust
 
     monkeypatch.setattr(trust, "DEVICE_ROOT_SHA256", "00" * 32)
     with pytest.raises(trust.TrustRootError, match="pinned fingerprint"):

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuattest.errors import MalformedReportError
-from gpuattest.report import Architecture, AttestationReport, decode_vbios_version
+from gpucc.gpuattest.errors import MalformedReportError
+from gpucc.gpuattest.report import Architecture, AttestationReport, decode_vbios_version
 from tests.samples import HEAD_NONCE, HEAD_REPORT, SET_A_NONCE, SET_A_REPORT, report_bytes
 
 SET_A = report_bytes(SET_A_REPORT)

@@ -17,17 +17,17 @@ from lxml import etree
 from signxml.algorithms import CanonicalizationMethod, DigestAlgorithm, SignatureMethod
 from signxml.verifier import SignatureConfiguration, XMLVerifier
 
-from gpuattest import rim as rim_module
-from gpuattest.chain import ChainStatus
-from gpuattest.collateral import MAX_RIM_BYTES
-from gpuattest.errors import MalformedRimError, UsageError
-from gpuattest.rim import (
+from gpucc.gpuattest import rim as rim_module
+from gpucc.gpuattest.chain import ChainStatus
+from gpucc.gpuattest.collateral import MAX_RIM_BYTES
+from gpucc.gpuattest.errors import MalformedRimError, UsageError
+from gpucc.gpuattest.rim import (
     ReferenceManifest,
     RimSignatureResult,
     validate_schema,
     verify_signature,
 )
-from gpuattest.trust import TrustRoots
+from gpucc.gpuattest.trust import TrustRoots
 from tests.rimpki import RimPki, make_rim_pki, sign_rim, strip_signatures
 from tests.samples import PROD, SET_A_DRIVER_RIM, SET_A_VBIOS_RIM
 

@@ -7,12 +7,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from gpuattest._internal.transport import (
+from gpucc.gpuattest._internal.transport import (
     HttpStatusError,
     RequestsFetcher,
     ServiceAccessDeniedError,
 )
-from gpuattest.errors import (
+from gpucc.gpuattest.errors import (
     EXIT_COLLATERAL,
     CollateralUnavailableError,
     GpuccError,
@@ -21,7 +21,7 @@ from gpuattest.errors import (
     RimNotFoundError,
     UsageError,
 )
-from gpuattest.rim_service import RimServiceError, RimServiceSource, valid_rim_id
+from gpucc.gpuattest.rim_service import RimServiceError, RimServiceSource, valid_rim_id
 from tests.netfixtures import (
     DRIVER_RIM,
     DRIVER_RIM_ID,

@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import staging
-from gpuattest.errors import (
+from gpucc import staging
+from gpucc.gpuattest.errors import (
     ChunkAuthenticationError,
     GpuccError,
     GpuStagingUnavailableError,
@@ -26,13 +26,13 @@ from gpuattest.errors import (
     MalformedInputError,
     UsageError,
 )
-from staging import format as fmt
-from staging._pipeline import ChunkFailure, run_chunks
-from staging.chunks import ChunkCipher
-from staging.cpu import Buffer, stage_bytes, stage_cpu, stage_plaintext_cpu
-from staging.dataset import StagingIOError, open_sealed
-from staging.format import HeaderAuthenticationError
-from staging.seal import WrapSpec, rewrap, seal_bytes, seal_file
+from gpucc.staging import format as fmt
+from gpucc.staging._pipeline import ChunkFailure, run_chunks
+from gpucc.staging.chunks import ChunkCipher
+from gpucc.staging.cpu import Buffer, stage_bytes, stage_cpu, stage_plaintext_cpu
+from gpucc.staging.dataset import StagingIOError, open_sealed
+from gpucc.staging.format import HeaderAuthenticationError
+from gpucc.staging.seal import WrapSpec, rewrap, seal_bytes, seal_file
 
 CS = 4096  # the smallest chunk size: boundaries are cheap to exercise
 SENTINEL = 0xA5
@@ -586,7 +586,7 @@ def test_stage_plaintext_input(tmp_path: Path) -> None:
 def test_gpu_device_without_cupy_fails_with_its_reason(
     sealed: tuple[Path, bytes, bytes], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from staging import gpu
+    from gpucc.staging import gpu
 
     def unavailable(*_args: object, **_kwargs: object) -> None:
         raise GpuStagingUnavailableError("GPU staging not available: CuPy is not installed")
@@ -603,7 +603,7 @@ def test_gpu_device_without_cupy_fails_with_its_reason(
 def test_auto_falls_back_to_the_cpu_and_cpu_refuses_several_gpus(
     sealed: tuple[Path, bytes, bytes], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from staging import gpu
+    from gpucc.staging import gpu
 
     monkeypatch.setattr(gpu, "unavailable_reason", lambda *_a: "CuPy is not installed")
     path, plain, kek = sealed

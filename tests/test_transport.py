@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from gpuattest import __version__
-from gpuattest._internal.transport import (
+from gpucc import __version__
+from gpucc.gpuattest._internal.transport import (
     MAX_REDIRECTS,
     HttpStatusError,
     RequestsFetcher,
     safe_url,
 )
-from gpuattest.errors import (
+from gpucc.gpuattest.errors import (
     EXIT_COLLATERAL,
     CollateralUnavailableError,
     NetworkError,

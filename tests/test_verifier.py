@@ -10,13 +10,13 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from gpuattest.collateral import FileRimSource, NoOcsp, NoRimSource, rim_sources_from_mapping
-from gpuattest.errors import MalformedCertificateError, MalformedReportError
-from gpuattest.evidence import EvidenceSet, GpuEvidence, load_raw_evidence
-from gpuattest.policy import Policy, parse_policy
-from gpuattest.simulate import SimulatedGpu
-from gpuattest.trust import TrustRoots
-from gpuattest.verifier import AttestationResult, CheckStatus, Decision, Verdict, verify
+from gpucc.gpuattest.collateral import FileRimSource, NoOcsp, NoRimSource, rim_sources_from_mapping
+from gpucc.gpuattest.errors import MalformedCertificateError, MalformedReportError
+from gpucc.gpuattest.evidence import EvidenceSet, GpuEvidence, load_raw_evidence
+from gpucc.gpuattest.policy import Policy, parse_policy
+from gpucc.gpuattest.simulate import SimulatedGpu
+from gpucc.gpuattest.trust import TrustRoots
+from gpucc.gpuattest.verifier import AttestationResult, CheckStatus, Decision, Verdict, verify
 from tests.samples import (
     HEAD_CHAIN,
     HEAD_NONCE,
@@ -271,7 +271,7 @@ def test_multi_gpu_trusted_only_if_all_are() -> None:
 
 
 def test_nvml_evidence_with_devtools_on_is_refused() -> None:
-    from gpuattest.evidence import CcState
+    from gpucc.gpuattest.evidence import CcState
 
     gpu = SimulatedGpu.create(now=NOW)
     nonce = os.urandom(32)

@@ -37,7 +37,8 @@ from urllib.parse import urlsplit, urlunsplit
 if TYPE_CHECKING:  # imported lazily at run time: they cost ~85 ms of start-up
     import requests
 
-from .. import __version__
+from gpucc import __version__
+
 from ..errors import NetworkError, OfflineError, UsageError
 
 __all__ = [
