@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 
 from . import attest as _attest
+from .logs import STATE, add_log_options
 
 EXIT_INTERNAL = 70  # EX_SOFTWARE: a bug in gpucc, reported in one line
 
@@ -28,32 +29,25 @@ app.command("attest")(_attest.attest)
 app.add_typer(_attest.evidence_app, name="evidence")
 
 
-def _register_optional() -> None:
-    """Sub-commands that live in their own modules."""
+def _register() -> None:
+    """Sub-commands that live in their own modules (a failed import is an error, not a gap)."""
     import importlib
 
     for module, attr, name in (
         ("gpucc.cli.collateral", "collateral_app", "collateral"),
         ("gpucc.cli.session", "session_app", "session"),
     ):
-        try:
-            sub = getattr(importlib.import_module(module), attr)
-        except (ImportError, AttributeError):
-            continue
-        app.add_typer(sub, name=name)
+        app.add_typer(getattr(importlib.import_module(module), attr), name=name)
     for module, attr, name in (
         ("gpucc.cli.seal", "seal", "seal"),
         ("gpucc.cli.stage", "stage", "stage"),
         ("gpucc.cli.demo", "demo", "demo"),
     ):
-        try:
-            fn = getattr(importlib.import_module(module), attr)
-        except (ImportError, AttributeError):
-            continue
-        app.command(name)(fn)
+        app.command(name)(getattr(importlib.import_module(module), attr))
+    add_log_options(app)
 
 
-_register_optional()
+_register()
 
 
 def _version(value: bool) -> None:
@@ -78,11 +72,10 @@ def run() -> None:
     """Console-script entry point: the single place errors become exit codes."""
     from gpucc.gpuattest.errors import GpuccError
 
-    verbose = "--verbose" in sys.argv or "-v" in sys.argv[1:]
     try:
         app()
     except GpuccError as exc:
-        if verbose:
+        if STATE.verbosity >= 2:
             import traceback
 
             traceback.print_exception(exc, file=sys.stderr)
@@ -92,7 +85,7 @@ def run() -> None:
         sys.stderr.write("gpucc: interrupted\n")
         sys.exit(130)
     except Exception as exc:  # a bug: one line, no locals, no traceback unless asked
-        if verbose:
+        if STATE.verbosity >= 1:
             raise
         detail = " ".join(str(exc).split())[:300]
         sys.stderr.write(
