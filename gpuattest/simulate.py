@@ -8,12 +8,15 @@ explicitly, through the same ``roots`` argument production uses.
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
+import hashlib
 import os
 import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
+from typing import TYPE_CHECKING
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -24,6 +27,9 @@ from cryptography.x509.oid import NameOID
 from .evidence import EvidenceSet, GpuEvidence
 from .report import OpaqueType
 from .trust import TrustRoots
+
+if TYPE_CHECKING:
+    from lxml import etree
 
 __all__ = [
     "DRIVER_ACTIVE",
@@ -182,8 +188,6 @@ def sign_rim(
     schema; indices in ``active`` get their ``golden`` value, others are inactive.
     """
     from lxml import etree
-    from signxml.algorithms import SignatureConstructionMethod
-    from signxml.signer import XMLSigner
 
     swid = "http://standards.iso.org/iso/19770/-2/2015/schema.xsd"
     hash_ns = "http://www.w3.org/2001/04/xmlenc#sha384"
@@ -203,20 +207,50 @@ def sign_rim(
         res.set("alternatives", "1")
         res.set("active", "True" if index in active else "False")
         res.set(f"{{{hash_ns}}}Hash0", golden.get(index, bytes(48)).hex())
-    signer = XMLSigner(
-        method=SignatureConstructionMethod.enveloped,
-        signature_algorithm="ecdsa-sha384",
-        digest_algorithm="sha384",
-        c14n_algorithm="http://www.w3.org/2006/12/xml-c14n11",
+    _sign_enveloped(root, pki)
+    return bytes(etree.tostring(root, xml_declaration=False, encoding="utf-8"))
+
+
+def _sign_enveloped(root: etree._Element, pki: Pki) -> None:
+    """Append an enveloped XML-DSig signature in the one profile NVIDIA's RIMs use.
+
+    Enveloped-signature then C14N 1.1 over the whole document, SHA-384 digest, ECDSA
+    P-384/SHA-384 over the canonical ``SignedInfo``, the chain leaf first in ``X509Data``.
+    Inclusive C14N 1.0 and 1.1 give the same bytes here: no ``xml:*`` attributes are
+    inherited into ``SignedInfo``.
+    """
+    from lxml import etree
+
+    ds = "http://www.w3.org/2000/09/xmldsig#"
+    c14n11 = "http://www.w3.org/2006/12/xml-c14n11"
+
+    def sub(parent: etree._Element, tag: str, **attrib: str) -> etree._Element:
+        return etree.SubElement(parent, f"{{{ds}}}{tag}", attrib)
+
+    digest = hashlib.sha384(etree.tostring(root, method="c14n", exclusive=False)).digest()
+    sig = sub(root, "Signature")
+    signed_info = sub(sig, "SignedInfo")
+    sub(signed_info, "CanonicalizationMethod", Algorithm=c14n11)
+    sub(
+        signed_info,
+        "SignatureMethod",
+        Algorithm="http://www.w3.org/2001/04/xmldsig-more#ecdsa-sha384",
     )
-    key_pem = pki.keys[0].private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
-    )
-    certs = [c.public_bytes(serialization.Encoding.PEM).decode() for c in pki.certs]
-    signed = signer.sign(root, key=key_pem, cert=certs)
-    return bytes(etree.tostring(signed, xml_declaration=False, encoding="utf-8"))
+    reference = sub(signed_info, "Reference", URI="")
+    transforms = sub(reference, "Transforms")
+    sub(transforms, "Transform", Algorithm=f"{ds}enveloped-signature")
+    sub(transforms, "Transform", Algorithm=c14n11)
+    sub(reference, "DigestMethod", Algorithm="http://www.w3.org/2001/04/xmldsig-more#sha384")
+    sub(reference, "DigestValue").text = base64.b64encode(digest).decode()
+    signed = etree.tostring(signed_info, method="c14n", exclusive=False)
+    der = pki.keys[0].sign(signed, ec.ECDSA(hashes.SHA384()))
+    r, s = decode_dss_signature(der)
+    value = r.to_bytes(48, "big") + s.to_bytes(48, "big")
+    sub(sig, "SignatureValue").text = base64.b64encode(value).decode()
+    x509_data = sub(sub(sig, "KeyInfo"), "X509Data")
+    for cert in pki.certs:
+        der_cert = cert.public_bytes(serialization.Encoding.DER)
+        sub(x509_data, "X509Certificate").text = base64.b64encode(der_cert).decode()
 
 
 @dataclass(frozen=True)
