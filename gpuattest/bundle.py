@@ -45,6 +45,7 @@ from cryptography import x509
 from cryptography.x509 import ocsp as x509_ocsp
 
 from ._internal.files import write_atomic
+from ._internal.x509names import common_name
 from .collateral import MAX_RIM_BYTES, ChainKind, OcspOutcome, OcspStatus, RimSource
 from .errors import (
     CollateralUnavailableError,
@@ -351,11 +352,6 @@ class BundleRimSource:
             raise RimNotFoundError(rim_id, "not in the collateral bundle") from None
 
 
-def _cn(cert: x509.Certificate) -> str:
-    attrs = cert.subject.get_attributes_for_oid(x509.NameOID.COMMON_NAME)
-    return str(attrs[0].value) if attrs else cert.subject.rfc4514_string()
-
-
 class BundleOcspChecker:
     """Answers OCSP questions from a bundle's stored responses, re-verifying each one.
 
@@ -412,7 +408,7 @@ class BundleOcspChecker:
             return outcome
         return OcspOutcome(
             OcspStatus.NOT_CHECKED,
-            reason=f"the collateral bundle has no OCSP response for '{_cn(cert)}'",
+            reason=f"the collateral bundle has no OCSP response for '{common_name(cert)}'",
             collateral_missing=True,
         )
 
@@ -509,7 +505,7 @@ def collect_collateral(
                 issuer_chain=target.issuer_chain,
             )
             out = fetched.outcome
-            outcomes.append((_cn(target.cert), target.kind, out))
+            outcomes.append((common_name(target.cert), target.kind, out))
             if fetched.response is not None and usable(out) and out.nonce_match is not False:
                 entries[cert_id.key] = BundleOcspEntry(
                     cert_id,
@@ -519,6 +515,6 @@ def collect_collateral(
                 )
             else:
                 problem = out.reason or str(out.status)
-                problems.append(f"OCSP for '{_cn(target.cert)}' ({target.kind}): {problem}")
+                problems.append(f"OCSP for '{common_name(target.cert)}' ({target.kind}): {problem}")
     bundle = Bundle(created=now, rims=rims, ocsp=tuple(entries.values()))
     return CollectionResult(bundle, tuple(problems), tuple(outcomes))

@@ -17,7 +17,7 @@ from .evidence import CcState, EvidenceSet, GpuEvidence
 __all__ = ["collect_evidence", "read_cc_state"]
 
 _ARCH_NAMES = {9: "HOPPER", 10: "BLACKWELL"}
-# nvmlSystemConfComputeSettings_v1: size 20 | version 1 << 24 (attestation.md §2.2).
+# nvmlSystemConfComputeSettings_v1: size 20 | version 1 << 24 (nvml.h).
 _SETTINGS_V1 = 0x01000014
 
 

@@ -9,7 +9,7 @@ Request
     One unsigned ``OCSPRequest`` per certificate, POSTed as DER with
     ``Content-Type: application/ocsp-request``. The ``CertID`` uses **SHA-1**
     (as NVAT does; NVIDIA's Python verifier uses SHA-384 and the responder is
-    believed to accept both, attestation.md §5.2). SHA-1 here is an identifier
+    believed to accept both). SHA-1 here is an identifier
     hash, not a signature: it is the form every OCSP responder supports. A
     32-byte random nonce goes in a **non-critical** ``id-pkix-ocsp-nonce``
     extension (RFC 8954's recommendation) unless ``use_nonce=False``.
@@ -69,7 +69,7 @@ Cache (``cache=``)
     it is reported with ``nonce_match=None`` ("no nonce for this use") and a reason
     that says it came from the cache: replay is then bounded by ``nextUpdate``.
 
-Deliberate differences from NVIDIA (attestation.md §13): the hold allowance is
+Deliberate differences from NVIDIA's verifiers (docs/NETWORK.md): the hold allowance is
 per chain kind (bug 1), thisUpdate/nextUpdate are enforced, the CertID is matched
 and the responder's delegation is checked (bug 6), and a revoked response without
 a reason is a clean ``revoked``/``unspecified`` (bug 7).
@@ -93,6 +93,7 @@ from cryptography.x509 import ocsp
 from cryptography.x509.oid import ExtendedKeyUsageOID, SignatureAlgorithmOID
 
 from ._internal.transport import Fetcher, HttpStatusError, plain_http_to_remote, safe_url
+from ._internal.x509names import common_name
 from .cache import CollateralCache
 from .chain import MAX_CHAIN_CERTS, validate_chain
 from .collateral import ChainKind, OcspOutcome, OcspStatus
@@ -124,7 +125,7 @@ MAX_OCSP_RESPONSE_BYTES = 64 * 1024
 # RFC 8954 allows 1..32 bytes and recommends 32.
 NONCE_BYTES = 32
 DEFAULT_CLOCK_SKEW = dt.timedelta(minutes=5)
-# dstack's OCSP proxy caps freshness at 24 h without nextUpdate (attestation.md §5.5).
+# dstack's OCSP proxy caps freshness at 24 h without nextUpdate.
 DEFAULT_MAX_AGE_WITHOUT_NEXT_UPDATE = dt.timedelta(hours=24)
 DEFAULT_MAX_CACHE_TTL = dt.timedelta(hours=24)
 
@@ -182,11 +183,6 @@ def _spki(cert: x509.Certificate) -> bytes:
     return cert.public_key().public_bytes(
         serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
     )
-
-
-def _cn(cert: x509.Certificate) -> str:
-    attrs = cert.subject.get_attributes_for_oid(x509.NameOID.COMMON_NAME)
-    return str(attrs[0].value) if attrs else cert.subject.rfc4514_string()
 
 
 def _tlv(tag: int, content: bytes) -> bytes:
@@ -400,7 +396,7 @@ def _path_above(
         path.append(nxt)
         current = nxt
     raise _Unverifiable(
-        f"cannot validate the OCSP responder for '{_cn(issuer)}': the certificates between "
+        f"cannot validate the OCSP responder for '{common_name(issuer)}': the certificates between "
         "it and the trust anchor were not supplied (issuer_chain)"
     )
 
@@ -416,16 +412,16 @@ def _authorise(
     if signer.subject == issuer.subject and _spki(signer) == _spki(issuer):
         path: list[x509.Certificate] = [issuer]
     else:
-        name = _cn(signer)
+        name = common_name(signer)
         if signer.issuer != issuer.subject:
             raise _Invalid(
-                f"responder '{name}' is not authorised: it is not issued by '{_cn(issuer)}'"
+                f"responder '{name}' is not authorised: it is not issued by '{common_name(issuer)}'"
             )
         try:
             signer.verify_directly_issued_by(issuer)
         except (InvalidSignature, ValueError, TypeError):
             raise _Invalid(
-                f"responder '{name}' is not authorised: it is not issued by '{_cn(issuer)}'"
+                f"responder '{name}' is not authorised: it is not issued by '{common_name(issuer)}'"
             ) from None
         try:
             eku = signer.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
@@ -832,7 +828,7 @@ class OcspTarget:
 def ocsp_targets(
     chain: Sequence[x509.Certificate], *, kind: ChainKind, anchor: x509.Certificate
 ) -> tuple[OcspTarget, ...]:
-    """The certificates NVIDIA checks by OCSP in a leaf-first chain (attestation.md §5.1).
+    """The certificates NVIDIA checks by OCSP in a leaf-first chain.
 
     Device chains: indices 1 .. n-2 (not the per-boot leaf, not the root). RIM
     chains: indices 0 .. n-2. The chain's own last certificate is untrusted input

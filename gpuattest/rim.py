@@ -17,7 +17,7 @@ The three steps are separate because policies treat their failures differently:
 
 Why the signature profile is so narrow: XML-DSig is flexible enough to sign one
 part of a document while a verifier reads another ("signature wrapping"). Every
-known NVIDIA RIM uses the same profile (attestation.md §7.4): a single enveloped
+known NVIDIA RIM uses the same profile: a single enveloped
 signature as the root's last child, one ``Reference`` with ``URI=""`` (the whole
 document), transforms enveloped-signature then C14N 1.1, ECDSA P-384 with SHA-384.
 Anything else is refused, so the bytes that were digested are exactly the
@@ -78,7 +78,7 @@ HASH_NS = "http://www.w3.org/2001/04/xmlenc#sha384"
 TCG_RIM_NS = "https://trustedcomputinggroup.org/resource/tcg-reference-integrity-manifest-rim-information-model/"
 XML_NS = "http://www.w3.org/XML/1998/namespace"
 
-# The only signature profile accepted (attestation.md §7.4).
+# The only signature profile accepted (the one every published NVIDIA RIM uses).
 ALLOWED_C14N = "http://www.w3.org/2006/12/xml-c14n11"
 ALLOWED_SIGNATURE = "http://www.w3.org/2001/04/xmldsig-more#ecdsa-sha384"
 ALLOWED_DIGEST = "http://www.w3.org/2001/04/xmldsig-more#sha384"

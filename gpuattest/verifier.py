@@ -1,7 +1,7 @@
 """The verification outline: evidence + collateral + policy → a verdict.
 
 Everything that decides trust happens in :func:`verify`, in this order, for
-each GPU (attestation.md §1):
+each GPU:
 
 1. architecture is one gpucc knows (Hopper; Blackwell where the rules are known)
 2. the report parses strictly (exit 4 when it does not)
@@ -41,6 +41,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
 
 from ._internal import der
+from ._internal.x509names import common_name
 from .chain import ChainResult, ChainStatus, load_pem_chain, validate_chain
 from .collateral import ChainKind, OcspChecker, OcspOutcome, OcspStatus, RimSource
 from .errors import (
@@ -230,11 +231,6 @@ class AttestationResult:
 # --- helpers -----------------------------------------------------------------
 
 
-def _cn(cert: x509.Certificate) -> str:
-    attrs = cert.subject.get_attributes_for_oid(x509.NameOID.COMMON_NAME)
-    return str(attrs[0].value) if attrs else cert.subject.rfc4514_string()
-
-
 def _leaf_fwid(leaf: x509.Certificate) -> bytes | None:
     """The FWID of the leaf certificate (Hopper or DICE TcbInfo form), if any."""
     for oid, extract in ((_FWID_HOPPER, der.hopper_fwid), (_FWID_DICE, der.dice_tcbinfo_fwid)):
@@ -321,7 +317,7 @@ def _ocsp_chain(
                 else (response_valid and out.response_valid)
             )
     for cert, out in outcomes:
-        name = _cn(cert)
+        name = common_name(cert)
         if out.status is OcspStatus.NOT_CHECKED:
             return _ChainOcsp(
                 CheckStatus.NOT_CHECKED,
@@ -664,7 +660,7 @@ def _verify_gpu(
         )
     )
     leaf = certs[0]
-    claims["hwmodel"] = _cn(certs[1]) if len(certs) > 1 else None
+    claims["hwmodel"] = common_name(certs[1]) if len(certs) > 1 else None
     claims["ueid"] = str(leaf.serial_number)
 
     # (4) OCSP for device certificates 1..n-2 (the per-boot leaf and the root are not checked)

@@ -4,7 +4,7 @@ Nothing here mocks ``requests``: the RIM service and the OCSP responder are
 ``http.server`` instances in daemon threads on ephemeral ports, and the OCSP
 answers are built with cryptography's ``OCSPResponseBuilder``.
 
-The PKI has NVIDIA's shapes (attestation.md §4.1, §7.5), all ECDSA P-384:
+The PKI has NVIDIA's shapes, all ECDSA P-384:
 
 * device chain, leaf first: leaf -> BROM -> Provisioner ICA -> Identity -> root
 * RIM chain, leaf first:    L4 signer -> L3 -> CA -> RIM root
