@@ -157,7 +157,7 @@ def attest(
     from gpucc.gpuattest.trust import TrustRoots
     from gpucc.gpuattest.verifier import verify
 
-    from .render import render_json, render_text
+    from .render import render_json, render_text, verdict_exit_code
 
     now = parse_time(at)
     pol: Policy = load_policy(policy) if policy else Policy()
@@ -209,7 +209,7 @@ def attest(
         sys.stdout.write(render_json(result) + "\n")
     else:
         render_text(result, Console(), verbose=verbose)
-    raise typer.Exit(result.exit_code)
+    raise typer.Exit(verdict_exit_code(result.verdict))
 
 
 @evidence_app.command("collect")

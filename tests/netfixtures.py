@@ -20,7 +20,7 @@ import json
 import ssl
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -32,6 +32,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509 import ocsp
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from gpucc.gpuattest.collateral import ChainKind, OcspTarget
 from gpucc.gpuattest.trust import TrustRoots
 
 UTC = dt.UTC
@@ -57,6 +58,19 @@ class Node:
     @property
     def cn(self) -> str:
         return str(self.cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value)
+
+
+def ocsp_target(
+    cert: x509.Certificate,
+    issuer: x509.Certificate,
+    *,
+    kind: ChainKind,
+    anchor: x509.Certificate,
+    now: dt.datetime,
+    issuer_chain: Sequence[x509.Certificate] = (),
+) -> OcspTarget:
+    """One OCSP question, spelled out by its parts."""
+    return OcspTarget(cert, issuer, tuple(issuer_chain), kind, anchor, now)
 
 
 def make_node(
