@@ -65,13 +65,14 @@ def fetch(
     from gpucc.gpuattest.chain import load_pem_chain
     from gpucc.gpuattest.collateral import OcspStatus
     from gpucc.gpuattest.errors import CollateralUnavailableError, UsageError
-    from gpucc.gpuattest.evidence import load_evidence_file
     from gpucc.gpuattest.netconfig import NetworkSettings, build_fetcher, network_sources
     from gpucc.gpuattest.report import Architecture, AttestationReport
     from gpucc.gpuattest.trust import TrustRoots
 
+    from .attest import load_evidence
+
     err = Console(stderr=True, highlight=False, soft_wrap=True)
-    ev = load_evidence_file(evidence, cert_chain)
+    ev = load_evidence(evidence, cert_chain)
     chains = [load_pem_chain(gpu.cert_chain_pem) for gpu in ev.gpus]
     rim_ids: list[str] = []
     for gpu in ev.gpus:

@@ -196,7 +196,7 @@ class NoRimSource:
 
 
 class FileRimSource:
-    """Explicit files given for RIM IDs (``--driver-rim`` / ``--vbios-rim``).
+    """Explicit files given for the driver and VBIOS RIMs.
 
     ``files`` maps a role ("driver" or "vbios") to a path; the verifier asks by
     RIM ID, and this source answers the ID whose kind matches the role.
