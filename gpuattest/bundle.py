@@ -9,9 +9,9 @@ A bundle is one JSON document::
                "serial_number": "<hex>", "subject": "<RFC 4514>", "issuer": "<RFC 4514>",
                "response": "<base64 DER OCSPResponse>"}, ...]}
 
-:func:`collect_collateral` gathers it on a connected machine (``gpucc collateral
-fetch``); :class:`BundleRimSource` and :class:`BundleOcspChecker` answer from it on
-an air-gapped one (``gpucc attest --collateral FILE --offline``).
+:func:`collect_collateral` gathers it on a connected machine;
+:class:`BundleRimSource` and :class:`BundleOcspChecker` answer from it on an
+air-gapped one.
 
 Nothing in a bundle is trusted because it is in the bundle. RIMs are verified by
 the caller exactly like RIM files. Stored OCSP responses go through

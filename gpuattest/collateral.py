@@ -57,8 +57,8 @@ class RimSource(Protocol):
         """Return the raw RIM document.
 
         Raises:
-            RimNotFoundError: the source has no such RIM (exit 3).
-            CollateralUnavailableError: the source could not be consulted (exit 3).
+            RimNotFoundError: the source has no such RIM.
+            CollateralUnavailableError: the source could not be consulted.
         """
         ...
 

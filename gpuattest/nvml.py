@@ -1,9 +1,9 @@
 """Evidence collection from the local GPUs through NVML (nvidia-ml-py).
 
 Only this module touches the driver. Every NVML failure becomes a typed
-environment error (exit 5): no driver, no GPU, CC off, or an NVML call that
-fails. The collected chain is returned as the GPU supplied it; the verifier
-treats its root as untrusted input.
+environment error (:class:`~gpuattest.errors.EnvironmentProblemError`): no
+driver, no GPU, CC off, or an NVML call that fails. The collected chain is
+returned as the GPU supplied it; the verifier treats its root as untrusted input.
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@
 
     {"id": "<RIM_ID>", "rim": "<base64 of the RIM XML>", "sha256": "...", ...}
 
-What this module checks, and what it raises (all exit 3: none of this is a
-verdict on the GPU):
+What this module checks, and what it raises (all collateral errors: none of
+this is a verdict on the GPU):
 
 * HTTP 404 → :class:`~gpuattest.errors.RimNotFoundError` ("not published by the
   RIM service"): NVIDIA has not published reference values for this driver or

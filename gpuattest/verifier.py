@@ -294,14 +294,14 @@ def _check_measurements(
     )
     check = _measurement_check(meas, policy)
     ran = meas.status is not MeasurementStatus.NOT_RUN
+    if not ran:
+        measres = "not-run"
+    else:
+        measres = "success" if check.status is CheckStatus.PASS else "fail"
     rec.add(
         check,
         {
-            "measres": "not-run"
-            if not ran
-            else "success"
-            if check.status is CheckStatus.PASS
-            else "fail",
+            "measres": measres,
             "x-nvidia-gpu-vbios-index-no-conflict": not meas.conflicts if ran else None,
             "x-nvidia-mismatch-measurement-records": [m.to_dict() for m in meas.mismatches],
         },
