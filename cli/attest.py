@@ -57,6 +57,23 @@ def _sample_paths() -> tuple[Path, Path, Path, Path]:
     return paths[0], paths[1], paths[2], paths[3]
 
 
+def load_evidence(evidence: Path, cert_chain: Path | None) -> EvidenceSet:
+    """Evidence JSON, or a raw report with its chain; says which option a raw report needs.
+
+    Raises:
+        MalformedEvidenceError: unreadable or malformed input.
+    """
+    from gpucc.gpuattest.errors import MalformedEvidenceError
+    from gpucc.gpuattest.evidence import NotEvidenceJsonError, load_evidence_file
+
+    try:
+        return load_evidence_file(evidence, cert_chain)
+    except NotEvidenceJsonError as exc:
+        raise MalformedEvidenceError(
+            f"{exc}; for a raw report also pass --cert-chain FILE"
+        ) from None
+
+
 def _rim_source(
     rim_dir: Path | None, driver_rim: Path | None, vbios_rim: Path | None
 ) -> list[RimSource]:
@@ -152,12 +169,12 @@ def attest(
     from rich.console import Console
 
     from gpucc.gpuattest.errors import UsageError
-    from gpucc.gpuattest.evidence import load_evidence_file, load_raw_evidence, parse_nonce_hex
+    from gpucc.gpuattest.evidence import load_raw_evidence, parse_nonce_hex
     from gpucc.gpuattest.policy import Policy, load_policy, parse_policy
     from gpucc.gpuattest.trust import TrustRoots
     from gpucc.gpuattest.verifier import verify
 
-    from .render import render_json, render_text
+    from .render import render_json, render_text, verdict_exit_code
 
     now = parse_time(at)
     pol: Policy = load_policy(policy) if policy else Policy()
@@ -177,7 +194,7 @@ def attest(
                 "responses for the sample)",
             )
     elif evidence is not None:
-        ev = load_evidence_file(evidence, cert_chain)
+        ev = load_evidence(evidence, cert_chain)
     else:
         if cert_chain is not None:
             raise UsageError("--cert-chain needs --evidence REPORT")
@@ -209,7 +226,7 @@ def attest(
         sys.stdout.write(render_json(result) + "\n")
     else:
         render_text(result, Console(), verbose=verbose)
-    raise typer.Exit(result.exit_code)
+    raise typer.Exit(verdict_exit_code(result.verdict))
 
 
 @evidence_app.command("collect")

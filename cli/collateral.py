@@ -62,19 +62,17 @@ def fetch(
     from rich.console import Console
 
     from gpucc.gpuattest.bundle import collect_collateral, write_bundle
-    from gpucc.gpuattest.cache import CachingRimSource
     from gpucc.gpuattest.chain import load_pem_chain
-    from gpucc.gpuattest.collateral import OcspStatus, RimSource
+    from gpucc.gpuattest.collateral import OcspStatus
     from gpucc.gpuattest.errors import CollateralUnavailableError, UsageError
-    from gpucc.gpuattest.evidence import load_evidence_file
-    from gpucc.gpuattest.netconfig import NetworkSettings, build_fetcher
-    from gpucc.gpuattest.ocsp import DEFAULT_OCSP_URL, OcspClient
+    from gpucc.gpuattest.netconfig import NetworkSettings, build_fetcher, network_sources
     from gpucc.gpuattest.report import Architecture, AttestationReport
-    from gpucc.gpuattest.rim_service import DEFAULT_RIM_URL, RimServiceSource
     from gpucc.gpuattest.trust import TrustRoots
 
+    from .attest import load_evidence
+
     err = Console(stderr=True, highlight=False, soft_wrap=True)
-    ev = load_evidence_file(evidence, cert_chain)
+    ev = load_evidence(evidence, cert_chain)
     chains = [load_pem_chain(gpu.cert_chain_pem) for gpu in ev.gpus]
     rim_ids: list[str] = []
     for gpu in ev.gpus:
@@ -91,19 +89,7 @@ def fetch(
         timeout=timeout,
     )
     fetcher = build_fetcher(settings)
-    cache = settings.cache()
-    rims: RimSource = RimServiceSource(
-        fetcher=fetcher, base_url=rim_url or DEFAULT_RIM_URL, service_key=service_key
-    )
-    if cache is not None:
-        rims = CachingRimSource(rims, cache)
-    ocsp = OcspClient(
-        fetcher=fetcher,
-        url=ocsp_url or DEFAULT_OCSP_URL,
-        use_nonce=not no_ocsp_nonce,
-        service_key=service_key,
-        cache=cache,
-    )
+    rims, ocsp = network_sources(settings, fetcher)
     with fetcher:
         result = collect_collateral(
             device_chains=chains,

@@ -1,16 +1,24 @@
-"""Renderers for attestation results: a Rich table per GPU, or one JSON document."""
+"""Renderers for attestation results (a Rich table per GPU, or one JSON document) and
+the exit status each verdict maps to."""
 
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-if TYPE_CHECKING:
-    from gpucc.gpuattest.verifier import AttestationResult
+from gpucc.gpuattest.errors import EXIT_COLLATERAL, EXIT_NOT_TRUSTED, EXIT_OK
+from gpucc.gpuattest.result import AttestationResult, Verdict
+
+# 0 trusted, 1 not trusted, 3 undecided for lack of collateral.
+_VERDICT_EXIT_CODES = {
+    Verdict.TRUSTED: EXIT_OK,
+    Verdict.NOT_TRUSTED: EXIT_NOT_TRUSTED,
+    Verdict.UNDECIDED: EXIT_COLLATERAL,
+}
 
 _STATUS_STYLE = {
     "pass": "green",
@@ -25,9 +33,25 @@ _VERDICT_LINE = {
 }
 
 
+def verdict_exit_code(verdict: Verdict) -> int:
+    """The exit status ``gpucc attest`` ends with for a verdict."""
+    return _VERDICT_EXIT_CODES[verdict]
+
+
+def attest_document(result: AttestationResult) -> dict[str, Any]:
+    """The ``gpucc.attest/v1`` document: the result's JSON with the exit status after
+    ``trusted``."""
+    doc: dict[str, Any] = {}
+    for key, value in result.to_dict().items():
+        doc[key] = value
+        if key == "trusted":
+            doc["exit_code"] = verdict_exit_code(result.verdict)
+    return doc
+
+
 def render_json(result: AttestationResult) -> str:
-    """The ``gpucc.attest/v1`` document."""
-    return json.dumps(result.to_dict(), indent=2, sort_keys=False)
+    """The ``gpucc.attest/v1`` document, indented."""
+    return json.dumps(attest_document(result), indent=2, sort_keys=False)
 
 
 def render_text(result: AttestationResult, console: Console, *, verbose: bool = False) -> None:

@@ -9,13 +9,13 @@ A bundle is one JSON document::
                "serial_number": "<hex>", "subject": "<RFC 4514>", "issuer": "<RFC 4514>",
                "response": "<base64 DER OCSPResponse>"}, ...]}
 
-:func:`collect_collateral` gathers it on a connected machine (``gpucc collateral
-fetch``); :class:`BundleRimSource` and :class:`BundleOcspChecker` answer from it on
-an air-gapped one (``gpucc attest --collateral FILE --offline``).
+:func:`collect_collateral` gathers it on a connected machine;
+:class:`BundleRimSource` and :class:`BundleOcspChecker` answer from it on an
+air-gapped one.
 
 Nothing in a bundle is trusted because it is in the bundle. RIMs are verified by
 the caller exactly like RIM files. Stored OCSP responses go through
-:func:`gpuattest.ocsp.evaluate_response` on every use: signature, responder
+:func:`gpuattest.ocsp_response.evaluate_response` on every use: signature, responder
 authorisation and chain to the anchor, CertID, and the validity window at the
 verification time. A response outside its window gives ``not-checked`` with
 ``collateral_missing=True`` and a reason such as "stale: response expired 3 days
@@ -24,7 +24,7 @@ bounded by ``nextUpdate`` alone.
 
 :func:`load_bundle` validates strictly (size cap, exact keys, types, base64, IDs,
 CertIDs consistent with their fields, DER that parses) and raises
-:class:`MalformedBundleError` (exit 4) on anything else.
+:class:`MalformedBundleError` on anything else.
 """
 
 from __future__ import annotations
@@ -45,23 +45,29 @@ from cryptography import x509
 from cryptography.x509 import ocsp as x509_ocsp
 
 from ._internal.files import write_atomic
-from .collateral import MAX_RIM_BYTES, ChainKind, OcspOutcome, OcspStatus, RimSource
+from ._internal.x509names import common_name
+from .collateral import (
+    MAX_RIM_BYTES,
+    ChainKind,
+    OcspOutcome,
+    OcspStatus,
+    OcspTarget,
+    RimSource,
+    ocsp_targets,
+)
 from .errors import (
     CollateralUnavailableError,
     MalformedInputError,
     MalformedRimError,
     RimNotFoundError,
 )
-from .ocsp import (
+from .ocsp import MAX_OCSP_RESPONSE_BYTES, OcspClient
+from .ocsp_response import (
     DEFAULT_CLOCK_SKEW,
     DEFAULT_MAX_AGE_WITHOUT_NEXT_UPDATE,
-    MAX_OCSP_RESPONSE_BYTES,
     CertId,
-    OcspClient,
     OcspRules,
-    OcspTarget,
     evaluate_response,
-    ocsp_targets,
     usable,
 )
 from .rim import ReferenceManifest
@@ -351,17 +357,12 @@ class BundleRimSource:
             raise RimNotFoundError(rim_id, "not in the collateral bundle") from None
 
 
-def _cn(cert: x509.Certificate) -> str:
-    attrs = cert.subject.get_attributes_for_oid(x509.NameOID.COMMON_NAME)
-    return str(attrs[0].value) if attrs else cert.subject.rfc4514_string()
-
-
 class BundleOcspChecker:
     """Answers OCSP questions from a bundle's stored responses, re-verifying each one.
 
     Args:
         bundle: the loaded bundle.
-        allow_hold_for / clock_skew / max_age_without_next_update: as for
+        clock_skew / max_age_without_next_update: as for
             :class:`~gpuattest.ocsp.OcspClient`.
     """
 
@@ -369,40 +370,22 @@ class BundleOcspChecker:
         self,
         bundle: Bundle,
         *,
-        allow_hold_for: frozenset[ChainKind] = frozenset(),
         clock_skew: dt.timedelta = DEFAULT_CLOCK_SKEW,
         max_age_without_next_update: dt.timedelta = DEFAULT_MAX_AGE_WITHOUT_NEXT_UPDATE,
     ) -> None:
         self.bundle = bundle
-        self.rules = OcspRules(frozenset(allow_hold_for), clock_skew, max_age_without_next_update)
+        self.rules = OcspRules(clock_skew, max_age_without_next_update)
 
-    def check(
-        self,
-        cert: x509.Certificate,
-        issuer: x509.Certificate,
-        *,
-        kind: ChainKind,
-        anchor: x509.Certificate,
-        now: dt.datetime,
-        issuer_chain: Sequence[x509.Certificate] = (),
-    ) -> OcspOutcome:
-        """Evaluate the stored response for ``cert``; never raises for a bad or absent one."""
+    def check(self, target: OcspTarget) -> OcspOutcome:
+        """Evaluate the stored response for the target; never raises for a bad or absent one."""
+        cert, issuer = target.cert, target.issuer
         algorithms = dict.fromkeys(e.cert_id.hash_algorithm for e in self.bundle.ocsp)
         for algorithm in algorithms:
             entry = self.bundle.ocsp_entry(CertId.for_certificate(cert, issuer, algorithm))
             if entry is None:
                 continue
             outcome = evaluate_response(
-                entry.response,
-                cert=cert,
-                issuer=issuer,
-                anchor=anchor,
-                now=now,
-                kind=kind,
-                rules=self.rules,
-                nonce=None,
-                issuer_chain=issuer_chain,
-                hash_algorithm=algorithm,
+                entry.response, target, rules=self.rules, nonce=None, hash_algorithm=algorithm
             )
             if usable(outcome):
                 created = self.bundle.created.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -412,7 +395,7 @@ class BundleOcspChecker:
             return outcome
         return OcspOutcome(
             OcspStatus.NOT_CHECKED,
-            reason=f"the collateral bundle has no OCSP response for '{_cn(cert)}'",
+            reason=f"the collateral bundle has no OCSP response for '{common_name(cert)}'",
             collateral_missing=True,
         )
 
@@ -458,7 +441,7 @@ def collect_collateral(
 
     OCSP is asked for device chain certificates 1..n-2 and, for every RIM
     obtained, its embedded chain's certificates 0..n-2, each with the next
-    certificate as issuer (:func:`gpuattest.ocsp.ocsp_targets`). A response is
+    certificate as issuer (:func:`gpuattest.collateral.ocsp_targets`). A response is
     stored only when it verified completely at ``now`` and its nonce (if sent)
     was echoed. Certificates shared between GPUs are asked about once.
 
@@ -486,30 +469,27 @@ def collect_collateral(
     if ocsp is not None:
         targets: list[OcspTarget] = []
         for chain in device_chains:
-            targets.extend(ocsp_targets(chain, kind=ChainKind.DEVICE, anchor=roots.device_root))
+            targets.extend(
+                ocsp_targets(chain, kind=ChainKind.DEVICE, anchor=roots.device_root, now=now)
+            )
         for rim_id, xml in rims.items():
             try:
                 certs = ReferenceManifest.parse(xml).certificates
             except MalformedRimError as exc:
                 problems.append(f"RIM {rim_id}: {exc}")
                 continue
-            targets.extend(ocsp_targets(certs, kind=rim_kind(rim_id), anchor=roots.rim_root))
+            targets.extend(
+                ocsp_targets(certs, kind=rim_kind(rim_id), anchor=roots.rim_root, now=now)
+            )
         asked: set[str] = set()
         for target in targets:
             cert_id = CertId.for_certificate(target.cert, target.issuer, ocsp.hash_algorithm)
             if cert_id.key in asked:
                 continue
             asked.add(cert_id.key)
-            fetched = ocsp.fetch(
-                target.cert,
-                target.issuer,
-                kind=target.kind,
-                anchor=target.anchor,
-                now=now,
-                issuer_chain=target.issuer_chain,
-            )
+            fetched = ocsp.fetch(target)
             out = fetched.outcome
-            outcomes.append((_cn(target.cert), target.kind, out))
+            outcomes.append((common_name(target.cert), target.kind, out))
             if fetched.response is not None and usable(out) and out.nonce_match is not False:
                 entries[cert_id.key] = BundleOcspEntry(
                     cert_id,
@@ -519,6 +499,6 @@ def collect_collateral(
                 )
             else:
                 problem = out.reason or str(out.status)
-                problems.append(f"OCSP for '{_cn(target.cert)}' ({target.kind}): {problem}")
+                problems.append(f"OCSP for '{common_name(target.cert)}' ({target.kind}): {problem}")
     bundle = Bundle(created=now, rims=rims, ocsp=tuple(entries.values()))
     return CollectionResult(bundle, tuple(problems), tuple(outcomes))

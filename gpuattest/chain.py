@@ -26,6 +26,7 @@ from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.x509.oid import ExtensionOID
 
+from ._internal.x509names import common_name
 from .errors import MalformedCertificateError
 
 __all__ = [
@@ -121,11 +122,6 @@ def _der(cert: x509.Certificate) -> bytes:
     return cert.public_bytes(serialization.Encoding.DER)
 
 
-def _cn(cert: x509.Certificate) -> str:
-    attrs = cert.subject.get_attributes_for_oid(x509.NameOID.COMMON_NAME)
-    return str(attrs[0].value) if attrs else cert.subject.rfc4514_string()
-
-
 def _unknown_critical(cert: x509.Certificate) -> list[str]:
     return [
         ext.oid.dotted_string
@@ -139,17 +135,17 @@ def _ca_problem(issuer: x509.Certificate, below: int) -> str | None:
     try:
         bc = issuer.extensions.get_extension_for_class(x509.BasicConstraints).value
     except x509.ExtensionNotFound:
-        return f"'{_cn(issuer)}' has no basicConstraints and cannot act as a CA"
+        return f"'{common_name(issuer)}' has no basicConstraints and cannot act as a CA"
     if not bc.ca:
-        return f"'{_cn(issuer)}' is not a CA certificate"
+        return f"'{common_name(issuer)}' is not a CA certificate"
     if bc.path_length is not None and below > bc.path_length:
-        return f"'{_cn(issuer)}' path length constraint {bc.path_length} exceeded"
+        return f"'{common_name(issuer)}' path length constraint {bc.path_length} exceeded"
     try:
         ku = issuer.extensions.get_extension_for_class(x509.KeyUsage).value
     except x509.ExtensionNotFound:
         return None
     if not ku.key_cert_sign:
-        return f"'{_cn(issuer)}' key usage does not allow certificate signing"
+        return f"'{common_name(issuer)}' key usage does not allow certificate signing"
     return None
 
 
@@ -202,20 +198,21 @@ def _validate(
     if expected_length is not None and len(certs) != expected_length:
         return bad(f"expected {expected_length} certificates, found {len(certs)}")
     if _der(certs[-1]) != _der(anchor):
-        return bad(f"the chain ends in '{_cn(certs[-1])}', which is not the pinned root")
+        return bad(f"the chain ends in '{common_name(certs[-1])}', which is not the pinned root")
     for i, cert in enumerate(certs):
+        name = common_name(cert)
         unknown = _unknown_critical(cert)
         if unknown:
-            return bad(f"'{_cn(cert)}' has unknown critical extensions {', '.join(unknown)}")
+            return bad(f"'{name}' has unknown critical extensions {', '.join(unknown)}")
         issuer = certs[i + 1] if i + 1 < len(certs) else cert
         if cert.issuer != issuer.subject:
-            return bad(f"'{_cn(cert)}' is not issued by '{_cn(issuer)}' (wrong order or gap)")
+            return bad(f"'{name}' is not issued by '{common_name(issuer)}' (wrong order or gap)")
         try:
             cert.verify_directly_issued_by(issuer)
         except InvalidSignature:
-            return bad(f"the signature on '{_cn(cert)}' does not verify")
+            return bad(f"the signature on '{name}' does not verify")
         except (ValueError, TypeError) as exc:
-            return bad(f"'{_cn(cert)}' cannot be checked against its issuer: {exc}")
+            return bad(f"'{name}' cannot be checked against its issuer: {exc}")
         if i + 1 < len(certs):
             # The issuer must be a CA; the CA certificates between it and the leaf
             # (indices 1..i) count against its path-length constraint.
@@ -224,16 +221,17 @@ def _validate(
                 return bad(problem)
     for cert in certs:
         if now < cert.not_valid_before_utc:
+            start = cert.not_valid_before_utc.isoformat()
             return ChainResult(
                 ChainStatus.EXPIRED,
-                f"'{_cn(cert)}' is not valid before {cert.not_valid_before_utc.isoformat()}",
+                f"'{common_name(cert)}' is not valid before {start}",
                 earliest,
                 certs,
             )
         if now > cert.not_valid_after_utc:
             return ChainResult(
                 ChainStatus.EXPIRED,
-                f"'{_cn(cert)}' expired on {cert.not_valid_after_utc.isoformat()}",
+                f"'{common_name(cert)}' expired on {cert.not_valid_after_utc.isoformat()}",
                 earliest,
                 certs,
             )

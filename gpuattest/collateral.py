@@ -31,7 +31,10 @@ __all__ = [
     "OcspChecker",
     "OcspOutcome",
     "OcspStatus",
+    "OcspTarget",
     "RimSource",
+    "ocsp_targets",
+    "rim_sources_from_mapping",
 ]
 
 # Real RIMs are about 20 KiB; anything above this is not a RIM.
@@ -54,8 +57,8 @@ class RimSource(Protocol):
         """Return the raw RIM document.
 
         Raises:
-            RimNotFoundError: the source has no such RIM (exit 3).
-            CollateralUnavailableError: the source could not be consulted (exit 3).
+            RimNotFoundError: the source has no such RIM.
+            CollateralUnavailableError: the source could not be consulted.
         """
         ...
 
@@ -95,24 +98,58 @@ class OcspOutcome:
     next_update: dt.datetime | None = None
 
 
+@dataclass(frozen=True)
+class OcspTarget:
+    """One OCSP question: is ``cert`` (issued by ``issuer``) revoked, judged at ``now``?
+
+    Attributes:
+        cert: the certificate asked about.
+        issuer: the next certificate in the chain (the CA that answers for it).
+        issuer_chain: the certificates above ``issuer``, ending in ``anchor``, so a
+            responder's chain can be validated to the pin.
+        kind: the chain it belongs to.
+        anchor: the pinned root of that chain.
+        now: the verification time (timezone-aware).
+    """
+
+    cert: x509.Certificate
+    issuer: x509.Certificate
+    issuer_chain: tuple[x509.Certificate, ...]
+    kind: ChainKind
+    anchor: x509.Certificate
+    now: dt.datetime
+
+
+def ocsp_targets(
+    chain: Sequence[x509.Certificate],
+    *,
+    kind: ChainKind,
+    anchor: x509.Certificate,
+    now: dt.datetime,
+) -> tuple[OcspTarget, ...]:
+    """The certificates of a leaf-first chain that get OCSP, as NVIDIA's verifiers choose them.
+
+    Device chains: indices 1 .. n-2 (not the per-boot leaf, not the root). RIM
+    chains: indices 0 .. n-2. The chain's own last certificate is untrusted input
+    and is replaced by ``anchor``, so the issuer of certificate n-2 is the pin. This
+    is the only place that rule lives: the verifier and bundle collection both use it.
+    """
+    certs = list(chain)
+    if len(certs) < 2:
+        return ()
+    path = [*certs[:-1], anchor]
+    first = 1 if kind is ChainKind.DEVICE else 0
+    return tuple(
+        OcspTarget(path[i], path[i + 1], tuple(path[i + 2 :]), kind, anchor, now)
+        for i in range(first, len(path) - 1)
+    )
+
+
 class OcspChecker(Protocol):
     """Checks the revocation status of one certificate."""
 
-    def check(
-        self,
-        cert: x509.Certificate,
-        issuer: x509.Certificate,
-        *,
-        kind: ChainKind,
-        anchor: x509.Certificate,
-        now: dt.datetime,
-        issuer_chain: Sequence[x509.Certificate] = (),
-    ) -> OcspOutcome:
-        """Return the outcome; never raises for network or response problems.
-
-        ``issuer_chain`` holds the certificates above ``issuer`` up to the anchor, so a
-        responder's chain can be validated to the pinned root.
-        """
+    def check(self, target: OcspTarget) -> OcspOutcome:
+        """Return the outcome; never raises for network or response problems."""
         ...
 
 
@@ -128,17 +165,9 @@ class NoOcsp:
         self.reason = reason
         self.collateral_missing = collateral_missing
 
-    def check(
-        self,
-        cert: x509.Certificate,
-        issuer: x509.Certificate,
-        *,
-        kind: ChainKind,
-        anchor: x509.Certificate,
-        now: dt.datetime,
-        issuer_chain: Sequence[x509.Certificate] = (),
-    ) -> OcspOutcome:
+    def check(self, target: OcspTarget) -> OcspOutcome:
         """Report "not checked" with the configured reason."""
+        del target  # nothing is asked
         return OcspOutcome(
             OcspStatus.NOT_CHECKED, reason=self.reason, collateral_missing=self.collateral_missing
         )
@@ -167,7 +196,7 @@ class NoRimSource:
 
 
 class FileRimSource:
-    """Explicit files given for RIM IDs (``--driver-rim`` / ``--vbios-rim``).
+    """Explicit files given for the driver and VBIOS RIMs.
 
     ``files`` maps a role ("driver" or "vbios") to a path; the verifier asks by
     RIM ID, and this source answers the ID whose kind matches the role.

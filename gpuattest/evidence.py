@@ -27,6 +27,7 @@ __all__ = [
     "CcState",
     "EvidenceSet",
     "GpuEvidence",
+    "NotEvidenceJsonError",
     "dump_evidence_json",
     "load_evidence_file",
     "load_evidence_json",
@@ -37,6 +38,10 @@ __all__ = [
 # 64 GPUs of 8 KiB reports and 5 KiB chains, base64: far below this.
 MAX_EVIDENCE_FILE_BYTES = 4 * 1024 * 1024
 MAX_GPUS = 64
+
+
+class NotEvidenceJsonError(MalformedEvidenceError):
+    """A file read as evidence JSON is not JSON at all (perhaps a raw report)."""
 
 
 def parse_nonce_hex(text: str) -> bytes:
@@ -237,6 +242,7 @@ def load_evidence_file(path: Path, cert_chain: Path | None = None) -> EvidenceSe
     """Load evidence JSON, or a raw report when ``cert_chain`` is given.
 
     Raises:
+        NotEvidenceJsonError: without ``cert_chain``, the file is not JSON.
         MalformedEvidenceError: unreadable or malformed input.
     """
     if cert_chain is not None:
@@ -244,6 +250,4 @@ def load_evidence_file(path: Path, cert_chain: Path | None = None) -> EvidenceSe
     data = _read_capped(path, "evidence file")
     if data.lstrip()[:1] in (b"[", b"{"):
         return load_evidence_json(data)
-    raise MalformedEvidenceError(
-        f"{path} is not evidence JSON; for a raw report also pass --cert-chain FILE"
-    )
+    raise NotEvidenceJsonError(f"{path} is not evidence JSON")

@@ -1,6 +1,6 @@
 """Compare a GPU's runtime measurements with the golden values of its RIMs.
 
-Rules (attestation.md §8):
+Rules (as NVIDIA's verifiers apply them):
 
 1. RIM index ``i`` is compared with SPDM measurement block ``Index = i + 1``.
 2. The golden set is the active entries of the driver RIM plus the active

@@ -1,7 +1,8 @@
 """From network settings to a RimSource and an OcspChecker: where the pieces compose.
 
-The CLI reads flags and environment variables into a frozen :class:`NetworkSettings`
-and calls :func:`build_collateral`; this module never reads ``os.environ``.
+A front end reads its options into a frozen :class:`NetworkSettings` and calls
+:func:`build_collateral` (to verify) or :func:`network_sources` (to collect a
+bundle); this module never reads ``os.environ``.
 
 What is consulted, in order:
 
@@ -30,8 +31,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cryptography import x509
-
 from ._internal.transport import (
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_READ_TIMEOUT,
@@ -42,16 +41,17 @@ from ._internal.transport import (
 from .bundle import BundleOcspChecker, BundleRimSource, load_bundle
 from .cache import CachingRimSource, CollateralCache
 from .collateral import (
-    ChainKind,
     CompositeRimSource,
     NoOcsp,
     OcspChecker,
     OcspOutcome,
     OcspStatus,
+    OcspTarget,
     RimSource,
 )
 from .errors import UsageError
-from .ocsp import DEFAULT_CLOCK_SKEW, DEFAULT_OCSP_URL, ChainAwareOcspChecker, OcspClient
+from .ocsp import DEFAULT_OCSP_URL, OcspClient
+from .ocsp_response import DEFAULT_CLOCK_SKEW
 from .rim_service import DEFAULT_RIM_URL, RimServiceSource
 from .trust import TrustRoots
 
@@ -60,6 +60,7 @@ __all__ = [
     "NetworkSettings",
     "build_collateral",
     "build_fetcher",
+    "network_sources",
 ]
 
 
@@ -73,7 +74,6 @@ class NetworkSettings:
         service_key: NVIDIA service key, sent as a bearer token; never shown in reprs.
         ocsp_nonce: send OCSP nonces (turn off behind caching proxies that drop them).
         check_ocsp: ask OCSP at all (False: every certificate is "not checked").
-        allow_hold_for: chain kinds whose certificateHold is reported as allowed.
         cache_dir: cache directory (None: the per-user cache directory).
         use_cache: read and write the cache.
         bundle: a collateral bundle to answer from first.
@@ -88,7 +88,6 @@ class NetworkSettings:
     service_key: str | None = field(default=None, repr=False)
     ocsp_nonce: bool = True
     check_ocsp: bool = True
-    allow_hold_for: frozenset[ChainKind] = frozenset()
     cache_dir: Path | None = None
     use_cache: bool = True
     bundle: Path | None = None
@@ -128,32 +127,49 @@ class FallbackOcspChecker:
     says ``not-checked``, the first one's outcome is returned with all reasons.
     """
 
-    def __init__(self, checkers: Sequence[ChainAwareOcspChecker]) -> None:
+    def __init__(self, checkers: Sequence[OcspChecker]) -> None:
         if not checkers:
             raise ValueError("at least one OCSP checker is needed")
         self.checkers = tuple(checkers)
 
-    def check(
-        self,
-        cert: x509.Certificate,
-        issuer: x509.Certificate,
-        *,
-        kind: ChainKind,
-        anchor: x509.Certificate,
-        now: dt.datetime,
-        issuer_chain: Sequence[x509.Certificate] = (),
-    ) -> OcspOutcome:
+    def check(self, target: OcspTarget) -> OcspOutcome:
         """The first real answer; see the class docstring."""
         outcomes: list[OcspOutcome] = []
         for checker in self.checkers:
-            outcome = checker.check(
-                cert, issuer, kind=kind, anchor=anchor, now=now, issuer_chain=issuer_chain
-            )
+            outcome = checker.check(target)
             if outcome.status is not OcspStatus.NOT_CHECKED:
                 return outcome
             outcomes.append(outcome)
         reasons = "; ".join(dict.fromkeys(o.reason for o in outcomes if o.reason))
         return dataclasses.replace(outcomes[0], reason=reasons)
+
+
+def network_sources(settings: NetworkSettings, fetcher: Fetcher) -> tuple[RimSource, OcspClient]:
+    """The RIM service and the OCSP responder for ``settings``, each through the cache.
+
+    This is what collecting a bundle asks, and what :func:`build_collateral` falls
+    back to after local files and a bundle.
+
+    Raises:
+        UsageError: a service key would be sent over plain http to a remote host.
+    """
+    cache = settings.cache()
+    rims: RimSource = RimServiceSource(
+        fetcher=fetcher,
+        base_url=settings.rim_url or DEFAULT_RIM_URL,
+        service_key=settings.service_key,
+    )
+    if cache is not None:
+        rims = CachingRimSource(rims, cache)
+    ocsp = OcspClient(
+        fetcher=fetcher,
+        url=settings.ocsp_url or DEFAULT_OCSP_URL,
+        use_nonce=settings.ocsp_nonce,
+        clock_skew=settings.clock_skew,
+        service_key=settings.service_key,
+        cache=cache,
+    )
+    return rims, ocsp
 
 
 def build_collateral(
@@ -171,7 +187,7 @@ def build_collateral(
         fetcher: the HTTP layer (tests inject one); built from ``settings`` otherwise.
 
     Returns:
-        (RimSource, OcspChecker). The OCSP checker also accepts ``issuer_chain``.
+        (RimSource, OcspChecker).
 
     Raises:
         MalformedBundleError: the bundle cannot be read.
@@ -180,38 +196,16 @@ def build_collateral(
     """
     del roots  # see the docstring
     fetch = fetcher if fetcher is not None else build_fetcher(settings)
-    cache = settings.cache()
     bundle = load_bundle(settings.bundle) if settings.bundle is not None else None
-
-    service: RimSource = RimServiceSource(
-        fetcher=fetch,
-        base_url=settings.rim_url or DEFAULT_RIM_URL,
-        service_key=settings.service_key,
-    )
-    if cache is not None:
-        service = CachingRimSource(service, cache)
+    service, client = network_sources(settings, fetch)
     rims: RimSource = (
         CompositeRimSource([BundleRimSource(bundle), service]) if bundle is not None else service
     )
 
     if not settings.check_ocsp:
         return rims, NoOcsp("OCSP checking is disabled", collateral_missing=False)
-    checkers: list[ChainAwareOcspChecker] = []
+    checkers: list[OcspChecker] = []
     if bundle is not None:
-        checkers.append(
-            BundleOcspChecker(
-                bundle, allow_hold_for=settings.allow_hold_for, clock_skew=settings.clock_skew
-            )
-        )
-    checkers.append(
-        OcspClient(
-            fetcher=fetch,
-            url=settings.ocsp_url or DEFAULT_OCSP_URL,
-            use_nonce=settings.ocsp_nonce,
-            allow_hold_for=settings.allow_hold_for,
-            clock_skew=settings.clock_skew,
-            service_key=settings.service_key,
-            cache=cache,
-        )
-    )
+        checkers.append(BundleOcspChecker(bundle, clock_skew=settings.clock_skew))
+    checkers.append(client)
     return rims, FallbackOcspChecker(checkers)

@@ -1,9 +1,9 @@
 """Evidence collection from the local GPUs through NVML (nvidia-ml-py).
 
 Only this module touches the driver. Every NVML failure becomes a typed
-environment error (exit 5): no driver, no GPU, CC off, or an NVML call that
-fails. The collected chain is returned as the GPU supplied it; the verifier
-treats its root as untrusted input.
+environment error (:class:`~gpuattest.errors.EnvironmentProblemError`): no
+driver, no GPU, CC off, or an NVML call that fails. The collected chain is
+returned as the GPU supplied it; the verifier treats its root as untrusted input.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from .evidence import CcState, EvidenceSet, GpuEvidence
 __all__ = ["collect_evidence", "read_cc_state"]
 
 _ARCH_NAMES = {9: "HOPPER", 10: "BLACKWELL"}
-# nvmlSystemConfComputeSettings_v1: size 20 | version 1 << 24 (attestation.md §2.2).
+# nvmlSystemConfComputeSettings_v1: size 20 | version 1 << 24 (nvml.h).
 _SETTINGS_V1 = 0x01000014
 
 

@@ -1,6 +1,6 @@
 """Strict parser for NVIDIA GPU attestation reports (SPDM 1.1 + NVIDIA opaque data).
 
-Layout (attestation.md §3): a 37-byte GET_MEASUREMENTS request, then the
+Layout: a 37-byte GET_MEASUREMENTS request, then the
 MEASUREMENTS response: header, measurement record of 55-byte DMTF blocks, a
 32-byte responder nonce, NVIDIA's opaque TLV data, and a 96-byte raw ECDSA
 P-384 signature over everything before it. Every length is bounds-checked and
@@ -62,7 +62,7 @@ class Architecture(enum.StrEnum):
 
 
 class OpaqueType(enum.IntEnum):
-    """NVIDIA opaque-data TLV types (attestation.md §3.6)."""
+    """NVIDIA opaque-data TLV types, as NVIDIA's verifiers decode them."""
 
     CERT_ISSUER_NAME = 1
     CERT_AUTHORITY_KEY_IDENTIFIER = 2
@@ -96,7 +96,7 @@ class OpaqueType(enum.IntEnum):
     FEATURE_FLAG = 36
 
 
-# Types that must be present to derive RIM IDs (attestation.md §3.6).
+# Types that must be present to derive RIM IDs.
 _REQUIRED_TYPES = (
     OpaqueType.DRIVER_VERSION,
     OpaqueType.VBIOS_VERSION,
@@ -219,7 +219,7 @@ class AttestationReport:
         return {i: b.value for i, b in self.blocks.items()}
 
     def driver_rim_id(self, arch: Architecture = Architecture.HOPPER) -> str:
-        """The driver RIM ID exactly as NVIDIA derives it (attestation.md §6.4)."""
+        """The driver RIM ID exactly as NVIDIA's verifiers derive it."""
         if arch is Architecture.HOPPER:
             return f"NV_GPU_DRIVER_GH100_{self.driver_version}"
         chip = self.chip_info or "GB100"

@@ -15,28 +15,17 @@ The three steps are separate because policies treat their failures differently:
   the embedded certificate chain against an explicit anchor and time, and
   returns a :class:`RimSignatureResult`. A bad signature is a result, not an error.
 
-Why the signature profile is so narrow: XML-DSig is flexible enough to sign one
-part of a document while a verifier reads another ("signature wrapping"). Every
-known NVIDIA RIM uses the same profile (attestation.md §7.4): a single enveloped
-signature as the root's last child, one ``Reference`` with ``URI=""`` (the whole
-document), transforms enveloped-signature then C14N 1.1, ECDSA P-384 with SHA-384.
-Anything else is refused, so the bytes that were digested are exactly the
-bytes the measurements were read from. The signing key comes from the leaf of
-the embedded chain, and that chain is validated against the caller's anchor;
-nothing in ``KeyInfo`` decides trust by itself.
-
-Canonicalisation is done with lxml's inclusive C14N 1.0. For a whole document
-with one subtree removed, and for ``SignedInfo`` when no ancestor carries an
-``xml:*`` attribute, C14N 1.0 and C14N 1.1 produce identical bytes (they differ
-only in how ``xml:*`` attributes of omitted ancestors are inherited), so such
-attributes are refused where they could matter.
+The signature profile is deliberately narrow, to rule out signature wrapping:
+:mod:`gpuattest.xmldsig` accepts exactly the one NVIDIA uses and refuses the
+rest. The signing key comes from the leaf of the embedded chain, and that chain
+is validated here against the caller's anchor; nothing in ``KeyInfo`` decides
+trust by itself.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import copy
 import datetime as dt
 import functools
 import hashlib
@@ -47,16 +36,21 @@ from importlib import resources
 from typing import Any
 
 from cryptography import x509
-from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
-from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
+from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.utils import CryptographyDeprecationWarning
 from lxml import etree
 
+from ._internal.xmltree import DSIG_NS, element_children, one_line, qname
 from .chain import MAX_CHAIN_CERTS, ChainResult, validate_chain
 from .collateral import MAX_RIM_BYTES
 from .errors import EnvironmentProblemError, MalformedRimError, UsageError
+from .xmldsig import (
+    ALLOWED_C14N,
+    ALLOWED_DIGEST,
+    ALLOWED_SIGNATURE,
+    ALLOWED_TRANSFORMS,
+    signature_refusal,
+)
 
 __all__ = [
     "ALLOWED_C14N",
@@ -73,24 +67,11 @@ __all__ = [
 ]
 
 SWID_NS = "http://standards.iso.org/iso/19770/-2/2015/schema.xsd"
-DSIG_NS = "http://www.w3.org/2000/09/xmldsig#"
 HASH_NS = "http://www.w3.org/2001/04/xmlenc#sha384"
 TCG_RIM_NS = "https://trustedcomputinggroup.org/resource/tcg-reference-integrity-manifest-rim-information-model/"
-XML_NS = "http://www.w3.org/XML/1998/namespace"
 
-# The only signature profile accepted (attestation.md §7.4).
-ALLOWED_C14N = "http://www.w3.org/2006/12/xml-c14n11"
-ALLOWED_SIGNATURE = "http://www.w3.org/2001/04/xmldsig-more#ecdsa-sha384"
-ALLOWED_DIGEST = "http://www.w3.org/2001/04/xmldsig-more#sha384"
-ALLOWED_TRANSFORMS = (
-    "http://www.w3.org/2000/09/xmldsig#enveloped-signature",
-    ALLOWED_C14N,
-)
 # L4 signer, L3, CA, root: every known RIM chain has exactly four certificates.
 RIM_CHAIN_LENGTH = 4
-
-_SHA384_LEN = 48
-_P384_COORD_LEN = 48
 
 # SPDM measurement indices run 1..254 and RIM index i is SPDM block i + 1.
 _MAX_INDEX = 253
@@ -102,12 +83,8 @@ _SCHEMA_FILES = ("swidSchema2015.xsd", "signSchema.xsd", "xml.xsd")
 _SCHEMA_BASE = "gpuattest-schemas/"
 
 
-def _q(ns: str, local: str) -> str:
-    return f"{{{ns}}}{local}"
-
-
-_ROOT_TAG = _q(SWID_NS, "SoftwareIdentity")
-_SIGNATURE_TAG = _q(DSIG_NS, "Signature")
+_ROOT_TAG = qname(SWID_NS, "SoftwareIdentity")
+_SIGNATURE_TAG = qname(DSIG_NS, "Signature")
 
 
 def _safe_parser() -> etree.XMLParser:
@@ -120,15 +97,6 @@ def _safe_parser() -> etree.XMLParser:
         dtd_validation=False,
         remove_blank_text=False,
     )
-
-
-def _elements(el: etree._Element) -> list[etree._Element]:
-    """Element children only (comments and processing instructions left out)."""
-    return list(el.iterchildren("*"))
-
-
-def _local(el: etree._Element) -> str:
-    return etree.QName(el).localname
 
 
 @dataclass(frozen=True)
@@ -303,13 +271,13 @@ class ReferenceManifest:
         tag_id = _required_attr(root, "tagId", "SoftwareIdentity")
         name = _required_attr(root, "name", "SoftwareIdentity")
 
-        metas = root.findall(_q(SWID_NS, "Meta"))
+        metas = root.findall(qname(SWID_NS, "Meta"))
         if len(metas) != 1:
             raise MalformedRimError(f"RIM must have exactly one Meta element, found {len(metas)}")
         meta = metas[0]
         colloquial = _required_attr(meta, "colloquialVersion", "Meta")
 
-        payloads = root.findall(_q(SWID_NS, "Payload"))
+        payloads = root.findall(qname(SWID_NS, "Payload"))
         if len(payloads) != 1:
             raise MalformedRimError(
                 f"RIM must have exactly one Payload element, found {len(payloads)}"
@@ -321,7 +289,7 @@ class ReferenceManifest:
             name=name,
             colloquial_version=colloquial,
             product=meta.get("product"),
-            platform_manufacturer_id=meta.get(_q(TCG_RIM_NS, "PlatformManufacturerId")),
+            platform_manufacturer_id=meta.get(qname(TCG_RIM_NS, "PlatformManufacturerId")),
             measurements=measurements,
             certificates=_embedded_certificates(root),
             raw=bytes(xml),
@@ -360,9 +328,9 @@ def _parse_xml(xml: bytes) -> etree._Element:
     try:
         root = etree.fromstring(bytes(xml), _safe_parser())
     except etree.XMLSyntaxError as exc:
-        raise MalformedRimError(f"RIM is not well-formed XML: {_one_line(str(exc))}") from None
+        raise MalformedRimError(f"RIM is not well-formed XML: {one_line(str(exc))}") from None
     except (etree.ParserError, ValueError, LookupError) as exc:
-        raise MalformedRimError(f"RIM cannot be parsed: {_one_line(str(exc))}") from None
+        raise MalformedRimError(f"RIM cannot be parsed: {one_line(str(exc))}") from None
     if root is None:
         raise MalformedRimError("RIM has no root element")
     docinfo: Any = root.getroottree().docinfo  # lxml-stubs lack DocInfo.doctype
@@ -373,14 +341,9 @@ def _parse_xml(xml: bytes) -> etree._Element:
             raise MalformedRimError("RIM contains an entity reference")
     if root.tag != _ROOT_TAG:
         raise MalformedRimError(
-            f"RIM root is {_one_line(str(root.tag))}, expected SoftwareIdentity in {SWID_NS}"
+            f"RIM root is {one_line(str(root.tag))}, expected SoftwareIdentity in {SWID_NS}"
         )
     return root
-
-
-def _one_line(text: str, limit: int = 200) -> str:
-    line = " ".join(text.split())
-    return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 def _required_attr(el: etree._Element, attr: str, what: str) -> str:
@@ -394,7 +357,7 @@ def _uint(value: str | None, what: str, lo: int, hi: int) -> int:
     if value is None:
         raise MalformedRimError(f"{what} is missing")
     if not _UINT_RE.fullmatch(value):
-        raise MalformedRimError(f"{what} {_one_line(value, 40)!r} is not a decimal integer")
+        raise MalformedRimError(f"{what} {one_line(value, 40)!r} is not a decimal integer")
     number = int(value)
     if not lo <= number <= hi:
         raise MalformedRimError(f"{what} {number} is outside {lo}..{hi}")
@@ -409,15 +372,15 @@ def _active(value: str | None, where: str) -> bool:
         return True
     if lowered == "false":
         return False
-    raise MalformedRimError(f"{where} has active={_one_line(value, 40)!r}, not True or False")
+    raise MalformedRimError(f"{where} has active={one_line(value, 40)!r}, not True or False")
 
 
 def _parse_payload(payload: etree._Element) -> tuple[MeasurementEntry, ...]:
     entries: list[MeasurementEntry] = []
     seen: set[int] = set()
-    for res in _elements(payload):
-        if res.tag != _q(SWID_NS, "Resource"):
-            raise MalformedRimError(f"unexpected element {_one_line(str(res.tag))} in Payload")
+    for res in element_children(payload):
+        if res.tag != qname(SWID_NS, "Resource"):
+            raise MalformedRimError(f"unexpected element {one_line(str(res.tag))} in Payload")
         kind = res.get("type")
         if kind != "Measurement":
             raise MalformedRimError(f"Resource of type {kind!r} is not a measurement")
@@ -439,7 +402,7 @@ def _parse_payload(payload: etree._Element) -> tuple[MeasurementEntry, ...]:
         if sorted(hashes_by_name) != sorted(expected):
             raise MalformedRimError(
                 f"{where} declares {count} alternatives but has hash attributes "
-                f"{_one_line(', '.join(sorted(hashes_by_name)), 80) or 'none'}"
+                f"{one_line(', '.join(sorted(hashes_by_name)), 80) or 'none'}"
             )
         values: list[bytes] = []
         for j, key in enumerate(expected):
@@ -510,7 +473,7 @@ def _check_certificate(cert: x509.Certificate, n: int) -> None:
         cert.public_key()
     except (ValueError, TypeError, UnsupportedAlgorithm, x509.DuplicateExtension) as exc:
         raise MalformedRimError(
-            f"embedded certificate {n} cannot be decoded: {_one_line(str(exc), 80)}"
+            f"embedded certificate {n} cannot be decoded: {one_line(str(exc), 80)}"
         ) from None
 
 
@@ -555,7 +518,7 @@ def _swid_schema() -> etree.XMLSchema:
         return etree.XMLSchema(doc)
     except (OSError, etree.XMLSyntaxError, etree.XMLSchemaParseError) as exc:
         raise EnvironmentProblemError(
-            f"the packaged SWID schema cannot be loaded ({_one_line(str(exc))}); reinstall gpucc"
+            f"the packaged SWID schema cannot be loaded ({one_line(str(exc))}); reinstall gpucc"
         ) from None
 
 
@@ -572,184 +535,8 @@ def validate_schema(manifest: ReferenceManifest) -> SchemaResult:
     try:
         schema.assertValid(manifest.tree)
     except etree.DocumentInvalid as exc:
-        return SchemaResult(False, _one_line(str(exc)) or "document does not match the schema")
+        return SchemaResult(False, one_line(str(exc)) or "document does not match the schema")
     return SchemaResult(True, "")
-
-
-# --- signature ----------------------------------------------------------------
-
-
-class _Refused(Exception):
-    """Internal: the signature is refused for the reason given."""
-
-
-def _only_whitespace(text: str | None) -> bool:
-    return text is None or text.strip() == ""
-
-
-def _check_node(el: etree._Element, *, text_allowed: bool = False) -> None:
-    """No comments/PIs inside the signature and no stray text."""
-    if len(el) != len(_elements(el)):
-        raise _Refused(f"{_local(el)} contains a comment or processing instruction")
-    for child in el:
-        if not _only_whitespace(child.tail):
-            raise _Refused(f"{_local(el)} contains stray text")
-    if not text_allowed and not _only_whitespace(el.text):
-        raise _Refused(f"{_local(el)} contains stray text")
-
-
-def _children(el: etree._Element, expected: tuple[str, ...]) -> list[etree._Element]:
-    """Require exactly these ds: element children, in this order."""
-    _check_node(el)
-    kids = _elements(el)
-    found = tuple(_local(k) if etree.QName(k).namespace == DSIG_NS else str(k.tag) for k in kids)
-    if found != expected:
-        raise _Refused(
-            f"{_local(el)} has children {', '.join(found) or 'none'}; "
-            f"expected {', '.join(expected)}"
-        )
-    return kids
-
-
-def _algorithm(el: etree._Element, allowed: str) -> None:
-    _check_node(el)
-    if len(el) != 0:
-        raise _Refused(f"{_local(el)} must have no parameters")
-    value = el.get("Algorithm")
-    if value != allowed:
-        raise _Refused(f"{_local(el)} {value!r} is not allowed (only {allowed})")
-
-
-def _value(el: etree._Element, length: int) -> bytes:
-    _check_node(el, text_allowed=True)
-    if len(el) != 0:
-        raise _Refused(f"{_local(el)} must contain only base64 text")
-    compact = "".join((el.text or "").split())
-    try:
-        data = base64.b64decode(compact.encode("ascii"), validate=True)
-    except (binascii.Error, UnicodeEncodeError, ValueError):
-        raise _Refused(f"{_local(el)} is not valid base64") from None
-    if len(data) != length:
-        raise _Refused(f"{_local(el)} is {len(data)} bytes, expected {length}")
-    return data
-
-
-def _xml_attrs(el: etree._Element) -> bool:
-    return any(etree.QName(k).namespace == XML_NS for k in el.attrib)
-
-
-def _signed_parts(root: etree._Element) -> tuple[etree._Element, etree._Element, bytes, bytes]:
-    """Check the signature's shape; return (Signature, SignedInfo, digest, signature value)."""
-    signatures = list(root.iter(_SIGNATURE_TAG))
-    if len(signatures) != 1:
-        raise _Refused(f"expected exactly one Signature element, found {len(signatures)}")
-    sig = signatures[0]
-    if sig.getparent() is not root or sig.getnext() is not None:
-        raise _Refused("the Signature is not the last child of the root element")
-    if not _only_whitespace(sig.tail):
-        raise _Refused("text follows the Signature element")
-    if _xml_attrs(root) or _xml_attrs(sig):
-        raise _Refused("xml:* attributes on the root or Signature are not supported")
-    signed_info, sig_value_el, key_info = _children(
-        sig, ("SignedInfo", "SignatureValue", "KeyInfo")
-    )
-    c14n, method, reference = _children(
-        signed_info, ("CanonicalizationMethod", "SignatureMethod", "Reference")
-    )
-    _algorithm(c14n, ALLOWED_C14N)
-    _algorithm(method, ALLOWED_SIGNATURE)
-    if {str(k): str(v) for k, v in reference.attrib.items()} != {"URI": ""}:
-        raise _Refused('the Reference must have exactly the attribute URI=""')
-    transforms, digest_method, digest_value = _children(
-        reference, ("Transforms", "DigestMethod", "DigestValue")
-    )
-    transform_els = _elements(transforms)
-    _check_node(transforms)
-    if len(transform_els) != len(ALLOWED_TRANSFORMS) or any(
-        t.tag != _q(DSIG_NS, "Transform") for t in transform_els
-    ):
-        raise _Refused("Transforms must be exactly enveloped-signature then C14N 1.1")
-    for t, allowed in zip(transform_els, ALLOWED_TRANSFORMS, strict=True):
-        _algorithm(t, allowed)
-    _algorithm(digest_method, ALLOWED_DIGEST)
-    digest = _value(digest_value, _SHA384_LEN)
-    signature = _value(sig_value_el, 2 * _P384_COORD_LEN)
-    (x509_data,) = _children(key_info, ("X509Data",))
-    certs = _elements(x509_data)
-    _check_node(x509_data)
-    if not certs or any(c.tag != _q(DSIG_NS, "X509Certificate") for c in certs):
-        raise _Refused("X509Data must contain only X509Certificate elements")
-    return sig, signed_info, digest, signature
-
-
-def _document_digest(tree: etree._ElementTree) -> bytes:
-    """SHA-384 of the canonical document with the (single, last) Signature removed."""
-    doc = copy.deepcopy(tree)
-    root = doc.getroot()
-    sig = root[len(root) - 1]
-    # The enveloped-signature transform removes the element, not the text after it.
-    tail = sig.tail
-    if tail:
-        prev = sig.getprevious()
-        if prev is not None:
-            prev.tail = (prev.tail or "") + tail
-        else:
-            root.text = (root.text or "") + tail
-    root.remove(sig)
-    return hashlib.sha384(_c14n(doc, "the document")).digest()
-
-
-def _c14n(node: etree._ElementTree | etree._Element, what: str) -> bytes:
-    """Inclusive C14N without comments; refuses what libxml2 cannot canonicalise.
-
-    libxml2 refuses, for example, relative namespace URIs, which C14N forbids.
-    """
-    try:
-        return etree.tostring(node, method="c14n", exclusive=False, with_comments=False)
-    except (etree.LxmlError, ValueError) as exc:
-        raise _Refused(f"{what} cannot be canonicalised: {_one_line(str(exc), 80)}") from None
-
-
-def _leaf_key(leaf: x509.Certificate) -> ec.EllipticCurvePublicKey:
-    try:
-        key = leaf.public_key()
-    except ValueError:
-        raise _Refused("the signer certificate's public key cannot be read") from None
-    if not isinstance(key, ec.EllipticCurvePublicKey) or not isinstance(key.curve, ec.SECP384R1):
-        raise _Refused("the signer certificate does not hold a P-384 key")
-    try:
-        bc = leaf.extensions.get_extension_for_class(x509.BasicConstraints).value
-    except x509.ExtensionNotFound:
-        bc = None
-    except ValueError:
-        raise _Refused("the signer certificate's extensions cannot be read") from None
-    if bc is not None and bc.ca:
-        raise _Refused("the signer certificate is a CA certificate")
-    try:
-        ku = leaf.extensions.get_extension_for_class(x509.KeyUsage).value
-    except x509.ExtensionNotFound:
-        ku = None
-    if ku is not None and not ku.digital_signature:
-        raise _Refused("the signer certificate's key usage does not allow signatures")
-    return key
-
-
-def _check_signature(manifest: ReferenceManifest) -> None:
-    """Raise _Refused unless the signature is well-formed and verifies with the leaf key."""
-    root = manifest.tree.getroot()
-    _sig, signed_info, digest, signature = _signed_parts(root)
-    if not manifest.certificates:
-        raise _Refused("the signature embeds no certificates")
-    key = _leaf_key(manifest.certificates[0])
-    if not hmac.compare_digest(_document_digest(manifest.tree), digest):
-        raise _Refused("the document digest does not match DigestValue (the RIM was modified)")
-    signed = _c14n(signed_info, "SignedInfo")
-    r = int.from_bytes(signature[:_P384_COORD_LEN], "big")
-    s = int.from_bytes(signature[_P384_COORD_LEN:], "big")
-    try:
-        key.verify(encode_dss_signature(r, s), signed, ec.ECDSA(hashes.SHA384()))
-    except (InvalidSignature, ValueError):
-        raise _Refused("the ECDSA signature does not verify with the signer certificate") from None
 
 
 def verify_signature(
@@ -780,8 +567,5 @@ def verify_signature(
         raise UsageError("verification time must be timezone-aware")
     chain = validate_chain(manifest.certificates, anchor, now, expected_length=RIM_CHAIN_LENGTH)
     signer = manifest.certificates[0] if manifest.certificates else None
-    try:
-        _check_signature(manifest)
-    except _Refused as refusal:
-        return RimSignatureResult(False, str(refusal), chain, signer)
-    return RimSignatureResult(True, "", chain, signer)
+    refusal = signature_refusal(manifest.tree, manifest.certificates)
+    return RimSignatureResult(not refusal, refusal, chain, signer)

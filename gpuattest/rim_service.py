@@ -1,11 +1,11 @@
 """NVIDIA's RIM service as a :class:`~gpuattest.collateral.RimSource`.
 
-``GET {base}/v1/rim/{RIM_ID}`` answers (attestation.md §6.2)::
+``GET {base}/v1/rim/{RIM_ID}`` answers::
 
     {"id": "<RIM_ID>", "rim": "<base64 of the RIM XML>", "sha256": "...", ...}
 
-What this module checks, and what it raises (all exit 3: none of this is a
-verdict on the GPU):
+What this module checks, and what it raises (all collateral errors: none of
+this is a verdict on the GPU):
 
 * HTTP 404 → :class:`~gpuattest.errors.RimNotFoundError` ("not published by the
   RIM service"): NVIDIA has not published reference values for this driver or
@@ -22,9 +22,9 @@ verdict on the GPU):
 The bytes returned are unverified; the caller verifies them exactly like a RIM
 read from a file (schema, XML-DSig, chain to the pinned RIM root, OCSP).
 
-Note: NVIDIA does not document ``sha256`` (attestation.md §6.2 marks its meaning
-uncertain). It is checked against the decoded RIM by default; should the live
-service ever disagree, ``verify_sha256=False`` turns the check off without
+Note: NVIDIA does not document ``sha256``, so its meaning is inferred. It is
+checked against the decoded RIM by default; should the live service ever
+disagree, ``verify_sha256=False`` turns the check off without
 weakening anything that matters (the RIM's own signature is what is trusted).
 """
 

@@ -40,7 +40,7 @@ __all__ = [
     "sign_rim",
 ]
 
-# The index split NVIDIA's Hopper RIMs use (attestation.md §8).
+# The index split NVIDIA's Hopper RIMs use.
 VBIOS_ACTIVE = frozenset([*range(0, 7), *range(8, 13)])
 DRIVER_ACTIVE = frozenset([7, *range(21, 41)])
 _FWID_OID = x509.ObjectIdentifier("2.23.133.5.4.1")

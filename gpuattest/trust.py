@@ -24,7 +24,7 @@ __all__ = [
     "cert_sha256",
 ]
 
-# SHA-256 over the DER encoding; values from NVIDIA's verifier certs (attestation.md §4.3).
+# SHA-256 over the DER encoding of the roots shipped with NVIDIA's verifiers.
 DEVICE_ROOT_SHA256 = "102bf659d5419614c9d8e6aecebc80454eb26b1df6a769ac720b9a690b167b48"
 RIM_ROOT_SHA256 = "12977b5115acb0381179279fffeb5a8c4d264971ebb32298023a465fa41df5d1"
 

@@ -4,7 +4,7 @@ Nothing here mocks ``requests``: the RIM service and the OCSP responder are
 ``http.server`` instances in daemon threads on ephemeral ports, and the OCSP
 answers are built with cryptography's ``OCSPResponseBuilder``.
 
-The PKI has NVIDIA's shapes (attestation.md §4.1, §7.5), all ECDSA P-384:
+The PKI has NVIDIA's shapes, all ECDSA P-384:
 
 * device chain, leaf first: leaf -> BROM -> Provisioner ICA -> Identity -> root
 * RIM chain, leaf first:    L4 signer -> L3 -> CA -> RIM root
@@ -20,7 +20,7 @@ import json
 import ssl
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -32,6 +32,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509 import ocsp
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from gpucc.gpuattest.collateral import ChainKind, OcspTarget
 from gpucc.gpuattest.trust import TrustRoots
 
 UTC = dt.UTC
@@ -57,6 +58,19 @@ class Node:
     @property
     def cn(self) -> str:
         return str(self.cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value)
+
+
+def ocsp_target(
+    cert: x509.Certificate,
+    issuer: x509.Certificate,
+    *,
+    kind: ChainKind,
+    anchor: x509.Certificate,
+    now: dt.datetime,
+    issuer_chain: Sequence[x509.Certificate] = (),
+) -> OcspTarget:
+    """One OCSP question, spelled out by its parts."""
+    return OcspTarget(cert, issuer, tuple(issuer_chain), kind, anchor, now)
 
 
 def make_node(

@@ -1,10 +1,9 @@
 """A throw-away RIM signing PKI for tests, shaped like NVIDIA's.
 
 NVIDIA signs RIMs with ``HCC RIM L4 Signer`` -> ``Reference Value L3`` ->
-``Reference Value CA`` -> ``CoRIM signing Root CA``, all P-384 / ECDSA-SHA384
-(attestation.md §7.5). :func:`make_rim_pki` builds the same four-level shape with
-fresh keys, and :func:`sign_rim` strips any signature from a RIM and signs it
-again with signxml (an independent XML-DSig implementation), embedding the four
+``Reference Value CA`` -> ``CoRIM signing Root CA``, all P-384 / ECDSA-SHA384.
+:func:`make_rim_pki` builds the same four-level shape with fresh keys, and
+:func:`sign_rim` strips any signature from a RIM and signs it again with signxml (an independent XML-DSig implementation), embedding the four
 certificates leaf first, as NVIDIA does.
 """
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import datetime as dt
 import json
 from collections.abc import Collection, Iterator, Mapping
@@ -25,10 +26,11 @@ from gpucc.gpuattest.bundle import (
     rim_kind,
     write_bundle,
 )
-from gpucc.gpuattest.collateral import ChainKind, OcspStatus, RimSource
+from gpucc.gpuattest.collateral import ChainKind, OcspStatus, OcspTarget, RimSource, ocsp_targets
 from gpucc.gpuattest.errors import EXIT_MALFORMED, OfflineError, RimNotFoundError, UsageError
 from gpucc.gpuattest.netconfig import FallbackOcspChecker, NetworkSettings, build_collateral
-from gpucc.gpuattest.ocsp import CertId, OcspClient, OcspTarget, ocsp_targets
+from gpucc.gpuattest.ocsp import OcspClient
+from gpucc.gpuattest.ocsp_response import CertId
 from gpucc.gpuattest.rim_service import RimServiceSource
 from tests.netfixtures import (
     DRIVER_RIM_ID,
@@ -42,6 +44,7 @@ from tests.netfixtures import (
     RimService,
     build_pki,
     make_rim_document,
+    ocsp_target,
     resign,
     serve,
 )
@@ -161,8 +164,10 @@ def bundle_file(tmp_path: Path, collected: bytes) -> Path:
 
 
 def all_targets(pki: NetPki) -> list[OcspTarget]:
-    device = ocsp_targets(pki.device_chain, kind=ChainKind.DEVICE, anchor=pki.device_root.cert)
-    rim = ocsp_targets(pki.rim_chain, kind=ChainKind.DRIVER_RIM, anchor=pki.rim_root.cert)
+    device = ocsp_targets(
+        pki.device_chain, kind=ChainKind.DEVICE, anchor=pki.device_root.cert, now=NOW
+    )
+    rim = ocsp_targets(pki.rim_chain, kind=ChainKind.DRIVER_RIM, anchor=pki.rim_root.cert, now=NOW)
     return [*device, *rim]
 
 
@@ -170,21 +175,28 @@ def all_targets(pki: NetPki) -> list[OcspTarget]:
 
 
 def test_ocsp_targets_follow_nvidia(pki: NetPki) -> None:
-    device = ocsp_targets(pki.device_chain, kind=ChainKind.DEVICE, anchor=pki.device_root.cert)
+    device = ocsp_targets(
+        pki.device_chain, kind=ChainKind.DEVICE, anchor=pki.device_root.cert, now=NOW
+    )
     assert [t.cert for t in device] == pki.device_chain[1:4]
     assert [t.issuer for t in device] == pki.device_chain[2:5]
     assert device[0].issuer_chain == tuple(pki.device_chain[3:])
-    rim = ocsp_targets(pki.rim_chain, kind=ChainKind.VBIOS_RIM, anchor=pki.rim_root.cert)
+    assert {t.now for t in device} == {NOW}
+    rim = ocsp_targets(pki.rim_chain, kind=ChainKind.VBIOS_RIM, anchor=pki.rim_root.cert, now=NOW)
     assert [t.cert for t in rim] == pki.rim_chain[0:3]
     # The chain's own root is replaced by the pinned anchor.
     other = ocsp_targets(
         [*pki.device_chain[:-1], pki.rim_root.cert],
         kind=ChainKind.DEVICE,
         anchor=pki.device_root.cert,
+        now=NOW,
     )
     assert other[-1].issuer == pki.device_root.cert
     assert (
-        ocsp_targets(pki.device_chain[:1], kind=ChainKind.DEVICE, anchor=pki.device_root.cert) == ()
+        ocsp_targets(
+            pki.device_chain[:1], kind=ChainKind.DEVICE, anchor=pki.device_root.cert, now=NOW
+        )
+        == ()
     )
     assert rim_kind(DRIVER_RIM_ID) is ChainKind.DRIVER_RIM
     assert rim_kind(VBIOS_RIM_ID) is ChainKind.VBIOS_RIM
@@ -279,9 +291,7 @@ def test_bundle_verifies_offline_without_any_network(bundle_file: Path, pki: Net
     assert rim_source.get_rim(DRIVER_RIM_ID) == make_rim_document_from(bundle_file, DRIVER_RIM_ID)
     assert isinstance(checker, FallbackOcspChecker)
     for t in all_targets(pki):
-        out = checker.check(
-            t.cert, t.issuer, kind=t.kind, anchor=t.anchor, now=NOW, issuer_chain=t.issuer_chain
-        )
+        out = checker.check(t)
         assert out.status is OcspStatus.GOOD, out.reason
         assert out.response_valid is True
         assert out.nonce_match is None  # no nonce for this use; freshness from nextUpdate
@@ -297,9 +307,7 @@ def test_bundle_after_next_update_is_stale_with_its_age(bundle_file: Path, pki: 
     checker = BundleOcspChecker(load_bundle(bundle_file))
     later = NOW + dt.timedelta(days=4)  # nextUpdate was NOW + 1 day
     for t in all_targets(pki):
-        out = checker.check(
-            t.cert, t.issuer, kind=t.kind, anchor=t.anchor, now=later, issuer_chain=t.issuer_chain
-        )
+        out = checker.check(dataclasses.replace(t, now=later))
         assert out.status is OcspStatus.NOT_CHECKED
         assert out.collateral_missing is True
         assert out.reason.startswith("stale: response expired 3 days ago")
@@ -312,12 +320,14 @@ def test_offline_stale_bundle_stays_not_checked(bundle_file: Path, pki: NetPki) 
     assert isinstance(checker, FallbackOcspChecker)
     t = all_targets(pki)[0]
     out = checker.check(
-        t.cert,
-        t.issuer,
-        kind=t.kind,
-        anchor=t.anchor,
-        now=NOW + dt.timedelta(days=4),
-        issuer_chain=t.issuer_chain,
+        ocsp_target(
+            t.cert,
+            t.issuer,
+            kind=t.kind,
+            anchor=t.anchor,
+            now=NOW + dt.timedelta(days=4),
+            issuer_chain=t.issuer_chain,
+        )
     )
     assert out.status is OcspStatus.NOT_CHECKED and out.collateral_missing
     assert "stale" in out.reason and "tripwire" in out.reason
@@ -339,14 +349,7 @@ def test_online_fallback_when_the_bundle_is_stale(
     assert isinstance(checker, FallbackOcspChecker)
     before = ocsp_srv.count
     t = all_targets(pki)[0]
-    out = checker.check(
-        t.cert,
-        t.issuer,
-        kind=t.kind,
-        anchor=t.anchor,
-        now=later,
-        issuer_chain=t.issuer_chain,
-    )
+    out = checker.check(dataclasses.replace(t, now=later))
     assert out.status is OcspStatus.GOOD and out.nonce_match is True
     assert ocsp_srv.count == before + 1
 
@@ -364,14 +367,7 @@ def test_tampered_bundle_response_is_invalid_and_not_papered_over(
     _, checker = build_collateral(settings)
     assert isinstance(checker, FallbackOcspChecker)
     t = all_targets(pki)[0]
-    out = checker.check(
-        t.cert,
-        t.issuer,
-        kind=t.kind,
-        anchor=t.anchor,
-        now=NOW,
-        issuer_chain=t.issuer_chain,
-    )
+    out = checker.check(t)
     assert out.response_valid is False and out.status is OcspStatus.UNKNOWN
     assert "signature" in out.reason
 
@@ -386,21 +382,16 @@ def test_bundle_entry_for_the_wrong_certificate(bundle_file: Path, pki: NetPki) 
         CertId.for_certificate(t_brom.cert, t_brom.issuer), ica_entry.response
     )
     checker = BundleOcspChecker(Bundle(created=NOW, ocsp=(swapped,)))
-    out = checker.check(
-        t_brom.cert,
-        t_brom.issuer,
-        kind=t_brom.kind,
-        anchor=t_brom.anchor,
-        now=NOW,
-        issuer_chain=t_brom.issuer_chain,
-    )
+    out = checker.check(t_brom)
     assert out.response_valid is False
 
 
 def test_missing_entries(pki: NetPki) -> None:
     empty = Bundle(created=NOW)
     t = all_targets(pki)[0]
-    out = BundleOcspChecker(empty).check(t.cert, t.issuer, kind=t.kind, anchor=t.anchor, now=NOW)
+    out = BundleOcspChecker(empty).check(
+        ocsp_target(t.cert, t.issuer, kind=t.kind, anchor=t.anchor, now=NOW)
+    )
     assert out.status is OcspStatus.NOT_CHECKED and out.collateral_missing
     assert "no OCSP response" in out.reason
     with pytest.raises(RimNotFoundError):
@@ -491,14 +482,14 @@ def test_offline_without_bundle_or_cache(pki: NetPki) -> None:
     with pytest.raises(OfflineError):
         rim_source.get_rim(DRIVER_RIM_ID)
     t = all_targets(pki)[0]
-    out = checker.check(t.cert, t.issuer, kind=t.kind, anchor=t.anchor, now=NOW)
+    out = checker.check(ocsp_target(t.cert, t.issuer, kind=t.kind, anchor=t.anchor, now=NOW))
     assert out.status is OcspStatus.NOT_CHECKED and out.collateral_missing
 
 
 def test_ocsp_disabled_is_not_collateral_missing(pki: NetPki) -> None:
     _, checker = build_collateral(NetworkSettings(check_ocsp=False, use_cache=False))
     t = all_targets(pki)[0]
-    out = checker.check(t.cert, t.issuer, kind=t.kind, anchor=t.anchor, now=NOW)
+    out = checker.check(ocsp_target(t.cert, t.issuer, kind=t.kind, anchor=t.anchor, now=NOW))
     assert out.status is OcspStatus.NOT_CHECKED and out.collateral_missing is False
 
 
@@ -520,14 +511,7 @@ def test_cache_directory_from_settings(
     assert rim_srv.count == 1
     t = all_targets(pki)[1]
     for _ in range(2):
-        out = checker.check(
-            t.cert,
-            t.issuer,
-            kind=t.kind,
-            anchor=t.anchor,
-            now=NOW,
-            issuer_chain=t.issuer_chain,
-        )
+        out = checker.check(t)
         assert out.status is OcspStatus.GOOD
     assert ocsp_srv.count == 1
     assert (tmp_path / "c" / "rim").is_dir() and (tmp_path / "c" / "ocsp").is_dir()

@@ -13,7 +13,8 @@ import pytest
 from gpucc.gpuattest._internal.transport import RequestsFetcher
 from gpucc.gpuattest.cache import CachingRimSource, CollateralCache, default_cache_dir
 from gpucc.gpuattest.collateral import ChainKind, OcspOutcome, OcspStatus
-from gpucc.gpuattest.ocsp import CertId, OcspClient
+from gpucc.gpuattest.ocsp import OcspClient
+from gpucc.gpuattest.ocsp_response import CertId
 from gpucc.gpuattest.rim_service import RimServiceSource
 from tests.netfixtures import (
     DRIVER_RIM,
@@ -24,6 +25,7 @@ from tests.netfixtures import (
     OcspResponder,
     RimService,
     build_pki,
+    ocsp_target,
     serve,
 )
 
@@ -203,12 +205,14 @@ def client(
 def check_ica(client: OcspClient, pki: NetPki, now: dt.datetime = NOW) -> OcspOutcome:
     chain = pki.device_chain
     return client.check(
-        chain[2],
-        chain[3],
-        kind=ChainKind.DEVICE,
-        anchor=pki.device_root.cert,
-        now=now,
-        issuer_chain=chain[4:],
+        ocsp_target(
+            chain[2],
+            chain[3],
+            kind=ChainKind.DEVICE,
+            anchor=pki.device_root.cert,
+            now=now,
+            issuer_chain=chain[4:],
+        )
     )
 
 
@@ -272,7 +276,7 @@ def test_cached_response_is_reverified_on_use(
     cache.put_ocsp(other, stored, expires=NOW + dt.timedelta(hours=1))
     chain = pki.device_chain
     out = client.check(
-        chain[3], chain[4], kind=ChainKind.DEVICE, anchor=pki.device_root.cert, now=NOW
+        ocsp_target(chain[3], chain[4], kind=ChainKind.DEVICE, anchor=pki.device_root.cert, now=NOW)
     )
     assert out.status is OcspStatus.GOOD and out.nonce_match is True  # fetched, not trusted
     assert ocsp_server.count == 2

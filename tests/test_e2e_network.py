@@ -18,12 +18,14 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
+from gpucc.cli.render import verdict_exit_code
 from gpucc.gpuattest.evidence import EvidenceSet, GpuEvidence
 from gpucc.gpuattest.netconfig import NetworkSettings, build_collateral
 from gpucc.gpuattest.policy import Policy, parse_policy
 from gpucc.gpuattest.report import AttestationReport
+from gpucc.gpuattest.result import AttestationResult, Verdict
 from gpucc.gpuattest.simulate import build_report
-from gpucc.gpuattest.verifier import AttestationResult, Verdict, verify
+from gpucc.gpuattest.verifier import verify
 from tests import netfixtures as nf
 from tests.rimpki import RimPki, sign_rim
 from tests.samples import (
@@ -149,7 +151,7 @@ def test_revoked_device_certificate_is_not_trusted(
         status="revoked", reason=reason
     )
     result = run(world)
-    assert result.verdict is Verdict.NOT_TRUSTED and result.exit_code == 1
+    assert result.verdict is Verdict.NOT_TRUSTED and verdict_exit_code(result.verdict) == 1
     claim = chain_claim(result, "device")
     assert claim["x-nvidia-cert-status"] == "revoked"
     expected = reason.name if reason else "unspecified"
@@ -209,7 +211,7 @@ def test_nonce_mismatch_allowed_by_policy_for_caching_proxies(world: World) -> N
 def test_unreachable_responder_is_undecided_never_0_or_1(world: World) -> None:
     world.ocsp_url = f"http://127.0.0.1:{nf.free_port()}"
     result = run(world)
-    assert result.verdict is Verdict.UNDECIDED and result.exit_code == 3
+    assert result.verdict is Verdict.UNDECIDED and verdict_exit_code(result.verdict) == 3
 
 
 @pytest.mark.parametrize(
@@ -218,7 +220,7 @@ def test_unreachable_responder_is_undecided_never_0_or_1(world: World) -> None:
 def test_rim_service_faults_are_exit_3(world: World, mode: str) -> None:
     world.rims.modes[nf.VBIOS_RIM_ID] = mode
     result = run(world)
-    assert result.verdict is Verdict.UNDECIDED and result.exit_code == 3
+    assert result.verdict is Verdict.UNDECIDED and verdict_exit_code(result.verdict) == 3
     assert result.gpus[0].claims["measres"] == "not-run"
 
 

@@ -3,7 +3,7 @@
 The runtime blocks are read from the report here directly (not through
 gpuattest.report), so these tests check the comparison rules independently of
 the report parser: block k (1-based) starts at byte 45 + 55 * (k - 1) and its
-48-byte value starts 7 bytes into the block (attestation.md §3.4, §3.5).
+48-byte value starts 7 bytes into the block.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def _with_entries(rim: ReferenceManifest, change: dict[int, MeasurementEntry]) -
 
 def test_runtime_blocks_shape(runtime: dict[int, bytes]) -> None:
     non_zero = {k for k, v in runtime.items() if any(v)}
-    # attestation.md §14.3: blocks 2-8, 10, 12, 22, 23, 26-28, 30-41 are non-zero.
+    # In NVIDIA's sample set A, blocks 2-8, 10, 12, 22, 23, 26-28, 30-41 are non-zero.
     expected = {*range(2, 9), 10, 12, 22, 23, 26, 27, 28, *range(30, 42)}
     assert non_zero == expected
 
@@ -87,7 +87,7 @@ def test_runtime_blocks_shape(runtime: dict[int, bytes]) -> None:
 def test_set_a_matches_with_nvdec0_disabled(
     driver: ReferenceManifest, vbios: ReferenceManifest, runtime: dict[int, bytes]
 ) -> None:
-    # Set A's opaque NVDEC0 status is 0x55: disabled (attestation.md §14.3).
+    # Set A's opaque NVDEC0 status is 0x55: disabled.
     result = compare_measurements(driver=driver, vbios=vbios, runtime=runtime, nvdec0_disabled=True)
     assert result.status is MeasurementStatus.SUCCESS, result.reason
     assert result.ok

@@ -21,8 +21,9 @@ from gpucc.gpuattest.errors import CcModeError, NvmlUnavailableError
 from gpucc.gpuattest.evidence import dump_evidence_json, load_evidence_json
 from gpucc.gpuattest.nvml import collect_evidence
 from gpucc.gpuattest.policy import parse_policy
+from gpucc.gpuattest.result import CheckStatus, Verdict
 from gpucc.gpuattest.simulate import SimulatedGpu
-from gpucc.gpuattest.verifier import CheckStatus, Verdict, verify
+from gpucc.gpuattest.verifier import verify
 
 pynvml = pytest.importorskip("pynvml")
 NOW = dt.datetime.now(dt.UTC)

@@ -13,10 +13,10 @@ from cryptography.x509 import ocsp
 from gpucc.gpuattest._internal.transport import RequestsFetcher
 from gpucc.gpuattest.collateral import ChainKind, OcspOutcome, OcspStatus
 from gpucc.gpuattest.errors import UsageError
-from gpucc.gpuattest.ocsp import (
+from gpucc.gpuattest.ocsp import OcspClient
+from gpucc.gpuattest.ocsp_response import (
     NONCE_BYTES,
     CertId,
-    OcspClient,
     OcspRules,
     build_request,
     describe_age,
@@ -30,6 +30,7 @@ from tests.netfixtures import (
     OcspResponder,
     build_pki,
     free_port,
+    ocsp_target,
     serve,
 )
 
@@ -69,7 +70,6 @@ def client(server: LocalServer, fetcher: RequestsFetcher) -> OcspClient:
     return OcspClient(
         fetcher=fetcher,
         url=server.url,
-        allow_hold_for=frozenset({ChainKind.DRIVER_RIM, ChainKind.VBIOS_RIM}),
     )
 
 
@@ -84,12 +84,14 @@ def check_brom(
     """OCSP for the BROM certificate (device index 1), issuer the Provisioner ICA."""
     chain = pki.device_chain
     return client.check(
-        chain[1],
-        chain[2],
-        kind=kind,
-        anchor=pki.device_root.cert,
-        now=now,
-        issuer_chain=chain[3:] if issuer_chain is None else issuer_chain,
+        ocsp_target(
+            chain[1],
+            chain[2],
+            kind=kind,
+            anchor=pki.device_root.cert,
+            now=now,
+            issuer_chain=chain[3:] if issuer_chain is None else issuer_chain,
+        )
     )
 
 
@@ -116,12 +118,14 @@ def test_device_chain_certificates_1_to_3_are_good(
     chain = pki.device_chain
     for i in (3, 2, 1):
         out = client.check(
-            chain[i],
-            chain[i + 1],
-            kind=DEVICE,
-            anchor=pki.device_root.cert,
-            now=NOW,
-            issuer_chain=chain[i + 2 :],
+            ocsp_target(
+                chain[i],
+                chain[i + 1],
+                kind=DEVICE,
+                anchor=pki.device_root.cert,
+                now=NOW,
+                issuer_chain=chain[i + 2 :],
+            )
         )
         assert out.status is OcspStatus.GOOD, out.reason
         assert out.response_valid is True
@@ -150,12 +154,14 @@ def test_rim_chain_certificates_0_to_2_are_good(client: OcspClient, pki: NetPki)
     chain = pki.rim_chain
     for i in (2, 1, 0):
         out = client.check(
-            chain[i],
-            chain[i + 1],
-            kind=ChainKind.DRIVER_RIM,
-            anchor=pki.rim_root.cert,
-            now=NOW,
-            issuer_chain=chain[i + 2 :],
+            ocsp_target(
+                chain[i],
+                chain[i + 1],
+                kind=ChainKind.DRIVER_RIM,
+                anchor=pki.rim_root.cert,
+                now=NOW,
+                issuer_chain=chain[i + 2 :],
+            )
         )
         assert out.status is OcspStatus.GOOD, out.reason
 
@@ -231,27 +237,28 @@ def test_revoked_with_reasons(
     assert name in out.reason
 
 
-def test_certificate_hold_allowed_for_the_named_chain_only(
+def test_certificate_hold_is_reported_alike_on_every_chain(
     client: OcspClient, pki: NetPki, responder: OcspResponder
 ) -> None:
+    """The OCSP layer only reports a hold; whether it is acceptable is the policy's one switch."""
     responder.set(status="revoked", reason=x509.ReasonFlags.certificate_hold)
     chain = pki.rim_chain
     rim = client.check(
-        chain[0],
-        chain[1],
-        kind=ChainKind.DRIVER_RIM,
-        anchor=pki.rim_root.cert,
-        now=NOW,
-        issuer_chain=chain[2:],
+        ocsp_target(
+            chain[0],
+            chain[1],
+            kind=ChainKind.DRIVER_RIM,
+            anchor=pki.rim_root.cert,
+            now=NOW,
+            issuer_chain=chain[2:],
+        )
     )
-    assert rim.status is OcspStatus.REVOKED
-    assert rim.revocation_reason == "certificate_hold"
-    assert "is allowed for the driver-rim chain" in rim.reason
-    # NVIDIA's Python verifier applies the allowance to every chain (bug 1); gpucc does not.
     device = check_brom(client, pki)
-    assert device.status is OcspStatus.REVOKED
-    assert device.revocation_reason == "certificate_hold"
-    assert "not allowed for the device chain" in device.reason
+    for out in (rim, device):
+        assert out.status is OcspStatus.REVOKED
+        assert out.revocation_reason == "certificate_hold"
+        assert out.reason.startswith("revoked (certificate_hold) on ")
+        assert "allowed" not in out.reason
 
 
 def test_unknown(client: OcspClient, pki: NetPki, responder: OcspResponder) -> None:
@@ -378,7 +385,14 @@ def test_answer_about_another_certificate(
 def test_responder_chain_must_reach_the_given_anchor(client: OcspClient, pki: NetPki) -> None:
     chain = pki.device_chain
     out = client.check(
-        chain[1], chain[2], kind=DEVICE, anchor=pki.rim_root.cert, now=NOW, issuer_chain=chain[3:]
+        ocsp_target(
+            chain[1],
+            chain[2],
+            kind=DEVICE,
+            anchor=pki.rim_root.cert,
+            now=NOW,
+            issuer_chain=chain[3:],
+        )
     )
     assert_invalid(out, "chain")
 
@@ -450,17 +464,15 @@ def test_evaluate_response_never_raises_on_junk(pki: NetPki) -> None:
     chain = pki.device_chain
     for junk in (b"", b"\x30\x00", b"\x30\x03\x0a\x01\x00", bytes(range(256))):
         out = evaluate_response(
-            junk, cert=chain[1], issuer=chain[2], anchor=chain[4], now=NOW, kind=DEVICE
+            junk, ocsp_target(chain[1], chain[2], anchor=chain[4], now=NOW, kind=DEVICE)
         )
         assert out.status is OcspStatus.NOT_CHECKED
     with pytest.raises(ValueError):
         evaluate_response(
             b"",
-            cert=chain[1],
-            issuer=chain[2],
-            anchor=chain[4],
-            now=NOW.replace(tzinfo=None),
-            kind=DEVICE,
+            ocsp_target(
+                chain[1], chain[2], anchor=chain[4], now=NOW.replace(tzinfo=None), kind=DEVICE
+            ),
         )
 
 
@@ -473,13 +485,10 @@ def test_evaluate_uses_rules(pki: NetPki, responder: OcspResponder) -> None:
     for rules, status in ((OcspRules(), OcspStatus.GOOD), (strict, OcspStatus.NOT_CHECKED)):
         out = evaluate_response(
             der,
-            cert=chain[1],
-            issuer=chain[2],
-            anchor=chain[4],
-            now=NOW,
-            kind=DEVICE,
+            ocsp_target(
+                chain[1], chain[2], anchor=chain[4], now=NOW, kind=DEVICE, issuer_chain=chain[3:]
+            ),
             rules=rules,
-            issuer_chain=chain[3:],
         )
         assert out.status is status
 
@@ -518,12 +527,9 @@ def test_every_single_byte_corruption_is_handled(pki: NetPki, responder: OcspRes
         mutated = der[:i] + bytes([der[i] ^ 0x01]) + der[i + 1 :]
         out = evaluate_response(
             mutated,
-            cert=chain[1],
-            issuer=chain[2],
-            anchor=chain[4],
-            now=NOW,
-            kind=DEVICE,
-            issuer_chain=chain[3:],
+            ocsp_target(
+                chain[1], chain[2], anchor=chain[4], now=NOW, kind=DEVICE, issuer_chain=chain[3:]
+            ),
         )
         if out.status is OcspStatus.GOOD:
             goods += 1

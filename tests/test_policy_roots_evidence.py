@@ -36,7 +36,7 @@ def test_pinned_root_fingerprints() -> None:
     for cert, pin in ((roots.device_root, DEVICE_ROOT_SHA256), (roots.rim_root, RIM_ROOT_SHA256)):
         der = cert.public_bytes(serialization.Encoding.DER)
         assert hashlib.sha256(der).hexdigest() == pin
-    # Written out here, independently of the code, from attestation.md §4.3.
+    # Written out here, independently of the code, from the roots NVIDIA's verifiers ship.
     assert DEVICE_ROOT_SHA256 == "102bf659d5419614c9d8e6aecebc80454eb26b1df6a769ac720b9a690b167b48"
     assert RIM_ROOT_SHA256 == "12977b5115acb0381179279fffeb5a8c4d264971ebb32298023a465fa41df5d1"
     assert "NVIDIA Device Identity CA" in roots.device_root.subject.rfc4514_string()

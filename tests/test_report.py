@@ -14,7 +14,7 @@ from tests.samples import HEAD_NONCE, HEAD_REPORT, SET_A_NONCE, SET_A_REPORT, re
 
 SET_A = report_bytes(SET_A_REPORT)
 HEAD = report_bytes(HEAD_REPORT)
-OPAQUE_START = 3599  # for 64-block GPU reports (attestation.md §3.4)
+OPAQUE_START = 3599  # for 64-block GPU reports
 
 
 def test_set_a_fields_match_nvidia_documentation() -> None:

@@ -39,7 +39,7 @@ DS = "http://www.w3.org/2000/09/xmldsig#"
 SWID = "http://standards.iso.org/iso/19770/-2/2015/schema.xsd"
 HASH_NS = "http://www.w3.org/2001/04/xmlenc#sha384"
 
-# Inside every set-A and PROD RIM chain's validity (attestation.md §14.3, §14.6).
+# Inside every set-A and PROD RIM chain's validity.
 IN_VALIDITY = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
 # After the L4 signers (2025) expired; the L3 "GH100 001" expired on 2026-11-11.
 LATER = dt.datetime(2026, 11, 22, tzinfo=dt.UTC)
@@ -108,7 +108,7 @@ def test_driver_rim_fields(driver_raw: bytes) -> None:
         assert e.size == 48
         assert len(e.values) == e.alternatives
         assert all(len(v) == 48 for v in e.values)
-    # Active does not mean non-zero (attestation.md §7.2).
+    # Active does not mean non-zero.
     entry28 = m.entry(28)
     assert entry28 is not None and entry28.active and entry28.values[0] == bytes(48)
     entry7 = m.entry(7)

@@ -10,13 +10,15 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
+from gpucc.cli.render import attest_document, verdict_exit_code
 from gpucc.gpuattest.collateral import FileRimSource, NoOcsp, NoRimSource, rim_sources_from_mapping
 from gpucc.gpuattest.errors import MalformedCertificateError, MalformedReportError
 from gpucc.gpuattest.evidence import EvidenceSet, GpuEvidence, load_raw_evidence
 from gpucc.gpuattest.policy import Policy, parse_policy
+from gpucc.gpuattest.result import AttestationResult, CheckStatus, Decision, Verdict
 from gpucc.gpuattest.simulate import SimulatedGpu
 from gpucc.gpuattest.trust import TrustRoots
-from gpucc.gpuattest.verifier import AttestationResult, CheckStatus, Decision, Verdict, verify
+from gpucc.gpuattest.verifier import verify
 from tests.samples import (
     HEAD_CHAIN,
     HEAD_NONCE,
@@ -72,7 +74,7 @@ def failed(result: AttestationResult) -> set[str]:
 
 def test_set_a_is_trusted_as_of_2024_with_unchecked_ocsp_accepted() -> None:
     result = run_set_a()
-    assert result.verdict is Verdict.TRUSTED and result.exit_code == 0
+    assert result.verdict is Verdict.TRUSTED and verdict_exit_code(result.verdict) == 0
     gpu = result.gpus[0]
     assert gpu.check("fwid").status is CheckStatus.NOT_PRESENT
     assert gpu.check("device-ocsp").status is CheckStatus.NOT_CHECKED
@@ -87,7 +89,7 @@ def test_set_a_is_trusted_as_of_2024_with_unchecked_ocsp_accepted() -> None:
 
 def test_set_a_as_of_now_is_not_trusted_naming_expired_rim_signers() -> None:
     result = run_set_a(now=NOW)
-    assert result.verdict is Verdict.NOT_TRUSTED and result.exit_code == 1
+    assert result.verdict is Verdict.NOT_TRUSTED and verdict_exit_code(result.verdict) == 1
     assert failed(result) == {"driver-rim-chain", "vbios-rim-chain"}
     joined = " ".join(result.reasons)
     assert "HCC RIM L4 Signer" in joined and "expired" in joined
@@ -95,7 +97,7 @@ def test_set_a_as_of_now_is_not_trusted_naming_expired_rim_signers() -> None:
 
 def test_default_policy_refuses_unchecked_ocsp_as_undecided() -> None:
     result = run_set_a(policy=Policy())
-    assert result.verdict is Verdict.UNDECIDED and result.exit_code == 3
+    assert result.verdict is Verdict.UNDECIDED and verdict_exit_code(result.verdict) == 3
 
 
 def test_expired_signer_grace_policy() -> None:
@@ -136,7 +138,7 @@ def test_head_sample_without_rims_is_undecided_never_mismatch() -> None:
         rims=NoRimSource(),
         ocsp=NoOcsp(),
     )
-    assert result.verdict is Verdict.UNDECIDED and result.exit_code == 3
+    assert result.verdict is Verdict.UNDECIDED and verdict_exit_code(result.verdict) == 3
     gpu = result.gpus[0]
     for check_id in ("device-chain", "fwid", "report-signature", "nonce"):
         assert gpu.check(check_id).status is CheckStatus.PASS, check_id
@@ -292,7 +294,7 @@ def test_min_driver_policy() -> None:
 
 
 def test_json_document_shape() -> None:
-    doc = run_set_a().to_dict()
+    doc = attest_document(run_set_a())
     assert doc["schema"] == "gpucc.attest/v1"
     assert doc["verdict"] == "trusted" and doc["exit_code"] == 0
     gpu = doc["gpus"][0]

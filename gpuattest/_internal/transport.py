@@ -54,7 +54,7 @@ __all__ = [
     "safe_url",
 ]
 
-# NVAT: connect timeout 5 s; NVIDIA's Python verifier: 10 s for OCSP and RIM (attestation.md §2.4).
+# NVAT: connect timeout 5 s; NVIDIA's Python verifier: 10 s for OCSP and RIM.
 DEFAULT_CONNECT_TIMEOUT = 5.0
 DEFAULT_READ_TIMEOUT = 10.0
 # NVIDIA's retry counter is 3 (disabled in Python); NVAT retries 5 times. Three attempts after

@@ -1,0 +1,178 @@
+"""What verification found: checks, per-GPU results, the overall verdict, and their JSON.
+
+These are plain value objects. How a verdict is reported (an exit status, a
+colour) is up to the front end that shows it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+from .measurements import MeasurementResult
+from .policy import Policy
+
+__all__ = [
+    "AttestationResult",
+    "Check",
+    "CheckStatus",
+    "Decision",
+    "GpuResult",
+    "Verdict",
+    "combine_verdicts",
+]
+
+
+class CheckStatus(enum.StrEnum):
+    """What a check found."""
+
+    PASS = "pass"  # noqa: S105 - a check status, not a password
+    FAIL = "fail"
+    NOT_CHECKED = "not-checked"
+    NOT_PRESENT = "not-present"
+
+
+class Decision(enum.StrEnum):
+    """What the policy made of a check."""
+
+    ACCEPT = "accept"
+    REFUSE = "refuse"
+    UNDECIDED = "undecided"
+
+
+class Verdict(enum.StrEnum):
+    """Overall outcome."""
+
+    TRUSTED = "trusted"
+    NOT_TRUSTED = "not-trusted"
+    UNDECIDED = "undecided"
+
+
+@dataclass(frozen=True)
+class Check:
+    """One verification step's result and the policy's decision on it."""
+
+    id: str
+    title: str
+    status: CheckStatus
+    reason: str = ""
+    collateral_missing: bool = False
+    decision: Decision = Decision.REFUSE
+    note: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return {
+            "id": self.id,
+            "title": self.title,
+            "status": str(self.status),
+            "decision": str(self.decision),
+            "reason": self.reason,
+            "collateral_missing": self.collateral_missing,
+            "policy_note": self.note,
+        }
+
+
+@dataclass(frozen=True)
+class GpuResult:
+    """Everything verified about one GPU."""
+
+    index: int
+    uuid: str | None
+    arch: str
+    checks: tuple[Check, ...]
+    claims: dict[str, Any] = field(repr=False)
+    measurements: MeasurementResult | None
+    report_digest: bytes
+    driver_rim_id: str
+    vbios_rim_id: str
+    verdict: Verdict
+
+    def check(self, check_id: str) -> Check:
+        """The check with this id.
+
+        Raises:
+            KeyError: no such check.
+        """
+        for c in self.checks:
+            if c.id == check_id:
+                return c
+        raise KeyError(check_id)
+
+    @property
+    def reasons(self) -> tuple[str, ...]:
+        """Why this GPU is not trusted (refusals first, then undecided items)."""
+        refused = [f"{c.title}: {c.reason}" for c in self.checks if c.decision is Decision.REFUSE]
+        undecided = [
+            f"{c.title}: {c.reason}" for c in self.checks if c.decision is Decision.UNDECIDED
+        ]
+        return tuple(refused + undecided)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return {
+            "index": self.index,
+            "uuid": self.uuid,
+            "arch": self.arch,
+            "verdict": str(self.verdict),
+            "evidence_sha256": self.report_digest.hex(),
+            "rim_ids": {"driver": self.driver_rim_id, "vbios": self.vbios_rim_id},
+            "claims": self.claims,
+            "checks": [c.to_dict() for c in self.checks],
+            "mismatches": [m.to_dict() for m in self.measurements.mismatches]
+            if self.measurements
+            else [],
+            "reasons": list(self.reasons),
+        }
+
+
+@dataclass(frozen=True)
+class AttestationResult:
+    """The verdict over every GPU of one piece of evidence."""
+
+    verdict: Verdict
+    gpus: tuple[GpuResult, ...]
+    policy: Policy
+    verified_at: dt.datetime
+    expected_nonce: bytes | None
+    source: str
+
+    @property
+    def trusted(self) -> bool:
+        """True only when every GPU passed every check the policy requires."""
+        return self.verdict is Verdict.TRUSTED
+
+    @property
+    def reasons(self) -> tuple[str, ...]:
+        """Per-GPU reasons, prefixed with the GPU index."""
+        return tuple(f"GPU {g.index}: {r}" for g in self.gpus for r in g.reasons)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``gpucc.attest/v1`` document, less what only a command line knows.
+
+        A front end that reports an exit status adds it under ``exit_code``, right
+        after ``trusted`` (see the CLI's renderer).
+        """
+        return {
+            "schema": "gpucc.attest/v1",
+            "verdict": str(self.verdict),
+            "trusted": self.trusted,
+            "x-nvidia-overall-att-result": self.trusted,
+            "verified_at": self.verified_at.isoformat().replace("+00:00", "Z"),
+            "nonce": self.expected_nonce.hex() if self.expected_nonce is not None else None,
+            "evidence_source": self.source,
+            "policy": self.policy.to_dict(),
+            "reasons": list(self.reasons),
+            "gpus": [g.to_dict() for g in self.gpus],
+        }
+
+
+def combine_verdicts(verdicts: list[Verdict] | tuple[Verdict, ...]) -> Verdict:
+    """Any not-trusted wins, then any undecided; trusted only when all are trusted."""
+    if any(v is Verdict.NOT_TRUSTED for v in verdicts):
+        return Verdict.NOT_TRUSTED
+    if any(v is Verdict.UNDECIDED for v in verdicts):
+        return Verdict.UNDECIDED
+    return Verdict.TRUSTED
