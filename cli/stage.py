@@ -13,7 +13,7 @@ import typer
 
 from gpucc.gpuattest.errors import UsageError
 
-from .options import OutputFormat, read_capped
+from .options import OutputFormat
 from .seal import byte_progress, check_chunk_size, format_rate, format_size, note, parse_size
 
 __all__ = ["Device", "stage"]
@@ -35,7 +35,8 @@ _DEVICE_NAMES: dict[Device, Literal["cpu", "gpu", "auto"]] = {
 
 
 def _session_key(answer_path: Path, host_key_path: Path, header_digest: bytes) -> bytes:
-    from gpucc.gpuattest.session import MAX_ANSWER_BYTES, Answer, HostKey, open_answer
+    from gpucc.gpuattest.files import read_capped
+    from gpucc.staging.release import MAX_ANSWER_BYTES, Answer, HostKey, open_answer
 
     answer = Answer.from_json(read_capped(answer_path, MAX_ANSWER_BYTES))
     session = open_answer(answer, HostKey.read(host_key_path))

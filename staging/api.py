@@ -9,7 +9,7 @@
     # here buf has been zeroed, also when train() raised
 
 Devices: ``"cpu"`` stages into host memory. ``"gpu"`` and ``"auto"`` raise
-:class:`~gpuattest.errors.GpuStagingUnavailableError` until the GPU path lands; it hooks in
+:class:`~staging.errors.GpuStagingUnavailableError` until the GPU path lands; it hooks in
 through :func:`_gpu_backend` and nothing else here has to change.
 """
 
@@ -22,10 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from gpucc.gpuattest.errors import GpuStagingUnavailableError, UsageError
+from gpucc.gpuattest.errors import UsageError
 
 from . import cpu
 from .dataset import SealedDataset, is_sealed, open_sealed
+from .errors import GpuStagingUnavailableError
 from .format import DEFAULT_CHUNK_SIZE, StrPath, read_key_file
 from .seal import ProgressCallback
 

@@ -6,9 +6,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpucc.gpuattest.errors import EnvironmentProblemError, KeyUnwrapError, MalformedDatasetError
-
 from .chunks import ChunkCipher
+from .errors import KeyUnwrapError, MalformedDatasetError, StagingIOError
 from .format import (
     MAGIC,
     PREFIX_SIZE,
@@ -21,11 +20,7 @@ from .format import (
     unwrap_key,
 )
 
-__all__ = ["SealedDataset", "StagingIOError", "is_sealed", "open_sealed", "read_exact"]
-
-
-class StagingIOError(EnvironmentProblemError):
-    """A file could not be read or written (missing, permissions, disk full)."""
+__all__ = ["SealedDataset", "io_error", "is_sealed", "open_sealed", "read_exact"]
 
 
 def io_error(action: str, path: StrPath, exc: OSError) -> StagingIOError:

@@ -7,7 +7,7 @@ because the GPU kernel and its tests implement the same layout and check themsel
 against these functions.
 
 Parsing is strict: a :class:`Header` or :class:`WrapRecord` that exists is well formed, and
-anything that is not raises :class:`~gpuattest.errors.MalformedDatasetError`.
+anything that is not raises :class:`~staging.errors.MalformedDatasetError`.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from gpucc.gpuattest.errors import (
-    IntegrityError,
+from .errors import (
+    HeaderAuthenticationError,
     KeyFileError,
     KeyUnwrapError,
     MalformedDatasetError,
@@ -51,7 +51,6 @@ __all__ = [
     "StrPath",
     "TAG_SIZE",
     "Header",
-    "HeaderAuthenticationError",
     "WrapKind",
     "WrapRecord",
     "chunk_aad",
@@ -314,10 +313,6 @@ def compute_header_tag(chunk_key: bytes, header: Header) -> bytes:
     return AESGCM(chunk_key).encrypt(
         header_tag_nonce(header.dataset_id), b"", header_tag_aad(header.to_bytes())
     )
-
-
-class HeaderAuthenticationError(IntegrityError):
-    """The header tag did not verify: the key is wrong or the header was changed."""
 
 
 def verify_header_tag(chunk_key: bytes, header: Header, tag: bytes) -> None:

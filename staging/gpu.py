@@ -23,7 +23,7 @@ The pipeline (one per GPU)::
 * Every chunk's tag is checked on the GPU. A chunk whose tag fails is zeroed on the device;
   the host reads the status words, stops at the first failure, zeroes everything from that
   chunk on (everything, when staging owns the buffer) and raises
-  :class:`~gpuattest.errors.ChunkAuthenticationError` for the lowest failing chunk: the
+  :class:`~staging.errors.ChunkAuthenticationError` for the lowest failing chunk: the
   same contract as :func:`staging.cpu.stage_cpu`. A buffer is only returned once every
   status word has been read and is zero, so no unverified plaintext reaches the caller.
 * Plaintext input (:func:`stage_plaintext_gpu`): host threads seal each chunk under a fresh
@@ -54,16 +54,11 @@ from typing import Any
 
 import numpy as np
 
-from gpucc.gpuattest.errors import (
-    ChunkAuthenticationError,
-    GpuStagingUnavailableError,
-    MalformedDatasetError,
-    MalformedInputError,
-    UsageError,
-)
+from gpucc.gpuattest.errors import MalformedInputError, UsageError
 
 from .chunks import ChunkCipher
 from .dataset import SealedDataset, io_error, read_exact
+from .errors import ChunkAuthenticationError, GpuStagingUnavailableError, MalformedDatasetError
 from .format import (
     DEFAULT_CHUNK_SIZE,
     KEY_SIZE,

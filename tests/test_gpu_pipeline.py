@@ -18,17 +18,18 @@ from typing import Any
 import numpy as np
 import pytest
 
-from gpucc.gpuattest.errors import (
-    ChunkAuthenticationError,
-    GpuStagingUnavailableError,
-    MalformedDatasetError,
-    UsageError,
-)
+from gpucc.gpuattest.errors import UsageError
 from gpucc.staging import dataset as dataset_mod
 from gpucc.staging import format as fmt
 from gpucc.staging import gpu
-from gpucc.staging.dataset import SealedDataset, StagingIOError, open_sealed
-from gpucc.staging.format import HeaderAuthenticationError
+from gpucc.staging.dataset import SealedDataset, open_sealed
+from gpucc.staging.errors import (
+    ChunkAuthenticationError,
+    GpuStagingUnavailableError,
+    HeaderAuthenticationError,
+    MalformedDatasetError,
+    StagingIOError,
+)
 from gpucc.staging.seal import seal_bytes
 from tests import fake_cupy
 

@@ -31,12 +31,15 @@ import numpy as np
 import pytest
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
-from gpucc.gpuattest.errors import ChunkAuthenticationError, MalformedDatasetError
 from gpucc.staging import format as fmt
 from gpucc.staging import gpu
 from gpucc.staging.cpu import stage_cpu
 from gpucc.staging.dataset import SealedDataset, open_sealed
-from gpucc.staging.format import HeaderAuthenticationError
+from gpucc.staging.errors import (
+    ChunkAuthenticationError,
+    HeaderAuthenticationError,
+    MalformedDatasetError,
+)
 from gpucc.staging.seal import seal_bytes
 
 pytestmark = pytest.mark.gpu

@@ -16,22 +16,20 @@ import numpy as np
 import pytest
 
 from gpucc import staging
-from gpucc.gpuattest.errors import (
-    ChunkAuthenticationError,
-    GpuccError,
-    GpuStagingUnavailableError,
-    IntegrityError,
-    KeyUnwrapError,
-    MalformedDatasetError,
-    MalformedInputError,
-    UsageError,
-)
+from gpucc.gpuattest.errors import GpuccError, IntegrityError, MalformedInputError, UsageError
 from gpucc.staging import format as fmt
 from gpucc.staging._pipeline import ChunkFailure, run_chunks
 from gpucc.staging.chunks import ChunkCipher
 from gpucc.staging.cpu import Buffer, stage_bytes, stage_cpu, stage_plaintext_cpu
-from gpucc.staging.dataset import StagingIOError, open_sealed
-from gpucc.staging.format import HeaderAuthenticationError
+from gpucc.staging.dataset import open_sealed
+from gpucc.staging.errors import (
+    ChunkAuthenticationError,
+    GpuStagingUnavailableError,
+    HeaderAuthenticationError,
+    KeyUnwrapError,
+    MalformedDatasetError,
+    StagingIOError,
+)
 from gpucc.staging.seal import WrapSpec, rewrap, seal_bytes, seal_file
 
 CS = 4096  # the smallest chunk size: boundaries are cheap to exercise

@@ -25,16 +25,16 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from gpucc.gpuattest import session as s
 from gpucc.gpuattest.collateral import NoOcsp, rim_sources_from_mapping
-from gpucc.gpuattest.errors import KeyFileError, KeyUnwrapError, ProtocolError
 from gpucc.gpuattest.evidence import EvidenceSet
 from gpucc.gpuattest.policy import parse_policy
 from gpucc.gpuattest.simulate import SimulatedGpu
 from gpucc.gpuattest.verifier import AttestationResult, verify
 from gpucc.staging import format as fmt
+from gpucc.staging import release as s
 from gpucc.staging.cpu import stage_cpu
 from gpucc.staging.dataset import SealedDataset, open_sealed
+from gpucc.staging.errors import KeyFileError, KeyUnwrapError, ProtocolError
 from gpucc.staging.seal import seal_bytes
 
 # --- known answers -----------------------------------------------------------------
