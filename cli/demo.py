@@ -35,11 +35,9 @@ def demo(
     from gpucc.gpuattest.simulate import SimulatedGpu
     from gpucc.gpuattest.trust import TrustRoots
     from gpucc.gpuattest.verifier import verify
-    from gpucc.staging.api import stage
-    from gpucc.staging.dataset import open_sealed
+    from gpucc.staging import open_sealed, seal_file, stage
     from gpucc.staging.errors import ChunkAuthenticationError
     from gpucc.staging.release import CollectedEvidence, DatasetKey, local_session
-    from gpucc.staging.seal import seal_file
 
     from .attest import SAMPLE_NONCE, _sample_paths
 

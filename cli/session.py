@@ -170,8 +170,7 @@ def _attester(
 
 
 def _grants(datasets: list[Path], key_file: Path) -> list[DatasetKey]:
-    from gpucc.staging.dataset import open_sealed
-    from gpucc.staging.format import read_key_file
+    from gpucc.staging import open_sealed, read_key_file
     from gpucc.staging.release import DatasetKey
 
     kek = read_key_file(key_file)
@@ -325,7 +324,7 @@ def accept(
     command only verifies, without reading the chunks.
     """
     from gpucc.gpuattest.files import read_capped
-    from gpucc.staging.dataset import open_sealed
+    from gpucc.staging import open_sealed
     from gpucc.staging.release import MAX_ANSWER_BYTES, Answer, HostKey, open_answer
 
     session = open_answer(

@@ -311,7 +311,7 @@ def device_list(gpus: int | Sequence[int] | None) -> list[int]:
         return [0]
     if isinstance(gpus, int):
         if gpus < 1:
-            raise UsageError("--gpus must be at least 1")
+            raise UsageError("gpus must be at least 1")
         if gpus == 1:
             return [0]
         require_gpu(0)  # without any usable GPU, say why (no CuPy, ...) rather than count

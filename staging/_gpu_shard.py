@@ -19,7 +19,6 @@ from ._gpu_pipeline import (
 )
 from ._gpu_runtime import (
     check_aligned,
-    require_gpu,
 )
 from .errors import ChunkAuthenticationError
 from .format import (
@@ -77,8 +76,6 @@ def stage_shards(
     use_gds: bool | None,
 ) -> list[GpuShard]:
     cupy = rt.import_cupy()
-    for dev in devices:
-        require_gpu(dev)
     header = source.header
     plan = _split(header, devices)
     gds = kvikio_usable() if use_gds is None else use_gds

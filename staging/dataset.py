@@ -104,8 +104,11 @@ class SealedDataset:
         cipher.verify_header(self.header_tag)
         return cipher
 
-    def unwrap(self, kek: bytes) -> bytes:
+    def unwrap(self, kek: bytes, *, verify_header: bool = True) -> bytes:
         """The dataset key, from the embedded key-file wrap record and the key-file key.
+
+        ``verify_header=False`` leaves the header-tag check to the caller, for callers that
+        hand the key to staging, which checks it before decrypting anything.
 
         Raises:
             KeyUnwrapError: no key-file record, a key of another key id, or a failed unwrap.
@@ -119,9 +122,9 @@ class SealedDataset:
                 f"{self.path} was sealed for key id {record.context.hex()}, "
                 f"this key file has key id {key_id(kek).hex()}"
             )
-        return self.unwrap_record(record, kek)
+        return self.unwrap_record(record, kek, verify_header=verify_header)
 
-    def unwrap_record(self, record: WrapRecord, kek: bytes) -> bytes:
+    def unwrap_record(self, record: WrapRecord, kek: bytes, *, verify_header: bool = True) -> bytes:
         """The dataset key from any wrap record for this dataset (e.g. a session's).
 
         Raises:
@@ -129,7 +132,8 @@ class SealedDataset:
             HeaderAuthenticationError: the key unwrapped but the header tag does not verify.
         """
         dataset_key = unwrap_key(kek, record, self.header_digest)
-        self.check_key(dataset_key)
+        if verify_header:
+            self.check_key(dataset_key)
         return dataset_key
 
 

@@ -3,6 +3,7 @@
 Each one derives from a family in :mod:`gpuattest.errors`, so its process exit code (and
 what users must be able to tell apart) stays defined in one place:
 
+* usage (exit 2): :class:`StageKeyArgumentsError`;
 * malformed input (exit 4): :class:`MalformedDatasetError`, :class:`KeyFileError`,
   :class:`MalformedSessionMessageError`;
 * environment (exit 5): :class:`StagingIOError`, :class:`GpuStagingUnavailableError`;
@@ -15,12 +16,15 @@ Messages never contain key material.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from gpucc.gpuattest.errors import (
     EnvironmentProblemError,
     FileAccessError,
     IntegrityError,
     MalformedInputError,
     NotTrustedError,
+    UsageError,
 )
 
 __all__ = [
@@ -32,8 +36,27 @@ __all__ = [
     "MalformedDatasetError",
     "MalformedSessionMessageError",
     "ProtocolError",
+    "StageKeyArgumentsError",
     "StagingIOError",
 ]
+
+
+# --- exit 2: usage -----------------------------------------------------------
+
+
+class StageKeyArgumentsError(UsageError):
+    """The key arguments of a staging call do not fit its input.
+
+    Attributes:
+        path: the input.
+        sealed: whether the input is a sealed dataset (it then needs exactly one key) or a
+            plaintext file (it then takes none).
+    """
+
+    def __init__(self, message: str, *, path: Path, sealed: bool) -> None:
+        super().__init__(message)
+        self.path = path
+        self.sealed = sealed
 
 
 # --- exit 4: malformed input ------------------------------------------------

@@ -67,6 +67,7 @@ __all__ = [
     "read_secret_file",
     "sealed_size",
     "unwrap_key",
+    "valid_chunk_size",
     "verify_header_tag",
     "wrap_aad",
     "wrap_key",
@@ -125,8 +126,13 @@ def sealed_size(plaintext_length: int, chunk_size: int, wrap_length: int = 0) ->
     return PREFIX_SIZE + wrap_length + plaintext_length + TAG_SIZE * count
 
 
+def valid_chunk_size(chunk_size: int) -> bool:
+    """Whether the format allows this chunk size: a multiple of 16 from 4 KiB to 256 MiB."""
+    return MIN_CHUNK_SIZE <= chunk_size <= MAX_CHUNK_SIZE and chunk_size % 16 == 0
+
+
 def _check_chunk_size(chunk_size: int) -> None:
-    if not MIN_CHUNK_SIZE <= chunk_size <= MAX_CHUNK_SIZE or chunk_size % 16:
+    if not valid_chunk_size(chunk_size):
         raise MalformedDatasetError(
             f"chunk size {chunk_size} is not a multiple of 16 between "
             f"{MIN_CHUNK_SIZE} and {MAX_CHUNK_SIZE}"

@@ -44,7 +44,6 @@ ring and streams of one device) and ``_gpu_shard`` (splitting a dataset over dev
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -76,15 +75,13 @@ from .dataset import SealedDataset
 from .errors import ChunkAuthenticationError
 from .format import (
     DEFAULT_CHUNK_SIZE,
-    KEY_SIZE,
     TAG_SIZE,
     Header,
     StrPath,
     compute_header_tag,
     derive_chunk_key,
-    new_dataset_key,
 )
-from .seal import ProgressCallback, WrapSpec, default_threads
+from .seal import ProgressCallback, WrapSpec, default_threads, plan_seal
 
 __all__ = [
     "GpuBackend",
@@ -144,10 +141,33 @@ def stage_gpu_sharded(
         MalformedDatasetError: the file changed since it was opened.
         StagingIOError: the file cannot be read.
     """
-    dataset.check_key(dataset_key)
-    devices = device_list(gpus)
-    for dev in devices:
-        require_gpu(dev)
+    dataset.check_key(dataset_key)  # before any device work: a wrong key touches nothing
+    return _sealed_on(
+        usable_devices(gpus),
+        dataset,
+        dataset_key,
+        threads=threads,
+        progress=progress,
+        outs=outs,
+        batch_bytes=batch_bytes,
+        slots=slots,
+        use_gds=use_gds,
+    )
+
+
+def _sealed_on(
+    devices: list[int],
+    dataset: SealedDataset,
+    dataset_key: bytes,
+    *,
+    threads: int | None,
+    progress: ProgressCallback | None,
+    outs: Sequence[Any] | None = None,
+    batch_bytes: int = DEFAULT_BATCH_BYTES,
+    slots: int = DEFAULT_SLOTS,
+    use_gds: bool | None = None,
+) -> list[GpuShard]:
+    """:func:`stage_gpu_sharded` once the key and the devices are checked."""
     chunk_key = derive_chunk_key(dataset_key, dataset.header.dataset_id)
     source = SealedSource(dataset)
     try:
@@ -242,9 +262,30 @@ def stage_plaintext_gpu_sharded(
         GpuStagingUnavailableError: no CuPy, no such device, or the kernels do not build.
         StagingIOError: the file cannot be read.
     """
-    devices = device_list(gpus)
-    for dev in devices:
-        require_gpu(dev)
+    return _plaintext_on(
+        usable_devices(gpus),
+        path,
+        chunk_size=chunk_size,
+        threads=threads,
+        progress=progress,
+        outs=outs,
+        batch_bytes=batch_bytes,
+        slots=slots,
+    )
+
+
+def _plaintext_on(
+    devices: list[int],
+    path: StrPath,
+    *,
+    chunk_size: int,
+    threads: int | None,
+    progress: ProgressCallback | None,
+    outs: Sequence[Any] | None = None,
+    batch_bytes: int = DEFAULT_BATCH_BYTES,
+    slots: int = DEFAULT_SLOTS,
+) -> list[GpuShard]:
+    """:func:`stage_plaintext_gpu_sharded` on devices already checked."""
     workers = threads or default_threads()
     source = PlaintextSource(path, chunk_size, workers)
     try:
@@ -497,22 +538,15 @@ def seal_gpu(
     if data.dtype != cupy.uint8 or data.ndim != 1 or not data.flags.c_contiguous:
         raise ValueError("data must be a contiguous 1-D uint8 device array")
     check_aligned("data", data)
-    if kek is not None and wrap is not None:
-        raise ValueError("give either kek or wrap, not both")
-    spec = WrapSpec.key_file(kek) if kek is not None else wrap
-    if spec is None and dataset_key is None:
-        raise ValueError("without kek or wrap, pass the dataset_key to use")
-    key = new_dataset_key() if dataset_key is None else dataset_key
-    if len(key) != KEY_SIZE:
-        raise ValueError("a dataset key is 32 bytes")
-    header = Header(
+    header, key, record = plan_seal(
+        int(data.size),
+        kek=kek,
+        wrap=wrap,
+        dataset_key=dataset_key,
         chunk_size=chunk_size,
-        dataset_id=os.urandom(16) if dataset_id is None else dataset_id,
-        plaintext_length=int(data.size),
-        wrap_length=0 if spec is None else spec.record_length,
+        dataset_id=dataset_id,
     )
     chunk_key = derive_chunk_key(key, header.dataset_id)
-    record = None if spec is None else spec.wrap(key, header.digest)
     prefix = (
         header.to_bytes()
         + compute_header_tag(chunk_key, header)
@@ -559,8 +593,9 @@ class GpuBackend:
         progress: ProgressCallback | None,
     ) -> Any:
         """Open and verify a sealed dataset on the GPU(s)."""
-        shards = stage_gpu_sharded(
-            dataset, dataset_key, gpus=list(self.devices), threads=threads, progress=progress
+        dataset.check_key(dataset_key)
+        shards = _sealed_on(
+            list(self.devices), dataset, dataset_key, threads=threads, progress=progress
         )
         return shards[0].array if len(self.devices) == 1 else shards
 
@@ -573,12 +608,8 @@ class GpuBackend:
         progress: ProgressCallback | None,
     ) -> Any:
         """Move a plaintext file onto the GPU(s), sealed in transit."""
-        shards = stage_plaintext_gpu_sharded(
-            path,
-            chunk_size=chunk_size,
-            gpus=list(self.devices),
-            threads=threads,
-            progress=progress,
+        shards = _plaintext_on(
+            list(self.devices), path, chunk_size=chunk_size, threads=threads, progress=progress
         )
         return shards[0].array if len(self.devices) == 1 else shards
 
@@ -598,7 +629,18 @@ def backend(gpus: int | Sequence[int] | None = None) -> GpuBackend:
         GpuStagingUnavailableError: no CuPy, too few devices, or the kernels do not build.
         UsageError: a bad ``gpus`` value.
     """
+    return GpuBackend(devices=tuple(usable_devices(gpus)))
+
+
+def usable_devices(gpus: int | Sequence[int] | None = None) -> list[int]:
+    """The device ids ``gpus`` names, each checked once to be usable for staging.
+
+    Raises:
+        GpuStagingUnavailableError: no CuPy, too few devices, or the kernels do not build.
+        UsageError: a bad ``gpus`` value.
+    """
     devices = device_list(gpus)
     for dev in devices:
-        require_gpu(dev)
-    return GpuBackend(devices=tuple(devices))
+        if dev != 0 or not isinstance(gpus, int) or gpus == 1:
+            require_gpu(dev)  # device_list already checked device 0 for a count above 1
+    return devices
