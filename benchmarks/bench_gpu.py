@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from gpucc.staging import _gpu_runtime as rt
 from gpucc.staging import format as fmt
 from gpucc.staging import gpu
 from gpucc.staging.dataset import open_sealed
@@ -196,9 +197,7 @@ def kernels_alone(
     del raw
     sealed_again = cp.empty_like(records)
     status = cp.zeros(header.chunk_count, dtype=cp.uint32)
-    dev = gpu._GcmDevice(
-        cp, int(out.device.id), header, fmt.derive_chunk_key(dk, header.dataset_id)
-    )
+    dev = rt.GcmDevice(cp, int(out.device.id), header, fmt.derive_chunk_key(dk, header.dataset_id))
     stream = cp.cuda.Stream(non_blocking=True)
     n = header.chunk_count
 
@@ -271,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.size < 4 * GiB:
         print(f"note: --size {args.size / GiB:.2f} GiB is below the 4 GiB the goals are stated for")
 
-    cp = gpu._cupy()
+    cp = rt.import_cupy()
     threads = os.cpu_count() or 1
     props = cp.cuda.runtime.getDeviceProperties(args.device)
     name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]

@@ -239,8 +239,8 @@ def collect(
     """Collect evidence from the local GPUs (NVML) into an nvattest-format JSON file."""
     from rich.console import Console
 
-    from gpucc.gpuattest._internal.files import write_atomic
     from gpucc.gpuattest.evidence import dump_evidence_json, parse_nonce_hex
+    from gpucc.gpuattest.files import write_atomic
     from gpucc.gpuattest.nvml import collect_evidence
 
     value = parse_nonce_hex(nonce) if nonce else os.urandom(32)

@@ -29,16 +29,15 @@ def demo(
     every chunk; (5) show that a tampered chunk is caught and named.
     """
     from gpucc.gpuattest.collateral import FileRimSource, NoOcsp, rim_sources_from_mapping
-    from gpucc.gpuattest.errors import ChunkAuthenticationError, NotTrustedError
+    from gpucc.gpuattest.errors import NotTrustedError
     from gpucc.gpuattest.evidence import load_raw_evidence, parse_nonce_hex
     from gpucc.gpuattest.policy import parse_policy
-    from gpucc.gpuattest.session import CollectedEvidence, DatasetKey, local_session
     from gpucc.gpuattest.simulate import SimulatedGpu
     from gpucc.gpuattest.trust import TrustRoots
     from gpucc.gpuattest.verifier import verify
-    from gpucc.staging.api import stage
-    from gpucc.staging.dataset import open_sealed
-    from gpucc.staging.seal import seal_file
+    from gpucc.staging import open_sealed, seal_file, stage
+    from gpucc.staging.errors import ChunkAuthenticationError
+    from gpucc.staging.release import CollectedEvidence, DatasetKey, local_session
 
     from .attest import SAMPLE_NONCE, _sample_paths
 

@@ -117,18 +117,3 @@ AtOption = Annotated[
         "--at", envvar="GPUCC_AT", help="Verify as of this time (ISO 8601 or Unix seconds)."
     ),
 ]
-
-
-def read_capped(path: Path, limit: int) -> bytes:
-    """Read at most ``limit + 1`` bytes of ``path`` (callers refuse what is over ``limit``).
-
-    Raises:
-        StagingIOError: the file cannot be read (one line, exit 5).
-    """
-    from gpucc.staging.dataset import io_error
-
-    try:
-        with path.open("rb") as fh:
-            return fh.read(limit + 1)
-    except OSError as exc:
-        raise io_error("read", path, exc) from None

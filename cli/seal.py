@@ -35,9 +35,9 @@ def parse_size(text: str, option: str = "--chunk-size") -> int:
 
 def check_chunk_size(size: int, text: str) -> None:
     """Refuse a chunk size the format does not allow, as a usage error."""
-    from gpucc.staging.format import MAX_CHUNK_SIZE, MIN_CHUNK_SIZE
+    from gpucc.staging import valid_chunk_size
 
-    if not MIN_CHUNK_SIZE <= size <= MAX_CHUNK_SIZE or size % 16:
+    if not valid_chunk_size(size):
         raise UsageError(f"--chunk-size {text}: must be a multiple of 16 between 4KiB and 256MiB")
 
 
@@ -108,7 +108,7 @@ def load_or_create_key_file(path: Path) -> bytes:
     Raises:
         KeyFileError: unreadable, exposed (group/world access) or malformed.
     """
-    from gpucc.staging.format import read_key_file, write_key_file
+    from gpucc.staging import read_key_file, write_key_file
 
     if os.path.lexists(path):
         return read_key_file(path)
@@ -147,7 +147,7 @@ def seal(
     The output appears only once it is complete and flushed (written to a temporary name,
     then renamed). A fresh dataset key is wrapped for the key file's key.
     """
-    from gpucc.staging.seal import seal_file
+    from gpucc.staging import seal_file
 
     if key_file is None:
         raise UsageError("seal needs --key-file (or GPUCC_KEY_FILE): the key that will open it")

@@ -31,12 +31,11 @@ from .options import (
     PolicyOption,
     RimDirOption,
     parse_time,
-    read_capped,
 )
 from .seal import note
 
 if TYPE_CHECKING:
-    from gpucc.gpuattest.session import AttestationOutcome, CollectedEvidence, DatasetKey
+    from gpucc.staging.release import AttestationOutcome, CollectedEvidence, DatasetKey
 
 __all__ = ["session_app"]
 
@@ -79,13 +78,13 @@ def _challenge(text: str) -> bytes:
 
 
 def _write(path: Path, data: bytes) -> None:
-    from gpucc.gpuattest._internal.files import write_atomic
-    from gpucc.staging.dataset import io_error
+    from gpucc.gpuattest.errors import FileAccessError
+    from gpucc.gpuattest.files import write_atomic
 
     try:
         write_atomic(path, data)
     except OSError as exc:
-        raise io_error("write", path, exc) from None
+        raise FileAccessError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
 # --- evidence and attestation seams -------------------------------------------------
@@ -112,7 +111,7 @@ def _simulated_gpu(directory: Path) -> Any:
 
 
 def _collector(simulate: Path | None) -> Callable[[bytes], CollectedEvidence]:
-    from gpucc.gpuattest.session import CollectedEvidence
+    from gpucc.staging.release import CollectedEvidence
 
     if simulate is not None:
         gpu = _simulated_gpu(simulate)
@@ -171,9 +170,8 @@ def _attester(
 
 
 def _grants(datasets: list[Path], key_file: Path) -> list[DatasetKey]:
-    from gpucc.gpuattest.session import DatasetKey
-    from gpucc.staging.dataset import open_sealed
-    from gpucc.staging.format import read_key_file
+    from gpucc.staging import open_sealed, read_key_file
+    from gpucc.staging.release import DatasetKey
 
     kek = read_key_file(key_file)
     grants = []
@@ -218,7 +216,7 @@ HostKeyOutOption = Annotated[
 @session_app.command("challenge")
 def challenge() -> None:
     """Data holder: print a fresh 32-byte challenge (hex) for one host."""
-    from gpucc.gpuattest.session import new_challenge
+    from gpucc.staging.release import new_challenge
 
     sys.stdout.write(new_challenge().hex() + "\n")
 
@@ -233,7 +231,7 @@ def offer(
     simulate: SimulateOption = None,
 ) -> None:
     """Host: make a session key, collect GPU evidence bound to it, and write the offer."""
-    from gpucc.gpuattest.session import create_offer
+    from gpucc.staging.release import create_offer
 
     value = _challenge(challenge)
     if host_key.exists():
@@ -276,7 +274,8 @@ def answer(
     The offer must answer CHALLENGE (yours), and its GPU evidence must pass full
     verification and policy with the nonce bound to the offered key. Exit 1 if not.
     """
-    from gpucc.gpuattest.session import MAX_OFFER_BYTES, Offer, accept_offer
+    from gpucc.gpuattest.files import read_capped
+    from gpucc.staging.release import MAX_OFFER_BYTES, Offer, accept_offer
 
     if not datasets:
         raise UsageError("name at least one --dataset whose key to release")
@@ -324,8 +323,9 @@ def accept(
     Staging does the same checks (``gpucc stage D --session ANSWER --host-key F``); this
     command only verifies, without reading the chunks.
     """
-    from gpucc.gpuattest.session import MAX_ANSWER_BYTES, Answer, HostKey, open_answer
-    from gpucc.staging.dataset import open_sealed
+    from gpucc.gpuattest.files import read_capped
+    from gpucc.staging import open_sealed
+    from gpucc.staging.release import MAX_ANSWER_BYTES, Answer, HostKey, open_answer
 
     session = open_answer(
         Answer.from_json(read_capped(answer_file, MAX_ANSWER_BYTES)), HostKey.read(host_key)
@@ -360,7 +360,7 @@ def local(
 
     Then stage with ``gpucc stage DATASET --session ANSWER --host-key HOST_KEY``.
     """
-    from gpucc.gpuattest.session import local_session
+    from gpucc.staging.release import local_session
 
     if host_key.exists():
         raise UsageError(f"{host_key} exists; every session needs a fresh host key file")

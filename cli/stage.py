@@ -6,6 +6,7 @@ import enum
 import json
 import sys
 import time
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -13,7 +14,7 @@ import typer
 
 from gpucc.gpuattest.errors import UsageError
 
-from .options import OutputFormat, read_capped
+from .options import OutputFormat
 from .seal import byte_progress, check_chunk_size, format_rate, format_size, note, parse_size
 
 __all__ = ["Device", "stage"]
@@ -35,7 +36,8 @@ _DEVICE_NAMES: dict[Device, Literal["cpu", "gpu", "auto"]] = {
 
 
 def _session_key(answer_path: Path, host_key_path: Path, header_digest: bytes) -> bytes:
-    from gpucc.gpuattest.session import MAX_ANSWER_BYTES, Answer, HostKey, open_answer
+    from gpucc.gpuattest.files import read_capped
+    from gpucc.staging.release import MAX_ANSWER_BYTES, Answer, HostKey, open_answer
 
     answer = Answer.from_json(read_capped(answer_path, MAX_ANSWER_BYTES))
     session = open_answer(answer, HostKey.read(host_key_path))
@@ -110,63 +112,56 @@ def stage(
     zeroed before the command ends. Exit codes: 0 staged, 2 usage, 4 malformed dataset or
     key file, 5 GPU staging not available, 6 integrity failure.
     """
-    from gpucc.staging.api import select_backend
-    from gpucc.staging.api import stage as stage_dataset
-    from gpucc.staging.dataset import is_sealed, open_sealed
-    from gpucc.staging.format import Header, read_key_file
-    from gpucc.staging.seal import default_threads
+    from gpucc import staging
+    from gpucc.staging.errors import StageKeyArgumentsError
 
-    backend = select_backend(_DEVICE_NAMES[device], gpus=gpus)  # gpu fails here, before work
-    if device is Device.AUTO:
-        note(f"--device auto: staging on {backend.name}")
+    if device is Device.CPU and gpus > 1:
+        raise UsageError("--gpus needs --device gpu or auto")
     size = parse_size(chunk_size)
     check_chunk_size(size, chunk_size)
     if (session is None) != (host_key is None):
         raise UsageError("--session and --host-key go together")
-    sealed = is_sealed(dataset)
+
+    released = None
+    if session is not None and host_key is not None:
+        released = partial(_session_key, session, host_key)
+    try:
+        plan = staging.plan_stage(
+            dataset,
+            key_file=key_file,
+            key_for=released,
+            device=_DEVICE_NAMES[device],
+            gpus=gpus,
+            chunk_size=size,
+        )
+    except StageKeyArgumentsError as exc:
+        if exc.sealed:
+            raise UsageError(
+                "a sealed dataset needs --key-file, or --session with --host-key"
+            ) from None
+        raise UsageError(
+            f"{dataset} is not a sealed dataset: a plaintext input is sealed in transit "
+            "under a fresh key, so it takes no --key-file or --session"
+        ) from None
+    if device is Device.AUTO:
+        note(f"--device auto: staging on {plan.device}")
+    if not plan.sealed:
+        note(f"{dataset} is not sealed: staging it sealed in transit under a fresh one-time key")
+    header = plan.header
     summary: dict[str, Any] = {
         "schema": "gpucc.stage/v1",
         "dataset": str(dataset),
-        "device": backend.name,
-        "gpus": gpus if backend.name == "gpu" else 0,
+        "device": plan.device,
+        "gpus": gpus if plan.device == "gpu" else 0,
+        "input": "sealed" if plan.sealed else "plaintext",
+        "key_source": plan.key_source,
+        "dataset_id": header.dataset_id.hex() if plan.sealed else None,
     }
-    if sealed:
-        if (key_file is None) == (session is None):
-            raise UsageError("a sealed dataset needs --key-file, or --session with --host-key")
-        opened = open_sealed(dataset)
-        header = opened.header
-        if session is not None and host_key is not None:
-            dataset_key = _session_key(session, host_key, opened.header_digest)
-            key_source = "session"
-        elif key_file is not None:
-            dataset_key = opened.unwrap(read_key_file(key_file))
-            key_source = "key-file"
-        else:  # pragma: no cover - excluded by the check above
-            raise UsageError("no key given")
-        summary.update(input="sealed", key_source=key_source, dataset_id=header.dataset_id.hex())
-        stage_args: dict[str, Any] = {"key": dataset_key}
-    else:
-        if key_file is not None or session is not None:
-            raise UsageError(
-                f"{dataset} is not a sealed dataset: a plaintext input is sealed in transit "
-                "under a fresh key, so it takes no --key-file or --session"
-            )
-        note(f"{dataset} is not sealed: staging it sealed in transit under a fresh one-time key")
-        header = Header.new(dataset.stat().st_size, chunk_size=size)
-        summary.update(input="plaintext", key_source="ephemeral", dataset_id=None)
-        stage_args = {"plaintext": True, "chunk_size": size}
 
     total = header.plaintext_length
     with byte_progress("staging", total) as progress:
         started = time.perf_counter()
-        with stage_dataset(
-            dataset,
-            device="gpu" if backend.name == "gpu" else "cpu",
-            gpus=gpus,
-            threads=threads,
-            progress=progress,
-            **stage_args,
-        ) as buf:
+        with plan.run(threads=threads, progress=progress) as buf:
             seconds = time.perf_counter() - started
             staged = header.plaintext_length
         # The API zeroes the buffer on exit; check it where that is cheap to see.
@@ -176,7 +171,7 @@ def stage(
         bytes=staged,
         chunks=header.chunk_count,
         chunk_size=header.chunk_size,
-        threads=threads or default_threads(),
+        threads=threads or staging.default_threads(),
         verified=True,
         scrubbed=scrubbed,
         seconds=round(seconds, 6),
@@ -185,9 +180,9 @@ def stage(
     if output is OutputFormat.JSON:
         sys.stdout.write(json.dumps(summary, indent=2) + "\n")
         return
-    what = "plaintext (sealed in transit)" if not sealed else "sealed dataset"
+    what = "sealed dataset" if plan.sealed else "plaintext (sealed in transit)"
     sys.stdout.write(
-        f"staged {format_size(staged)} of {what} {dataset} on {backend.name}: "
+        f"staged {format_size(staged)} of {what} {dataset} on {plan.device}: "
         f"{header.chunk_count} chunk(s) verified in {seconds:.3f} s "
         f"({format_rate(staged, seconds)}); buffer scrubbed\n"
     )

@@ -14,6 +14,9 @@ The families keep apart what users must be able to tell apart:
 * :class:`NotTrustedError` (exit 1): evidence was evaluated and refused.
 * :class:`UsageError` (exit 2): the caller asked for something impossible.
 
+Staging's errors (sealed datasets, key files, key release, GPU staging) live in
+``staging.errors`` and derive from these families.
+
 Messages never contain key material.
 """
 
@@ -28,16 +31,12 @@ __all__ = [
     "EXIT_OK",
     "EXIT_USAGE",
     "CcModeError",
-    "ChunkAuthenticationError",
     "CollateralUnavailableError",
     "EnvironmentProblemError",
-    "GpuStagingUnavailableError",
+    "FileAccessError",
     "GpuccError",
     "IntegrityError",
-    "KeyFileError",
-    "KeyUnwrapError",
     "MalformedCertificateError",
-    "MalformedDatasetError",
     "MalformedEvidenceError",
     "MalformedInputError",
     "MalformedPolicyError",
@@ -47,7 +46,6 @@ __all__ = [
     "NotTrustedError",
     "NvmlUnavailableError",
     "OfflineError",
-    "ProtocolError",
     "RimNotFoundError",
     "UsageError",
 ]
@@ -86,10 +84,6 @@ class NotTrustedError(GpuccError):
     exit_code = EXIT_NOT_TRUSTED
 
 
-class ProtocolError(NotTrustedError):
-    """A session-protocol message was refused (transcript, nonce or key binding)."""
-
-
 # --- exit 4: malformed input ------------------------------------------------
 
 
@@ -117,14 +111,6 @@ class MalformedRimError(MalformedInputError):
 
 class MalformedPolicyError(MalformedInputError):
     """A policy file has unknown keys, wrong types or is not YAML."""
-
-
-class MalformedDatasetError(MalformedInputError):
-    """A sealed dataset's framing (magic, version, lengths) is not valid."""
-
-
-class KeyFileError(MalformedInputError):
-    """A key file is malformed or has permissions that expose it."""
 
 
 # --- exit 3: collateral -----------------------------------------------------
@@ -176,14 +162,12 @@ class NvmlUnavailableError(EnvironmentProblemError):
     hint = "run on a host with an NVIDIA driver, or pass --evidence FILE"
 
 
+class FileAccessError(EnvironmentProblemError):
+    """A file could not be read or written (missing, permissions, disk full)."""
+
+
 class CcModeError(EnvironmentProblemError):
     """Confidential computing is off (or in a mode gpucc refuses) on this host."""
-
-
-class GpuStagingUnavailableError(EnvironmentProblemError):
-    """GPU staging needs CuPy and a usable CUDA device."""
-
-    hint = "install gpucc[gpu] on a host with a CUDA GPU, or use --device cpu"
 
 
 # --- exit 6: integrity ------------------------------------------------------
@@ -193,16 +177,3 @@ class IntegrityError(GpuccError):
     """Authenticated data failed verification; nothing unverified was released."""
 
     exit_code = EXIT_INTEGRITY
-
-
-class ChunkAuthenticationError(IntegrityError):
-    """A sealed chunk's tag did not verify."""
-
-    def __init__(self, chunk_index: int, detail: str = "") -> None:
-        self.chunk_index = chunk_index
-        text = f"chunk {chunk_index} failed authentication"
-        super().__init__(f"{text}: {detail}" if detail else text)
-
-
-class KeyUnwrapError(IntegrityError):
-    """A wrapped key did not unwrap: wrong key, wrong session or tampered."""

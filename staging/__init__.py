@@ -1,13 +1,20 @@
-"""gpucc staging: sealed datasets (``docs/FORMAT.md``) and verified staging into memory.
+"""gpucc staging: sealed datasets (``docs/FORMAT.md``), key release and verified staging.
 
-This package takes key bytes and never imports the attestation library (only its error
-types). Submodules load on first use, so ``import gpucc.staging`` stays cheap::
+Staging takes key bytes; it uses the attestation library only for its error families and,
+in :mod:`staging.release`, to load evidence for the attestation check the caller injects.
+Submodules load on first use, so ``import gpucc.staging`` stays cheap::
 
     staging.seal_file(src, dst, kek=key)            # staging.seal
     staging.open_sealed(path)                       # staging.dataset
     staging.stage_cpu(dataset, dataset_key)         # staging.cpu
     with staging.stage(path, key_file=f) as buf:    # staging.api
         ...
+    plan = staging.plan_stage(path, key_file=f)     # decide once (open, key, device) ...
+    with plan.run() as buf:                         # ... then stage
+        ...
+
+Errors are in :mod:`staging.errors`; the key-release protocol in :mod:`staging.release`;
+GPU staging in :mod:`staging.gpu`.
 """
 
 from __future__ import annotations
@@ -16,18 +23,21 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .api import stage
+    from .api import StagePlan, plan_stage, stage
     from .cpu import scrub, stage_bytes, stage_cpu, stage_plaintext_cpu
     from .dataset import SealedDataset, is_sealed, open_sealed
-    from .format import read_key_file, write_key_file
-    from .seal import SealResult, WrapSpec, rewrap, seal_bytes, seal_file
+    from .format import read_key_file, valid_chunk_size, write_key_file
+    from .seal import SealResult, WrapSpec, default_threads, rewrap, seal_bytes, seal_file
 
 __all__ = [
     "SealResult",
     "SealedDataset",
+    "StagePlan",
     "WrapSpec",
+    "default_threads",
     "is_sealed",
     "open_sealed",
+    "plan_stage",
     "read_key_file",
     "rewrap",
     "scrub",
@@ -37,10 +47,13 @@ __all__ = [
     "stage_bytes",
     "stage_cpu",
     "stage_plaintext_cpu",
+    "valid_chunk_size",
     "write_key_file",
 ]
 
 _HOME = {
+    "StagePlan": "api",
+    "plan_stage": "api",
     "stage": "api",
     "scrub": "cpu",
     "stage_bytes": "cpu",
@@ -50,9 +63,11 @@ _HOME = {
     "is_sealed": "dataset",
     "open_sealed": "dataset",
     "read_key_file": "format",
+    "valid_chunk_size": "format",
     "write_key_file": "format",
     "SealResult": "seal",
     "WrapSpec": "seal",
+    "default_threads": "seal",
     "rewrap": "seal",
     "seal_bytes": "seal",
     "seal_file": "seal",

@@ -8,30 +8,35 @@
         train(buf)          # buf: verified plaintext, a NumPy uint8 array
     # here buf has been zeroed, also when train() raised
 
-Devices: ``"cpu"`` stages into host memory. ``"gpu"`` and ``"auto"`` raise
-:class:`~gpuattest.errors.GpuStagingUnavailableError` until the GPU path lands; it hooks in
-through :func:`_gpu_backend` and nothing else here has to change.
+Devices: ``"cpu"`` stages into host memory, ``"gpu"`` onto CUDA devices
+(:mod:`staging.gpu`; :class:`~staging.errors.GpuStagingUnavailableError` when it cannot),
+``"auto"`` onto the GPU when usable, else the CPU.
+
+:func:`stage` is :func:`plan_stage` (choose the backend, open the input, resolve its key,
+each once) followed by :meth:`StagePlan.run`; callers that report on what they stage (the
+CLI) use the two steps.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from gpucc.gpuattest.errors import GpuStagingUnavailableError, UsageError
+from gpucc.gpuattest.errors import UsageError
 
 from . import cpu
-from .dataset import SealedDataset, is_sealed, open_sealed
-from .format import DEFAULT_CHUNK_SIZE, StrPath, read_key_file
+from .dataset import SealedDataset, io_error, is_sealed, open_sealed
+from .errors import GpuStagingUnavailableError, StageKeyArgumentsError
+from .format import DEFAULT_CHUNK_SIZE, Header, StrPath, read_key_file
 from .seal import ProgressCallback
 
 _logger = logging.getLogger("gpucc.staging")
 
-__all__ = ["Backend", "Device", "stage"]
+__all__ = ["Backend", "Device", "KeySource", "StagePlan", "plan_stage", "select_backend", "stage"]
 
 Device = Literal["cpu", "gpu", "auto"]
 
@@ -130,7 +135,7 @@ def select_backend(device: str, *, gpus: int | None = None) -> Backend:
         UsageError: an unknown device name, or several GPUs asked for on the CPU.
     """
     if gpus is not None and gpus > 1 and device == "cpu":
-        raise UsageError("--gpus needs --device gpu or auto")
+        raise UsageError("staging on several GPUs needs device gpu or auto")
     if device == "cpu":
         return _cpu_backend()
     if device == "gpu":
@@ -147,32 +152,164 @@ def select_backend(device: str, *, gpus: int | None = None) -> Backend:
     raise UsageError(f"unknown device {device!r} (expected cpu, gpu or auto)")
 
 
-def resolve_dataset_key(
+#: Where a plan's dataset key came from: given as bytes, unwrapped with a key-file key,
+#: released by a session (``key_for``), or made for this call (plaintext input).
+KeySource = Literal["key", "key-file", "session", "ephemeral"]
+
+
+@dataclass(frozen=True)
+class StagePlan:
+    """One staging call, decided: the input opened, its key resolved, the backend chosen.
+
+    Made by :func:`plan_stage`; :meth:`run` stages it. Nothing is opened, unwrapped or
+    checked for a device again between the two.
+
+    Attributes:
+        path: the input file.
+        backend: where the data goes (``backend.name`` is ``cpu`` or ``gpu``).
+        sealed: a sealed dataset (``True``) or a plaintext file sealed in transit.
+        header: the sealed header; for plaintext, the framing it is staged with (its
+            dataset id is not the one staging uses, which is fresh per call).
+        key_source: see :data:`KeySource`.
+        dataset: the opened dataset (sealed input only).
+        dataset_key: its key (sealed input only; never in a repr).
+    """
+
+    path: Path
+    backend: Backend
+    sealed: bool
+    header: Header
+    key_source: KeySource
+    dataset: SealedDataset | None = None
+    dataset_key: bytes | None = field(default=None, repr=False)
+
+    @property
+    def device(self) -> str:
+        """``cpu`` or ``gpu``."""
+        return self.backend.name
+
+    @contextmanager
+    def run(
+        self, *, threads: int | None = None, progress: ProgressCallback | None = None
+    ) -> Iterator[Any]:
+        """Stage, yield the verified buffer, and zero it on exit (also on errors).
+
+        The backend verifies the header tag under the key before it decrypts anything.
+
+        Raises:
+            HeaderAuthenticationError: the key does not verify the header.
+            ChunkAuthenticationError, MalformedDatasetError, StagingIOError,
+                GpuStagingUnavailableError: see :func:`staging.cpu.stage_cpu` and
+                :func:`staging.gpu.stage_gpu`.
+        """
+        if self.dataset is not None and self.dataset_key is not None:
+            buf = self.backend.stage_sealed(
+                self.dataset, self.dataset_key, threads=threads, progress=progress
+            )
+        else:
+            buf = self.backend.stage_plaintext(
+                self.path, chunk_size=self.header.chunk_size, threads=threads, progress=progress
+            )
+        try:
+            yield buf
+        finally:
+            self.backend.scrub(buf)
+
+
+def _dataset_key(
     dataset: SealedDataset,
     *,
     key: bytes | None,
     kek: bytes | None,
     key_file: StrPath | None,
-) -> bytes:
-    """The dataset key from exactly one of ``key``, ``kek`` or ``key_file``.
-
-    Raises:
-        UsageError: none or several given.
-        KeyFileError: the key file is unreadable, exposed or malformed.
-        KeyUnwrapError: the key-file key does not open the dataset.
-        HeaderAuthenticationError: the key does not verify the header.
-    """
-    given = [x is not None for x in (key, kek, key_file)]
-    if sum(given) != 1:
-        raise UsageError("a sealed dataset needs exactly one of key, kek or key_file")
+    key_for: Callable[[bytes], bytes] | None,
+) -> tuple[bytes, KeySource]:
+    """The dataset key from exactly one source; the header tag is left to the backend."""
+    if sum(x is not None for x in (key, kek, key_file, key_for)) != 1:
+        raise StageKeyArgumentsError(
+            f"the sealed dataset {dataset.path} needs exactly one of key, kek, key_file or key_for",
+            path=dataset.path,
+            sealed=True,
+        )
     if key is not None:
-        dataset.check_key(key)
-        return key
+        return key, "key"
+    if key_for is not None:
+        return key_for(dataset.header_digest), "session"
     if key_file is not None:
         kek = read_key_file(key_file)
     if kek is None:  # pragma: no cover - excluded by the count above
         raise UsageError("no key given")
-    return dataset.unwrap(kek)
+    return dataset.unwrap(kek, verify_header=False), "key-file"
+
+
+def plan_stage(
+    path: StrPath,
+    *,
+    key: bytes | None = None,
+    kek: bytes | None = None,
+    key_file: StrPath | None = None,
+    key_for: Callable[[bytes], bytes] | None = None,
+    device: Device = "cpu",
+    gpus: int | None = None,
+    plaintext: bool | None = None,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+) -> StagePlan:
+    """Decide a staging call once: choose the backend, open the input, resolve its key.
+
+    Args:
+        path: a sealed dataset, or a plaintext file.
+        key: the dataset key, or
+        kek: the key-file key the dataset was sealed for, or
+        key_file: the key file itself (mode 0600), or
+        key_for: ``key_for(header_digest) -> dataset key``, e.g. an attested session's
+            :meth:`staging.release.HostSession.dataset_key`.
+        device: ``"cpu"``, ``"gpu"``, or ``"auto"`` (GPU when usable).
+        gpus: with ``device="gpu"``, split the dataset over this many local GPUs.
+        plaintext: force the plaintext path (``True``) or the sealed path (``False``);
+            detected from the file's magic by default. A plaintext input is sealed in
+            transit under a fresh key; no key argument is allowed then.
+        chunk_size: chunk size for the plaintext path.
+
+    Raises:
+        GpuStagingUnavailableError: ``device`` is ``gpu`` and GPU staging is not usable
+            (checked first, before any work).
+        StageKeyArgumentsError: key arguments that do not fit the input.
+        UsageError: an unknown device.
+        MalformedDatasetError: a chunk size the format does not allow, or a bad dataset.
+        KeyFileError, KeyUnwrapError: the key file does not open the dataset.
+        StagingIOError: the input cannot be read.
+    """
+    backend = select_backend(device, gpus=gpus)
+    sealed = is_sealed(path) if plaintext is None else not plaintext
+    if sealed:
+        dataset = open_sealed(path)
+        dataset_key, source = _dataset_key(
+            dataset, key=key, kek=kek, key_file=key_file, key_for=key_for
+        )
+        return StagePlan(
+            path=Path(path),
+            backend=backend,
+            sealed=True,
+            header=dataset.header,
+            key_source=source,
+            dataset=dataset,
+            dataset_key=dataset_key,
+        )
+    if any(x is not None for x in (key, kek, key_file, key_for)):
+        raise StageKeyArgumentsError(
+            f"{path} is not a sealed dataset, so it takes no key", path=Path(path), sealed=False
+        )
+    try:
+        length = Path(path).stat().st_size
+    except OSError as exc:
+        raise io_error("read", path, exc) from None
+    return StagePlan(
+        path=Path(path),
+        backend=backend,
+        sealed=False,
+        header=Header.new(length, chunk_size=chunk_size),
+        key_source="ephemeral",
+    )
 
 
 @contextmanager
@@ -188,44 +325,29 @@ def stage(
     plaintext: bool | None = None,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     gpus: int | None = None,
+    key_for: Callable[[bytes], bytes] | None = None,
 ) -> Iterator[Any]:
     """Stage a dataset, yield the verified buffer, and zero it on exit (also on errors).
 
-    The buffer is a one-dimensional NumPy ``uint8`` array on the CPU (``cpu.Buffer``), and
-    what the GPU backend returns on the GPU.
-
-    Args:
-        path: a sealed dataset, or a plaintext file.
-        key: the dataset key (e.g. unwrapped from an attested session), or
-        kek: the key-file key the dataset was sealed for, or
-        key_file: the key file itself (mode 0600).
-        device: ``"cpu"``, ``"gpu"`` (CuPy array), or ``"auto"`` (GPU when usable).
-        threads: worker threads (default ``os.cpu_count()``).
-        progress: ``progress(done_bytes, total_bytes)``.
-        plaintext: force the plaintext path (``True``) or the sealed path (``False``);
-            detected from the file's magic by default. A plaintext input is sealed in
-            transit under a fresh key; no key argument is allowed then.
-        chunk_size: chunk size for the plaintext path.
-        gpus: with ``device="gpu"``, split the dataset over this many local GPUs.
+    :func:`plan_stage` then :meth:`StagePlan.run`. The buffer is a one-dimensional NumPy
+    ``uint8`` array on the CPU (``cpu.Buffer``), and what the GPU backend returns on the
+    GPU. See :func:`plan_stage` for the arguments.
 
     Raises:
         GpuStagingUnavailableError: ``device`` is ``gpu`` and GPU staging is not usable.
         UsageError: key arguments that do not fit the input.
         MalformedDatasetError, KeyFileError, IntegrityError: see :func:`staging.cpu.stage_cpu`.
     """
-    backend = select_backend(device, gpus=gpus)
-    sealed = is_sealed(path) if plaintext is None else not plaintext
-    if sealed:
-        dataset = open_sealed(path)
-        dataset_key = resolve_dataset_key(dataset, key=key, kek=kek, key_file=key_file)
-        buf = backend.stage_sealed(dataset, dataset_key, threads=threads, progress=progress)
-    else:
-        if key is not None or kek is not None or key_file is not None:
-            raise UsageError(f"{path} is not a sealed dataset, so it takes no key")
-        buf = backend.stage_plaintext(
-            Path(path), chunk_size=chunk_size, threads=threads, progress=progress
-        )
-    try:
+    plan = plan_stage(
+        path,
+        key=key,
+        kek=kek,
+        key_file=key_file,
+        key_for=key_for,
+        device=device,
+        gpus=gpus,
+        plaintext=plaintext,
+        chunk_size=chunk_size,
+    )
+    with plan.run(threads=threads, progress=progress) as buf:
         yield buf
-    finally:
-        backend.scrub(buf)

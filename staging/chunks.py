@@ -11,8 +11,7 @@ import numpy as np
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from gpucc.gpuattest.errors import ChunkAuthenticationError
-
+from .errors import ChunkAuthenticationError
 from .format import (
     TAG_SIZE,
     Header,

@@ -22,11 +22,12 @@ from collections.abc import Callable
 import numpy as np
 import numpy.typing as npt
 
-from gpucc.gpuattest.errors import MalformedDatasetError, MalformedInputError
+from gpucc.gpuattest.errors import MalformedInputError
 
 from ._pipeline import ChunkFailure, run_chunks, window_for
 from .chunks import ChunkCipher, zero
 from .dataset import SealedDataset, io_error, open_sealed, read_exact
+from .errors import MalformedDatasetError
 from .format import (
     DEFAULT_CHUNK_SIZE,
     HEADER_SIZE,

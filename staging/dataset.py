@@ -6,9 +6,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpucc.gpuattest.errors import EnvironmentProblemError, KeyUnwrapError, MalformedDatasetError
-
 from .chunks import ChunkCipher
+from .errors import KeyUnwrapError, MalformedDatasetError, StagingIOError
 from .format import (
     MAGIC,
     PREFIX_SIZE,
@@ -21,11 +20,7 @@ from .format import (
     unwrap_key,
 )
 
-__all__ = ["SealedDataset", "StagingIOError", "is_sealed", "open_sealed", "read_exact"]
-
-
-class StagingIOError(EnvironmentProblemError):
-    """A file could not be read or written (missing, permissions, disk full)."""
+__all__ = ["SealedDataset", "io_error", "is_sealed", "open_sealed", "read_exact"]
 
 
 def io_error(action: str, path: StrPath, exc: OSError) -> StagingIOError:
@@ -109,8 +104,11 @@ class SealedDataset:
         cipher.verify_header(self.header_tag)
         return cipher
 
-    def unwrap(self, kek: bytes) -> bytes:
+    def unwrap(self, kek: bytes, *, verify_header: bool = True) -> bytes:
         """The dataset key, from the embedded key-file wrap record and the key-file key.
+
+        ``verify_header=False`` leaves the header-tag check to the caller, for callers that
+        hand the key to staging, which checks it before decrypting anything.
 
         Raises:
             KeyUnwrapError: no key-file record, a key of another key id, or a failed unwrap.
@@ -124,9 +122,9 @@ class SealedDataset:
                 f"{self.path} was sealed for key id {record.context.hex()}, "
                 f"this key file has key id {key_id(kek).hex()}"
             )
-        return self.unwrap_record(record, kek)
+        return self.unwrap_record(record, kek, verify_header=verify_header)
 
-    def unwrap_record(self, record: WrapRecord, kek: bytes) -> bytes:
+    def unwrap_record(self, record: WrapRecord, kek: bytes, *, verify_header: bool = True) -> bytes:
         """The dataset key from any wrap record for this dataset (e.g. a session's).
 
         Raises:
@@ -134,7 +132,8 @@ class SealedDataset:
             HeaderAuthenticationError: the key unwrapped but the header tag does not verify.
         """
         dataset_key = unwrap_key(kek, record, self.header_digest)
-        self.check_key(dataset_key)
+        if verify_header:
+            self.check_key(dataset_key)
         return dataset_key
 
 

@@ -7,7 +7,7 @@ because the GPU kernel and its tests implement the same layout and check themsel
 against these functions.
 
 Parsing is strict: a :class:`Header` or :class:`WrapRecord` that exists is well formed, and
-anything that is not raises :class:`~gpuattest.errors.MalformedDatasetError`.
+anything that is not raises :class:`~staging.errors.MalformedDatasetError`.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from gpucc.gpuattest.errors import (
-    IntegrityError,
+from .errors import (
+    HeaderAuthenticationError,
     KeyFileError,
     KeyUnwrapError,
     MalformedDatasetError,
@@ -51,7 +51,6 @@ __all__ = [
     "StrPath",
     "TAG_SIZE",
     "Header",
-    "HeaderAuthenticationError",
     "WrapKind",
     "WrapRecord",
     "chunk_aad",
@@ -68,6 +67,7 @@ __all__ = [
     "read_secret_file",
     "sealed_size",
     "unwrap_key",
+    "valid_chunk_size",
     "verify_header_tag",
     "wrap_aad",
     "wrap_key",
@@ -126,8 +126,13 @@ def sealed_size(plaintext_length: int, chunk_size: int, wrap_length: int = 0) ->
     return PREFIX_SIZE + wrap_length + plaintext_length + TAG_SIZE * count
 
 
+def valid_chunk_size(chunk_size: int) -> bool:
+    """Whether the format allows this chunk size: a multiple of 16 from 4 KiB to 256 MiB."""
+    return MIN_CHUNK_SIZE <= chunk_size <= MAX_CHUNK_SIZE and chunk_size % 16 == 0
+
+
 def _check_chunk_size(chunk_size: int) -> None:
-    if not MIN_CHUNK_SIZE <= chunk_size <= MAX_CHUNK_SIZE or chunk_size % 16:
+    if not valid_chunk_size(chunk_size):
         raise MalformedDatasetError(
             f"chunk size {chunk_size} is not a multiple of 16 between "
             f"{MIN_CHUNK_SIZE} and {MAX_CHUNK_SIZE}"
@@ -314,10 +319,6 @@ def compute_header_tag(chunk_key: bytes, header: Header) -> bytes:
     return AESGCM(chunk_key).encrypt(
         header_tag_nonce(header.dataset_id), b"", header_tag_aad(header.to_bytes())
     )
-
-
-class HeaderAuthenticationError(IntegrityError):
-    """The header tag did not verify: the key is wrong or the header was changed."""
 
 
 def verify_header_tag(chunk_key: bytes, header: Header, tag: bytes) -> None:

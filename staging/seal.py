@@ -43,6 +43,7 @@ __all__ = [
     "SealResult",
     "WrapSpec",
     "default_threads",
+    "plan_seal",
     "rewrap",
     "seal_bytes",
     "seal_file",
@@ -115,7 +116,7 @@ class SealResult:
     seconds: float
 
 
-def _plan(
+def plan_seal(
     plaintext_length: int,
     *,
     kek: bytes | None,
@@ -124,7 +125,14 @@ def _plan(
     chunk_size: int,
     dataset_id: bytes | None,
 ) -> tuple[Header, bytes, WrapRecord | None]:
-    """Header, dataset key and wrap record of a dataset about to be sealed."""
+    """Header, dataset key and wrap record of a dataset about to be sealed.
+
+    The one place that decides them, for sealing on the CPU and on the GPU alike.
+
+    Raises:
+        ValueError: inconsistent key arguments, or a dataset key that is not 32 bytes.
+        MalformedDatasetError: a chunk size the format does not allow.
+    """
     if kek is not None and wrap is not None:
         raise ValueError("give either kek or wrap, not both")
     spec = WrapSpec.key_file(kek) if kek is not None else wrap
@@ -169,7 +177,7 @@ def seal_bytes(
     avoids the page faults of a fresh one).
     """
     src = memoryview(data).cast("B")
-    header, key, record = _plan(
+    header, key, record = plan_seal(
         len(src),
         kek=kek,
         wrap=wrap,
@@ -245,7 +253,7 @@ def seal_file(
         st = os.fstat(src_fd)
         if not stat.S_ISREG(st.st_mode):
             raise MalformedInputError(f"{src} is not a regular file")
-        header, key, record = _plan(
+        header, key, record = plan_seal(
             st.st_size,
             kek=kek,
             wrap=wrap,

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from gpucc.gpuattest.errors import KeyFileError, KeyUnwrapError, MalformedDatasetError
 from gpucc.staging import format as fmt
 from gpucc.staging.chunks import ChunkCipher
+from gpucc.staging.errors import KeyFileError, KeyUnwrapError, MalformedDatasetError
 from gpucc.staging.seal import SealResult, WrapSpec
 
 DK = bytes(range(32))

@@ -18,17 +18,19 @@ from typing import Any
 import numpy as np
 import pytest
 
-from gpucc.gpuattest.errors import (
-    ChunkAuthenticationError,
-    GpuStagingUnavailableError,
-    MalformedDatasetError,
-    UsageError,
-)
+from gpucc.gpuattest.errors import UsageError
+from gpucc.staging import _gpu_pipeline, gpu
+from gpucc.staging import _gpu_runtime as rt
 from gpucc.staging import dataset as dataset_mod
 from gpucc.staging import format as fmt
-from gpucc.staging import gpu
-from gpucc.staging.dataset import SealedDataset, StagingIOError, open_sealed
-from gpucc.staging.format import HeaderAuthenticationError
+from gpucc.staging.dataset import SealedDataset, open_sealed
+from gpucc.staging.errors import (
+    ChunkAuthenticationError,
+    GpuStagingUnavailableError,
+    HeaderAuthenticationError,
+    MalformedDatasetError,
+    StagingIOError,
+)
 from gpucc.staging.seal import seal_bytes
 from tests import fake_cupy
 
@@ -41,8 +43,8 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     seed = int.from_bytes(os.urandom(4), "big")
     print(f"fake_cupy seed={seed}")
     fake_cupy.reset(devices=3, seed=seed)
-    monkeypatch.setattr(gpu, "_cupy", lambda: fake_cupy)
-    monkeypatch.setattr(gpu, "_modules", {})
+    monkeypatch.setattr(rt, "import_cupy", lambda: fake_cupy)
+    monkeypatch.setattr(rt, "_modules", {})
     yield fake_cupy
     fake_cupy.reset()
 
@@ -245,7 +247,7 @@ def test_read_error_zeroes_the_whole_output(
             raise OSError(5, "Input/output error")
         real(fd, buf, offset)
 
-    monkeypatch.setattr(gpu, "read_exact", failing)
+    monkeypatch.setattr(_gpu_pipeline, "read_exact", failing)
     out = _poisoned(len(data))
     with pytest.raises(StagingIOError, match="Input/output error"):
         gpu.stage_gpu(open_sealed(path), dk, out=out, batch_bytes=CS, slots=2)
@@ -349,8 +351,8 @@ def test_unavailable_without_cupy(monkeypatch: pytest.MonkeyPatch) -> None:
     def no_cupy() -> Any:
         raise GpuStagingUnavailableError("CuPy is not installed (ModuleNotFoundError: no cupy)")
 
-    monkeypatch.setattr(gpu, "_cupy", no_cupy)
-    monkeypatch.setattr(gpu, "_modules", {})
+    monkeypatch.setattr(rt, "import_cupy", no_cupy)
+    monkeypatch.setattr(rt, "_modules", {})
     assert not gpu.gpu_available()
     reason = gpu.unavailable_reason()
     assert reason is not None and "CuPy" in reason and "\n" not in reason
@@ -451,11 +453,11 @@ def test_misaligned_buffers_are_refused(fake: Any, tmp_path: Path) -> None:
 
 
 def test_geometry_helpers() -> None:
-    assert gpu._threads_for(4096) == 64  # 256 blocks: tiles of 4 x 64
-    assert gpu._threads_for(16384) == 256
-    assert gpu._threads_for(4 * 1024 * 1024) == 256
-    assert gpu._tiles(0, 1024) == 0 and gpu._tiles(1, 1024) == 1
-    assert gpu._tiles(16 * 1024, 1024) == 1 and gpu._tiles(16 * 1024 + 1, 1024) == 2
+    assert rt._threads_for(4096) == 64  # 256 blocks: tiles of 4 x 64
+    assert rt._threads_for(16384) == 256
+    assert rt._threads_for(4 * 1024 * 1024) == 256
+    assert rt._tiles(0, 1024) == 0 and rt._tiles(1, 1024) == 1
+    assert rt._tiles(16 * 1024, 1024) == 1 and rt._tiles(16 * 1024 + 1, 1024) == 2
     rng = random.Random(7)
     header = fmt.Header(chunk_size=CS, dataset_id=rng.randbytes(16), plaintext_length=10 * CS + 3)
     assert gpu._count_records(header, 11 * (CS + 16) - CS + 3, 0) == (11, 10 * CS + 3)

@@ -31,12 +31,16 @@ import numpy as np
 import pytest
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
-from gpucc.gpuattest.errors import ChunkAuthenticationError, MalformedDatasetError
+from gpucc.staging import _gpu_runtime as rt
 from gpucc.staging import format as fmt
 from gpucc.staging import gpu
 from gpucc.staging.cpu import stage_cpu
 from gpucc.staging.dataset import SealedDataset, open_sealed
-from gpucc.staging.format import HeaderAuthenticationError
+from gpucc.staging.errors import (
+    ChunkAuthenticationError,
+    HeaderAuthenticationError,
+    MalformedDatasetError,
+)
 from gpucc.staging.seal import seal_bytes
 
 pytestmark = pytest.mark.gpu
@@ -54,12 +58,12 @@ def cp() -> Iterator[Any]:
         from tests import fake_cupy
 
         fake_cupy.reset(devices=2)
-        saved = gpu._cupy, gpu._modules
-        gpu._cupy, gpu._modules = (lambda: fake_cupy), {}
+        saved = rt.import_cupy, rt._modules
+        rt.import_cupy, rt._modules = (lambda: fake_cupy), {}
         try:
             yield fake_cupy
         finally:
-            gpu._cupy, gpu._modules = saved
+            rt.import_cupy, rt._modules = saved
         return
     cupy = pytest.importorskip("cupy")
     reason = gpu.unavailable_reason(0)
@@ -100,7 +104,7 @@ def _sealed(
 
 
 def _kernels(cp: Any) -> Any:
-    return gpu._kernels(0)
+    return rt._kernels(0)
 
 
 def _gcm(key: bytes, iv: bytes, pt: bytes, aad: bytes) -> tuple[bytes, bytes]:
@@ -121,8 +125,8 @@ def test_spec_vectors_through_the_device_code(cp: Any) -> None:
             bytes.fromhex(c[k]) for k in ("key", "iv", "aad", "plaintext", "ciphertext", "tag")
         )
         assert _gcm(key, iv, pt, aad) == (ct, tag), c["name"]  # the file itself
-        assert gpu._gcm_message(_kernels(cp), cp, key, iv, aad, pt, seal=True) == (ct, tag)
-        assert gpu._gcm_message(_kernels(cp), cp, key, iv, aad, ct, seal=False) == (pt, tag)
+        assert rt._gcm_message(_kernels(cp), cp, key, iv, aad, pt, seal=True) == (ct, tag)
+        assert rt._gcm_message(_kernels(cp), cp, key, iv, aad, ct, seal=False) == (pt, tag)
 
 
 @pytest.mark.parametrize("n", [0, 1, 15, 16, 17, 255, 256, 257, 1023, 1024, 1025, 4096, 70001])
@@ -130,11 +134,11 @@ def test_random_messages_through_the_device_code(cp: Any, rng: np.random.Generat
     for aad_len in (0, 1, 41):
         key, iv, aad, pt = _bytes(rng, 32), _bytes(rng, 12), _bytes(rng, aad_len), _bytes(rng, n)
         ct, tag = _gcm(key, iv, pt, aad)
-        assert gpu._gcm_message(_kernels(cp), cp, key, iv, aad, pt, seal=True) == (ct, tag)
-        assert gpu._gcm_message(_kernels(cp), cp, key, iv, aad, ct, seal=False) == (pt, tag)
+        assert rt._gcm_message(_kernels(cp), cp, key, iv, aad, pt, seal=True) == (ct, tag)
+        assert rt._gcm_message(_kernels(cp), cp, key, iv, aad, ct, seal=False) == (pt, tag)
         wrong = bytes([ct[0] ^ 1]) + ct[1:] if ct else ct
         if ct:
-            assert gpu._gcm_message(_kernels(cp), cp, key, iv, aad, wrong, seal=False)[1] != tag
+            assert rt._gcm_message(_kernels(cp), cp, key, iv, aad, wrong, seal=False)[1] != tag
 
 
 # --- sealed round trips --------------------------------------------------------------------------

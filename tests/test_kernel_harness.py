@@ -30,8 +30,8 @@ import pytest
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from gpucc.staging import _gpu_runtime as gpu
 from gpucc.staging import format as fmt
-from gpucc.staging import gpu
 
 pytestmark = pytest.mark.nvcc
 

@@ -11,27 +11,27 @@ import os
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from gpucc import staging
-from gpucc.gpuattest.errors import (
-    ChunkAuthenticationError,
-    GpuccError,
-    GpuStagingUnavailableError,
-    IntegrityError,
-    KeyUnwrapError,
-    MalformedDatasetError,
-    MalformedInputError,
-    UsageError,
-)
+from gpucc.gpuattest.errors import GpuccError, IntegrityError, MalformedInputError, UsageError
 from gpucc.staging import format as fmt
 from gpucc.staging._pipeline import ChunkFailure, run_chunks
 from gpucc.staging.chunks import ChunkCipher
 from gpucc.staging.cpu import Buffer, stage_bytes, stage_cpu, stage_plaintext_cpu
-from gpucc.staging.dataset import StagingIOError, open_sealed
-from gpucc.staging.format import HeaderAuthenticationError
+from gpucc.staging.dataset import SealedDataset, open_sealed
+from gpucc.staging.errors import (
+    ChunkAuthenticationError,
+    GpuStagingUnavailableError,
+    HeaderAuthenticationError,
+    KeyUnwrapError,
+    MalformedDatasetError,
+    StageKeyArgumentsError,
+    StagingIOError,
+)
 from gpucc.staging.seal import WrapSpec, rewrap, seal_bytes, seal_file
 
 CS = 4096  # the smallest chunk size: boundaries are cheap to exercise
@@ -571,6 +571,47 @@ def test_stage_key_sources(sealed: tuple[Path, bytes, bytes], tmp_path: Path) ->
         pass
     with pytest.raises(UsageError), staging.stage(path, key=dk, kek=kek):
         pass
+
+
+def test_plan_stage_decides_once_and_runs(
+    sealed: tuple[Path, bytes, bytes], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path, data, kek = sealed
+    dk = open_sealed(path).unwrap(kek)
+    asked: list[bytes] = []
+
+    def key_for(header_digest: bytes) -> bytes:
+        asked.append(header_digest)
+        return dk
+
+    plan = staging.plan_stage(path, key_for=key_for)
+    assert plan.sealed and plan.device == "cpu" and plan.key_source == "session"
+    assert plan.dataset is not None and asked == [plan.dataset.header_digest]
+    assert plan.header.plaintext_length == len(data) and "dataset_key" not in repr(plan)
+    checks: list[bytes] = []
+    real_check = SealedDataset.check_key
+
+    def counting(self: SealedDataset, key: bytes) -> Any:
+        checks.append(key)
+        return real_check(self, key)
+
+    monkeypatch.setattr(SealedDataset, "check_key", counting)
+    with plan.run(threads=2) as buf:
+        assert buf.tobytes() == data
+    assert not buf.any() and checks == [dk]  # the header tag is checked once, by the backend
+    assert staging.plan_stage(path, kek=kek).key_source == "key-file"
+
+    with pytest.raises(StageKeyArgumentsError) as info:
+        staging.plan_stage(path, key=dk, key_for=key_for)
+    assert info.value.sealed and info.value.exit_code == 2
+    (tmp_path / "plain.bin").write_bytes(data)
+    with pytest.raises(StageKeyArgumentsError) as info:
+        staging.plan_stage(tmp_path / "plain.bin", key=dk)
+    assert not info.value.sealed
+    plain = staging.plan_stage(tmp_path / "plain.bin", chunk_size=CS)
+    assert not plain.sealed and plain.key_source == "ephemeral" and plain.dataset_key is None
+    with plain.run() as buf:
+        assert buf.tobytes() == data
 
 
 def test_stage_plaintext_input(tmp_path: Path) -> None:

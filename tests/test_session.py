@@ -25,16 +25,16 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from gpucc.gpuattest import session as s
 from gpucc.gpuattest.collateral import NoOcsp, rim_sources_from_mapping
-from gpucc.gpuattest.errors import KeyFileError, KeyUnwrapError, ProtocolError
 from gpucc.gpuattest.evidence import EvidenceSet
 from gpucc.gpuattest.policy import parse_policy
 from gpucc.gpuattest.simulate import SimulatedGpu
 from gpucc.gpuattest.verifier import AttestationResult, verify
 from gpucc.staging import format as fmt
+from gpucc.staging import release as s
 from gpucc.staging.cpu import stage_cpu
 from gpucc.staging.dataset import SealedDataset, open_sealed
+from gpucc.staging.errors import KeyFileError, KeyUnwrapError, ProtocolError
 from gpucc.staging.seal import seal_bytes
 
 # --- known answers -----------------------------------------------------------------
@@ -505,3 +505,23 @@ def test_answer_parsing_is_strict() -> None:
             s.Answer.from_json(json.dumps(bad).encode())
     with pytest.raises(s.MalformedSessionMessageError, match="not JSON"):
         s.Answer.from_json(b"{")
+
+
+def test_the_attestation_library_does_not_import_staging() -> None:
+    """Imports go one way: staging may use gpuattest, never the reverse."""
+    import ast
+    from importlib import resources
+
+    root = resources.files("gpucc.gpuattest")
+    sources = list(Path(str(root)).rglob("*.py"))
+    assert sources
+    for source in sources:
+        tree = ast.parse(source.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                names = [node.module or ""]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            else:
+                continue
+            assert not any("staging" in name for name in names), f"{source} imports {names}"

@@ -1,0 +1,441 @@
+"""GPU staging runtime: CuPy, the AES-GCM kernels, their self-test and one device's key context.
+
+Everything else in GPU staging reaches CuPy through :func:`import_cupy` (looked up on this
+module at call time, so tests can put a fake in its place).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+import numpy as np
+
+from gpucc.gpuattest.errors import UsageError
+
+from .errors import GpuStagingUnavailableError
+from .format import (
+    Header,
+)
+
+__all__ = [
+    "DEFAULT_BATCH_BYTES",
+    "DEFAULT_SLOTS",
+    "GcmDevice",
+    "device_list",
+    "gpu_available",
+    "gpu_count",
+    "import_cupy",
+    "require_gpu",
+    "unavailable_reason",
+]
+
+# --- kernel geometry, mirrored from staging/kernels/aesgcm_math.cuh ----------
+# tests/test_kernel_harness.py checks these against the header (harness command "layout").
+
+#: Blocks per thread per tile (GCMK_K).
+_K = 4
+#: Largest CTA of gcm_chunks (GCMK_MAX_THREADS).
+_MAX_THREADS = 256
+#: Threads of gcm_finalize (kCombineThreads); also the highest power of G in the key context.
+_COMBINE_THREADS = 256
+#: Word offset of H^1 in the key context (kCtxHPow).
+_CTX_HPOW = 72
+#: CTAs of gcm_chunks resident per SM (its __launch_bounds__ minimum): the persistent grid.
+_CTAS_PER_SM = 4
+
+#: Default bytes of sealed records per batch: one H2D copy and one launch pair each.
+#: At ~50 GB/s this is ~0.7 ms per batch, well above the ~10-50 us a batch costs in Python.
+DEFAULT_BATCH_BYTES = 32 * 1024 * 1024
+#: Default slots of the pinned host ring and of the device ciphertext ring.
+DEFAULT_SLOTS = 4
+#: Reads of sealed records are split into pieces of this size across reader threads.
+READ_PIECE = 4 * 1024 * 1024
+
+
+def _ctx_words(ct: int) -> int:
+    """32-bit words of a key context for tiles of ``ct`` blocks (ctx_words in the header)."""
+    return _CTX_HPOW + 4 * ct + 4 * (_COMBINE_THREADS + 1)
+
+
+def _threads_for(chunk_size: int) -> int:
+    """CTA width of gcm_chunks: the widest (<= 256) whose tile fits in a full chunk."""
+    blocks = chunk_size // 16
+    width = _MAX_THREADS
+    while width > 32 and _K * width > blocks:
+        width //= 2
+    return width
+
+
+def check_aligned(name: str, array: Any) -> None:
+    """The kernels read and write 16-byte vectors: device buffers must be 16-byte aligned."""
+    if int(array.data.ptr) % 16:
+        raise ValueError(f"{name} must start on a 16-byte boundary (a view at an odd offset?)")
+
+
+def _tiles(length: int, ct: int) -> int:
+    blocks = -(-length // 16)
+    return -(-blocks // ct)
+
+
+# --- CuPy, devices and the compiled module ------------------------------------------------------
+
+
+def import_cupy() -> Any:
+    """The cupy module (imported lazily; it is an optional dependency).
+
+    Raises:
+        GpuStagingUnavailableError: CuPy is not installed.
+    """
+    try:
+        import cupy
+    except ImportError as exc:
+        raise GpuStagingUnavailableError(
+            f"CuPy is not installed ({exc.__class__.__name__}: {exc})"
+        ) from None
+    return cupy
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text[:300] if text else exc.__class__.__name__
+
+
+def gpu_count() -> int:
+    """Number of CUDA devices CuPy sees (0 without CuPy, a driver or a device)."""
+    try:
+        cupy = import_cupy()
+        return int(cupy.cuda.runtime.getDeviceCount())
+    except Exception:  # noqa: BLE001 - any failure here means "no usable GPU"
+        return 0
+
+
+def _kernel_source() -> str:
+    """aesgcm.cu with aesgcm_math.cuh inlined (no include path needed, zip-safe)."""
+    pkg = resources.files("gpucc.staging.kernels")
+    header = pkg.joinpath("aesgcm_math.cuh").read_text(encoding="utf-8")
+    main = pkg.joinpath("aesgcm.cu").read_text(encoding="utf-8")
+    include = '#include "aesgcm_math.cuh"'
+    if main.count(include) != 1:
+        raise GpuStagingUnavailableError("kernel source is damaged (include line not found)")
+    return main.replace(include, header)
+
+
+#: Options for NVRTC. CuPy adds the architecture of the current device (sm_90 on an H100).
+_NVRTC_OPTIONS = ("-std=c++17", f"-DGCMK_K={_K}")
+
+
+@dataclass(frozen=True)
+class _Kernels:
+    setup: Any
+    chunks: Any
+    finalize: Any
+    selftest: Any
+    sm_count: int
+
+
+#: Known answers checked on each device right after the kernels are built (McGrew & Viega,
+#: "The Galois/Counter Mode of Operation", AES-256 test cases 14 and 16: one full block; and
+#: AAD with a partial last block). key, iv, aad, plaintext, ciphertext, tag (hex).
+_KATS = (
+    (
+        "00" * 32,
+        "00" * 12,
+        "",
+        "00" * 16,
+        "cea7403d4d606b6e074ec5d3baf39d18",
+        "d0d1c8a799996bf0265b98b5d48ab919",
+    ),
+    (
+        "feffe9928665731c6d6a8f9467308308" * 2,
+        "cafebabefacedbaddecaf888",
+        "feedfacedeadbeeffeedfacedeadbeefabaddad2",
+        "d9313225f88406e5a55909c5aff5269a86a7a9531534f7da2e4c303d8a318a72"
+        "1c3c0c95956809532fcf0e2449a6b525b16aedf5aa0de657ba637b39",
+        "522dc1f099567d07f47f37a32a84427d643a8cdcbfe5c0c97598a2bd2555d1aa"
+        "8cb08e48590dbb3da7b08b1056828838c5f61e6393ba7a0abcc9f662",
+        "76fc6ece0f4e1768cddf8853bb2d551b",
+    ),
+)
+
+#: Threads of the gcm_selftest CTA (its __launch_bounds__).
+_SELFTEST_THREADS = 64
+
+
+def _gcm_message(
+    kernels: _Kernels,
+    cupy: Any,
+    key: bytes,
+    iv: bytes,
+    aad: bytes,
+    data: bytes,
+    *,
+    seal: bool,
+) -> tuple[bytes, bytes]:
+    """One plain GCM message through gcm_selftest on the current device: (output, tag).
+
+    Sealing returns the ciphertext and its tag; opening returns the CTR output and the tag
+    computed over ``data`` (the caller compares). The same device code as staging runs.
+    """
+
+    def dev(b: bytes) -> Any:
+        # Never a zero-size allocation: the kernel gets a valid pointer either way.
+        return cupy.asarray(np.frombuffer(b or b"\x00", dtype=np.uint8))
+
+    ct = _K * _SELFTEST_THREADS
+    partials = cupy.zeros(max(1, _tiles(len(data), ct)) * 4, dtype=cupy.uint32)
+    out = cupy.zeros(max(1, len(data)), dtype=cupy.uint8)
+    tag = cupy.zeros(16, dtype=cupy.uint8)
+    d_key = dev(key)
+    try:
+        kernels.selftest(
+            (1,),
+            (_SELFTEST_THREADS,),
+            (
+                d_key,
+                dev(iv),
+                np.uint64(len(iv)),
+                dev(aad),
+                np.uint64(len(aad)),
+                dev(data),
+                out,
+                np.uint64(len(data)),
+                np.uint32(1 if seal else 0),
+                partials,
+                tag,
+            ),
+        )
+        result = bytes(cupy.asnumpy(out)[: len(data)].tobytes())
+        return result, bytes(cupy.asnumpy(tag).tobytes())
+    finally:
+        d_key.fill(0)
+        partials.fill(0)
+
+
+def _self_test(kernels: _Kernels, cupy: Any) -> bool:
+    """Run the known answers on the current device, both directions."""
+    for key, iv, aad, pt, ct, tag in _KATS:
+        k, i, a, p, c, t = (bytes.fromhex(x) for x in (key, iv, aad, pt, ct, tag))
+        if _gcm_message(kernels, cupy, k, i, a, p, seal=True) != (c, t):
+            return False
+        if _gcm_message(kernels, cupy, k, i, a, c, seal=False) != (p, t):
+            return False
+    return True
+
+
+_modules: dict[int, _Kernels] = {}
+_modules_lock = threading.Lock()
+
+
+def _kernels(device_id: int) -> _Kernels:
+    """The compiled kernels for one device (compiled once per process and device).
+
+    Right after building, the kernels must reproduce the known answers of :data:`_KATS` on
+    that device, sealing and opening; otherwise nothing is staged with them.
+
+    Raises:
+        GpuStagingUnavailableError: no CuPy, no such device, the kernels do not build, or
+            they fail the known-answer self-test.
+    """
+    with _modules_lock:
+        found = _modules.get(device_id)
+        if found is not None:
+            return found
+        cupy = import_cupy()
+        try:
+            count = int(cupy.cuda.runtime.getDeviceCount())
+        except Exception as exc:  # noqa: BLE001 - CUDARuntimeError and driver load errors
+            raise GpuStagingUnavailableError(f"no usable CUDA device: {_one_line(exc)}") from None
+        if not 0 <= device_id < count:
+            raise GpuStagingUnavailableError(
+                f"CUDA device {device_id} does not exist ({count} device(s) present)"
+            )
+        try:
+            with cupy.cuda.Device(device_id):
+                module = cupy.RawModule(code=_kernel_source(), options=_NVRTC_OPTIONS)
+                kernels = _Kernels(
+                    setup=module.get_function("gcm_setup"),
+                    chunks=module.get_function("gcm_chunks"),
+                    finalize=module.get_function("gcm_finalize"),
+                    selftest=module.get_function("gcm_selftest"),
+                    sm_count=int(cupy.cuda.Device(device_id).attributes["MultiProcessorCount"]),
+                )
+                passed = _self_test(kernels, cupy)
+        except GpuStagingUnavailableError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - CompileException, CUDADriverError, ...
+            raise GpuStagingUnavailableError(
+                f"the AES-GCM kernels did not build for CUDA device {device_id}: {_one_line(exc)}"
+            ) from None
+        if not passed:
+            raise GpuStagingUnavailableError(
+                f"the AES-GCM kernels failed their known-answer self-test on CUDA device "
+                f"{device_id} (a miscompiled or unsupported build); refusing to stage"
+            )
+        _modules[device_id] = kernels
+        return kernels
+
+
+def unavailable_reason(device_id: int = 0) -> str | None:
+    """Why GPU staging cannot run on ``device_id`` (one line), or ``None`` when it can.
+
+    Compiles the kernels for that device the first time (cached for the process).
+    """
+    try:
+        _kernels(device_id)
+    except GpuStagingUnavailableError as exc:
+        return str(exc)
+    return None
+
+
+def gpu_available(device_id: int = 0) -> bool:
+    """Whether CuPy, the device and the compiled kernels are all usable."""
+    return unavailable_reason(device_id) is None
+
+
+def require_gpu(device_id: int = 0) -> None:
+    """Check that GPU staging can run on ``device_id``.
+
+    Raises:
+        GpuStagingUnavailableError: with a one-line reason (no CuPy, no device, the kernels
+            do not compile).
+    """
+    _kernels(device_id)
+
+
+def device_list(gpus: int | Sequence[int] | None) -> list[int]:
+    if gpus is None:
+        return [0]
+    if isinstance(gpus, int):
+        if gpus < 1:
+            raise UsageError("gpus must be at least 1")
+        if gpus == 1:
+            return [0]
+        require_gpu(0)  # without any usable GPU, say why (no CuPy, ...) rather than count
+        present = gpu_count()
+        if gpus > present:
+            raise GpuStagingUnavailableError(
+                f"{gpus} GPUs requested, {present} CUDA device(s) present"
+            )
+        return list(range(gpus))
+    devices = list(gpus)
+    if not devices or len(set(devices)) != len(devices):
+        raise UsageError("gpus must name distinct devices")
+    return devices
+
+
+# --- one key on one device ------------------------------------------------------------------------
+
+
+class GcmDevice:
+    """The key context and scratch of one dataset on one device, and the launches over it.
+
+    The chunk key goes to the device once, gcm_setup expands it (round keys, powers of H) into
+    the context, and the device copy of the key is zeroed right after. :meth:`close` zeroes
+    the context and the GHASH scratch.
+    """
+
+    def __init__(self, cupy: Any, device_id: int, header: Header, chunk_key: bytes) -> None:
+        self.cupy = cupy
+        self.device_id = device_id
+        self.header = header
+        self.kernels = _kernels(device_id)
+        self.width = _threads_for(header.chunk_size)
+        self.ct = _K * self.width
+        self.total = header.chunk_count
+        self.last_len = header.chunk_length(self.total - 1)
+        self.tiles_full = _tiles(header.chunk_size, self.ct)
+        self.tiles_last = _tiles(self.last_len, self.ct)
+        self.prefix = int.from_bytes(header.dataset_id[:4], "little")
+        self.grid_cap = max(1, self.kernels.sm_count * _CTAS_PER_SM)
+        self.ctx: Any = None
+        self.partials: Any = None
+        self.digest: Any = None
+        with cupy.cuda.Device(device_id):
+            self.ctx = cupy.zeros(_ctx_words(self.ct), dtype=cupy.uint32)
+            self.digest = cupy.asarray(np.frombuffer(header.digest, dtype=np.uint8))
+            key = cupy.asarray(np.frombuffer(chunk_key, dtype=np.uint8))
+            try:
+                self.kernels.setup(
+                    (1,),
+                    (256,),
+                    (
+                        key,
+                        self.ctx,
+                        np.uint32(self.ct),
+                        np.uint64(-(-header.chunk_size // 16)),
+                        np.uint64(-(-self.last_len // 16)),
+                    ),
+                )
+            finally:
+                key.fill(0)
+            cupy.cuda.get_current_stream().synchronize()
+
+    def items(self, first: int, count: int) -> int:
+        """Work items (chunk, tile) of the batch of chunks [first, first + count)."""
+        final = first + count == self.total
+        return (count - int(final)) * self.tiles_full + (self.tiles_last if final else 0)
+
+    def ensure_partials(self, items: int) -> None:
+        """Scratch for ``items`` tile shares (grown on demand, zeroed when dropped)."""
+        need = max(1, items) * 4
+        if self.partials is None or self.partials.size < need:
+            with self.cupy.cuda.Device(self.device_id):
+                if self.partials is not None:
+                    self.partials.fill(0)
+                self.partials = self.cupy.empty(need, dtype=self.cupy.uint32)
+
+    def launch(
+        self, stream: Any, first: int, count: int, src: Any, dst: Any, status: Any, *, seal: bool
+    ) -> None:
+        """Open (or seal) chunks [first, first + count) on ``stream``.
+
+        ``src``/``dst``: device arrays at the batch's first chunk (records and plaintext, or
+        the reverse when sealing); ``status``: ``count`` uint32 words for the verdicts.
+        """
+        items = self.items(first, count)
+        self.ensure_partials(items)
+        common = (
+            np.uint64(first),
+            np.uint64(self.total),
+            np.uint64(self.last_len),
+            np.uint32(count),
+            np.uint32(self.header.chunk_size),
+            np.uint32(self.prefix),
+            np.uint32(1 if seal else 0),
+            np.uint32(self.tiles_full),
+            np.uint32(self.tiles_last),
+        )
+        with self.cupy.cuda.Device(self.device_id), stream:
+            if items:
+                self.kernels.chunks(
+                    (min(items, self.grid_cap),),
+                    (self.width,),
+                    (src, dst, self.ctx, self.partials, *common),
+                )
+            self.kernels.finalize(
+                (count,),
+                (_COMBINE_THREADS,),
+                (
+                    src,
+                    dst,
+                    self.ctx,
+                    self.partials,
+                    self.digest,
+                    status,
+                    *common,
+                    np.uint32(self.ct),
+                ),
+            )
+
+    def close(self) -> None:
+        """Zero the key context and the GHASH scratch (device memory)."""
+        with self.cupy.cuda.Device(self.device_id):
+            for buf in (self.ctx, self.partials):
+                if buf is not None:
+                    buf.fill(0)
+            self.cupy.cuda.get_current_stream().synchronize()
+        self.ctx = self.partials = None

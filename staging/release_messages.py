@@ -1,0 +1,446 @@
+"""Key-release protocol v1 (``docs/PROTOCOL.md``): constants, derivations and messages.
+
+The pure parts of :mod:`staging.release`: the nonce, transcript and session-key
+derivations, and the offer, answer and host key file with their strict parsers. Nothing
+here verifies evidence; :mod:`staging.release` runs the protocol steps.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+from gpucc.gpuattest.errors import MalformedInputError
+
+from .errors import KeyFileError, MalformedSessionMessageError, ProtocolError
+from .format import KEY_SIZE, StrPath, WrapRecord, read_secret_file, write_secret_file
+
+__all__ = [
+    "ANSWER_SCHEMA",
+    "CHALLENGE_SIZE",
+    "MAX_ANSWER_BYTES",
+    "MAX_GPUS",
+    "MAX_OFFER_BYTES",
+    "OFFER_SCHEMA",
+    "PROTOCOL_VERSION",
+    "PUBLIC_KEY_SIZE",
+    "Answer",
+    "HostKey",
+    "Offer",
+    "SessionWrap",
+    "derive_session_key",
+    "encode_public_key",
+    "encode_transcript",
+    "new_challenge",
+    "session_nonce",
+    "transcript_hash",
+]
+
+PROTOCOL_VERSION = 1
+CHALLENGE_SIZE = 32
+PUBLIC_KEY_SIZE = 97  # uncompressed SEC1 P-384 point: 0x04 || X || Y
+PRIVATE_KEY_SIZE = 48
+REPORT_DIGEST_SIZE = 32
+TRANSCRIPT_HASH_SIZE = 48
+MAX_GPUS = 64
+MAX_WRAPS = 4096
+MAX_OFFER_BYTES = 8 * 1024 * 1024
+MAX_ANSWER_BYTES = 4 * 1024 * 1024
+
+NONCE_LABEL = b"gpucc/session/v1/nonce"
+TRANSCRIPT_LABEL = b"gpucc/session/v1/transcript"
+OFFER_SCHEMA = "gpucc.session-offer/v1"
+ANSWER_SCHEMA = "gpucc.session-answer/v1"
+_HOST_KEY_MAGIC = "gpucc-session-host-key v1"
+CURVE = ec.SECP384R1()
+
+
+# --- the derivations (pure; docs/PROTOCOL.md gives test vectors) ----------------
+
+
+def new_challenge() -> bytes:
+    """32 random bytes, made by the data holder for one session."""
+    return secrets.token_bytes(CHALLENGE_SIZE)
+
+
+def encode_public_key(key: ec.EllipticCurvePublicKey) -> bytes:
+    """The uncompressed SEC1 encoding (97 bytes for P-384)."""
+    from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+    return key.public_bytes(Encoding.X962, PublicFormat.UncompressedPoint)
+
+
+def decode_public_key(data: bytes, who: str) -> ec.EllipticCurvePublicKey:
+    if len(data) != PUBLIC_KEY_SIZE or data[0] != 0x04:
+        raise MalformedSessionMessageError(
+            f"the {who} public key is not an uncompressed P-384 point"
+        )
+    try:
+        return ec.EllipticCurvePublicKey.from_encoded_point(CURVE, data)
+    except ValueError:
+        raise MalformedSessionMessageError(
+            f"the {who} public key is not a point on P-384"
+        ) from None
+
+
+def check_length(value: bytes, size: int, what: str) -> None:
+    if len(value) != size:
+        raise ValueError(f"{what} must be {size} bytes, got {len(value)}")
+
+
+def session_nonce(challenge: bytes, host_public_key: bytes) -> bytes:
+    """The GPU nonce: ``SHA-256("gpucc/session/v1/nonce" || challenge || SHA-256(Q_H))``."""
+    check_length(challenge, CHALLENGE_SIZE, "a challenge")
+    check_length(host_public_key, PUBLIC_KEY_SIZE, "a public key")
+    return hashlib.sha256(
+        NONCE_LABEL + challenge + hashlib.sha256(host_public_key).digest()
+    ).digest()
+
+
+def _field(value: bytes) -> bytes:
+    return len(value).to_bytes(4, "big") + value
+
+
+def encode_transcript(
+    *,
+    nonce: bytes,
+    report_digests: Sequence[bytes],
+    host_public_key: bytes,
+    holder_public_key: bytes,
+    version: int = PROTOCOL_VERSION,
+) -> bytes:
+    """The session transcript: six length-prefixed fields (uint32 big-endian lengths).
+
+    ``label || uint16_be(version) || nonce || digest_0 || ... || digest_{g-1} || Q_H || Q_D``,
+    each field preceded by its length; the digests form one field of ``32 * g`` bytes.
+    """
+    check_length(nonce, 32, "a nonce")
+    if not 1 <= len(report_digests) <= MAX_GPUS:
+        raise ValueError("a transcript covers 1 to 64 report digests")
+    for digest in report_digests:
+        check_length(digest, REPORT_DIGEST_SIZE, "a report digest")
+    check_length(host_public_key, PUBLIC_KEY_SIZE, "a public key")
+    check_length(holder_public_key, PUBLIC_KEY_SIZE, "a public key")
+    return b"".join(
+        _field(value)
+        for value in (
+            TRANSCRIPT_LABEL,
+            version.to_bytes(2, "big"),
+            nonce,
+            b"".join(report_digests),
+            host_public_key,
+            holder_public_key,
+        )
+    )
+
+
+def transcript_hash(transcript: bytes) -> bytes:
+    """SHA-384 of the transcript (48 bytes): the wrap context and the answer's check value."""
+    return hashlib.sha384(transcript).digest()
+
+
+def derive_session_key(shared_secret: bytes, *, nonce: bytes, transcript: bytes) -> bytes:
+    """``K = HKDF-SHA-384(IKM = ECDH x-coordinate, salt = nonce, info = transcript, L = 32)``."""
+    check_length(shared_secret, 48, "a P-384 shared secret")
+    return HKDF(algorithm=hashes.SHA384(), length=KEY_SIZE, salt=nonce, info=transcript).derive(
+        shared_secret
+    )
+
+
+def private_key_from_scalar(scalar: bytes) -> ec.EllipticCurvePrivateKey:
+    try:
+        return ec.derive_private_key(int.from_bytes(scalar, "big"), CURVE)
+    except ValueError:
+        raise KeyFileError("the session private key is out of range") from None
+
+
+def scalar_of(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_numbers().private_value.to_bytes(PRIVATE_KEY_SIZE, "big")
+
+
+# --- messages ------------------------------------------------------------------
+
+
+def _hex(value: Any, size: int, what: str) -> bytes:
+    if not isinstance(value, str) or len(value) != 2 * size:
+        raise MalformedSessionMessageError(f"{what} must be {2 * size} hex characters")
+    try:
+        return bytes.fromhex(value)
+    except ValueError:
+        raise MalformedSessionMessageError(f"{what} is not hexadecimal") from None
+
+
+def _load_json(data: bytes, limit: int, what: str) -> dict[str, Any]:
+    if len(data) > limit:
+        raise MalformedSessionMessageError(f"the {what} is larger than {limit} bytes")
+    try:
+        doc = json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise MalformedSessionMessageError(f"the {what} is not JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise MalformedSessionMessageError(f"the {what} must be a JSON object")
+    return doc
+
+
+def _check_keys(doc: dict[str, Any], expected: set[str], schema: str, what: str) -> None:
+    if doc.get("schema") != schema:
+        raise MalformedSessionMessageError(f"not a {what} (schema {doc.get('schema')!r})")
+    if doc.get("version") != PROTOCOL_VERSION:
+        raise ProtocolError(
+            f"the {what} uses protocol version {doc.get('version')!r}; gpucc speaks "
+            f"version {PROTOCOL_VERSION}"
+        )
+    missing = sorted(expected - doc.keys())
+    unknown = sorted(doc.keys() - expected)
+    if missing or unknown:
+        raise MalformedSessionMessageError(
+            f"the {what} has missing keys {missing} or unknown keys {unknown}"
+        )
+
+
+@dataclass(frozen=True)
+class Offer:
+    """The host's offer: its key, the holder's challenge, and evidence bound to both.
+
+    Attributes:
+        challenge: the data holder's challenge this offer answers.
+        host_public_key: the host's ephemeral P-384 key, uncompressed SEC1.
+        evidence_json: NVAT evidence JSON collected with :attr:`nonce`.
+    """
+
+    challenge: bytes
+    host_public_key: bytes
+    evidence_json: bytes = field(repr=False)
+    version: int = PROTOCOL_VERSION
+
+    @property
+    def nonce(self) -> bytes:
+        """The nonce the evidence claims to carry (recomputed by the holder anyway)."""
+        return session_nonce(self.challenge, self.host_public_key)
+
+    def to_json(self) -> bytes:
+        """The offer file (``schema: gpucc.session-offer/v1``)."""
+        doc = {
+            "schema": OFFER_SCHEMA,
+            "version": self.version,
+            "challenge": self.challenge.hex(),
+            "host_public_key": self.host_public_key.hex(),
+            "evidence": json.loads(self.evidence_json),
+        }
+        return (json.dumps(doc, indent=2) + "\n").encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> Offer:
+        """Parse an offer file strictly.
+
+        Raises:
+            MalformedSessionMessageError: not an offer, bad fields, an invalid key.
+            ProtocolError: another protocol version.
+        """
+        doc = _load_json(data, MAX_OFFER_BYTES, "offer")
+        _check_keys(
+            doc,
+            {"schema", "version", "challenge", "host_public_key", "evidence"},
+            OFFER_SCHEMA,
+            "session offer",
+        )
+        challenge = _hex(doc["challenge"], CHALLENGE_SIZE, "the offer challenge")
+        host_public_key = _hex(doc["host_public_key"], PUBLIC_KEY_SIZE, "the host public key")
+        decode_public_key(host_public_key, "host")
+        if not isinstance(doc["evidence"], list | dict):
+            raise MalformedSessionMessageError("the offer evidence must be NVAT evidence JSON")
+        return cls(
+            challenge=challenge,
+            host_public_key=host_public_key,
+            evidence_json=json.dumps(doc["evidence"]).encode(),
+        )
+
+
+@dataclass(frozen=True)
+class SessionWrap:
+    """A dataset key wrapped for one session, and which dataset it opens.
+
+    Attributes:
+        dataset_id: the sealed dataset's id.
+        header_digest: SHA-256 of its fixed header (bound into the wrap).
+        record: the wrap record (kind 2, context = transcript hash).
+    """
+
+    dataset_id: bytes
+    header_digest: bytes
+    record: WrapRecord
+
+    def to_dict(self) -> dict[str, str]:
+        """JSON form."""
+        return {
+            "dataset_id": self.dataset_id.hex(),
+            "header_digest": self.header_digest.hex(),
+            "record": base64.b64encode(self.record.to_bytes()).decode(),
+        }
+
+    @classmethod
+    def from_dict(cls, doc: Any, index: int) -> SessionWrap:
+        """Parse one entry of an answer's ``wraps``."""
+        where = f"answer wrap {index}"
+        if not isinstance(doc, dict) or set(doc) != {"dataset_id", "header_digest", "record"}:
+            raise MalformedSessionMessageError(
+                f"{where} must hold dataset_id, header_digest and record"
+            )
+        if not isinstance(doc["record"], str):
+            raise MalformedSessionMessageError(f"{where}: record must be base64")
+        try:
+            raw = base64.b64decode(doc["record"], validate=True)
+        except (binascii.Error, ValueError):
+            raise MalformedSessionMessageError(f"{where}: record is not base64") from None
+        try:
+            record = WrapRecord.parse(raw)
+        except MalformedInputError as exc:
+            raise MalformedSessionMessageError(f"{where}: {exc}") from None
+        return cls(
+            dataset_id=_hex(doc["dataset_id"], 16, f"{where} dataset_id"),
+            header_digest=_hex(doc["header_digest"], 32, f"{where} header_digest"),
+            record=record,
+        )
+
+
+@dataclass(frozen=True)
+class Answer:
+    """The data holder's answer: its key, the transcript hash, and the wrapped keys."""
+
+    holder_public_key: bytes
+    transcript_hash: bytes
+    wraps: tuple[SessionWrap, ...]
+    version: int = PROTOCOL_VERSION
+
+    def to_json(self) -> bytes:
+        """The answer file (``schema: gpucc.session-answer/v1``)."""
+        doc = {
+            "schema": ANSWER_SCHEMA,
+            "version": self.version,
+            "holder_public_key": self.holder_public_key.hex(),
+            "transcript_hash": self.transcript_hash.hex(),
+            "wraps": [w.to_dict() for w in self.wraps],
+        }
+        return (json.dumps(doc, indent=2) + "\n").encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> Answer:
+        """Parse an answer file strictly.
+
+        Raises:
+            MalformedSessionMessageError: not an answer, bad fields, an invalid key.
+            ProtocolError: another protocol version.
+        """
+        doc = _load_json(data, MAX_ANSWER_BYTES, "answer")
+        _check_keys(
+            doc,
+            {"schema", "version", "holder_public_key", "transcript_hash", "wraps"},
+            ANSWER_SCHEMA,
+            "session answer",
+        )
+        holder = _hex(doc["holder_public_key"], PUBLIC_KEY_SIZE, "the holder public key")
+        decode_public_key(holder, "holder")
+        wraps = doc["wraps"]
+        if not isinstance(wraps, list) or len(wraps) > MAX_WRAPS:
+            raise MalformedSessionMessageError(f"answer wraps must be a list of <= {MAX_WRAPS}")
+        return cls(
+            holder_public_key=holder,
+            transcript_hash=_hex(doc["transcript_hash"], TRANSCRIPT_HASH_SIZE, "transcript hash"),
+            wraps=tuple(SessionWrap.from_dict(w, i) for i, w in enumerate(wraps)),
+        )
+
+
+# --- the host's secret state -----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HostKey:
+    """The host's private half of one offer, kept in a 0600 file between offer and answer.
+
+    Attributes:
+        private_key: the 48-byte P-384 scalar (never in a repr, argv, JSON or log).
+        challenge: the challenge the offer answered.
+        report_digests: SHA-256 of each report the offer carried, in order.
+    """
+
+    private_key: bytes = field(repr=False)
+    challenge: bytes
+    report_digests: tuple[bytes, ...]
+
+    @property
+    def public_key(self) -> bytes:
+        """The host public key (uncompressed SEC1)."""
+        return encode_public_key(private_key_from_scalar(self.private_key).public_key())
+
+    @property
+    def nonce(self) -> bytes:
+        """The nonce the host's evidence carries."""
+        return session_nonce(self.challenge, self.public_key)
+
+    def to_bytes(self) -> bytes:
+        """The host key file: a header line, then ``name: hex`` lines."""
+        lines = [_HOST_KEY_MAGIC, f"challenge: {self.challenge.hex()}"]
+        lines += [f"report-digest: {d.hex()}" for d in self.report_digests]
+        lines.append(f"private-key: {self.private_key.hex()}")
+        return ("\n".join(lines) + "\n").encode()
+
+    def write(self, path: StrPath, *, overwrite: bool = False) -> None:
+        """Write the host key file with mode 0600, atomically.
+
+        Raises:
+            KeyFileError: the file exists (without ``overwrite``) or cannot be written.
+        """
+        write_secret_file(path, self.to_bytes(), overwrite=overwrite)
+
+    @classmethod
+    def read(cls, path: StrPath) -> HostKey:
+        """Read a host key file (refused when group or others can access it).
+
+        Raises:
+            KeyFileError: missing, exposed or malformed.
+        """
+        data = read_secret_file(path, 16 * 1024)
+        try:
+            lines = data.decode("ascii").splitlines()
+        except UnicodeDecodeError:
+            raise KeyFileError(f"{path} is not a gpucc session host key file") from None
+        if not lines or lines[0] != _HOST_KEY_MAGIC:
+            raise KeyFileError(f"{path} is not a gpucc session host key file")
+        values: dict[str, list[str]] = {}
+        for line in lines[1:]:
+            name, sep, value = line.partition(": ")
+            if not sep:
+                raise KeyFileError(f"{path}: malformed line in the host key file")
+            values.setdefault(name, []).append(value)
+        try:
+            (challenge,) = values.pop("challenge")
+            (private,) = values.pop("private-key")
+            digests = values.pop("report-digest")
+            if values:
+                raise ValueError
+            key = cls(
+                private_key=bytes.fromhex(private),
+                challenge=bytes.fromhex(challenge),
+                report_digests=tuple(bytes.fromhex(d) for d in digests),
+            )
+        except (KeyError, ValueError):
+            raise KeyFileError(f"{path}: malformed host key file") from None
+        if (
+            len(key.private_key) != PRIVATE_KEY_SIZE
+            or len(key.challenge) != CHALLENGE_SIZE
+            or not 1 <= len(key.report_digests) <= MAX_GPUS
+            or any(len(d) != REPORT_DIGEST_SIZE for d in key.report_digests)
+        ):
+            raise KeyFileError(f"{path}: malformed host key file")
+        private_key_from_scalar(key.private_key)
+        return key
