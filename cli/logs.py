@@ -8,16 +8,10 @@ error, its traceback; ``-vv`` shows debug records and the traceback of every err
 
 from __future__ import annotations
 
-import functools
-import inspect
 import logging
 import os
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, Any
-
-import typer
 
 LOGGER_NAME = "gpucc"
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING}
@@ -28,6 +22,7 @@ _LEVELS |= {"trace": logging.DEBUG, "off": logging.CRITICAL + 10, "none": loggin
 @dataclass
 class _State:
     verbosity: int = 0  # -1 quiet, 0 default, 1 -v, 2 -vv and more
+    json: bool = False  # the command's result (or error) goes to stdout as JSON
 
 
 STATE = _State()
@@ -65,57 +60,3 @@ def configure(verbose: int, quiet: bool) -> None:
         handler.setFormatter(logging.Formatter("gpucc: %(levelname)s: %(message)s"))
         handler._gpucc = True  # type: ignore[attr-defined]
         logger.addHandler(handler)
-
-
-VerboseOption = Annotated[
-    int,
-    typer.Option(
-        "--verbose",
-        "-v",
-        count=True,
-        help="More detail on stderr; repeat (-vv) for debug records and tracebacks.",
-        rich_help_panel="Output",
-    ),
-]
-QuietOption = Annotated[
-    bool,
-    typer.Option("--quiet", "-q", help="Only errors on stderr.", rich_help_panel="Output"),
-]
-
-
-def with_log_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Give a command ``-v/--verbose`` (counted) and ``-q/--quiet``.
-
-    A command that itself takes ``verbose: bool`` (detailed rendering) receives whether
-    ``-v`` was given at least once.
-    """
-    sig = inspect.signature(fn, eval_str=True)
-    wants_verbose = "verbose" in sig.parameters
-    params = [p for n, p in sig.parameters.items() if n not in ("verbose", "quiet")]
-    params += [
-        inspect.Parameter("verbose", inspect.Parameter.KEYWORD_ONLY, default=0,
-                          annotation=VerboseOption),
-        inspect.Parameter("quiet", inspect.Parameter.KEYWORD_ONLY, default=False,
-                          annotation=QuietOption),
-    ]  # fmt: skip
-
-    @functools.wraps(fn)
-    def command(*args: Any, verbose: int = 0, quiet: bool = False, **kwargs: Any) -> Any:
-        configure(verbose, quiet)
-        if wants_verbose:
-            kwargs["verbose"] = verbose > 0
-        return fn(*args, **kwargs)
-
-    command.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
-    return command
-
-
-def add_log_options(app: typer.Typer) -> None:
-    """Apply :func:`with_log_options` to every command of ``app`` and its sub-apps."""
-    for info in app.registered_commands:
-        if info.callback is not None and not getattr(info.callback, "_gpucc_logs", False):
-            info.callback = with_log_options(info.callback)
-            info.callback._gpucc_logs = True  # type: ignore[attr-defined]
-    for group in app.registered_groups:
-        if group.typer_instance is not None:
-            add_log_options(group.typer_instance)

@@ -13,9 +13,7 @@ from typing import Annotated
 import typer
 
 from . import attest as _attest
-from .logs import STATE, add_log_options
-
-EXIT_INTERNAL = 70  # EX_SOFTWARE: a bug in gpucc, reported in one line
+from .boundary import run_app, wrap_commands
 
 app = typer.Typer(
     name="gpucc",
@@ -44,7 +42,7 @@ def _register() -> None:
         ("gpucc.cli.demo", "demo", "demo"),
     ):
         app.command(name)(getattr(importlib.import_module(module), attr))
-    add_log_options(app)
+    wrap_commands(app)
 
 
 _register()
@@ -69,29 +67,8 @@ def main(
 
 
 def run() -> None:
-    """Console-script entry point: the single place errors become exit codes."""
-    from gpucc.gpuattest.errors import GpuccError
-
-    try:
-        app()
-    except GpuccError as exc:
-        if STATE.verbosity >= 2:
-            import traceback
-
-            traceback.print_exception(exc, file=sys.stderr)
-        sys.stderr.write(f"gpucc: error: {exc.diagnostics()}\n")
-        sys.exit(exc.exit_code)
-    except KeyboardInterrupt:
-        sys.stderr.write("gpucc: interrupted\n")
-        sys.exit(130)
-    except Exception as exc:  # a bug: one line, no locals, no traceback unless asked
-        if STATE.verbosity >= 1:
-            raise
-        detail = " ".join(str(exc).split())[:300]
-        sys.stderr.write(
-            f"gpucc: internal error: {type(exc).__name__}: {detail} (rerun with --verbose)\n"
-        )
-        sys.exit(EXIT_INTERNAL)
+    """Console-script entry point: the single place errors become exit statuses."""
+    sys.exit(run_app(app))
 
 
 if __name__ == "__main__":  # pragma: no cover

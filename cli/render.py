@@ -10,15 +10,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from gpucc.gpuattest.errors import EXIT_COLLATERAL, EXIT_NOT_TRUSTED, EXIT_OK
 from gpucc.gpuattest.result import AttestationResult, Verdict
 
-# 0 trusted, 1 not trusted, 3 undecided for lack of collateral.
-_VERDICT_EXIT_CODES = {
-    Verdict.TRUSTED: EXIT_OK,
-    Verdict.NOT_TRUSTED: EXIT_NOT_TRUSTED,
-    Verdict.UNDECIDED: EXIT_COLLATERAL,
-}
+from .exitcodes import verdict_outcome
 
 _STATUS_STYLE = {
     "pass": "green",
@@ -35,7 +29,7 @@ _VERDICT_LINE = {
 
 def verdict_exit_code(verdict: Verdict) -> int:
     """The exit status ``gpucc attest`` ends with for a verdict."""
-    return _VERDICT_EXIT_CODES[verdict]
+    return verdict_outcome(verdict).code
 
 
 def attest_document(result: AttestationResult) -> dict[str, Any]:

@@ -64,7 +64,7 @@ _HEX64_RE = re.compile(r"^[0-9a-fA-F]{64}$")
 class RimServiceError(NetworkError):
     """The RIM service answered, but the answer is unusable (not a verdict on the GPU)."""
 
-    hint = "the RIM service misbehaved; try again later, or supply the RIM with --rim-dir"
+    hint = "the RIM service misbehaved; try again later, or supply the RIM from a file"
 
 
 def valid_rim_id(rim_id: str) -> bool:

@@ -14,7 +14,7 @@ from importlib import resources
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from .errors import GpuccError, MalformedCertificateError
+from .errors import EnvironmentProblemError, MalformedCertificateError
 
 __all__ = [
     "DEVICE_ROOT_SHA256",
@@ -29,10 +29,9 @@ DEVICE_ROOT_SHA256 = "102bf659d5419614c9d8e6aecebc80454eb26b1df6a769ac720b9a690b
 RIM_ROOT_SHA256 = "12977b5115acb0381179279fffeb5a8c4d264971ebb32298023a465fa41df5d1"
 
 
-class TrustRootError(GpuccError):
+class TrustRootError(EnvironmentProblemError):
     """The embedded trust roots are missing or do not match their pins."""
 
-    exit_code = 5
     hint = "the gpucc installation is damaged; reinstall it"
 
 

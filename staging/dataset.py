@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from .chunks import ChunkCipher
-from .errors import KeyUnwrapError, MalformedDatasetError, StagingIOError
+from .errors import (
+    DatasetKeyMismatchError,
+    KeyUnwrapError,
+    MalformedDatasetError,
+    StagingIOError,
+)
 from .format import (
     MAGIC,
     PREFIX_SIZE,
@@ -111,17 +117,25 @@ class SealedDataset:
         hand the key to staging, which checks it before decrypting anything.
 
         Raises:
-            KeyUnwrapError: no key-file record, a key of another key id, or a failed unwrap.
+            DatasetKeyMismatchError: no key-file record, or a key of another key id.
+            KeyUnwrapError: the key id matches but the record does not unwrap (tampered).
             HeaderAuthenticationError: the key unwrapped but the header tag does not verify.
         """
         record = self.wrap
         if record is None or record.kind is not WrapKind.KEY_FILE:
-            raise KeyUnwrapError(f"{self.path} holds no key-file wrap record")
-        if record.context != key_id(kek):
-            raise KeyUnwrapError(
-                f"{self.path} was sealed for key id {record.context.hex()}, "
-                f"this key file has key id {key_id(kek).hex()}"
-            )
+            raise DatasetKeyMismatchError(f"{self.path} holds no key-file wrap record")
+        ours = key_id(kek)
+        if record.context != ours:
+            # Wrong key, or an altered key id? The key id is authenticated by the wrap: if
+            # the record unwraps under our key id, only the key id field was changed.
+            try:
+                unwrap_key(kek, dataclasses.replace(record, context=ours), self.header_digest)
+            except KeyUnwrapError:
+                raise DatasetKeyMismatchError(
+                    f"{self.path} was sealed for key id {record.context.hex()}, "
+                    f"this key file has key id {ours.hex()}"
+                ) from None
+            raise KeyUnwrapError(f"{self.path}: the wrap record's key id was altered")
         return self.unwrap_record(record, kek, verify_header=verify_header)
 
     def unwrap_record(self, record: WrapRecord, kek: bytes, *, verify_header: bool = True) -> bytes:

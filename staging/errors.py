@@ -1,15 +1,17 @@
 """Typed errors raised by staging: sealed datasets, key files, key release and GPU staging.
 
-Each one derives from a family in :mod:`gpuattest.errors`, so its process exit code (and
-what users must be able to tell apart) stays defined in one place:
+Each one derives from a family in :mod:`gpucc.gpuattest.errors`, so what callers must be
+able to tell apart stays defined in one place:
 
-* usage (exit 2): :class:`StageKeyArgumentsError`;
-* malformed input (exit 4): :class:`MalformedDatasetError`, :class:`KeyFileError`,
+* usage: :class:`StageKeyArgumentsError`;
+* malformed input: :class:`MalformedDatasetError`, :class:`KeyFileError`,
   :class:`MalformedSessionMessageError`;
-* environment (exit 5): :class:`StagingIOError`, :class:`GpuStagingUnavailableError`;
-* integrity (exit 6): :class:`ChunkAuthenticationError`, :class:`HeaderAuthenticationError`,
-  :class:`KeyUnwrapError`;
-* not trusted (exit 1): :class:`ProtocolError`.
+* environment: :class:`GpuStagingUnavailableError`;
+* files: :class:`StagingIOError`;
+* integrity (tampering): :class:`ChunkAuthenticationError`,
+  :class:`HeaderAuthenticationError`, :class:`KeyUnwrapError`;
+* wrong key: :class:`DatasetKeyMismatchError`;
+* not trusted: :class:`ProtocolError`.
 
 Messages never contain key material.
 """
@@ -25,10 +27,12 @@ from gpucc.gpuattest.errors import (
     MalformedInputError,
     NotTrustedError,
     UsageError,
+    WrongKeyError,
 )
 
 __all__ = [
     "ChunkAuthenticationError",
+    "DatasetKeyMismatchError",
     "GpuStagingUnavailableError",
     "HeaderAuthenticationError",
     "KeyFileError",
@@ -41,7 +45,7 @@ __all__ = [
 ]
 
 
-# --- exit 2: usage -----------------------------------------------------------
+# --- usage -----------------------------------------------------------
 
 
 class StageKeyArgumentsError(UsageError):
@@ -59,7 +63,7 @@ class StageKeyArgumentsError(UsageError):
         self.sealed = sealed
 
 
-# --- exit 4: malformed input ------------------------------------------------
+# --- malformed input ------------------------------------------------
 
 
 class MalformedDatasetError(MalformedInputError):
@@ -74,7 +78,7 @@ class MalformedSessionMessageError(MalformedInputError):
     """An offer, answer or host key file cannot be parsed."""
 
 
-# --- exit 5: environment ----------------------------------------------------
+# --- environment and files ----------------------------------------------------
 
 
 class StagingIOError(FileAccessError):
@@ -84,10 +88,8 @@ class StagingIOError(FileAccessError):
 class GpuStagingUnavailableError(EnvironmentProblemError):
     """GPU staging needs CuPy and a usable CUDA device."""
 
-    hint = "install gpucc[gpu] on a host with a CUDA GPU, or use --device cpu"
 
-
-# --- exit 6: integrity ------------------------------------------------------
+# --- integrity and keys ------------------------------------------------------
 
 
 class ChunkAuthenticationError(IntegrityError):
@@ -103,11 +105,19 @@ class HeaderAuthenticationError(IntegrityError):
     """The header tag did not verify: the key is wrong or the header was changed."""
 
 
+class DatasetKeyMismatchError(WrongKeyError):
+    """The key offered is not the one this dataset was sealed or released for.
+
+    Told apart from tampering by the key id in the wrap record (or by the absence of a
+    wrap for this dataset in a session answer): nothing was decrypted.
+    """
+
+
 class KeyUnwrapError(IntegrityError):
     """A wrapped key did not unwrap: wrong key, wrong session or tampered."""
 
 
-# --- exit 1: not trusted ----------------------------------------------------
+# --- not trusted ----------------------------------------------------
 
 
 class ProtocolError(NotTrustedError):

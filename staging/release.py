@@ -41,7 +41,7 @@ from typing import Any, Protocol
 
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from .errors import KeyUnwrapError, MalformedSessionMessageError, ProtocolError
+from .errors import DatasetKeyMismatchError, MalformedSessionMessageError, ProtocolError
 from .format import WrapKind, unwrap_key, wrap_key
 from .release_messages import (
     CHALLENGE_SIZE,
@@ -369,13 +369,13 @@ class HostSession:
         The caller still verifies the header tag under the key (staging does).
 
         Raises:
-            KeyUnwrapError: no wrap for that dataset, or it does not unwrap (another
-                session, another dataset, or tampered).
+            DatasetKeyMismatchError: the answer holds no wrap for that dataset.
+            KeyUnwrapError: the wrap does not unwrap (another session, or tampered).
         """
         for wrap in self.wraps:
             if hmac.compare_digest(wrap.header_digest, header_digest):
                 return unwrap_key(self.session_key, wrap.record, header_digest)
-        raise KeyUnwrapError("the session answer holds no key for this dataset")
+        raise DatasetKeyMismatchError("the session answer holds no key for this dataset")
 
 
 def open_answer(answer: Answer, host_key: HostKey) -> HostSession:

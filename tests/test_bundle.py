@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from gpucc.cli.exitcodes import exit_code_for
 from gpucc.gpuattest._internal.transport import RequestsFetcher
 from gpucc.gpuattest.bundle import (
     BUNDLE_FORMAT,
@@ -27,7 +28,7 @@ from gpucc.gpuattest.bundle import (
     write_bundle,
 )
 from gpucc.gpuattest.collateral import ChainKind, OcspStatus, OcspTarget, RimSource, ocsp_targets
-from gpucc.gpuattest.errors import EXIT_MALFORMED, OfflineError, RimNotFoundError, UsageError
+from gpucc.gpuattest.errors import OfflineError, RimNotFoundError, UsageError
 from gpucc.gpuattest.netconfig import FallbackOcspChecker, NetworkSettings, build_collateral
 from gpucc.gpuattest.ocsp import OcspClient
 from gpucc.gpuattest.ocsp_response import CertId
@@ -441,7 +442,7 @@ def test_malformed_bundles_are_refused(bundle_file: Path, index: int) -> None:
     bundle_file.write_text(json.dumps(bad))
     with pytest.raises(MalformedBundleError) as info:
         load_bundle(bundle_file)
-    assert info.value.exit_code == EXIT_MALFORMED
+    assert exit_code_for(info.value) == 4
     assert "\n" not in info.value.diagnostics()
 
 
@@ -559,7 +560,7 @@ def test_cli_fetch_writes_what_it_got_and_exits_3_for_the_rest(
         assert rim_srv.seen[0].headers["Authorization"] == f"Bearer {secret}"
     # NVIDIA's real chains cannot be answered by the test responder: RIMs in, OCSP missing.
     assert isinstance(result.exception, CollateralUnavailableError), result.output
-    assert result.exception.exit_code == 3
+    assert exit_code_for(result.exception) == 3
     assert secret not in result.output
     assert "RIM  NV_GPU_DRIVER_GH100_545.00" in result.output
     assert "missing: OCSP for 'GH100 A01 GSP BROM'" in result.output

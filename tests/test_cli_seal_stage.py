@@ -185,7 +185,12 @@ def test_stage_tampered_chunk_exits_6_naming_it(work: Path) -> None:
     (work / "d.gcc").write_bytes(bytes(blob))
     result = run("stage", "d.gcc", "--key-file", "k.key", "--format", "json", cwd=work)
     assert result.returncode == 6
-    _one_error_line(result, "chunk 3 failed authentication")
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "chunk 3 failed authentication" in lines[0]
+    error = json.loads(result.stdout)
+    assert error["schema"] == "gpucc.error/v1"
+    assert error["error"]["code"] == 6 and error["error"]["kind"] == "authentication-failed"
+    assert error["error"]["message"] == "chunk 3 failed authentication"
 
 
 def test_stage_integrity_and_framing_failures(work: Path) -> None:
@@ -193,7 +198,7 @@ def test_stage_integrity_and_framing_failures(work: Path) -> None:
     (work / "other.bin").write_bytes(b"x")
     run("seal", "other.bin", "-o", "o.gcc", "--key-file", "other.key", cwd=work)
     wrong = run("stage", "d.gcc", "--key-file", "other.key", cwd=work)
-    assert wrong.returncode == 6
+    assert wrong.returncode == 7  # told apart from tampering by the key id
     _one_error_line(wrong, "key id")
     blob = (work / "d.gcc").read_bytes()
     (work / "d.gcc").write_bytes(blob[:-1])

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from gpucc.cli.exitcodes import exit_code_for
 from gpucc.staging import format as fmt
 from gpucc.staging.chunks import ChunkCipher
 from gpucc.staging.errors import KeyFileError, KeyUnwrapError, MalformedDatasetError
@@ -308,7 +309,7 @@ def test_exposed_key_file_is_refused_in_one_line(tmp_path: Path, mode: int) -> N
         fmt.read_key_file(path)
     text = info.value.diagnostics()
     assert "\n" not in text and f"{mode:04o}" in text and "chmod 600" in text
-    assert info.value.exit_code == 4
+    assert exit_code_for(info.value) == 4
 
 
 @pytest.mark.parametrize(

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from gpucc.cli.exitcodes import exit_code_for
 from gpucc.gpuattest.errors import UsageError
 from gpucc.staging import _gpu_pipeline, gpu
 from gpucc.staging import _gpu_runtime as rt
@@ -144,7 +145,7 @@ def _assert_failed_at(path: Path, dk: bytes, data: bytes, index: int, **kw: Any)
     out = _poisoned(len(data))
     with pytest.raises(ChunkAuthenticationError) as info:
         gpu.stage_gpu(open_sealed(path), dk, out=out, **kw)
-    assert info.value.chunk_index == index and info.value.exit_code == 6
+    assert info.value.chunk_index == index and exit_code_for(info.value) == 6
     host = _host(out)
     assert host[: index * CS] == data[: index * CS]  # verified chunks stay
     assert not any(host[index * CS :])  # the failing chunk and everything after: zero
@@ -358,7 +359,7 @@ def test_unavailable_without_cupy(monkeypatch: pytest.MonkeyPatch) -> None:
     assert reason is not None and "CuPy" in reason and "\n" not in reason
     with pytest.raises(GpuStagingUnavailableError) as info:
         gpu.require_gpu()
-    assert info.value.exit_code == 5
+    assert exit_code_for(info.value) == 5
     for gpus in (None, 1, 2):
         with pytest.raises(GpuStagingUnavailableError, match="CuPy is not installed"):
             gpu.backend(gpus)

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from gpucc.cli.exitcodes import exit_code_for
 from gpucc.gpuattest.collateral import NoOcsp, rim_sources_from_mapping
 from gpucc.gpuattest.errors import CcModeError, NvmlUnavailableError
 from gpucc.gpuattest.evidence import dump_evidence_json, load_evidence_json
@@ -140,7 +141,7 @@ def test_cc_off_is_an_environment_error(
     driver.install(monkeypatch)
     with pytest.raises(CcModeError) as info:
         collect_evidence(os.urandom(32))
-    assert info.value.exit_code == 5
+    assert exit_code_for(info.value) == 5
     assert driver.calls[-1] == "shutdown"
 
 
@@ -167,7 +168,7 @@ def test_nvml_call_failure_is_an_environment_error(
     driver.install(monkeypatch)
     with pytest.raises(NvmlUnavailableError, match="NVML call failed") as info:
         collect_evidence(os.urandom(32))
-    assert info.value.exit_code == 5
+    assert exit_code_for(info.value) == 5
     assert driver.calls[-1] == "shutdown"
 
 

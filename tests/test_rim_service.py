@@ -7,13 +7,13 @@ from collections.abc import Iterator
 
 import pytest
 
+from gpucc.cli.exitcodes import describe, exit_code_for
 from gpucc.gpuattest._internal.transport import (
     HttpStatusError,
     RequestsFetcher,
     ServiceAccessDeniedError,
 )
 from gpucc.gpuattest.errors import (
-    EXIT_COLLATERAL,
     CollateralUnavailableError,
     GpuccError,
     NetworkError,
@@ -60,7 +60,7 @@ def source(server: LocalServer) -> Iterator[RimServiceSource]:
 
 def assert_collateral_error(exc: GpuccError) -> None:
     assert isinstance(exc, CollateralUnavailableError)
-    assert exc.exit_code == EXIT_COLLATERAL
+    assert exit_code_for(exc) == 3
     text = exc.diagnostics()
     assert "\n" not in text and KEY not in text
 
@@ -94,7 +94,8 @@ def test_forbidden_names_the_service_key_option(
     with pytest.raises(ServiceAccessDeniedError) as info:
         source.get_rim(DRIVER_RIM_ID)
     assert info.value.status == int(status)
-    assert "--service-key" in info.value.diagnostics()
+    assert "service key" in info.value.diagnostics()
+    assert "--service-key" in describe(info.value)[1]
     assert_collateral_error(info.value)
 
 

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from gpucc import staging
+from gpucc.cli.exitcodes import exit_code_for
 from gpucc.gpuattest.errors import GpuccError, IntegrityError, MalformedInputError, UsageError
 from gpucc.staging import format as fmt
 from gpucc.staging._pipeline import ChunkFailure, run_chunks
@@ -25,6 +26,7 @@ from gpucc.staging.cpu import Buffer, stage_bytes, stage_cpu, stage_plaintext_cp
 from gpucc.staging.dataset import SealedDataset, open_sealed
 from gpucc.staging.errors import (
     ChunkAuthenticationError,
+    DatasetKeyMismatchError,
     GpuStagingUnavailableError,
     HeaderAuthenticationError,
     KeyUnwrapError,
@@ -191,7 +193,7 @@ def _assert_failed_at(path: Path, kek: bytes, data: bytes, index: int, threads: 
     with pytest.raises(ChunkAuthenticationError) as info:
         _stage_with_kek(path, kek, out, threads=threads)
     assert info.value.chunk_index == index
-    assert info.value.exit_code == 6
+    assert exit_code_for(info.value) == 6
     cut = index * CS
     assert out[:cut].tobytes() == data[:cut]  # verified chunks, intact
     assert not out[cut:].any()  # the failed chunk and everything after it: zero
@@ -430,7 +432,7 @@ def test_wrap_record_spliced_from_another_dataset(
 
 def test_wrong_key(sealed: tuple[Path, bytes, bytes]) -> None:
     path, data, _ = sealed
-    with pytest.raises(KeyUnwrapError, match="key id"):
+    with pytest.raises(DatasetKeyMismatchError, match="key id"):
         open_sealed(path).unwrap(fmt.new_dataset_key())
     out = _sentinel(len(data))
     with pytest.raises(HeaderAuthenticationError):
@@ -463,7 +465,7 @@ def test_rewrap_leaves_the_file_untouched(sealed: tuple[Path, bytes, bytes]) -> 
     before = path.read_bytes()
     rewrap(path, kek=kek, to=WrapSpec.session(os.urandom(32), os.urandom(48)))
     assert path.read_bytes() == before
-    with pytest.raises(KeyUnwrapError):
+    with pytest.raises(DatasetKeyMismatchError):
         rewrap(path, kek=os.urandom(32), to=WrapSpec.key_file(os.urandom(32)))
 
 
@@ -603,7 +605,7 @@ def test_plan_stage_decides_once_and_runs(
 
     with pytest.raises(StageKeyArgumentsError) as info:
         staging.plan_stage(path, key=dk, key_for=key_for)
-    assert info.value.sealed and info.value.exit_code == 2
+    assert info.value.sealed and exit_code_for(info.value) == 2
     (tmp_path / "plain.bin").write_bytes(data)
     with pytest.raises(StageKeyArgumentsError) as info:
         staging.plan_stage(tmp_path / "plain.bin", key=dk)
@@ -638,7 +640,7 @@ def test_gpu_device_without_cupy_fails_with_its_reason(
     with pytest.raises(GpuStagingUnavailableError, match="GPU staging not available") as info:
         with staging.stage(path, kek=kek, device="gpu"):
             pass
-    assert info.value.exit_code == 5
+    assert exit_code_for(info.value) == 5
 
 
 def test_auto_falls_back_to_the_cpu_and_cpu_refuses_several_gpus(

@@ -25,6 +25,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
+from gpucc.cli.exitcodes import exit_code_for
 from gpucc.gpuattest.collateral import NoOcsp, rim_sources_from_mapping
 from gpucc.gpuattest.evidence import EvidenceSet
 from gpucc.gpuattest.policy import parse_policy
@@ -34,7 +35,12 @@ from gpucc.staging import format as fmt
 from gpucc.staging import release as s
 from gpucc.staging.cpu import stage_cpu
 from gpucc.staging.dataset import SealedDataset, open_sealed
-from gpucc.staging.errors import KeyFileError, KeyUnwrapError, ProtocolError
+from gpucc.staging.errors import (
+    DatasetKeyMismatchError,
+    KeyFileError,
+    KeyUnwrapError,
+    ProtocolError,
+)
 from gpucc.staging.seal import seal_bytes
 
 # --- known answers -----------------------------------------------------------------
@@ -285,7 +291,7 @@ def test_replayed_offer_with_another_challenge_is_refused(gpu: SimulatedGpu) -> 
     )
     with pytest.raises(ProtocolError, match="not trusted.*nonce") as info:
         s.accept_offer(forged, challenge=mine, attest=_attester(gpu))
-    assert "replayed" in str(info.value) and info.value.exit_code == 1
+    assert "replayed" in str(info.value) and exit_code_for(info.value) == 1
 
 
 def test_offer_with_a_swapped_key_is_refused(gpu: SimulatedGpu) -> None:
@@ -385,7 +391,7 @@ def test_key_wrapped_for_another_session_is_refused(
         host_b.dataset_key(sealed.header_digest)
     # A wrap for another dataset, or none at all.
     host_a = s.open_answer(holder_a.answer([wrap_a]), key_a)
-    with pytest.raises(KeyUnwrapError, match="no key for this dataset"):
+    with pytest.raises(DatasetKeyMismatchError, match="no key for this dataset"):
         host_a.dataset_key(bytes(32))
     assert host_a.dataset_key(sealed.header_digest) == grant.key
 

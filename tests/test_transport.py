@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from gpucc import __version__
+from gpucc.cli.exitcodes import exit_code_for
 from gpucc.gpuattest._internal.transport import (
     MAX_REDIRECTS,
     HttpStatusError,
@@ -17,7 +18,6 @@ from gpucc.gpuattest._internal.transport import (
     safe_url,
 )
 from gpucc.gpuattest.errors import (
-    EXIT_COLLATERAL,
     CollateralUnavailableError,
     NetworkError,
     OfflineError,
@@ -54,7 +54,7 @@ def ok(body: bytes = b"hello") -> Reply:
 
 def assert_one_line_network_error(exc: BaseException) -> None:
     assert isinstance(exc, NetworkError)
-    assert exc.exit_code == EXIT_COLLATERAL
+    assert exit_code_for(exc) == 3
     text = exc.diagnostics()
     assert "\n" not in text
     assert KEY not in text
@@ -122,7 +122,7 @@ def test_offline_raises_without_touching_the_network() -> None:
             offline.post(srv.url, b"x", content_type="a/b", max_bytes=10)
         assert srv.count == 0
     assert isinstance(info.value, CollateralUnavailableError)
-    assert info.value.exit_code == EXIT_COLLATERAL
+    assert exit_code_for(info.value) == 3
 
 
 def test_5xx_is_retried_then_succeeds(fetcher: RequestsFetcher) -> None:

@@ -39,7 +39,13 @@ if TYPE_CHECKING:  # imported lazily at run time: they cost ~85 ms of start-up
 
 from gpucc import __version__
 
-from ..errors import NetworkError, OfflineError, UsageError
+from ..errors import (
+    HttpStatusError,
+    NetworkError,
+    OfflineError,
+    ServiceAccessDeniedError,
+    UsageError,
+)
 
 __all__ = [
     "DEFAULT_CONNECT_TIMEOUT",
@@ -71,27 +77,6 @@ DEFAULT_USER_AGENT = f"gpucc/{__version__}"
 
 _RETRY_STATUSES = frozenset({500, 502, 503, 504})
 _CHUNK = 64 * 1024
-
-
-class HttpStatusError(NetworkError):
-    """The service answered with an HTTP status the caller did not accept.
-
-    Attributes:
-        status: the HTTP status code.
-    """
-
-    def __init__(self, message: str, *, status: int) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-class ServiceAccessDeniedError(HttpStatusError):
-    """The service refused access (HTTP 401/403)."""
-
-    hint = (
-        "if your deployment needs an NVIDIA attestation service key, pass --service-key "
-        "or set NV_ATTESTATION_SERVICE_KEY"
-    )
 
 
 class Fetcher(Protocol):

@@ -1,0 +1,219 @@
+"""The one place where commands meet the process: options every command takes, signals,
+broken pipes, errors turned into one line (and a JSON document), and exit statuses.
+
+Every command is wrapped by :func:`common_options`: it gains ``-v/--verbose`` and
+``-q/--quiet``, records whether its output is JSON, and turns a closed stdout, Ctrl-C,
+SIGTERM and SIGHUP into exceptions the framework does not swallow (it would report a
+closed pipe as exit 1 and Ctrl-C silently). ``finally`` blocks, which remove temporary
+files, run in every case.
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import inspect
+import json
+import os
+import signal
+import sys
+import traceback
+from collections.abc import Callable
+from types import FrameType
+from typing import Annotated, Any
+
+import typer
+
+from gpucc.gpuattest.errors import GpuccError
+
+from .exitcodes import BROKEN_PIPE, INTERNAL, INTERRUPTED, USAGE, Outcome, describe, outcome_for
+from .logs import STATE, configure
+from .options import OutputFormat
+
+ERROR_SCHEMA = "gpucc.error/v1"
+
+
+class BrokenPipe(Exception):  # noqa: N818 - a condition, not a bug
+    """stdout was closed by its reader."""
+
+
+class Interrupted(Exception):  # noqa: N818 - a condition, not a bug
+    """A signal asked the command to stop."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+VerboseOption = Annotated[
+    int,
+    typer.Option(
+        "--verbose",
+        "-v",
+        count=True,
+        help="More detail on stderr; -vv adds debug records and tracebacks.",
+        rich_help_panel="Output",
+        show_default=False,
+    ),
+]
+QuietOption = Annotated[
+    bool,
+    typer.Option("--quiet", "-q", help="Only errors on stderr.", rich_help_panel="Output"),
+]
+
+
+def json_from_environment() -> bool:
+    """``GPUCC_FORMAT=json`` or ``NVAT_FORMAT=json``."""
+    return any(
+        os.environ.get(n, "").strip().lower() == "json" for n in ("GPUCC_FORMAT", "NVAT_FORMAT")
+    )
+
+
+def common_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Wrap a command: ``-v``/``-q``, JSON detection, pipes and signals.
+
+    A command that itself takes ``verbose: bool`` (detailed rendering) receives whether
+    ``-v`` was given at least once.
+    """
+    sig = inspect.signature(fn, eval_str=True)
+    wants_verbose = "verbose" in sig.parameters
+    params = [p for n, p in sig.parameters.items() if n not in ("verbose", "quiet")]
+    kw = inspect.Parameter.KEYWORD_ONLY
+    params += [
+        inspect.Parameter("verbose", kw, default=0, annotation=VerboseOption),
+        inspect.Parameter("quiet", kw, default=False, annotation=QuietOption),
+    ]
+
+    @functools.wraps(fn)
+    def command(*args: Any, verbose: int = 0, quiet: bool = False, **kwargs: Any) -> Any:
+        configure(verbose, quiet)
+        output = kwargs.get("output")
+        STATE.json = output is OutputFormat.JSON if output is not None else json_from_environment()
+        if wants_verbose:
+            kwargs["verbose"] = verbose > 0
+        try:
+            return fn(*args, **kwargs)
+        except BrokenPipeError:
+            raise BrokenPipe() from None
+        except OSError as exc:
+            if exc.errno == errno.EPIPE:
+                raise BrokenPipe() from None
+            raise
+        except KeyboardInterrupt:
+            raise Interrupted(signal.SIGINT) from None
+
+    command.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
+    command._gpucc_wrapped = True  # type: ignore[attr-defined]
+    return command
+
+
+def wrap_commands(app: typer.Typer) -> None:
+    """Apply :func:`common_options` to every command of ``app`` and its sub-apps."""
+    for info in app.registered_commands:
+        if info.callback is not None and not getattr(info.callback, "_gpucc_wrapped", False):
+            info.callback = common_options(info.callback)
+    for group in app.registered_groups:
+        if group.typer_instance is not None:
+            wrap_commands(group.typer_instance)
+
+
+def _raise_interrupted(signum: int, _frame: FrameType | None) -> None:
+    raise Interrupted(signum)
+
+
+def stop_on_signals() -> None:
+    """SIGTERM and SIGHUP unwind the command like Ctrl-C, so temporary files are removed."""
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _raise_interrupted)
+
+
+def _stdout_gone() -> None:
+    """Point stdout at /dev/null so that the final flush cannot fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+
+
+def _emit_json(document: dict[str, Any]) -> None:
+    try:
+        sys.stdout.write(json.dumps(document, indent=2, sort_keys=True) + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _stdout_gone()
+
+
+def report(outcome: Outcome, message: str, hint: str = "", *, line: bool = True) -> int:
+    """One line on stderr and, when the command's output is JSON, the error document."""
+    text = f"gpucc: error: {message}" + (f" ({hint})" if hint else "")
+    if outcome in (INTERRUPTED, INTERNAL):
+        text = f"gpucc: {message}" + (f" ({hint})" if hint else "")
+    try:
+        if line:
+            sys.stderr.write(text + "\n")
+            sys.stderr.flush()
+    except OSError:
+        pass
+    if STATE.json:
+        error = {"code": outcome.code, "kind": outcome.kind, "message": message, "hint": hint}
+        _emit_json({"schema": ERROR_SCHEMA, "error": error})
+    return outcome.code
+
+
+def report_error(exc: GpuccError) -> int:
+    """Report a library error; return its exit status."""
+    message, hint = describe(exc)
+    return report(outcome_for(exc), message, hint)
+
+
+def _usage_json_requested(argv: list[str]) -> bool:
+    """Whether a command line that failed to parse asked for JSON (best effort)."""
+    for i, token in enumerate(argv):
+        if token in ("--format=json", "-fjson"):
+            return True
+        if token in ("--format", "-f") and i + 1 < len(argv) and argv[i + 1] == "json":
+            return True
+    return json_from_environment()
+
+
+def run_app(app: typer.Typer, argv: list[str] | None = None) -> int:
+    """Run ``app`` and return the process exit status; never raises."""
+    from typer.exceptions import TyperException
+    from typer.rich_utils import rich_format_error
+
+    args = sys.argv[1:] if argv is None else argv
+    stop_on_signals()
+    try:
+        code = app(args=args, standalone_mode=False)
+        code = code if isinstance(code, int) else 0
+        if code == INTERRUPTED.code:  # the framework turns Ctrl-C outside a command into 130
+            report(INTERRUPTED, "interrupted")
+    except TyperException as exc:  # a command line that does not parse
+        rich_format_error(exc)  # type: ignore[arg-type]
+        STATE.json = _usage_json_requested(args)
+        message = " ".join(exc.format_message().split())
+        code = report(USAGE, message, line=False) if exc.exit_code == 2 else 1
+    except GpuccError as exc:
+        if STATE.verbosity >= 2:
+            traceback.print_exception(exc, file=sys.stderr)
+        code = report_error(exc)
+    except BrokenPipe:
+        _stdout_gone()
+        code = BROKEN_PIPE.code
+    except Interrupted as exc:
+        name = "interrupted" if exc.signum == signal.SIGINT else f"terminated ({exc})"
+        report(INTERRUPTED, name)
+        code = 128 + exc.signum
+    except Exception as exc:  # a bug: one line, no locals, no traceback unless asked
+        if STATE.verbosity >= 1:
+            traceback.print_exception(exc, file=sys.stderr)
+        detail = " ".join(str(exc).split())[:300]
+        code = report(INTERNAL, f"internal error: {type(exc).__name__}: {detail}", "rerun with -v")
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _stdout_gone()
+        code = BROKEN_PIPE.code
+    return code

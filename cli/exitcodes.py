@@ -1,0 +1,141 @@
+"""Exit statuses: one table, mapped from the libraries' error families.
+
+The libraries raise typed errors and return verdicts; only the command line turns them
+into process exit statuses, a machine-readable ``kind`` and a hint that names the options
+of the command that failed. README's exit-code table is checked against :data:`TABLE`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpucc.gpuattest import errors
+from gpucc.gpuattest.result import Verdict
+from gpucc.staging.errors import GpuStagingUnavailableError
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One row of the exit-status table."""
+
+    code: int
+    kind: str
+    meaning: str
+
+
+OK = Outcome(0, "ok", "trusted (attest), or the command succeeded")
+NOT_TRUSTED = Outcome(1, "not-trusted", "evaluated and not trusted: a check or the policy failed")
+USAGE = Outcome(2, "usage", "usage error: unknown or conflicting options, bad values")
+COLLATERAL = Outcome(
+    3,
+    "collateral-unavailable",
+    "could not decide: collateral (a RIM, an OCSP answer, a service) is missing or unreachable",
+)
+MALFORMED = Outcome(
+    4,
+    "malformed-input",
+    "malformed input: evidence, certificate, RIM, policy, bundle, message, sealed dataset or key",
+)
+ENVIRONMENT = Outcome(5, "environment", "environment: no GPU, driver, NVML or CuPy; CC mode off")
+AUTHENTICATION = Outcome(
+    6,
+    "authentication-failed",
+    "data authentication failed: a sealed chunk, header or wrap record was altered",
+)
+WRONG_KEY = Outcome(
+    7, "wrong-key", "wrong key: the key given is not the one the data was sealed for"
+)
+FILE_ACCESS = Outcome(
+    8, "file-access", "a file cannot be read or written (missing, exists, special, permissions)"
+)
+INTERNAL = Outcome(70, "internal", "internal error (a bug), reported in one line; -v shows more")
+INTERRUPTED = Outcome(130, "interrupted", "interrupted (SIGINT); 143 for SIGTERM, 129 for SIGHUP")
+BROKEN_PIPE = Outcome(
+    141, "broken-pipe", "the reader of stdout went away (SIGPIPE); nothing printed"
+)
+
+TABLE: tuple[Outcome, ...] = (
+    OK,
+    NOT_TRUSTED,
+    USAGE,
+    COLLATERAL,
+    MALFORMED,
+    ENVIRONMENT,
+    AUTHENTICATION,
+    WRONG_KEY,
+    FILE_ACCESS,
+    INTERNAL,
+    INTERRUPTED,
+    BROKEN_PIPE,
+)
+
+# Most specific family first: an error takes the first row whose family it belongs to.
+_FAMILIES: tuple[tuple[type[errors.GpuccError], Outcome], ...] = (
+    (errors.WrongKeyError, WRONG_KEY),
+    (errors.FileAccessError, FILE_ACCESS),
+    (errors.IntegrityError, AUTHENTICATION),
+    (errors.UsageError, USAGE),
+    (errors.CollateralUnavailableError, COLLATERAL),
+    (errors.MalformedInputError, MALFORMED),
+    (errors.EnvironmentProblemError, ENVIRONMENT),
+    (errors.NotTrustedError, NOT_TRUSTED),
+)
+
+_VERDICTS = {
+    Verdict.TRUSTED: OK,
+    Verdict.NOT_TRUSTED: NOT_TRUSTED,
+    Verdict.UNDECIDED: COLLATERAL,
+}
+
+# Hints that name command-line options, by error family (most specific first). The
+# libraries' own hints never name options; these are appended by the CLI.
+_HINTS: tuple[tuple[type[errors.GpuccError], str], ...] = (
+    (errors.ServiceAccessDeniedError, "pass --service-key or set NV_ATTESTATION_SERVICE_KEY"),
+    (
+        errors.NvmlUnavailableError,
+        "run on a host with an NVIDIA driver and the nvml extra "
+        "(pip install 'gpucc[nvml]'), or give 'gpucc attest' an --evidence FILE",
+    ),
+    (errors.OfflineError, "fetch a bundle with 'gpucc collateral fetch' on a connected machine"),
+    (errors.RimNotFoundError, "or supply the RIM with --rim-dir DIR"),
+    (errors.CollateralUnavailableError, "check connectivity, or use --collateral BUNDLE --offline"),
+    (
+        GpuStagingUnavailableError,
+        "install 'gpucc[gpu]' on a host with a CUDA GPU, or use --device cpu",
+    ),
+)
+
+
+def outcome_for(exc: BaseException) -> Outcome:
+    """The exit-status row for an error raised by the libraries (INTERNAL for anything else)."""
+    for family, outcome in _FAMILIES:
+        if isinstance(exc, family):
+            return outcome
+    if isinstance(exc, errors.GpuccError):
+        return NOT_TRUSTED
+    return INTERNAL
+
+
+def exit_code_for(exc: BaseException) -> int:
+    """The process exit status for ``exc``."""
+    return outcome_for(exc).code
+
+
+def verdict_outcome(verdict: Verdict) -> Outcome:
+    """The exit-status row for an attestation verdict."""
+    return _VERDICTS[verdict]
+
+
+def cli_hint(exc: BaseException) -> str:
+    """The option-naming hint for ``exc``, or empty."""
+    for family, hint in _HINTS:
+        if isinstance(exc, family):
+            return hint
+    return ""
+
+
+def describe(exc: errors.GpuccError) -> tuple[str, str]:
+    """(message, hint) for one line on stderr or the JSON error document."""
+    message = " ".join((str(exc) or type(exc).__name__).split())
+    hints = [h for h in (exc.hint, cli_hint(exc)) if h]
+    return message, "; ".join(hints)
