@@ -107,7 +107,9 @@ PIPES: dict[str, Pipe] = {
             32,
             "published: 32 banks x 4 B = one conflict-free warp wavefront per clock per SM; "
             "assumption: every LDS/STS here is conflict-free or a broadcast (the T-table is "
-            "bank-replicated, round keys are read at one address by the whole warp); SHFL 32/clk",
+            "bank-replicated, round keys are read at one address by the whole warp); a 64/128-bit "
+            "LDS whose address is in a vector register counts bytes/4 wavefronts (conservative "
+            "for broadcasts); SHFL 32/clk",
         ),
         Pipe(
             "global",
@@ -570,12 +572,7 @@ def compile_and_disassemble(
         built = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
         if built.returncode != 0:
             raise RuntimeError(f"nvcc failed:\n{built.stdout}{built.stderr}")
-        dis = subprocess.run(
-            [nvdisasm, "-c", str(cubin)], capture_output=True, text=True, timeout=300, check=False
-        )
-        if dis.returncode != 0:
-            raise RuntimeError(f"nvdisasm failed:\n{dis.stderr}")
-        return built.stdout + built.stderr, dis.stdout
+        return built.stdout + built.stderr, disassemble(cubin, nvdisasm)
 
 
 def blocks_per_thread(source: Path) -> int:
@@ -610,15 +607,31 @@ def model_kernel(sass: str, kernel: str, k: int, ptxas: dict[str, int]) -> Kerne
     return KernelModel(kernel, k, loop_counts, tile_counts, ptxas)
 
 
-def run_model(source: Path = SOURCE, kernel: str = "gcm_chunks") -> KernelModel:
+def disassemble(cubin: Path, nvdisasm: str) -> str:
+    dis = subprocess.run(
+        [nvdisasm, "-c", str(cubin)], capture_output=True, text=True, timeout=300, check=False
+    )
+    if dis.returncode != 0:
+        raise RuntimeError(f"nvdisasm failed:\n{dis.stderr}")
+    return dis.stdout
+
+
+def run_model(
+    source: Path = SOURCE, kernel: str = "gcm_chunks", cubin: Path | None = None
+) -> KernelModel:
+    """Model ``kernel`` as nvcc builds it from ``source``, or as found in a prebuilt ``cubin``
+    (for example what NVRTC built at run time; ptxas' report is then unknown)."""
     nvcc = find_nvcc()
-    if nvcc is None:
+    if nvcc is None and cubin is None:
         raise FileNotFoundError("nvcc is not installed")
     nvdisasm = find_disassembler(nvcc)
     if nvdisasm is None:
         raise FileNotFoundError(
             "nvdisasm not found (install the nvidia-cuda-nvdisasm wheel: pip install -e '.[test]')"
         )
+    if cubin is not None:
+        return model_kernel(disassemble(cubin, nvdisasm), kernel, blocks_per_thread(source), {})
+    assert nvcc is not None
     log, sass = compile_and_disassemble(source, nvcc, nvdisasm)
     ptxas = parse_ptxas(log).get(kernel, {})
     return model_kernel(sass, kernel, blocks_per_thread(source), ptxas)
@@ -674,6 +687,9 @@ def render(model: KernelModel, machine: Machine = H100_SXM) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     ap.add_argument("--source", type=Path, default=SOURCE)
+    ap.add_argument(
+        "--cubin", type=Path, default=None, help="model this prebuilt cubin instead of compiling"
+    )
     ap.add_argument("--kernel", default="gcm_chunks")
     ap.add_argument("--json", action="store_true", help="print the model as JSON")
     ap.add_argument(
@@ -684,7 +700,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = ap.parse_args(argv)
     try:
-        model = run_model(args.source, args.kernel)
+        model = run_model(args.source, args.kernel, args.cubin)
     except (FileNotFoundError, RuntimeError, ValueError) as exc:
         print(f"sass_model: {exc}", file=sys.stderr)
         return 2

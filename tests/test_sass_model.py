@@ -8,6 +8,7 @@ No timing is asserted: the model's GB/s figures are printed by CI, and CI's gate
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -158,3 +159,21 @@ def test_table_and_command_line(
     captured = capsys.readouterr()
     assert json.loads(captured.out)["kernel"] == "gcm_chunks"
     assert "below" in captured.err
+
+
+@pytest.mark.nvcc
+def test_a_prebuilt_cubin_gives_the_same_model(
+    real_model: sass_model.KernelModel, tmp_path: Path
+) -> None:
+    nvcc = sass_model.find_nvcc()
+    assert nvcc is not None
+    cubin = tmp_path / "k.cubin"
+    subprocess.run(
+        [nvcc, "-arch=sm_90", "-cubin", "-o", str(cubin), str(sass_model.SOURCE)],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+    model = sass_model.run_model(cubin=cubin)
+    assert model.loop == real_model.loop and model.tile == real_model.tile
+    assert model.ptxas == {}
