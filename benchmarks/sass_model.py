@@ -174,7 +174,7 @@ def slots_of(ins: Instr) -> int:
     parts = ins.opcode.split(".")
     if pipe == "fma" and ("WIDE" in parts or "HI" in parts):
         return 2
-    if pipe in ("shared", "global") and parts[0] not in ("SHFL",):
+    if pipe in ("shared", "global") and parts[0] != "SHFL":
         width = 4
         for m in _WIDTH.finditer(ins.opcode):
             width = {"U8": 1, "S8": 1, "U16": 2, "S16": 2, "32": 4, "64": 8, "128": 16}[m.group(1)]
@@ -186,8 +186,9 @@ def slots_of(ins: Instr) -> int:
 
 
 def _uniform_address(operands: str) -> bool:
+    """The memory operand uses no vector register (only uniform registers and immediates)."""
     m = re.search(r"\[([^\]]*)\]", operands)
-    return bool(m) and not re.search(r"(?<![U\w])R\d+", m.group(1)) if m else False
+    return m is not None and re.search(r"(?<!\w)R\d+", m.group(1)) is None
 
 
 # --- disassembly ----------------------------------------------------------------------------
@@ -358,8 +359,8 @@ def _has_vector_global(b: Block, op: str) -> bool:
 def longest_path(blocks: Sequence[Block], loop: Loop, inner: Iterable[Loop]) -> list[Instr]:
     """Instructions on the longest header-to-latch path of ``loop`` (see the module docstring);
     each loop nested in it counts as a node with no instructions."""
-    node_of: dict[int, int] = {}  # block -> representative node (a nested loop -> its header)
-    for sub in sorted(inner, key=lambda lp: len(lp.body)):
+    node_of: dict[int, int] = {}  # block -> node; a nested loop is one node, -1 - its header
+    for sub in sorted(inner, key=lambda lp: -len(lp.body)):  # outermost nested loops first
         for i in sub.body:
             node_of.setdefault(i, -1 - sub.header)
     members: dict[int, list[int]] = {}
