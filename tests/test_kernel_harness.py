@@ -452,6 +452,38 @@ def test_emulated_launch_seals_and_opens_like_the_format(harness: Harness, chunk
             assert opened == f"{_h(plain)} {','.join(['0'] * count)}"
 
 
+@pytest.mark.parametrize(
+    ("chunk_size", "threads"), [(8192, 128), (16384, 256), (65536, 256), (262144, 256)]
+)
+def test_emulated_launch_at_the_production_geometry(
+    harness: Harness, chunk_size: int, threads: int
+) -> None:
+    """The CTA widths staging launches for these chunk sizes (4 blocks per thread, 256 combine
+    threads): several tiles per chunk, a final chunk with a partial block, and a tamper."""
+    rng = random.Random(_seed())
+    ck, cs = rng.randbytes(32), chunk_size
+    geometry = (4, threads, 256)
+    header = fmt.Header(chunk_size=cs, dataset_id=rng.randbytes(16), plaintext_length=2 * cs + 37)
+    data = rng.randbytes(header.plaintext_length)
+    n = header.chunk_count
+    records = _seal_records(ck, header, data, 0, n)
+    sealed, opened = harness.run(
+        [
+            _batch_cmd("enc", geometry, ck, header, 0, n, data),
+            _batch_cmd("dec", geometry, ck, header, 0, n, records),
+        ]
+    )
+    assert sealed == f"{_h(records)} {','.join(['0'] * n)}"
+    assert opened == f"{_h(data)} {','.join(['0'] * n)}"
+    bad = bytearray(records)
+    bad[(cs + 16) + cs // 2] ^= 0x01  # one ciphertext bit of chunk 1
+    out, status = harness.one(_batch_cmd("dec", geometry, ck, header, 0, n, bytes(bad))).split()
+    assert status == "0,1,0"
+    plain = bytes.fromhex(out)
+    assert plain[cs : 2 * cs] == bytes(cs)
+    assert plain[:cs] == data[:cs] and plain[2 * cs :] == data[2 * cs :]
+
+
 def test_emulated_launch_flags_and_zeroes_each_tampered_chunk(harness: Harness) -> None:
     rng = random.Random(_seed())
     ck, cs = rng.randbytes(32), 4096

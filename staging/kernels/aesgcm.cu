@@ -24,12 +24,29 @@ using namespace gcmk;
 #define GCMK_MAX_WARPS (GCMK_MAX_THREADS / 32)
 
 // T-table replicated once per shared-memory bank: entry x of lane l lives at word 32*x + l, so
-// lane l always reads bank l. A warp's 32 lookups hit 32 different banks whatever the indices:
-// no bank conflicts, hence no data-dependent shared-memory timing.
+// lane l always reads the same bank, (table/4 + l) mod 32, whatever x is. A warp's 32 lookups
+// hit 32 different banks whatever the indices: no bank conflicts, hence no data-dependent
+// shared-memory timing.
+//
+// The lookup is addressed in the 32-bit shared window: the address of this lane's copy of
+// entry 0 is computed once, and a lookup is one multiply-add (x * 128 + lane_addr, an IMAD on
+// the FMA pipe) and one LDS. Combined with the one-instruction byte extracts of aes256_encrypt
+// (PRMT, or IMAD.HI for the top byte) that is two instructions of address arithmetic per lookup,
+// at most one of them on the ALU pipe. (Indexing the table through a generic pointer costs four:
+// shift, scale, mask-and-merge the lane, add the window base; three of them on the ALU pipe.)
+// (volatile: the compiler must not move a lookup across the barrier that publishes the table.)
 struct BankTable {
-    const u32* base;  // table + lane
-    __device__ __forceinline__ u32 operator()(u32 x) const { return base[x << 5]; }
+    u32 lane_addr;  // shared-window address of this lane's copy of entry 0
+    __device__ __forceinline__ u32 operator()(u32 x) const {
+        u32 v;
+        asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(lane_addr + (x << 7)));
+        return v;
+    }
 };
+
+__device__ __forceinline__ BankTable bank_table(const u32* tbl) {
+    return BankTable{static_cast<u32>(__cvta_generic_to_shared(tbl)) + 4u * (threadIdx.x & 31u)};
+}
 
 // Thread t's powers of H, read from the key context through the read-only cache: for a given i
 // the 32 lanes of a warp read 32 consecutive powers (one contiguous 512-byte run), the same ones
@@ -160,7 +177,7 @@ extern "C" __global__ void __launch_bounds__(GCMK_MAX_THREADS, 4)
 
     const Batch b = make_batch(in, out, first_chunk, total_chunks, last_len, nchunks, chunk_size,
                                id_prefix, encrypt, tiles_full, tiles_last);
-    const u32 T = blockDim.x, t = threadIdx.x, lane = t & 31u;
+    const u32 T = blockDim.x, t = threadIdx.x;
 
     build_bank_table(table);
     for (u32 i = t; i < static_cast<u32>(kAesRoundKeyWords); i += T) {
@@ -169,7 +186,7 @@ extern "C" __global__ void __launch_bounds__(GCMK_MAX_THREADS, 4)
     __syncthreads();
     const CtxPowers hp{ctx, T, t};
 
-    const BankTable te{table + lane};
+    const BankTable te = bank_table(table);
     const u64 items = batch_items(b);
     u32 parity = 0;
     for (u64 q = blockIdx.x; q < items; q += gridDim.x) {
@@ -283,10 +300,10 @@ extern "C" __global__ void __launch_bounds__(64)
     __shared__ u32 red[2][GCMK_MAX_WARPS][4];
     __shared__ u32 hj[8];  // H (natural order), J0
 
-    const u32 T = blockDim.x, t = threadIdx.x, lane = t & 31u;
+    const u32 T = blockDim.x, t = threadIdx.x;
     build_bank_table(table);
     __syncthreads();
-    const BankTable te{table + lane};
+    const BankTable te = bank_table(table);
     if (t == 0u) {
         u32 kw[8];
         for (int i = 0; i < 8; ++i) {

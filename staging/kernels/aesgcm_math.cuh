@@ -68,6 +68,21 @@ GCMK_HD u32 byte_perm(u32 a, u32 b, u32 s) {
 
 GCMK_HD u32 bswap32(u32 x) { return byte_perm(x, 0u, 0x0123u); }
 
+// Byte k of x as a number 0..255, the AES T-table indices: one instruction each on the GPU.
+// Bytes 0-2 are a PRMT (byte k, then three zero bytes); byte 3 is the high word of x * 2^8, an
+// IMAD.HI, which runs on the FMA pipe and so takes a quarter of the extracts off the ALU pipe,
+// the kernel's busiest (benchmarks/sass_model.py).
+GCMK_HD u32 byte0(u32 x) { return byte_perm(x, 0u, 0x4440u); }
+GCMK_HD u32 byte1(u32 x) { return byte_perm(x, 0u, 0x4441u); }
+GCMK_HD u32 byte2(u32 x) { return byte_perm(x, 0u, 0x4442u); }
+GCMK_HD u32 byte3(u32 x) {
+#if defined(__CUDA_ARCH__)
+    return __umulhi(x, 0x100u);
+#else
+    return x >> 24;
+#endif
+}
+
 // Rotate left by 8, 16 or 24 bits (the only rotations AES needs): a byte permutation.
 GCMK_HD u32 rotl8(u32 x) { return byte_perm(x, x, 0x2103u); }
 GCMK_HD u32 rotl16(u32 x) { return byte_perm(x, x, 0x1032u); }
@@ -196,6 +211,14 @@ GCMK_HD void aes256_expand_key(const u32 key[8], u32 rk[kAesRoundKeyWords], cons
     }
 }
 
+// The last round's output column from the T-table entries of its four input bytes (rows 0-3):
+// S(row 0) and S(row 1) are byte 1 of their entries, S(row 2) and S(row 3) byte 2.
+GCMK_HD u32 aes_last_column(u32 e0, u32 e1, u32 e2, u32 e3) {
+    const u32 lo = byte_perm(e0, e1, 0x4451u);  // bytes 0, 1: S(row 0), S(row 1)
+    const u32 hi = byte_perm(e2, e3, 0x6200u);  // bytes 2, 3: S(row 2), S(row 3)
+    return byte_perm(lo, hi, 0x7610u);
+}
+
 // One block. rk may live anywhere the caller likes (shared memory on the GPU): every thread of a
 // warp reads the same round-key word, a broadcast.
 GCMK_HD_TEMPLATE
@@ -210,34 +233,26 @@ GCMK_HD void aes256_encrypt(const u32* rk, const u32 in[4], u32 out[4], const Ta
         const u32* k = rk + 4 * r;
         // Output column j takes row i from input column j+i (ShiftRows); the table for row i is
         // the row-0 table rotated left by 8*i bits.
-        const u32 t0 = te(s0 & 0xffu) ^ rotl8(te((s1 >> 8) & 0xffu)) ^
-                       rotl16(te((s2 >> 16) & 0xffu)) ^ rotl24(te(s3 >> 24)) ^ k[0];
-        const u32 t1 = te(s1 & 0xffu) ^ rotl8(te((s2 >> 8) & 0xffu)) ^
-                       rotl16(te((s3 >> 16) & 0xffu)) ^ rotl24(te(s0 >> 24)) ^ k[1];
-        const u32 t2 = te(s2 & 0xffu) ^ rotl8(te((s3 >> 8) & 0xffu)) ^
-                       rotl16(te((s0 >> 16) & 0xffu)) ^ rotl24(te(s1 >> 24)) ^ k[2];
-        const u32 t3 = te(s3 & 0xffu) ^ rotl8(te((s0 >> 8) & 0xffu)) ^
-                       rotl16(te((s1 >> 16) & 0xffu)) ^ rotl24(te(s2 >> 24)) ^ k[3];
+        const u32 t0 = te(byte0(s0)) ^ rotl8(te(byte1(s1))) ^ rotl16(te(byte2(s2))) ^
+                       rotl24(te(byte3(s3))) ^ k[0];
+        const u32 t1 = te(byte0(s1)) ^ rotl8(te(byte1(s2))) ^ rotl16(te(byte2(s3))) ^
+                       rotl24(te(byte3(s0))) ^ k[1];
+        const u32 t2 = te(byte0(s2)) ^ rotl8(te(byte1(s3))) ^ rotl16(te(byte2(s0))) ^
+                       rotl24(te(byte3(s1))) ^ k[2];
+        const u32 t3 = te(byte0(s3)) ^ rotl8(te(byte1(s0))) ^ rotl16(te(byte2(s1))) ^
+                       rotl24(te(byte3(s2))) ^ k[3];
         s0 = t0;
         s1 = t1;
         s2 = t2;
         s3 = t3;
     }
-    // Last round (no MixColumns): the S-box value sits in bytes 1 and 2 of a T-table entry, so
-    // row 1 and row 2 are masked in place, row 0 shifted down and row 3 shifted up.
+    // Last round (no MixColumns): the S-box value is byte 1 and byte 2 of a T-table entry, so
+    // three byte permutations gather the four S-box bytes of an output column in place.
     const u32* k = rk + 56;
-    out[0] = (((te(s0 & 0xffu) >> 8) & 0xffu) | (te((s1 >> 8) & 0xffu) & 0xff00u) |
-              (te((s2 >> 16) & 0xffu) & 0xff0000u) | ((te(s3 >> 24) << 8) & 0xff000000u)) ^
-             k[0];
-    out[1] = (((te(s1 & 0xffu) >> 8) & 0xffu) | (te((s2 >> 8) & 0xffu) & 0xff00u) |
-              (te((s3 >> 16) & 0xffu) & 0xff0000u) | ((te(s0 >> 24) << 8) & 0xff000000u)) ^
-             k[1];
-    out[2] = (((te(s2 & 0xffu) >> 8) & 0xffu) | (te((s3 >> 8) & 0xffu) & 0xff00u) |
-              (te((s0 >> 16) & 0xffu) & 0xff0000u) | ((te(s1 >> 24) << 8) & 0xff000000u)) ^
-             k[2];
-    out[3] = (((te(s3 & 0xffu) >> 8) & 0xffu) | (te((s0 >> 8) & 0xffu) & 0xff00u) |
-              (te((s1 >> 16) & 0xffu) & 0xff0000u) | ((te(s2 >> 24) << 8) & 0xff000000u)) ^
-             k[3];
+    out[0] = aes_last_column(te(byte0(s0)), te(byte1(s1)), te(byte2(s2)), te(byte3(s3))) ^ k[0];
+    out[1] = aes_last_column(te(byte0(s1)), te(byte1(s2)), te(byte2(s3)), te(byte3(s0))) ^ k[1];
+    out[2] = aes_last_column(te(byte0(s2)), te(byte1(s3)), te(byte2(s0)), te(byte3(s1))) ^ k[2];
+    out[3] = aes_last_column(te(byte0(s3)), te(byte1(s0)), te(byte2(s1)), te(byte3(s2))) ^ k[3];
 }
 
 // ---------------------------------------------------------------------------------------------
