@@ -87,8 +87,8 @@ def common_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(fn)
     def command(*args: Any, verbose: int = 0, quiet: bool = False, **kwargs: Any) -> Any:
         configure(verbose, quiet)
-        output = kwargs.get("output")
-        STATE.json = output is OutputFormat.JSON if output is not None else json_from_environment()
+        formats = [v for v in kwargs.values() if isinstance(v, OutputFormat)]
+        STATE.json = formats[0] is OutputFormat.JSON if formats else json_from_environment()
         if wants_verbose:
             kwargs["verbose"] = verbose > 0
         try:
