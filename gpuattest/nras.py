@@ -287,6 +287,8 @@ class NrasClient:
                 "device-token",
                 f"NRAS sent tokens for {', '.join(unexpected)}, not in the evidence",
             )
+        if len(set(device_tokens.values())) != len(device_tokens):
+            raise TokenCheckError("device-token", "NRAS sent one token for several GPUs")
         check_detached(overall, device_tokens)
         gpus: list[RemoteGpuResult] = []
         for name in expected:

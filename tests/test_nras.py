@@ -392,6 +392,18 @@ def test_swapped_device_tokens(fake: tuple[FakeNras, Any], pki: NrasPki) -> None
     refused(nras, pki, "submods")
 
 
+def test_one_token_for_two_gpus(fake: tuple[FakeNras, Any], pki: NrasPki) -> None:
+    nras, _ = fake
+    nras.digest_of = None
+
+    def same(doc: list[Any]) -> bytes:
+        doc[1]["GPU-1"] = doc[1]["GPU-0"]
+        return json.dumps(doc).encode()
+
+    nras.finish = same
+    assert "one token for several" in str(refused(nras, pki, "device-token"))
+
+
 @pytest.mark.parametrize(
     ("header", "expect"),
     [
