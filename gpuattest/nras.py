@@ -30,7 +30,7 @@ Outcomes are kept apart:
   naming the check;
 * every check held: a :class:`RemoteVerdict`, whose ``trusted`` is NRAS's own
   overall result (``x-nvidia-overall-att-result``), false as well when any device
-  token reports ``x-nvidia-error-details``.
+  token reports ``x-nvidia-error-details`` or a ``measres`` other than ``success``.
 """
 
 from __future__ import annotations
@@ -117,7 +117,8 @@ class RemoteVerdict:
     """NRAS's answer after every gpucc check held.
 
     Attributes:
-        trusted: NRAS's overall result is ``true`` and no GPU reports an NRAS error.
+        trusted: NRAS's overall result is ``true``, every GPU's ``measres`` is
+            ``success`` and no GPU reports an NRAS error.
         overall_result: the ``x-nvidia-overall-att-result`` claim as sent (True or False).
         nonce: the nonce sent and found in ``eat_nonce``.
         issuer: the ``iss`` every token carried.
@@ -146,6 +147,23 @@ class RemoteVerdict:
     def detached_eat(self) -> list[Any]:
         """The answer in NVIDIA's detached-EAT shape, as received."""
         return [["JWT", self.overall_token], {g.name: g.token for g in self.gpus}]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form: what was checked, NRAS's claims, and the tokens as received."""
+        return {
+            "verifier": "remote",
+            "url": self.url,
+            "trusted": self.trusted,
+            "overall_result": self.overall_result,
+            "issuer": self.issuer,
+            "kid": self.kid,
+            "key_anchor": self.key_anchor,
+            "nonce": self.nonce.hex(),
+            "verified_at": self.verified_at.isoformat().replace("+00:00", "Z"),
+            "overall_claims": json.loads(json.dumps(dict(self.overall_claims))),
+            "claims": verdict_claims(self),
+            "detached_eat": self.detached_eat(),
+        }
 
 
 def verdict_claims(verdict: RemoteVerdict) -> list[dict[str, Any]]:
@@ -302,7 +320,9 @@ class NrasClient:
             raise TokenCheckError(
                 "overall-result", f"the overall token has no boolean '{_OVERALL_RESULT}'"
             )
-        trusted = result and all(g.error_details is None for g in gpus)
+        trusted = result and all(
+            g.error_details is None and g.claims.get("measres") == "success" for g in gpus
+        )
         return RemoteVerdict(
             trusted=trusted,
             overall_result=result,

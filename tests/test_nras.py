@@ -233,6 +233,9 @@ def test_good_answer_is_accepted(fake: tuple[FakeNras, Any], pki: NrasPki) -> No
     assert all(c["measres"] == "success" and c["eat_nonce"] == NONCE.hex() for c in claims)
     claims[0]["measres"] = "changed"  # a copy: the verdict stays as verified
     assert verdict.gpus[0].claims["measres"] == "success"
+    doc = json.loads(json.dumps(verdict.to_dict()))
+    assert doc["verifier"] == "remote" and doc["trusted"] and doc["nonce"] == NONCE.hex()
+    assert doc["verified_at"] == "2026-01-15T12:00:00Z" and len(doc["claims"]) == 2
     shape = verdict.detached_eat()
     assert shape[0][0] == "JWT" and set(shape[1]) == {"GPU-0", "GPU-1"}
 
@@ -267,6 +270,9 @@ def test_overall_false_and_device_errors_are_not_trusted(
     verdict = client(nras, pki).attest(evidence(), NONCE, now=NOW)
     assert verdict.overall_result and not verdict.trusted
     assert verdict.gpus[0].error_details["code"] == 4010
+    nras.device_extra = {"measres": "fail"}
+    verdict = client(nras, pki).attest(evidence(), NONCE, now=NOW)
+    assert verdict.overall_result and not verdict.trusted
 
 
 def test_no_roots_trusts_the_channel_and_says_so(fake: tuple[FakeNras, Any], pki: NrasPki) -> None:
