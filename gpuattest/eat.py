@@ -32,14 +32,14 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from cryptography import x509
 from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from .errors import KeyFileError
+from .errors import KeyFileError, UsageError
 from .jws import (
     DEFAULT_CLOCK_SKEW,
     MalformedTokenError,
@@ -68,7 +68,9 @@ __all__ = [
     "key_id",
     "load_private_key_pem",
     "load_public_key_pem",
+    "policy_digest",
     "public_jwk",
+    "sign_attestation_result",
     "sign_result_claims",
     "verify_eat",
 ]
@@ -236,6 +238,67 @@ def sign_result_claims(
         overall_token=sign_es384(header, overall, private_key),
         device_tokens=tuple(devices),
         kid=str(header["kid"]),
+    )
+
+
+class _PolicyLike(Protocol):
+    def to_dict(self) -> Mapping[str, Any]: ...
+
+
+class _GpuLike(Protocol):
+    @property
+    def claims(self) -> Mapping[str, Any]: ...
+    @property
+    def report_digest(self) -> bytes: ...
+
+
+class _ResultLike(Protocol):
+    @property
+    def gpus(self) -> Sequence[_GpuLike]: ...
+    @property
+    def trusted(self) -> bool: ...
+    @property
+    def verified_at(self) -> dt.datetime: ...
+    @property
+    def expected_nonce(self) -> bytes | None: ...
+    @property
+    def policy(self) -> _PolicyLike: ...
+
+
+def policy_digest(policy: Mapping[str, Any]) -> str:
+    """Hex SHA-256 of a policy's JSON form (sorted keys, no whitespace)."""
+    return hashlib.sha256(canonical_json(policy)).hexdigest()
+
+
+def sign_attestation_result(
+    result: _ResultLike,
+    *,
+    private_key: ec.EllipticCurvePrivateKey,
+    lifetime: dt.timedelta = DEFAULT_LIFETIME,
+    jti: str | None = None,
+) -> SignedEat:
+    """Sign a local verification result (``gpucc.attest/v1``'s source object).
+
+    Takes each GPU's ``claims`` and ``report_digest``, the verdict (``trusted``),
+    ``verified_at``, ``expected_nonce`` and ``policy.to_dict()`` (digested with
+    :func:`policy_digest`).
+
+    Raises:
+        UsageError: the result has no nonce (an EAT without ``eat_nonce`` proves no freshness).
+        ValueError: see :func:`sign_result_claims`.
+    """
+    if result.expected_nonce is None:
+        raise UsageError("a signed result needs the attestation nonce; this result has none")
+    return sign_result_claims(
+        [g.claims for g in result.gpus],
+        private_key=private_key,
+        nonce=result.expected_nonce,
+        now=result.verified_at,
+        overall_result=result.trusted,
+        evidence_digests=[g.report_digest.hex() for g in result.gpus],
+        policy_digest=policy_digest(result.policy.to_dict()),
+        lifetime=lifetime,
+        jti=jti,
     )
 
 

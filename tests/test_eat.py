@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +24,13 @@ from gpucc.gpuattest.eat import (
     key_id,
     load_private_key_pem,
     load_public_key_pem,
+    policy_digest,
     public_jwk,
+    sign_attestation_result,
     sign_result_claims,
     verify_eat,
 )
-from gpucc.gpuattest.errors import EXIT_MALFORMED, EXIT_NOT_TRUSTED, KeyFileError
+from gpucc.gpuattest.errors import EXIT_MALFORMED, EXIT_NOT_TRUSTED, KeyFileError, UsageError
 from gpucc.gpuattest.jws import MalformedTokenError, TokenCheckError, b64url_decode
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "EAT.md"
@@ -455,3 +458,50 @@ def test_public_key_files(tmp_path: Path, key: ec.EllipticCurvePrivateKey) -> No
     bad.write_text("hello")
     with pytest.raises(KeyFileError):
         load_public_key_pem(bad)
+
+
+# --- signing a local verification result ------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Policy:
+    rules: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.rules
+
+
+@dataclass(frozen=True)
+class _Gpu:
+    claims: dict[str, Any]
+    report_digest: bytes
+
+
+@dataclass(frozen=True)
+class _Result:
+    gpus: tuple[_Gpu, ...]
+    trusted: bool
+    verified_at: dt.datetime
+    expected_nonce: bytes | None
+    policy: _Policy
+
+
+def test_sign_attestation_result(key: ec.EllipticCurvePrivateKey) -> None:
+    gpus = tuple(
+        _Gpu({"measres": "success", "hwmodel": f"h{i}"}, hashlib.sha256(b"r%d" % i).digest())
+        for i in range(2)
+    )
+    policy = _Policy({"version": 1, "nonce": {"require": True}})
+    result = _Result(gpus, True, NOW, NONCE, policy)
+    eat = sign_attestation_result(result, private_key=key)
+    got = verify_eat(eat.to_json(), key.public_key(), nonce=NONCE, now=NOW)
+    assert got.overall_result
+    assert got.overall["x-gpucc-policy-digest"] == ["SHA-256", policy_digest(policy.rules)]
+    assert (
+        policy_digest(policy.rules)
+        == hashlib.sha256(b'{"nonce":{"require":true},"version":1}').hexdigest()
+    )
+    assert got.devices["GPU-1"]["hwmodel"] == "h1"
+    assert got.devices["GPU-1"]["x-gpucc-evidence-digest"][1] == gpus[1].report_digest.hex()
+    with pytest.raises(UsageError):
+        sign_attestation_result(_Result(gpus, True, NOW, None, policy), private_key=key)
