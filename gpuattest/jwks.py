@@ -151,7 +151,7 @@ def parse_jwks(data: bytes, source: str = "key set") -> KeySet:
         raise RemoteServiceError(f"{source} is larger than {MAX_JWKS_BYTES} bytes")
     try:
         doc = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
+    except (UnicodeDecodeError, ValueError, RecursionError):
         raise RemoteServiceError(f"{source} is not JSON") from None
     entries = doc.get("keys") if isinstance(doc, dict) else None
     if not isinstance(entries, list):

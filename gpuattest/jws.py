@@ -124,6 +124,8 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 def _json_object(data: bytes, what: str) -> dict[str, Any]:
     try:
         value = json.loads(data.decode("utf-8"), object_pairs_hook=_no_duplicates)
+    except RecursionError:
+        raise MalformedTokenError(f"{what} is nested too deeply") from None
     except (UnicodeDecodeError, ValueError) as exc:
         raise MalformedTokenError(f"{what} is not JSON: {' '.join(str(exc).split())}") from None
     if not isinstance(value, dict):
@@ -374,7 +376,7 @@ def parse_detached(data: bytes | str, what: str = "detached EAT") -> tuple[str, 
     try:
         text = data.decode("utf-8") if isinstance(data, bytes) else data
         doc = json.loads(text, object_pairs_hook=_no_duplicates)
-    except (UnicodeDecodeError, ValueError):
+    except (UnicodeDecodeError, ValueError, RecursionError):
         raise MalformedTokenError(f"{what} is not JSON") from None
     if not (isinstance(doc, list) and len(doc) == 2):
         raise MalformedTokenError(f'{what} is not [["JWT", overall], {{devices}}]')

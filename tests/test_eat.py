@@ -15,6 +15,8 @@ from typing import Any
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from joserfc import jwt as jose_jwt
 from joserfc.jwk import ECKey
 
@@ -505,3 +507,49 @@ def test_sign_attestation_result(key: ec.EllipticCurvePrivateKey) -> None:
     assert got.devices["GPU-1"]["x-gpucc-evidence-digest"][1] == gpus[1].report_digest.hex()
     with pytest.raises(UsageError):
         sign_attestation_result(_Result(gpus, True, NOW, None, policy), private_key=key)
+
+
+# --- hostile input never escapes the two error families -------------------------------
+
+_FIXED_KEY = ec.generate_private_key(ec.SECP384R1())
+_FIXED_EAT = sign_result_claims(
+    [{"measres": "success"}, {"measres": "success"}],
+    private_key=_FIXED_KEY,
+    nonce=NONCE,
+    now=NOW,
+    overall_result=True,
+    evidence_digests=["00" * 32, "11" * 32],
+).to_json()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=300) | st.binary(max_size=300))
+def test_arbitrary_input_is_malformed_or_refused(data: str | bytes) -> None:
+    try:
+        verify_eat(data, _FIXED_KEY.public_key(), now=NOW)
+    except (MalformedTokenError, TokenCheckError):
+        return
+    raise AssertionError("arbitrary input was accepted")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(min_value=0, max_value=len(_FIXED_EAT) - 2), st.characters(codec="ascii"))
+def test_any_one_character_change_is_refused(position: int, char: str) -> None:
+    mutated = _FIXED_EAT[:position] + char + _FIXED_EAT[position + 1 :]
+    original = verify_eat(_FIXED_EAT, _FIXED_KEY.public_key(), now=NOW)
+    try:
+        got = verify_eat(mutated, _FIXED_KEY.public_key(), now=NOW)
+    except (MalformedTokenError, TokenCheckError):
+        return
+    # Only an equivalent encoding (JSON whitespace, unused base64 bits) may pass.
+    assert got.to_dict() == original.to_dict()
+
+
+def test_deeply_nested_json_is_malformed(key: ec.EllipticCurvePrivateKey) -> None:
+    with pytest.raises(MalformedTokenError):
+        verify_eat("[" * 100_000, key.public_key(), now=NOW)
+    import jwt
+
+    token = jwt.PyJWS().encode(b"[" * 100_000, key, algorithm="ES384")
+    with pytest.raises(MalformedTokenError, match="nested too deeply"):
+        verify_eat(token, key.public_key(), now=NOW)

@@ -18,6 +18,8 @@ from typing import Any
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from joserfc import jwt as jose_jwt
 from joserfc.jwk import ECKey
 
@@ -677,3 +679,66 @@ def test_mixed_architectures_are_refused(fake: tuple[FakeNras, Any], pki: NrasPk
     with pytest.raises(MalformedEvidenceError):
         client(nras, pki).attest(EvidenceSet(gpus=gpus), NONCE, now=NOW)
     assert server.count == 0
+
+
+# --- hostile answers never escape the two outcome families ---------------------------
+
+
+class _KeySetOnly:
+    """A Fetcher that serves one key set and refuses everything else."""
+
+    def __init__(self, jwks: bytes) -> None:
+        self.jwks = jwks
+
+    def get(self, url: str, *, max_bytes: int, **_: object) -> bytes:
+        return self.jwks
+
+    def post(self, url: str, body: bytes, **_: object) -> bytes:
+        raise NetworkError("no posting in this test")
+
+
+def _offline_client(pki: NrasPki, base: str) -> NrasClient:
+    jwks = json.dumps({"keys": [jwk_for(pki.signer, KID, [pki.signer, pki.ca])]}).encode()
+    fetch = _KeySetOnly(jwks)
+    keys = JwksClient(fetcher=fetch, url=base + JWKS_PATH, roots=[pki.root.cert])
+    return NrasClient(fetcher=fetch, jwks=keys, base_url=base)
+
+
+@settings(
+    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(data=st.binary(max_size=400) | st.text(max_size=400).map(str.encode))
+def test_arbitrary_answers_are_service_errors_or_refusals(pki: NrasPki, data: bytes) -> None:
+    c = _offline_client(pki, "https://nras.test")
+    try:
+        c.check_answer(data, gpu_count=1, nonce=NONCE, now=NOW)
+    except (RemoteServiceError, TokenCheckError):
+        return
+    raise AssertionError("an arbitrary answer was accepted")
+
+
+@settings(
+    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(position=st.integers(min_value=0), char=st.characters(codec="ascii"))
+def test_one_character_changes_to_an_answer(pki: NrasPki, position: int, char: str) -> None:
+    base = "https://nras.test"
+    nras = FakeNras(pki, url=base)
+    good = json.dumps(nras.answer({"nonce": NONCE.hex(), "evidence_list": [{}, {}]}))
+    c = _offline_client(pki, base)
+    original = c.check_answer(good.encode(), gpu_count=2, nonce=NONCE, now=NOW)
+    i = position % len(good)
+    mutated = (good[:i] + char + good[i + 1 :]).encode()
+    try:
+        got = c.check_answer(mutated, gpu_count=2, nonce=NONCE, now=NOW)
+    except (RemoteServiceError, TokenCheckError):
+        return
+    assert got.overall_claims == original.overall_claims
+    assert [dict(g.claims) for g in got.gpus] == [dict(g.claims) for g in original.gpus]
+
+
+def test_deeply_nested_answer_is_a_service_error(pki: NrasPki) -> None:
+    with pytest.raises(RemoteServiceError):
+        _offline_client(pki, "https://nras.test").check_answer(
+            b"[" * 500_000, gpu_count=1, nonce=NONCE, now=NOW
+        )
