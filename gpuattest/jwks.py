@@ -18,6 +18,9 @@ omitted from ``x5c``. Without pinned roots the key is trusted because it came
 over TLS from the configured host; a JWKS URL over plain http to anything but a
 loopback address is then refused.
 
+With pinned roots, a :class:`JwksDiskCache` keeps the set between runs until it
+expires; every key read from it is chain-checked again before use.
+
 A key set that cannot be fetched or parsed is :class:`RemoteServiceError`
 (exit 3): the service failed, nothing was learnt about the evidence.
 """
@@ -26,17 +29,23 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import datetime as dt
+import hashlib
 import json
+import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from ._internal.files import write_atomic
 from ._internal.transport import Fetcher, plain_http_to_remote, safe_url
 from .chain import validate_chain
 from .errors import CollateralUnavailableError
@@ -46,6 +55,7 @@ __all__ = [
     "DEFAULT_JWKS_TTL",
     "MAX_JWKS_BYTES",
     "JwksClient",
+    "JwksDiskCache",
     "KeySet",
     "RemoteServiceError",
     "SigningKey",
@@ -58,6 +68,10 @@ MAX_KEYS = 64
 MAX_X5C = 10
 DEFAULT_JWKS_TTL = 3600.0  # seconds
 _P384_BYTES = 48
+_CACHE_FORMAT = "gpucc-cache"
+_MAX_CACHE_ENTRY = (MAX_JWKS_BYTES * 4) // 3 + 4096
+
+_log = logging.getLogger(__name__)
 
 
 class RemoteServiceError(CollateralUnavailableError):
@@ -214,6 +228,91 @@ def _der(cert: x509.Certificate) -> bytes:
     return cert.public_bytes(serialization.Encoding.DER)
 
 
+class JwksDiskCache:
+    """Key sets on disk, ``<directory>/jwks/<sha256 of the URL>.json``, self-checking.
+
+    An entry holds the raw JWKS bytes, their SHA-256, the URL and an expiry; one
+    that is corrupt, for another URL or expired is deleted and reported as a miss.
+    What is read is parsed again and, since :class:`JwksClient` uses this cache
+    only with pinned roots, every key is chain-checked again before use: the
+    cache is an optimisation, never a source of trust. Writes are atomic, 0600,
+    in a 0700 directory; a failed write is ignored.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = Path(directory)
+
+    def __repr__(self) -> str:
+        return f"JwksDiskCache({str(self.directory)!r})"
+
+    def _path(self, url: str) -> Path:
+        return self.directory / "jwks" / f"{hashlib.sha256(url.encode()).hexdigest()}.json"
+
+    def get(self, url: str, *, wall: float) -> tuple[bytes, float] | None:
+        """(JWKS bytes, expiry as Unix seconds) when an intact entry for ``url`` is fresh."""
+        path = self._path(url)
+        try:
+            with path.open("rb") as fh:
+                raw = fh.read(_MAX_CACHE_ENTRY + 1)
+        except OSError:
+            return None
+        entry = self._decode(raw, url)
+        if entry is None or not wall < entry[1]:
+            with contextlib.suppress(OSError):
+                path.unlink()
+            return None
+        return entry
+
+    @staticmethod
+    def _decode(raw: bytes, url: str) -> tuple[bytes, float] | None:
+        if len(raw) > _MAX_CACHE_ENTRY:
+            return None
+        try:
+            doc = json.loads(raw)
+        except (ValueError, RecursionError):
+            return None
+        if not isinstance(doc, dict) or (doc.get("format"), doc.get("kind"), doc.get("url")) != (
+            _CACHE_FORMAT,
+            "jwks",
+            url,
+        ):
+            return None
+        data, digest, expires = doc.get("data"), doc.get("sha256"), doc.get("expires")
+        if not (isinstance(data, str) and isinstance(digest, str)):
+            return None
+        if isinstance(expires, bool) or not isinstance(expires, int | float):
+            return None
+        try:
+            payload = base64.b64decode(data, validate=True)
+        except (binascii.Error, ValueError):
+            return None
+        if hashlib.sha256(payload).hexdigest() != digest:
+            return None
+        return payload, float(expires)
+
+    def put(self, url: str, data: bytes, *, expires: float) -> None:
+        """Store ``data`` for ``url`` until ``expires`` (Unix seconds); best effort."""
+        if not 0 < len(data) <= MAX_JWKS_BYTES:
+            return
+        doc = {
+            "format": _CACHE_FORMAT,
+            "kind": "jwks",
+            "version": 1,
+            "url": url,
+            "expires": expires,
+            "sha256": hashlib.sha256(data).hexdigest(),
+            "data": base64.b64encode(data).decode("ascii"),
+        }
+        path = self._path(url)
+        try:
+            self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+            path.parent.mkdir(mode=0o700, exist_ok=True)
+            os.chmod(path.parent, 0o700)
+            write_atomic(path, json.dumps(doc, sort_keys=True).encode("ascii"), mode=0o600)
+        except OSError as exc:
+            _log.debug("cannot write key-set cache entry %s: %s", path, exc.strerror)
+
+
 class JwksClient:
     """Fetches and caches one key set; see the module docstring.
 
@@ -224,6 +323,8 @@ class JwksClient:
         ttl: seconds a fetched set is used before it is fetched again.
         service_key: sent as a bearer token when given.
         clock: a monotonic clock in seconds (tests inject one).
+        disk: an on-disk cache shared between runs; used only with pinned roots.
+        wall_clock: Unix time in seconds, for the disk cache's expiry.
 
     Raises:
         RemoteServiceError: (at construction) no roots and a plain-http URL to a remote host.
@@ -238,6 +339,8 @@ class JwksClient:
         ttl: float = DEFAULT_JWKS_TTL,
         service_key: str | None = None,
         clock: Callable[[], float] = time.monotonic,
+        disk: JwksDiskCache | None = None,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         if not roots and plain_http_to_remote(url):
             raise RemoteServiceError(
@@ -250,6 +353,9 @@ class JwksClient:
         self._service_key = service_key
         self._clock = clock
         self._lock = threading.Lock()
+        self._disk = disk if self.roots else None
+        self._wall = wall_clock
+        # (monotonic expiry, key set)
         self._cached: tuple[float, KeySet] | None = None
 
     def __repr__(self) -> str:
@@ -270,14 +376,35 @@ class JwksClient:
         )
         keys = parse_jwks(body, f"key set {safe_url(self.url)}")
         with self._lock:
-            self._cached = (self._clock(), keys)
+            self._cached = (self._clock() + self.ttl, keys)
+        if self._disk is not None:
+            self._disk.put(self.url, body, expires=self._wall() + self.ttl)
+        return keys
+
+    def _from_disk(self) -> KeySet | None:
+        if self._disk is None:
+            return None
+        wall = self._wall()
+        entry = self._disk.get(self.url, wall=wall)
+        if entry is None:
+            return None
+        body, expires = entry
+        try:
+            keys = parse_jwks(body, "cached key set")
+        except RemoteServiceError:
+            return None
+        with self._lock:
+            self._cached = (self._clock() + min(expires - wall, self.ttl), keys)
         return keys
 
     def _current(self) -> tuple[KeySet, bool]:
         with self._lock:
             cached = self._cached
-        if cached is not None and self._clock() - cached[0] < self.ttl:
+        if cached is not None and self._clock() < cached[0]:
             return cached[1], False
+        stored = self._from_disk()
+        if stored is not None:
+            return stored, False
         return self.fetch(), True
 
     def key_for(self, kid: str, *, now: dt.datetime) -> SigningKey:

@@ -48,7 +48,7 @@ from cryptography import x509
 from ._internal.transport import Fetcher, safe_url
 from .errors import MalformedEvidenceError, UsageError
 from .evidence import EvidenceSet
-from .jwks import JwksClient, RemoteServiceError
+from .jwks import JwksClient, JwksDiskCache, RemoteServiceError
 from .jws import (
     DEFAULT_CLOCK_SKEW,
     MalformedTokenError,
@@ -378,7 +378,9 @@ def build_nras_client(
     The base URL is ``nras_url`` if given, else ``environ["NVAT_NRAS_BASE_URL"]``
     (the CLI passes ``os.environ``), else NVIDIA's. The key set comes from
     ``<base>/.well-known/jwks.json``; ``roots`` pins its ``x5c`` chains (empty:
-    the key set is trusted for coming over TLS from the service). ``clock_skew``
+    the key set is trusted for coming over TLS from the service). With roots and
+    ``settings.use_cache``, the key set is also cached on disk in the cache
+    directory (``jwks/``) until it expires. ``clock_skew``
     is the token-time tolerance (``settings.clock_skew`` is OCSP's, not used here).
 
     Raises:
@@ -388,8 +390,13 @@ def build_nras_client(
     env = environ if environ is not None else {}
     base = (nras_url or env.get(NRAS_URL_ENV) or DEFAULT_NRAS_BASE_URL).strip().rstrip("/")
     fetch = fetcher if fetcher is not None else build_fetcher(settings)
+    cache = settings.cache()
     jwks = JwksClient(
-        fetcher=fetch, url=base + JWKS_PATH, roots=roots, service_key=settings.service_key
+        fetcher=fetch,
+        url=base + JWKS_PATH,
+        roots=roots,
+        service_key=settings.service_key,
+        disk=JwksDiskCache(cache.directory) if cache is not None and roots else None,
     )
     return NrasClient(
         fetcher=fetch,

@@ -13,6 +13,7 @@ import hashlib
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -32,7 +33,7 @@ from gpucc.gpuattest.errors import (
     OfflineError,
 )
 from gpucc.gpuattest.evidence import EvidenceSet, GpuEvidence
-from gpucc.gpuattest.jwks import JwksClient, RemoteServiceError, parse_jwks
+from gpucc.gpuattest.jwks import JwksClient, JwksDiskCache, RemoteServiceError, parse_jwks
 from gpucc.gpuattest.jws import TokenCheckError
 from gpucc.gpuattest.netconfig import NetworkSettings
 from gpucc.gpuattest.nras import (
@@ -574,6 +575,87 @@ def test_key_set_is_cached_until_it_expires(fake: tuple[FakeNras, Any], pki: Nra
     assert sum(1 for s in server.seen if s.path == JWKS_PATH) == 2
 
 
+def _jwks_fetches(server: Any) -> int:
+    return sum(1 for s in server.seen if s.path == JWKS_PATH)
+
+
+def test_key_set_is_kept_on_disk_between_runs(
+    fake: tuple[FakeNras, Any], pki: NrasPki, tmp_path: Path
+) -> None:
+    nras, server = fake
+    settings = NetworkSettings(cache_dir=tmp_path, retries=0)
+    for _ in range(3):  # three runs: three clients
+        c = build_nras_client(settings, roots=[pki.root.cert], nras_url=nras.url)
+        assert c.attest(evidence(1), NONCE, now=NOW).trusted
+    assert _jwks_fetches(server) == 1
+    entries = list((tmp_path / "jwks").iterdir())
+    assert len(entries) == 1
+    assert entries[0].stat().st_mode & 0o777 == 0o600
+    assert (tmp_path / "jwks").stat().st_mode & 0o777 == 0o700
+    doc = json.loads(entries[0].read_text())
+    assert doc["url"] == nras.url + JWKS_PATH and doc["kind"] == "jwks"
+
+    # A corrupt entry is a miss: fetched again and rewritten.
+    entries[0].write_text(json.dumps({**doc, "sha256": "00" * 32}))
+    build_nras_client(settings, roots=[pki.root.cert], nras_url=nras.url).attest(
+        evidence(1), NONCE, now=NOW
+    )
+    assert _jwks_fetches(server) == 2
+    assert json.loads(entries[0].read_text())["sha256"] == doc["sha256"]
+
+
+def test_disk_key_set_expires(fake: tuple[FakeNras, Any], pki: NrasPki, tmp_path: Path) -> None:
+    nras, server = fake
+    wall = [1_000_000.0]
+    disk = JwksDiskCache(tmp_path)
+
+    def run() -> None:
+        fetch = fetcher()
+        jwks = JwksClient(
+            fetcher=fetch,
+            url=nras.url + JWKS_PATH,
+            roots=[pki.root.cert],
+            ttl=100,
+            disk=disk,
+            wall_clock=lambda: wall[0],
+        )
+        NrasClient(fetcher=fetch, jwks=jwks, base_url=nras.url).attest(evidence(1), NONCE, now=NOW)
+
+    run()
+    wall[0] += 99
+    run()
+    assert _jwks_fetches(server) == 1
+    wall[0] += 2
+    run()
+    assert _jwks_fetches(server) == 2
+
+
+def test_a_cached_key_is_chain_checked_again(
+    fake: tuple[FakeNras, Any], pki: NrasPki, tmp_path: Path
+) -> None:
+    """A key set planted in the cache gives no trust: its keys still need the pinned root."""
+    nras, _ = fake
+    url = nras.url + JWKS_PATH
+    planted = {"keys": [jwk_for(pki.other_signer, KID, [pki.other_signer, pki.other_root])]}
+    JwksDiskCache(tmp_path).put(url, json.dumps(planted).encode(), expires=4e9)
+    nras.signing_key = pki.other_signer.key
+    settings = NetworkSettings(cache_dir=tmp_path, retries=0)
+    c = build_nras_client(settings, roots=[pki.root.cert], nras_url=nras.url)
+    with pytest.raises(TokenCheckError) as info:
+        c.attest(evidence(1), NONCE, now=NOW)
+    assert info.value.check == "x5c"
+
+
+def test_no_disk_cache_without_pinned_roots(
+    fake: tuple[FakeNras, Any], pki: NrasPki, tmp_path: Path
+) -> None:
+    nras, _ = fake
+    settings = NetworkSettings(cache_dir=tmp_path, retries=0)
+    c = build_nras_client(settings, roots=[], nras_url=nras.url)
+    assert c.attest(evidence(1), NONCE, now=NOW).key_anchor == "tls"
+    assert not (tmp_path / "jwks").exists()
+
+
 # --- refused: the service (exit 3) -------------------------------------------------
 
 
@@ -627,7 +709,7 @@ def test_malformed_answer(fake: tuple[FakeNras, Any], pki: NrasPki, body: bytes)
 
 
 def test_offline_never_posts(pki: NrasPki) -> None:
-    settings = NetworkSettings(offline=True)
+    settings = NetworkSettings(offline=True, use_cache=False)
     c = build_nras_client(settings, roots=[pki.root.cert], nras_url="http://127.0.0.1:9")
     with pytest.raises(OfflineError):
         c.attest(evidence(), NONCE, now=NOW)
@@ -647,8 +729,8 @@ def test_service_down(pki: NrasPki) -> None:
 # --- building the client -----------------------------------------------------------
 
 
-def test_url_precedence_and_service_key(pki: NrasPki) -> None:
-    settings = NetworkSettings(service_key="sekrit-key")
+def test_url_precedence_and_service_key(pki: NrasPki, tmp_path: Path) -> None:
+    settings = NetworkSettings(service_key="sekrit-key", cache_dir=tmp_path)
     roots = [pki.root.cert]
     assert build_nras_client(settings, roots=roots).url == DEFAULT_NRAS_BASE_URL + "/v4/attest/gpu"
     env = {NRAS_URL_ENV: "https://nras.example/"}
@@ -660,9 +742,11 @@ def test_url_precedence_and_service_key(pki: NrasPki) -> None:
     assert "sekrit" not in repr(c) and "sekrit" not in repr(c.jwks)
 
 
-def test_service_key_is_sent_as_bearer(fake: tuple[FakeNras, Any], pki: NrasPki) -> None:
+def test_service_key_is_sent_as_bearer(
+    fake: tuple[FakeNras, Any], pki: NrasPki, tmp_path: Path
+) -> None:
     nras, server = fake
-    settings = NetworkSettings(service_key="sekrit-key", retries=0)
+    settings = NetworkSettings(service_key="sekrit-key", retries=0, cache_dir=tmp_path)
     c = build_nras_client(settings, roots=[pki.root.cert], nras_url=nras.url)
     assert c.attest(evidence(), NONCE, now=NOW).trusted
     assert all(s.headers.get("Authorization") == "Bearer sekrit-key" for s in server.seen)
