@@ -103,7 +103,7 @@ class KeySet:
     unusable: Mapping[str, str]
 
 
-def _b64_certs(value: object, kid: str) -> tuple[x509.Certificate, ...]:
+def _b64_certs(value: object) -> tuple[x509.Certificate, ...]:
     if not isinstance(value, list) or not value or len(value) > MAX_X5C:
         raise ValueError("x5c is not a list of 1 to 10 certificates")
     certs: list[x509.Certificate] = []
@@ -140,7 +140,7 @@ def _parse_key(jwk: Mapping[str, object], kid: str) -> SigningKey:
     public_key = numbers.public_key()  # ValueError when the point is not on the curve
     chain: tuple[x509.Certificate, ...] = ()
     if "x5c" in jwk:
-        chain = _b64_certs(jwk["x5c"], kid)
+        chain = _b64_certs(jwk["x5c"])
         if _spki(chain[0].public_key()) != _spki(public_key):
             raise ValueError("x5c[0] does not hold the key given by x and y")
     return SigningKey(kid=kid, public_key=public_key, chain=chain)

@@ -54,7 +54,9 @@ __all__ = [
     "check_times",
     "parse_detached",
     "read_header",
+    "require_es384",
     "sign_es384",
+    "submod_digests",
     "token_digest",
     "verify_es384",
 ]
@@ -138,6 +140,8 @@ def _parts(token: str, what: str) -> list[str]:
         raise MalformedTokenError(f"{what} is empty")
     if len(token) > MAX_TOKEN_BYTES:
         raise MalformedTokenError(f"{what} is longer than {MAX_TOKEN_BYTES} bytes")
+    if not token.isascii():
+        raise MalformedTokenError(f"{what} holds characters outside ASCII")
     parts = token.split(".")
     if len(parts) != 3:
         raise MalformedTokenError(f"{what} is not a compact JWS (three dot-separated parts)")
@@ -309,7 +313,7 @@ def check_nonce(claims: Mapping[str, Any], nonce: bytes, what: str = "token") ->
 
 def token_digest(token: str) -> str:
     """Hex SHA-256 of a compact token's ASCII text (the ``submods`` digest)."""
-    return hashlib.sha256(token.encode("ascii")).hexdigest()
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
 def submod_digests(claims: Mapping[str, Any], what: str = "overall token") -> dict[str, str]:
