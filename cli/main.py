@@ -34,6 +34,7 @@ def _register() -> None:
     for module, attr, name in (
         ("gpucc.cli.collateral", "collateral_app", "collateral"),
         ("gpucc.cli.session", "session_app", "session"),
+        ("gpucc.cli.token", "token_app", "token"),
     ):
         app.add_typer(getattr(importlib.import_module(module), attr), name=name)
     for module, attr, name in (

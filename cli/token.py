@@ -1,0 +1,101 @@
+"""``gpucc token verify``: check a signed attestation result (docs/EAT.md).
+
+Exit codes: 0 valid and trusted; 1 a check failed, or a valid result that says
+the GPUs are not trusted; 2 usage; 4 not a token, or a malformed key file.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from .options import AtOption, OutputFormat
+
+token_app = typer.Typer(
+    help="Check signed attestation results (EAT, ES384).",
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,
+)
+
+
+@token_app.command("verify")
+def verify(
+    result: Annotated[
+        Path,
+        typer.Argument(exists=True, dir_okay=False, help="The result (detached EAT JSON or JWT)."),
+    ],
+    key: Annotated[
+        Path,
+        typer.Option(
+            "--key",
+            exists=True,
+            dir_okay=False,
+            help="The signer's P-384 public key or certificate (PEM).",
+        ),
+    ],
+    nonce: Annotated[
+        str | None,
+        typer.Option("--nonce", help="Require this nonce (64 hex characters) in eat_nonce."),
+    ] = None,
+    issuer: Annotated[
+        str, typer.Option("--issuer", help="The issuer every token must name.")
+    ] = "gpucc",
+    output_format: Annotated[
+        OutputFormat, typer.Option("--format", "-f", help="Output format.")
+    ] = OutputFormat.TEXT,
+    at: AtOption = None,
+) -> None:
+    """Verify a signed result: signatures, issuer, times, nonce and per-GPU digests."""
+    from gpucc.gpuattest.eat import MAX_EAT_BYTES, load_public_key_pem, verify_eat
+    from gpucc.gpuattest.errors import (
+        GpuccError,
+        MalformedEvidenceError,
+        NotTrustedError,
+        UsageError,
+    )
+    from gpucc.gpuattest.evidence import parse_nonce_hex
+    from gpucc.gpuattest.jws import MalformedTokenError
+
+    from .options import parse_time, read_capped
+
+    now = parse_time(at)
+    expected: bytes | None = None
+    if nonce is not None:
+        try:
+            expected = parse_nonce_hex(nonce)
+        except MalformedEvidenceError as exc:
+            raise UsageError(f"--nonce: {exc}") from None
+    as_json = output_format is OutputFormat.JSON
+    try:
+        public = load_public_key_pem(key)
+        data = read_capped(result, MAX_EAT_BYTES)
+        if len(data) > MAX_EAT_BYTES:
+            raise MalformedTokenError(f"{result} is larger than {MAX_EAT_BYTES} bytes")
+        verified = verify_eat(data, public, nonce=expected, now=now, issuer=issuer)
+    except GpuccError as exc:
+        if as_json:
+            doc = {
+                "valid": False,
+                "trusted": False,
+                "check": getattr(exc, "check", None),
+                "error": exc.diagnostics(),
+                "exit_code": exc.exit_code,
+            }
+            typer.echo(json.dumps(doc, indent=2))
+        raise
+    trusted = verified.overall_result
+    if as_json:
+        doc = {"valid": True, "trusted": trusted, **verified.to_dict()}
+        typer.echo(json.dumps(doc, indent=2))
+    else:
+        n = len(verified.devices)
+        state = "TRUSTED" if trusted else "NOT TRUSTED"
+        typer.echo(
+            f"valid signed result ({n} GPU token(s), key {verified.kid or 'without kid'}): "
+            f"{state}, nonce {verified.overall.get('eat_nonce')}"
+        )
+    if not trusted:
+        raise NotTrustedError("the signed result says the GPUs are not trusted")
