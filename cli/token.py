@@ -51,15 +51,15 @@ def verify(
     """Verify a signed result: signatures, issuer, times, nonce and per-GPU digests."""
     from gpucc.gpuattest.eat import MAX_EAT_BYTES, load_public_key_pem, verify_eat
     from gpucc.gpuattest.errors import (
-        GpuccError,
         MalformedEvidenceError,
         NotTrustedError,
         UsageError,
     )
     from gpucc.gpuattest.evidence import parse_nonce_hex
+    from gpucc.gpuattest.files import read_capped
     from gpucc.gpuattest.jws import MalformedTokenError
 
-    from .options import parse_time, read_capped
+    from .options import parse_time
 
     now = parse_time(at)
     expected: bytes | None = None
@@ -69,23 +69,11 @@ def verify(
         except MalformedEvidenceError as exc:
             raise UsageError(f"--nonce: {exc}") from None
     as_json = output_format is OutputFormat.JSON
-    try:
-        public = load_public_key_pem(key)
-        data = read_capped(result, MAX_EAT_BYTES)
-        if len(data) > MAX_EAT_BYTES:
-            raise MalformedTokenError(f"{result} is larger than {MAX_EAT_BYTES} bytes")
-        verified = verify_eat(data, public, nonce=expected, now=now, issuer=issuer)
-    except GpuccError as exc:
-        if as_json:
-            doc = {
-                "valid": False,
-                "trusted": False,
-                "check": getattr(exc, "check", None),
-                "error": exc.diagnostics(),
-                "exit_code": exc.exit_code,
-            }
-            typer.echo(json.dumps(doc, indent=2))
-        raise
+    public = load_public_key_pem(key)
+    data = read_capped(result, MAX_EAT_BYTES)
+    if len(data) > MAX_EAT_BYTES:
+        raise MalformedTokenError(f"{result} is larger than {MAX_EAT_BYTES} bytes")
+    verified = verify_eat(data, public, nonce=expected, now=now, issuer=issuer)
     trusted = verified.overall_result
     if as_json:
         doc = {"valid": True, "trusted": trusted, **verified.to_dict()}
@@ -97,5 +85,8 @@ def verify(
             f"valid signed result ({n} GPU token(s), key {verified.kid or 'without kid'}): "
             f"{state}, nonce {verified.overall.get('eat_nonce')}"
         )
+    if not trusted and as_json:
+        typer.echo("gpucc: the signed result says the GPUs are not trusted", err=True)
+        raise typer.Exit(1)  # the document above is the result; no second (error) document
     if not trusted:
         raise NotTrustedError("the signed result says the GPUs are not trusted")

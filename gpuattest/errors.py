@@ -33,6 +33,7 @@ __all__ = [
     "GpuccError",
     "HttpStatusError",
     "IntegrityError",
+    "KeyFileError",
     "MalformedCertificateError",
     "MalformedEvidenceError",
     "MalformedInputError",
@@ -91,6 +92,10 @@ class MalformedCertificateError(MalformedInputError):
 
 class MalformedRimError(MalformedInputError):
     """A reference integrity manifest cannot be parsed."""
+
+
+class KeyFileError(MalformedInputError):
+    """A key file is malformed or has permissions that expose it."""
 
 
 class MalformedPolicyError(MalformedInputError):

@@ -24,6 +24,7 @@ from gpucc.gpuattest.errors import (
     EnvironmentProblemError,
     FileAccessError,
     IntegrityError,
+    KeyFileError,
     MalformedInputError,
     NotTrustedError,
     UsageError,
@@ -68,10 +69,6 @@ class StageKeyArgumentsError(UsageError):
 
 class MalformedDatasetError(MalformedInputError):
     """A sealed dataset's framing (magic, version, lengths) is not valid."""
-
-
-class KeyFileError(MalformedInputError):
-    """A key file is malformed or has permissions that expose it."""
 
 
 class MalformedSessionMessageError(MalformedInputError):

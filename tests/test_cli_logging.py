@@ -24,6 +24,7 @@ COMMANDS = [
     ("seal",),
     ("stage",),
     ("demo",),
+    ("token", "verify"),
 ]
 
 

@@ -142,13 +142,9 @@ def test_wrong_key_exits_1_json(files: Path) -> None:
     )
     assert r.returncode == 1
     doc = json.loads(r.stdout)
-    assert doc == {
-        "valid": False,
-        "trusted": False,
-        "check": "signature",
-        "error": doc["error"],
-        "exit_code": 1,
-    }
+    assert doc["schema"] == "gpucc.error/v1"
+    assert doc["error"]["code"] == 1 and doc["error"]["kind"] == "not-trusted"
+    assert doc["error"]["message"].startswith("signature check failed")
     assert "signature" in r.stderr and "Traceback" not in r.stderr
 
 

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from joserfc import jwt as jose_jwt
 from joserfc.jwk import ECKey
 
+from gpucc.cli.exitcodes import exit_code_for
 from gpucc.gpuattest.eat import (
     SignedEat,
     evidence_digest,
@@ -32,7 +33,7 @@ from gpucc.gpuattest.eat import (
     sign_result_claims,
     verify_eat,
 )
-from gpucc.gpuattest.errors import EXIT_MALFORMED, EXIT_NOT_TRUSTED, KeyFileError, UsageError
+from gpucc.gpuattest.errors import KeyFileError, UsageError
 from gpucc.gpuattest.jws import MalformedTokenError, TokenCheckError, b64url_decode
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "EAT.md"
@@ -215,7 +216,7 @@ def _refused(text: str, public: ec.EllipticCurvePublicKey, check: str, **kw: Any
     with pytest.raises(TokenCheckError) as info:
         verify_eat(text, public, **kw)
     assert info.value.check == check, str(info.value)
-    assert info.value.exit_code == EXIT_NOT_TRUSTED
+    assert exit_code_for(info.value) == 1
 
 
 def _with(eat: SignedEat, overall: str | None = None, **devices: str | None) -> str:
@@ -329,7 +330,7 @@ def test_other_algorithms(key: ec.EllipticCurvePrivateKey, alg: str) -> None:
 def test_malformed(key: ec.EllipticCurvePrivateKey, text: str) -> None:
     with pytest.raises(MalformedTokenError) as info:
         verify_eat(text, key.public_key(), now=NOW)
-    assert info.value.exit_code == EXIT_MALFORMED
+    assert exit_code_for(info.value) == 4
 
 
 def test_payload_not_an_object_after_a_good_signature(key: ec.EllipticCurvePrivateKey) -> None:
@@ -405,7 +406,7 @@ def test_private_key_file_rules(tmp_path: Path, key: ec.EllipticCurvePrivateKey)
         path = _write_key(tmp_path / f"m{mode:o}.pem", key, mode)
         with pytest.raises(KeyFileError) as info:
             load_private_key_pem(path)
-        assert "chmod 600" in str(info.value) and info.value.exit_code == EXIT_MALFORMED
+        assert "chmod 600" in str(info.value) and exit_code_for(info.value) == 4
         assert secret not in str(info.value)
     link = tmp_path / "link.pem"
     link.symlink_to(good)

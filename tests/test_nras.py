@@ -24,10 +24,9 @@ from hypothesis import strategies as st
 from joserfc import jwt as jose_jwt
 from joserfc.jwk import ECKey
 
+from gpucc.cli.exitcodes import exit_code_for
 from gpucc.gpuattest._internal.transport import HttpStatusError, RequestsFetcher
 from gpucc.gpuattest.errors import (
-    EXIT_COLLATERAL,
-    EXIT_NOT_TRUSTED,
     CollateralUnavailableError,
     NetworkError,
     OfflineError,
@@ -203,7 +202,7 @@ def refused(nras: FakeNras, pki: NrasPki, check: str, n: int = 2) -> TokenCheckE
     with pytest.raises(TokenCheckError) as info:
         client(nras, pki).attest(evidence(n), NONCE, now=NOW)
     assert info.value.check == check, str(info.value)
-    assert info.value.exit_code == EXIT_NOT_TRUSTED
+    assert exit_code_for(info.value) == 1
     assert f"{check} check failed" in str(info.value)
     assert "\n" not in str(info.value)
     return info.value
@@ -214,7 +213,7 @@ def unavailable(nras: FakeNras, pki: NrasPki, kind: type[Exception], read: float
         client(nras, pki, read=read).attest(evidence(), NONCE, now=NOW)
     exc = info.value
     assert isinstance(exc, CollateralUnavailableError)
-    assert exc.exit_code == EXIT_COLLATERAL
+    assert exit_code_for(exc) == 3
     assert not isinstance(exc, TokenCheckError)
     assert "\n" not in str(exc)
     return str(exc)
@@ -723,7 +722,7 @@ def test_service_down(pki: NrasPki) -> None:
     jwks = JwksClient(fetcher=fetch, url=url + JWKS_PATH, roots=[pki.root.cert])
     with pytest.raises(NetworkError) as info:
         NrasClient(fetcher=fetch, jwks=jwks, base_url=url).attest(evidence(), NONCE, now=NOW)
-    assert info.value.exit_code == EXIT_COLLATERAL and "refused" in str(info.value)
+    assert exit_code_for(info.value) == 3 and "refused" in str(info.value)
 
 
 # --- building the client -----------------------------------------------------------
