@@ -1,0 +1,4 @@
+"""Encrypted, authenticated gradient exchange for PyTorch DistributedDataParallel.
+
+Needs the ``torch`` extra (``pip install 'gpucc[torch]'``).
+"""
