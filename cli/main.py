@@ -35,6 +35,7 @@ def _register_optional() -> None:
     for module, attr, name in (
         ("gpucc.cli.collateral", "collateral_app", "collateral"),
         ("gpucc.cli.session", "session_app", "session"),
+        ("gpucc.cli.model", "model_app", "model"),
     ):
         try:
             sub = getattr(importlib.import_module(module), attr)

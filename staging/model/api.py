@@ -110,13 +110,22 @@ def verify_model(
     device: str = "cpu",
     threads: int | None = None,
     progress: Callable[[int], None] | None = None,
+    ignore: Iterable[Path] = (),
 ) -> VerificationResult:
     """Hash ``root`` the way ``trusted`` was made and compare every resource.
+
+    ``ignore`` adds paths to leave out besides the manifest's own ``ignore_paths`` (the
+    signature or manifest file itself when it lies inside the model, as model_signing does).
 
     The result lists each mismatching, missing and extra resource; :func:`require_verified`
     turns a failed result into :class:`ModelMismatchError`.
     """
-    actual = _hash(root, trusted.serialization, device, threads, progress)
+    ser = trusted.serialization
+    extra = relative_ignores(root, ignore, git=False)
+    if extra:
+        ignores = (*ser.ignore_paths, *extra)
+        ser = Serialization(ser.method, ser.hash_type, ser.shard_size, ser.allow_symlinks, ignores)
+    actual = _hash(root, ser, device, threads, progress)
     return trusted.compare(actual)
 
 

@@ -68,10 +68,9 @@ def relative_ignores(root: Path, paths: Iterable[Path], *, git: bool = True) -> 
     """Ignore paths relative to the model root (those outside it are dropped, as model_signing
     does); the git paths are included unless ``git`` is false."""
     out = set(GIT_IGNORE_PATHS) if git else set()
-    base = os.path.abspath(root)
+    base = os.path.realpath(root)
     for path in paths:
-        full = path if path.is_absolute() else Path(os.getcwd()) / path
-        rel = os.path.relpath(os.path.abspath(full), base)
+        rel = os.path.relpath(os.path.realpath(path), base)
         if rel == "." or rel == ".." or rel.startswith("../"):
             continue
         out.add(PurePosixPath(*Path(rel).parts).as_posix())
