@@ -1,0 +1,28 @@
+// blake3.cu -- BLAKE3 of whole inputs on the GPU (gpucc model digests).
+//
+// blake3_chunks compresses every 1024-byte chunk of every input in parallel (one thread per
+// chunk), writing chaining values; blake3_parents then runs once per tree level, each thread
+// merging one adjacent pair (or carrying a lone last value up), until every input has one
+// value: its hash. The arithmetic is in hash_math.cuh, checked on the host by hash_harness.cu.
+
+#include "hash_math.cuh"
+
+extern "C" __global__ void __launch_bounds__(128) blake3_chunks(
+    const unsigned char* __restrict__ base, const unsigned long long* __restrict__ offset,
+    const unsigned long long* __restrict__ len, const unsigned long long* __restrict__ chunk_start,
+    unsigned int nfiles, unsigned long long total, unsigned int* __restrict__ cvs) {
+    const unsigned long long j = static_cast<unsigned long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (j < total) {
+        hashk::blake3_chunk_job(base, offset, len, chunk_start, nfiles, j, cvs);
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(128) blake3_parents(
+    const unsigned int* __restrict__ in, unsigned int* __restrict__ out,
+    const unsigned long long* __restrict__ in_start, const unsigned long long* __restrict__ in_count,
+    const unsigned long long* __restrict__ out_start, unsigned int nlists, unsigned long long total) {
+    const unsigned long long j = static_cast<unsigned long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (j < total) {
+        hashk::blake3_parent_job(in, out, in_start, in_count, out_start, nlists, j);
+    }
+}
