@@ -20,9 +20,10 @@ from typing import Any, Protocol
 from .errors import HashUnavailableError, ModelChangedError, ModelTreeError
 from .serialize import FileEntry, Item
 
-__all__ = ["READ_SIZE", "default_threads", "hash_items", "new_hasher"]
+__all__ = ["BLAKE3_READ_SIZE", "READ_SIZE", "default_threads", "hash_items", "new_hasher"]
 
-READ_SIZE = 1024 * 1024  # fits in L2 between the copy and the hash
+READ_SIZE = 1024 * 1024  # SHA-256: fits in L2 between the copy and the hash
+BLAKE3_READ_SIZE = 16 * 1024 * 1024  # BLAKE3: enough per update for its threads to share
 
 
 class Hasher(Protocol):
@@ -138,7 +139,7 @@ def hash_items(
     def work(item: Item) -> bytes:
         buf = getattr(local, "buf", None)
         if buf is None:
-            buf = memoryview(bytearray(READ_SIZE))
+            buf = memoryview(bytearray(BLAKE3_READ_SIZE if inner > 1 else READ_SIZE))
             local.buf = buf
         digest = _hash_item(item, hash_type, inner, buf)
         if progress is not None:
