@@ -35,8 +35,6 @@ model_app = typer.Typer(
     no_args_is_help=True,
 )
 
-DEFAULT_SHARD = "4MiB"
-
 
 class HashName(enum.StrEnum):
     SHA256 = "sha256"
@@ -62,12 +60,9 @@ ShardOption = Annotated[
     str | None,
     typer.Option(
         "--shard-size",
-        help=f"SHA-256 shard size (default {DEFAULT_SHARD}; 1000000000 is model_signing's).",
+        help="Digest SHA-256 shards of this size (4MiB suits GPUs) instead of whole files.",
         show_default=False,
     ),
-]
-PerFileOption = Annotated[
-    bool, typer.Option("--per-file", help="One SHA-256 digest per file instead of shards.")
 ]
 DeviceOption = Annotated[
     Device, typer.Option("--device", help="Where to hash: cpu, gpu, or auto (gpu if usable).")
@@ -139,7 +134,6 @@ def _serialization(
     model: Path,
     hash_name: HashName,
     shard_size: str | None,
-    per_file: bool,
     allow_symlinks: bool,
     ignore: list[Path] | None,
     no_ignore_git: bool,
@@ -148,18 +142,15 @@ def _serialization(
     from gpucc.staging.model import make_serialization
 
     if hash_name is HashName.BLAKE3:
-        if shard_size is not None or per_file:
-            raise UsageError("BLAKE3 always digests whole files: drop --shard-size/--per-file")
-        size = None
-    elif per_file:
         if shard_size is not None:
-            raise UsageError("--per-file and --shard-size exclude each other")
+            raise UsageError("BLAKE3 always digests whole files: drop --shard-size")
         size = None
+    elif shard_size is None:
+        size = None  # one digest per file: model_signing's default
     else:
-        text = shard_size or DEFAULT_SHARD
-        size = parse_size(text, "--shard-size")
+        size = parse_size(shard_size, "--shard-size")
         if size <= 0:
-            raise UsageError(f"--shard-size {text}: must be positive")
+            raise UsageError(f"--shard-size {shard_size}: must be positive")
     return make_serialization(
         model,
         hash_type=hash_name.value,
@@ -204,7 +195,6 @@ def digest(
     force: ForceOption = False,
     hash_name: HashOption = HashName.SHA256,
     shard_size: ShardOption = None,
-    per_file: PerFileOption = False,
     device: DeviceOption = Device.CPU,
     allow_symlinks: SymlinkOption = False,
     ignore: IgnoreOption = None,
@@ -215,9 +205,7 @@ def digest(
     if output is not None:
         _refuse_existing(output, force, "-o")
     extra = [output] if output is not None else []
-    ser = _serialization(
-        model, hash_name, shard_size, per_file, allow_symlinks, ignore, no_ignore_git, extra
-    )
+    ser = _serialization(model, hash_name, shard_size, allow_symlinks, ignore, no_ignore_git, extra)
     manifest, seconds, nbytes = _digest(model, ser, device, threads)
     data = manifest.to_bytes()
     if output is None:
@@ -240,7 +228,6 @@ def sign(
     force: ForceOption = False,
     hash_name: HashOption = HashName.SHA256,
     shard_size: ShardOption = None,
-    per_file: PerFileOption = False,
     device: DeviceOption = Device.CPU,
     allow_symlinks: SymlinkOption = False,
     ignore: IgnoreOption = None,
@@ -253,7 +240,7 @@ def sign(
     _refuse_existing(signature, force, "--signature")
     key = load_private_key(private_key)  # refuse an exposed key before hashing anything
     ser = _serialization(
-        model, hash_name, shard_size, per_file, allow_symlinks, ignore, no_ignore_git, [signature]
+        model, hash_name, shard_size, allow_symlinks, ignore, no_ignore_git, [signature]
     )
     manifest, seconds, nbytes = _digest(model, ser, device, threads)
     write_output(signature, sign_manifest(manifest, key), force=force)

@@ -117,7 +117,7 @@ def test_digest_to_stdout_and_blake3(work: Path) -> None:
 
 
 def test_manifest_inside_the_model_is_ignored(work: Path) -> None:
-    result = run("digest", "model", "-o", "model/manifest.json", "--per-file", cwd=work)
+    result = run("digest", "model", "-o", "model/manifest.json", cwd=work)
     assert result.returncode == 0, result.stderr
     statement = json.loads((work / "model" / "manifest.json").read_text())
     assert "manifest.json" in statement["predicate"]["serialization"]["ignore_paths"]
@@ -148,6 +148,35 @@ def test_model_signing_signature_verifies_with_gpucc(work: Path) -> None:
     report = json.loads(result.stdout)
     assert report["verified"] is True and report["problems"] == []
     assert report["resources_checked"] > 5
+
+
+def _model_signing_cli(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
+    exe = Path(sys.executable).with_name("model_signing")
+    return subprocess.run(
+        [str(exe), *map(str, args)], cwd=cwd, capture_output=True, text=True, timeout=120,
+        check=False,
+    )  # fmt: skip
+
+
+def test_model_signing_cli_both_ways(work: Path) -> None:
+    """model_signing's CLI signs and verifies per-file SHA-256 (its default), as gpucc does."""
+    signed = run("sign", "model", "--private-key", "key.pem", "--signature", "g.sig", cwd=work)
+    assert signed.returncode == 0, signed.stderr
+    checked = _model_signing_cli("verify", "key", "model", "--signature", "g.sig",
+                                 "--public_key", "pub.pem", cwd=work)  # fmt: skip
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    made = _model_signing_cli("sign", "key", "model", "--signature", "model/model.sig",
+                              "--private_key", "key.pem", cwd=work)  # fmt: skip
+    assert made.returncode == 0, made.stdout + made.stderr
+    ours = run(
+        "verify", "model", "--signature", "model/model.sig", "--public-key", "pub.pem", cwd=work
+    )
+    assert ours.returncode == 0, ours.stderr
+    (work / "model" / "weights.bin").write_bytes(b"swapped")
+    ours = run(
+        "verify", "model", "--signature", "model/model.sig", "--public-key", "pub.pem", cwd=work
+    )
+    error_line(ours, 6, "weights.bin")
 
 
 # --- not verified: exit 6, resource named ---------------------------------------------------------
@@ -263,7 +292,7 @@ def test_outputs_are_never_replaced_without_force(work: Path) -> None:
     again = run("digest", "model", "-o", "m.json", cwd=work)
     error_line(again, 2, "already exists", "--force")
     assert (work / "m.json").read_bytes() == before
-    forced = run("digest", "model", "-o", "m.json", "--force", "--shard-size", "1000", cwd=work)
+    forced = run("digest", "model", "-o", "m.json", "--force", cwd=work)
     assert forced.returncode == 0, forced.stderr
     assert (work / "m.json").read_bytes() != before
     assert [p.name for p in work.iterdir() if ".tmp-" in p.name] == []
