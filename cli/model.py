@@ -84,6 +84,10 @@ ThreadsOption = Annotated[
     int | None, typer.Option("--threads", min=1, help="CPU worker threads (default: all CPUs).")
 ]
 ForceOption = Annotated[bool, typer.Option("--force", help="Replace an existing output file.")]
+ChainOption = Annotated[
+    list[Path] | None,
+    typer.Option("--certificate-chain", exists=True, dir_okay=False, help="PEM certificates."),
+]
 
 
 def _refuse_existing(path: Path, force: bool, option: str) -> None:
@@ -225,6 +229,16 @@ def sign(
     signature: Annotated[
         Path, typer.Option("--signature", dir_okay=False, help="Signature bundle to write.")
     ],
+    signing_certificate: Annotated[
+        Path | None,
+        typer.Option(
+            "--signing-certificate",
+            exists=True,
+            dir_okay=False,
+            help="PEM certificate of the key: the certificate method instead of a bare key.",
+        ),
+    ] = None,
+    certificate_chain: ChainOption = None,
     force: ForceOption = False,
     hash_name: HashOption = HashName.SHA256,
     shard_size: ShardOption = None,
@@ -234,16 +248,28 @@ def sign(
     no_ignore_git: NoGitOption = False,
     threads: ThreadsOption = None,
 ) -> None:
-    """Sign MODEL into a model_signing signature bundle (elliptic-key method)."""
-    from gpucc.staging.model.signing import load_private_key, sign_manifest
+    """Sign MODEL into a model_signing signature bundle (elliptic-key or certificate method).
+
+    --certificate-chain adds the issuers of --signing-certificate to the bundle.
+    """
+    from gpucc.staging.model.signing import load_certificates, load_private_key, sign_manifest
 
     _refuse_existing(signature, force, "--signature")
+    if certificate_chain and signing_certificate is None:
+        raise UsageError("--certificate-chain goes with --signing-certificate")
     key = load_private_key(private_key)  # refuse an exposed key before hashing anything
+    certificate = None
+    if signing_certificate is not None:
+        certificate = load_certificates([signing_certificate])[0]
+        if certificate.public_key() != key.public_key():
+            raise UsageError("--signing-certificate is not the certificate of --private-key")
+    chain = load_certificates(certificate_chain or [])
     ser = _serialization(
         model, hash_name, shard_size, allow_symlinks, ignore, no_ignore_git, [signature]
     )
     manifest, seconds, nbytes = _digest(model, ser, device, threads)
-    write_output(signature, sign_manifest(manifest, key), force=force)
+    bundle = sign_manifest(manifest, key, certificate=certificate, chain=chain)
+    write_output(signature, bundle, force=force)
     note(f"signed {model} into {signature}: {_summary(manifest, seconds, nbytes)}")
 
 
@@ -262,32 +288,49 @@ def verify(
         Path | None,
         typer.Option("--public-key", exists=True, dir_okay=False, help="PEM EC public key."),
     ] = None,
+    certificate_chain: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--certificate-chain",
+            exists=True,
+            dir_okay=False,
+            help="Trusted PEM certificates (roots) for a certificate-signed bundle.",
+        ),
+    ] = None,
     output_format: Annotated[
         OutputFormat, typer.Option("--format", help="text or json (on stdout).")
     ] = OutputFormat.TEXT,
     device: DeviceOption = Device.CPU,
     threads: ThreadsOption = None,
 ) -> None:
-    """Verify MODEL against a manifest, or a signature bundle checked with a public key first.
+    """Verify MODEL against a manifest, or a signature bundle checked first: with a public key,
+    or with trusted certificates for a certificate-signed bundle.
 
     Exit 0 when every resource matches; 6 otherwise, listing each mismatching, missing or
     extra resource.
     """
     from gpucc.cli.options import read_capped
     from gpucc.staging.model import load_manifest, require_verified, verify_model
-    from gpucc.staging.model.signing import MAX_BUNDLE_SIZE, load_public_key, verify_bundle
+    from gpucc.staging.model.signing import (
+        MAX_BUNDLE_SIZE,
+        load_certificates,
+        load_public_key,
+        verify_bundle,
+    )
 
     if (manifest_path is None) == (signature is None):
         raise UsageError("give either --manifest or --signature (with --public-key)")
     if signature is not None:
-        if public_key is None:
-            raise UsageError("--signature needs --public-key")
-        trusted = verify_bundle(
-            read_capped(signature, MAX_BUNDLE_SIZE), load_public_key(public_key)
-        )
-    else:
+        if (public_key is None) == (not certificate_chain):
+            raise UsageError("--signature needs --public-key or --certificate-chain (not both)")
+        data = read_capped(signature, MAX_BUNDLE_SIZE)
         if public_key is not None:
-            raise UsageError("--public-key goes with --signature")
+            trusted = verify_bundle(data, load_public_key(public_key))
+        else:
+            trusted = verify_bundle(data, anchors=load_certificates(certificate_chain or []))
+    else:
+        if public_key is not None or certificate_chain:
+            raise UsageError("--public-key and --certificate-chain go with --signature")
         assert manifest_path is not None
         trusted = load_manifest(manifest_path)
     started = time.perf_counter()

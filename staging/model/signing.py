@@ -1,4 +1,6 @@
-"""model_signing signature bundles with an elliptic-curve key (P-256, P-384, P-521).
+"""model_signing signature bundles: the elliptic-key and certificate methods.
+
+Keys are elliptic-curve keys on P-256, P-384 or P-521.
 
 The bundle is a Sigstore bundle (media type ``application/vnd.dev.sigstore.bundle.v0.3+json``)
 whose DSSE envelope carries the manifest statement as its payload::
@@ -9,7 +11,11 @@ whose DSSE envelope carries the manifest statement as its payload::
 
 The signature is ECDSA (SHA-256/384/512 by curve size) over the DSSE pre-authentication
 encoding of the payload; ``hint`` is SHA-256 of the public key's PEM (SubjectPublicKeyInfo).
-:func:`verify_bundle` checks the signature before anything in the payload is parsed.
+With the certificate method, ``verificationMaterial`` is instead
+``{"x509CertificateChain": {"certificates": [{"rawBytes": B64_DER}, ...]}, "tlogEntries": []}``,
+the signing certificate first. :func:`verify_bundle` checks the signature (and, for the
+certificate method, the chain to the given trust anchors) before anything in the payload is
+parsed.
 """
 
 from __future__ import annotations
@@ -21,12 +27,16 @@ import hmac
 import json
 import os
 import stat
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from cryptography import x509
 from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509 import verification
+from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from gpucc.gpuattest.errors import KeyFileError
 
@@ -38,6 +48,7 @@ __all__ = [
     "MAX_BUNDLE_SIZE",
     "PAYLOAD_TYPE",
     "key_hint",
+    "load_certificates",
     "load_private_key",
     "load_public_key",
     "pae",
@@ -147,14 +158,58 @@ def load_public_key(path: Path) -> ec.EllipticCurvePublicKey:
     return key
 
 
-def sign_manifest(manifest: Manifest, key: ec.EllipticCurvePrivateKey) -> bytes:
-    """The signature bundle (JSON bytes) over ``manifest``'s statement."""
+def load_certificates(paths: Sequence[Path]) -> list[x509.Certificate]:
+    """Every PEM certificate in ``paths``.
+
+    Raises:
+        KeyFileError: unreadable, or a file without a PEM certificate.
+    """
+    certs: list[x509.Certificate] = []
+    for path in paths:
+        try:
+            with path.open("rb") as fh:
+                data = fh.read(MAX_KEY_SIZE * 16 + 1)
+        except OSError as exc:
+            raise KeyFileError(f"cannot read certificates {path}: {exc.strerror}") from None
+        try:
+            certs += x509.load_pem_x509_certificates(data)
+        except ValueError:
+            raise KeyFileError(f"{path} holds no readable PEM certificate") from None
+    return certs
+
+
+def sign_manifest(
+    manifest: Manifest,
+    key: ec.EllipticCurvePrivateKey,
+    *,
+    certificate: x509.Certificate | None = None,
+    chain: Sequence[x509.Certificate] = (),
+) -> bytes:
+    """The signature bundle (JSON bytes) over ``manifest``'s statement: the elliptic-key
+    method, or with ``certificate`` (and its ``chain`` of issuers) the certificate method.
+
+    Raises:
+        KeyFileError: ``certificate`` is not for ``key``.
+    """
     payload = manifest.to_bytes()
     public = key.public_key()
+    material: dict[str, Any]
+    if certificate is None:
+        material = {"publicKey": {"hint": key_hint(public)}, "tlogEntries": []}
+    else:
+        if certificate.public_key() != public:
+            raise KeyFileError("the signing certificate is not for this private key")
+        der = [c.public_bytes(serialization.Encoding.DER) for c in (certificate, *chain)]
+        material = {
+            "x509CertificateChain": {
+                "certificates": [{"rawBytes": base64.b64encode(d).decode()} for d in der]
+            },
+            "tlogEntries": [],
+        }
     sig = key.sign(pae(payload), ec.ECDSA(_hash_for(public)))
     bundle = {
         "mediaType": BUNDLE_MEDIA_TYPE,
-        "verificationMaterial": {"publicKey": {"hint": key_hint(public)}, "tlogEntries": []},
+        "verificationMaterial": material,
         "dsseEnvelope": {
             "payload": base64.b64encode(payload).decode(),
             "payloadType": PAYLOAD_TYPE,
@@ -172,13 +227,99 @@ def _b64(value: object, what: str) -> bytes:
         raise MalformedManifestError(f"{what} is not base64") from None
 
 
-def verify_bundle(data: bytes, key: ec.EllipticCurvePublicKey) -> Manifest:
-    """Check a bundle's signature with ``key``; only then parse the manifest it carries.
+def _key_from_hint(material: dict[str, Any], key: ec.EllipticCurvePublicKey) -> None:
+    if "publicKey" not in material:
+        raise SignatureError(
+            "the bundle is not signed with a bare public key (it carries certificates or is a "
+            "Sigstore bundle); use --certificate-chain for certificate bundles"
+        )
+    hint = _object(material["publicKey"], "verificationMaterial.publicKey").get("hint")
+    if hint is not None and not (
+        isinstance(hint, str) and hmac.compare_digest(hint.encode(), key_hint(key).encode())
+    ):
+        raise SignatureError("the bundle was signed by a different key than the one given")
+
+
+def _key_from_chain(
+    material: dict[str, Any], anchors: Sequence[x509.Certificate]
+) -> ec.EllipticCurvePublicKey:
+    """The signing certificate's key, once its chain verified to one of ``anchors``.
+
+    As model_signing does, the chain is checked as of the signing certificate's notBefore (a
+    signature outlives the certificate); no revocation is checked.
+    """
+    if "x509CertificateChain" not in material:
+        raise SignatureError(
+            "the bundle carries no certificate chain (a key-signed bundle? use --public-key)"
+        )
+    chain = _object(material["x509CertificateChain"], "x509CertificateChain")
+    entries = chain.get("certificates")
+    if not isinstance(entries, list) or not entries:
+        raise MalformedManifestError("the bundle's certificate chain is empty")
+    certs = []
+    for i, entry in enumerate(entries):
+        der = _b64(_object(entry, f"certificate {i}").get("rawBytes"), f"certificate {i}")
+        try:
+            certs.append(x509.load_der_x509_certificate(der))
+        except ValueError:
+            raise MalformedManifestError(f"certificate {i} of the bundle is not DER") from None
+    leaf, intermediates = certs[0], certs[1:]
+    if not anchors:
+        raise SignatureError("no trust anchors given for a certificate bundle")
+    try:
+        verifier = (
+            verification.PolicyBuilder()
+            .store(verification.Store(list(anchors)))
+            .time(leaf.not_valid_before_utc)
+            .extension_policies(
+                ca_policy=verification.ExtensionPolicy.webpki_defaults_ca(),
+                ee_policy=verification.ExtensionPolicy.permit_all(),
+            )
+            .build_client_verifier()
+        )
+        verifier.verify(leaf, intermediates)
+    except (verification.VerificationError, ValueError) as exc:
+        raise SignatureError(
+            f"the signing certificate does not chain to a trust anchor: {exc}"
+        ) from None
+    if not _may_sign(leaf):
+        raise SignatureError("the signing certificate is not for signing (key usage)")
+    key = leaf.public_key()
+    if not isinstance(key, ec.EllipticCurvePublicKey):
+        raise SignatureError("the signing certificate's key is not an elliptic-curve key")
+    return key
+
+
+def _may_sign(cert: x509.Certificate) -> bool:
+    try:
+        if cert.extensions.get_extension_for_class(x509.KeyUsage).value.digital_signature:
+            return True
+    except x509.ExtensionNotFound:
+        pass
+    try:
+        usage = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    except x509.ExtensionNotFound:
+        return False
+    return ExtendedKeyUsageOID.CODE_SIGNING in usage
+
+
+def verify_bundle(
+    data: bytes,
+    key: ec.EllipticCurvePublicKey | None = None,
+    *,
+    anchors: Sequence[x509.Certificate] = (),
+) -> Manifest:
+    """Check a bundle's signature, then parse the manifest it carries.
+
+    With ``key``, the bundle must be key-signed by it; otherwise it must carry a certificate
+    chain that verifies to one of ``anchors``, and the signature is checked with the signing
+    certificate's key.
 
     Raises:
         MalformedManifestError: the bundle (or, once its signature verified, the manifest)
             cannot be parsed.
-        SignatureError: not signed by ``key``, or a signing method gpucc does not verify.
+        SignatureError: not signed by ``key`` or a certificate chained to ``anchors``, or a
+            method gpucc does not verify.
     """
     if len(data) > MAX_BUNDLE_SIZE:
         raise MalformedManifestError("the signature bundle is too large")
@@ -186,16 +327,11 @@ def verify_bundle(data: bytes, key: ec.EllipticCurvePublicKey) -> Manifest:
     if bundle.get("mediaType") != BUNDLE_MEDIA_TYPE:
         raise MalformedManifestError(f"the bundle's mediaType is not {BUNDLE_MEDIA_TYPE}")
     material: dict[str, Any] = _object(bundle.get("verificationMaterial"), "verificationMaterial")
-    if "publicKey" not in material:
-        raise SignatureError(
-            "the bundle is not signed with a public key (certificate or Sigstore bundles are "
-            "not verified by gpucc; use model_signing for those)"
-        )
-    hint = _object(material["publicKey"], "verificationMaterial.publicKey").get("hint")
-    if hint is not None and not (
-        isinstance(hint, str) and hmac.compare_digest(hint.encode(), key_hint(key).encode())
-    ):
-        raise SignatureError("the bundle was signed by a different key than the one given")
+    if key is not None:
+        _key_from_hint(material, key)
+    else:
+        key = _key_from_chain(material, anchors)
+        _hash_for(key)
     envelope = _object(bundle.get("dsseEnvelope"), "dsseEnvelope")
     if envelope.get("payloadType") != PAYLOAD_TYPE:
         raise MalformedManifestError(f"the DSSE payloadType is not {PAYLOAD_TYPE}")
