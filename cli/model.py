@@ -168,13 +168,17 @@ def _serialization(
 def _digest(
     model: Path, ser: Serialization, device: Device, threads: int | None
 ) -> tuple[Manifest, float, int]:
+    import threading
+
     from gpucc.staging.model import digest_model
 
     total = 0
+    lock = threading.Lock()
 
-    def count(n: int) -> None:
+    def count(n: int) -> None:  # called from the hashing threads
         nonlocal total
-        total += n
+        with lock:
+            total += n
 
     started = time.perf_counter()
     manifest = digest_model(model, ser, device=device.value, threads=threads, progress=count)
