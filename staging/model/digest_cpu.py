@@ -125,7 +125,7 @@ def hash_items(
     """Digest of every item, in order, on ``threads`` workers (default: all CPUs).
 
     ``progress(nbytes)`` is called after each item. BLAKE3 items (whole files) also use the
-    package's own threads for large files.
+    package's own threads when there are fewer files than workers.
 
     Raises:
         ModelTreeError, ModelChangedError, HashUnavailableError: see the module docstring.
@@ -133,7 +133,9 @@ def hash_items(
     workers = threads or default_threads()
     if hash_type == "blake3":
         new_hasher("blake3")  # fail before any work when the package is missing
-    inner = workers if hash_type == "blake3" else 1
+    # BLAKE3 hashes whole files: spread the workers over files, and give each file the
+    # package's own threads only when there are fewer files than workers (one big file).
+    inner = max(1, workers // max(1, len(items))) if hash_type == "blake3" else 1
     local = threading.local()
 
     def work(item: Item) -> bytes:
