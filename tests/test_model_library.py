@@ -338,3 +338,27 @@ def test_file_changing_while_hashed_is_refused(model: Path) -> None:
     with pytest.raises(ModelChangedError, match="weights.bin changed"):
         digest_model(model, make_serialization(model, shard_size=1000), threads=1,
                      progress=touch_another)  # fmt: skip
+
+
+def test_file_written_during_its_read_is_refused(
+    model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The check after reading: a write that lands while a shard is being read is caught."""
+    from gpucc.staging.model import digest_cpu
+
+    original = digest_cpu.hash_range
+    done: list[str] = []
+
+    def read_then_write(
+        fd: int, entry: Any, start: int, end: int, hasher: Any, buf: memoryview
+    ) -> None:
+        original(fd, entry, start, end, hasher, buf)
+        if entry.name == "weights.bin" and not done:
+            done.append(entry.name)
+            with (model / "weights.bin").open("r+b") as fh:  # same size, new mtime
+                fh.write(b"\x00")
+
+    monkeypatch.setattr(digest_cpu, "hash_range", read_then_write)
+    os.utime(model / "weights.bin", ns=(10**18, 10**18))  # the write surely moves the mtime
+    with pytest.raises(ModelChangedError, match="weights.bin changed while it was hashed"):
+        digest_model(model, make_serialization(model, shard_size=100_000), threads=1)
