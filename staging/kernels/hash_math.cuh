@@ -50,7 +50,7 @@ HASHK_HD u32 load_le32(const u8* p) {
 }
 
 // Copy up to 64 bytes of a block into 16 little-endian words, zero-filling the rest. Aligned
-// full blocks take 16-byte loads; anything else goes byte by byte.
+// full blocks (16-byte aligned) take whole-word loads; anything else goes byte by byte.
 HASHK_HD void load_block_le(const u8* p, u32 n, u32 w[16]) {
     if (n == 64 && (reinterpret_cast<u64>(p) & 15u) == 0) {
         const u32* q = reinterpret_cast<const u32*>(p);

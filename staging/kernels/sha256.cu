@@ -2,8 +2,8 @@
 //
 // SHA-256 is serial within a message, so the parallelism is across shards: one thread hashes
 // one whole shard and a warp hashes 32 shards side by side. Shards are described by byte
-// offsets into one device buffer (16-byte aligned offsets take vector loads). The arithmetic is
-// in hash_math.cuh, checked on the host by hash_harness.cu.
+// offsets into one device buffer (16-byte aligned offsets take whole-word loads). The
+// arithmetic is in hash_math.cuh, checked on the host by hash_harness.cu.
 
 #include "hash_math.cuh"
 
