@@ -88,7 +88,7 @@ class RawModule:
         self.kernels = {
             m.group(1): len(m.group(2).split(","))
             for m in re.finditer(
-                r'extern "C" __global__ void __launch_bounds__\(\d+\) (\w+)\(([^)]*)\)', code
+                r'extern "C" __global__ void __launch_bounds__\(\d+\)\s+(\w+)\(([^)]*)\)', code
             )
         }
 

@@ -7,21 +7,23 @@
 
 #include "hash_math.cuh"
 
-extern "C" __global__ void __launch_bounds__(128) blake3_chunks(
-    const unsigned char* __restrict__ base, const unsigned long long* __restrict__ offset,
-    const unsigned long long* __restrict__ len, const unsigned long long* __restrict__ chunk_start,
-    unsigned int nfiles, unsigned long long total, unsigned int* __restrict__ cvs) {
-    const unsigned long long j = static_cast<unsigned long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+typedef unsigned long long u64;
+
+extern "C" __global__ void __launch_bounds__(128)
+    blake3_chunks(const unsigned char* __restrict__ base, const u64* __restrict__ offset,
+                  const u64* __restrict__ len, const u64* __restrict__ chunk_start,
+                  unsigned int nfiles, u64 total, unsigned int* __restrict__ cvs) {
+    const u64 j = static_cast<u64>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (j < total) {
         hashk::blake3_chunk_job(base, offset, len, chunk_start, nfiles, j, cvs);
     }
 }
 
-extern "C" __global__ void __launch_bounds__(128) blake3_parents(
-    const unsigned int* __restrict__ in, unsigned int* __restrict__ out,
-    const unsigned long long* __restrict__ in_start, const unsigned long long* __restrict__ in_count,
-    const unsigned long long* __restrict__ out_start, unsigned int nlists, unsigned long long total) {
-    const unsigned long long j = static_cast<unsigned long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+extern "C" __global__ void __launch_bounds__(128)
+    blake3_parents(const unsigned int* __restrict__ in, unsigned int* __restrict__ out,
+                   const u64* __restrict__ in_start, const u64* __restrict__ in_count,
+                   const u64* __restrict__ out_start, unsigned int nlists, u64 total) {
+    const u64 j = static_cast<u64>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (j < total) {
         hashk::blake3_parent_job(in, out, in_start, in_count, out_start, nlists, j);
     }

@@ -103,7 +103,8 @@ bool in_bounds(const std::vector<u64>& off, const std::vector<u64>& len, size_t 
     return true;
 }
 
-std::string blake3_launch(const u8* base, const std::vector<u64>& off, const std::vector<u64>& len) {
+std::string blake3_launch(const u8* base, const std::vector<u64>& off,
+                          const std::vector<u64>& len) {
     const u32 n = static_cast<u32>(off.size());
     std::vector<u64> chunk_start(n);
     u64 total = 0;

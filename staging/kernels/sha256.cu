@@ -7,9 +7,11 @@
 
 #include "hash_math.cuh"
 
-extern "C" __global__ void __launch_bounds__(128) sha256_shards(
-    const unsigned char* __restrict__ base, const unsigned long long* __restrict__ offset,
-    const unsigned long long* __restrict__ len, unsigned int count, unsigned int* __restrict__ out) {
+typedef unsigned long long u64;
+
+extern "C" __global__ void __launch_bounds__(128)
+    sha256_shards(const unsigned char* __restrict__ base, const u64* __restrict__ offset,
+                  const u64* __restrict__ len, unsigned int count, unsigned int* __restrict__ out) {
     const unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < count) {
         hashk::sha256_shard_job(base, offset, len, i, out);
