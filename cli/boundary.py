@@ -145,6 +145,16 @@ def _emit_json(document: dict[str, Any]) -> None:
         _stdout_gone()
 
 
+def emit_result(document: dict[str, Any]) -> None:
+    """Print a command's JSON result document (exactly one per run goes to stdout).
+
+    A command that then fails (a verification that did not pass) raises as usual: the
+    error adds its line on stderr but no second document.
+    """
+    _emit_json(document)
+    STATE.result_emitted = True
+
+
 def report(outcome: Outcome, message: str, hint: str = "", *, line: bool = True) -> int:
     """One line on stderr and, when the command's output is JSON, the error document."""
     text = f"gpucc: error: {message}" + (f" ({hint})" if hint else "")
@@ -156,7 +166,7 @@ def report(outcome: Outcome, message: str, hint: str = "", *, line: bool = True)
             sys.stderr.flush()
     except OSError:
         pass
-    if STATE.json:
+    if STATE.json and not STATE.result_emitted:
         error = {"code": outcome.code, "kind": outcome.kind, "message": message, "hint": hint}
         _emit_json({"schema": ERROR_SCHEMA, "error": error})
     return outcome.code

@@ -35,6 +35,7 @@ def _register() -> None:
         ("gpucc.cli.collateral", "collateral_app", "collateral"),
         ("gpucc.cli.session", "session_app", "session"),
         ("gpucc.cli.token", "token_app", "token"),
+        ("gpucc.cli.model", "model_app", "model"),
     ):
         app.add_typer(getattr(importlib.import_module(module), attr), name=name)
     for module, attr, name in (

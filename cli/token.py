@@ -6,12 +6,12 @@ the GPUs are not trusted; 2 usage; 4 not a token, or a malformed key file.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from .boundary import emit_result
 from .options import AtOption, OutputFormat
 
 token_app = typer.Typer(
@@ -77,7 +77,7 @@ def verify(
     trusted = verified.overall_result
     if as_json:
         doc = {"valid": True, "trusted": trusted, **verified.to_dict()}
-        typer.echo(json.dumps(doc, indent=2))
+        emit_result(doc)
     else:
         n = len(verified.devices)
         state = "TRUSTED" if trusted else "NOT TRUSTED"
@@ -85,8 +85,5 @@ def verify(
             f"valid signed result ({n} GPU token(s), key {verified.kid or 'without kid'}): "
             f"{state}, nonce {verified.overall.get('eat_nonce')}"
         )
-    if not trusted and as_json:
-        typer.echo("gpucc: the signed result says the GPUs are not trusted", err=True)
-        raise typer.Exit(1)  # the document above is the result; no second (error) document
     if not trusted:
         raise NotTrustedError("the signed result says the GPUs are not trusted")

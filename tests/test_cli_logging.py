@@ -25,6 +25,9 @@ COMMANDS = [
     ("stage",),
     ("demo",),
     ("token", "verify"),
+    ("model", "digest"),
+    ("model", "verify"),
+    ("model", "sign"),
 ]
 
 

@@ -1,0 +1,150 @@
+"""Digesting a model into a manifest and verifying a model against a trusted one.
+
+Both walk the model with :mod:`.serialize` and hash with :mod:`.digest_cpu` or, where
+``device`` asks for it and a GPU is usable, :mod:`.digest_gpu`. Nothing here prints: results
+are value objects and failures typed errors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from gpucc.gpuattest.errors import UsageError
+
+from .digest_cpu import hash_items
+from .errors import ModelMismatchError, ModelTreeError
+from .manifest import MAX_MANIFEST_SIZE, Manifest, Resource, Serialization, VerificationResult
+from .serialize import model_name, plan_items, relative_ignores, walk_model
+
+__all__ = [
+    "DEVICES",
+    "digest_model",
+    "load_manifest",
+    "make_serialization",
+    "require_verified",
+    "verify_model",
+]
+
+DEVICES = ("cpu", "gpu", "auto")
+
+
+def make_serialization(
+    root: Path,
+    *,
+    hash_type: str = "sha256",
+    shard_size: int | None = None,
+    allow_symlinks: bool = False,
+    ignore: Iterable[Path] = (),
+    ignore_git: bool = True,
+) -> Serialization:
+    """The serialization for digesting ``root``: sharded SHA-256 when ``shard_size`` is given,
+    whole files otherwise (always whole files for BLAKE3).
+
+    Raises:
+        UsageError: an impossible combination.
+    """
+    if hash_type not in ("sha256", "blake3"):
+        raise UsageError(f"--hash {hash_type!r}: choose sha256 or blake3")
+    if hash_type == "blake3" and shard_size is not None:
+        raise UsageError("BLAKE3 digests whole files (its tree is already parallel): no shard size")
+    if shard_size is not None and shard_size <= 0:
+        raise UsageError("the shard size must be positive")
+    method = "shards" if shard_size is not None else "files"
+    return Serialization(
+        method,
+        hash_type,
+        shard_size,
+        allow_symlinks,
+        relative_ignores(root, ignore, git=ignore_git),
+    )
+
+
+def _hash(
+    root: Path,
+    serialization: Serialization,
+    device: str,
+    threads: int | None,
+    progress: Callable[[int], None] | None,
+) -> Manifest:
+    if device not in DEVICES:
+        raise UsageError(f"--device {device!r}: choose cpu, gpu or auto")
+    entries = walk_model(
+        root, allow_symlinks=serialization.allow_symlinks, ignore_paths=serialization.ignore_paths
+    )
+    items = plan_items(entries, serialization)
+    digests: list[bytes] | None = None
+    if device in ("gpu", "auto"):
+        from . import digest_gpu
+
+        if device == "gpu" or digest_gpu.available():
+            digests = digest_gpu.hash_items(items, serialization.hash_type, progress=progress)
+    if digests is None:
+        digests = hash_items(items, serialization.hash_type, threads=threads, progress=progress)
+    algorithm = serialization.resource_algorithm
+    resources = [Resource(i.name, algorithm, d) for i, d in zip(items, digests, strict=True)]
+    return Manifest.build(model_name(root), serialization, resources)
+
+
+def digest_model(
+    root: Path,
+    serialization: Serialization,
+    *,
+    device: str = "cpu",
+    threads: int | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> Manifest:
+    """Hash the model at ``root`` into a manifest.
+
+    Raises:
+        ModelTreeError, ModelChangedError, HashUnavailableError, UsageError, and
+        GpuStagingUnavailableError for ``device="gpu"`` without a usable GPU.
+    """
+    return _hash(root, serialization, device, threads, progress)
+
+
+def verify_model(
+    root: Path,
+    trusted: Manifest,
+    *,
+    device: str = "cpu",
+    threads: int | None = None,
+    progress: Callable[[int], None] | None = None,
+    ignore: Iterable[Path] = (),
+) -> VerificationResult:
+    """Hash ``root`` the way ``trusted`` was made and compare every resource.
+
+    ``ignore`` adds paths to leave out besides the manifest's own ``ignore_paths`` (the
+    signature or manifest file itself when it lies inside the model, as model_signing does).
+
+    The result lists each mismatching, missing and extra resource; :func:`require_verified`
+    turns a failed result into :class:`ModelMismatchError`.
+    """
+    ser = trusted.serialization
+    extra = relative_ignores(root, ignore, git=False)
+    if extra:
+        ignores = (*ser.ignore_paths, *extra)
+        ser = Serialization(ser.method, ser.hash_type, ser.shard_size, ser.allow_symlinks, ignores)
+    actual = _hash(root, ser, device, threads, progress)
+    return trusted.compare(actual)
+
+
+def load_manifest(path: Path) -> Manifest:
+    """Read and parse a manifest file (at most ``MAX_MANIFEST_SIZE`` bytes).
+
+    Raises:
+        MalformedManifestError: see :meth:`Manifest.parse`.
+        ModelTreeError: the file cannot be read.
+    """
+    try:
+        with path.open("rb") as fh:
+            data = fh.read(MAX_MANIFEST_SIZE + 1)
+    except OSError as exc:
+        raise ModelTreeError(f"cannot read {path}: {exc.strerror}") from None
+    return Manifest.parse(data)
+
+
+def require_verified(result: VerificationResult) -> None:
+    """Raise :class:`ModelMismatchError` (exit 6) unless every resource matched."""
+    if not result.ok:
+        raise ModelMismatchError(result)

@@ -1,0 +1,65 @@
+"""Typed errors of the model-integrity library, in the families of :mod:`gpuattest.errors`.
+
+* :class:`MalformedManifestError` (exit 4): a manifest or signature bundle cannot be parsed,
+  is larger than allowed, or is internally inconsistent (its subject digest does not match its
+  resources).
+* :class:`ModelTreeError` (exit 4): the model on disk cannot be serialized safely (a symlink
+  that leaves the model directory, a special file, an unreadable path).
+* :class:`SignatureError` (exit 6): a signature bundle did not verify with the key given.
+* :class:`ModelChangedError` (exit 6): a file changed while it was hashed; no verdict.
+* :class:`ModelMismatchError` (exit 6): the model does not match a trusted manifest; carries
+  the :class:`~gpucc.staging.model.manifest.VerificationResult` naming each resource.
+* :class:`HashUnavailableError` (exit 5): the hash needs a package that is not installed.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from gpucc.gpuattest.errors import (
+    EnvironmentProblemError,
+    IntegrityError,
+    MalformedInputError,
+)
+
+if TYPE_CHECKING:
+    from .manifest import VerificationResult
+
+__all__ = [
+    "HashUnavailableError",
+    "MalformedManifestError",
+    "ModelChangedError",
+    "ModelMismatchError",
+    "ModelTreeError",
+    "SignatureError",
+]
+
+
+class MalformedManifestError(MalformedInputError):
+    """A model manifest (in-toto statement) or signature bundle is not valid."""
+
+
+class ModelTreeError(MalformedInputError):
+    """The model directory holds something gpucc refuses to hash."""
+
+
+class HashUnavailableError(EnvironmentProblemError):
+    """The requested hash algorithm needs an optional package."""
+
+    hint = "install gpucc[model] (the blake3 package)"
+
+
+class SignatureError(IntegrityError):
+    """A model signature bundle did not verify: nothing in it is trusted."""
+
+
+class ModelChangedError(IntegrityError):
+    """A file's size or modification time moved while it was being hashed."""
+
+
+class ModelMismatchError(IntegrityError):
+    """The model's resources differ from the trusted manifest."""
+
+    def __init__(self, result: VerificationResult) -> None:
+        self.result = result
+        super().__init__(result.summary())
