@@ -1,0 +1,110 @@
+"""``gpucc attest --verifier remote`` and ``--sign-eat``: NRAS verdicts and signed results.
+
+Remote verification posts the evidence to NVIDIA's Remote Attestation Service and accepts
+its answer only after gpucc has checked every token (gpuattest/nras.py); the result is
+reported in the same ``gpucc.attest/v1`` document as a local verification, with
+``verifier: remote``. A service that cannot answer is "collateral unavailable" (exit 3),
+never a verdict.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .exitcodes import NOT_TRUSTED, OK
+
+if TYPE_CHECKING:
+    from gpucc.gpuattest.evidence import EvidenceSet
+    from gpucc.gpuattest.netconfig import NetworkSettings
+    from gpucc.gpuattest.nras import RemoteVerdict
+    from gpucc.gpuattest.result import AttestationResult
+
+
+def verify_remote(
+    evidence: EvidenceSet,
+    nonce: bytes,
+    settings: NetworkSettings,
+    *,
+    nras_url: str | None,
+    now: dt.datetime,
+) -> RemoteVerdict:
+    """Ask NRAS and check its answer (every token, the key set, the nonce, the digests)."""
+    from gpucc.gpuattest.nras import build_nras_client
+
+    client = build_nras_client(settings, roots=[], nras_url=nras_url, environ=os.environ)
+    return client.attest(evidence, nonce, now=now)
+
+
+def remote_document(verdict: RemoteVerdict, evidence: EvidenceSet) -> dict[str, Any]:
+    """The ``gpucc.attest/v1`` document for a remote verdict (NVIDIA's claim names)."""
+    from gpucc.gpuattest.nras import verdict_claims
+
+    claims = verdict_claims(verdict)
+    gpus = []
+    for index, (gpu, gpu_claims) in enumerate(zip(evidence.gpus, claims, strict=True)):
+        gpus.append(
+            {
+                "index": index,
+                "uuid": gpu.uuid,
+                "arch": gpu.arch,
+                "verdict": "trusted" if gpu_claims.get("measres") == "success" else "not-trusted",
+                "evidence_sha256": hashlib.sha256(gpu.report).hexdigest(),
+                "claims": gpu_claims,
+            }
+        )
+    outcome = OK if verdict.trusted else NOT_TRUSTED
+    return {
+        "schema": "gpucc.attest/v1",
+        "verifier": "remote",
+        "verdict": "trusted" if verdict.trusted else "not-trusted",
+        "trusted": verdict.trusted,
+        "exit_code": outcome.code,
+        "x-nvidia-overall-att-result": verdict.overall_result,
+        "verified_at": verdict.verified_at.isoformat().replace("+00:00", "Z"),
+        "nonce": verdict.nonce.hex(),
+        "evidence_source": evidence.source,
+        "remote": verdict.to_dict(),
+        "gpus": gpus,
+    }
+
+
+def remote_text(verdict: RemoteVerdict) -> list[str]:
+    """Human lines for a remote verdict (stdout)."""
+    state = "TRUSTED" if verdict.trusted else "NOT TRUSTED"
+    anchor = (
+        "key set chained to a pinned root"
+        if verdict.key_anchor == "x5c-chain"
+        else "key set trusted for its TLS origin (no pinned NRAS root)"
+    )
+    lines = [
+        f"remote verifier {verdict.url} (issuer {verdict.issuer}, key {verdict.kid}; {anchor})",
+        "every token checked: ES384 signature, issuer, times, nonce, per-GPU digests",
+    ]
+    for gpu in verdict.gpus:
+        measres = gpu.claims.get("measres", "absent")
+        lines.append(f"  {gpu.name}: measres {measres}")
+    lines.append(f"{state}: {len(verdict.gpus)} GPU(s) verified remotely")
+    return lines
+
+
+def sign_result(
+    result: AttestationResult, key_path: Path, output: Path, *, force: bool
+) -> tuple[str, Path]:
+    """Write ``result`` as a signed EAT (ES384, NVIDIA's detached shape) to ``output``.
+
+    Returns the key id and the path written.
+    """
+    from gpucc.gpuattest.eat import load_private_key_pem, sign_attestation_result
+    from gpucc.gpuattest.errors import FileAccessError
+    from gpucc.gpuattest.files import write_atomic
+
+    key = load_private_key_pem(key_path)
+    signed = sign_attestation_result(result, private_key=key)
+    if output.exists() and not force:
+        raise FileAccessError(f"{output} exists; pass --force to replace it")
+    write_atomic(output, signed.to_json().encode(), mode=0o644)
+    return signed.kid, output
