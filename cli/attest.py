@@ -103,11 +103,13 @@ def attest(
         Path | None,
         typer.Option(
             "--evidence",
+            "--gpu-evidence-file",
             envvar="GPUCC_EVIDENCE",
             exists=True,
             dir_okay=False,
             help="Evidence JSON (nvattest format), or a raw report with --cert-chain. "
-            "Without it, evidence is collected from the local GPUs.",
+            "Without it, evidence is collected from the local GPUs. "
+            "--gpu-evidence-file is nvattest's name for it.",
         ),
     ] = None,
     cert_chain: Annotated[
