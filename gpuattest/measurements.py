@@ -22,9 +22,12 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .rim import MeasurementEntry, ReferenceManifest
+if TYPE_CHECKING:
+    # Types only: importing the RIM parser (lxml, cryptography) is not needed to
+    # compare or to report results, and would slow every command's start-up.
+    from .rim import MeasurementEntry, ReferenceManifest
 
 __all__ = [
     "NVDEC0_INDEX",

@@ -9,10 +9,12 @@ from __future__ import annotations
 import datetime as dt
 import enum
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .measurements import MeasurementResult
-from .policy import Policy
+if TYPE_CHECKING:
+    # Types only: the CLI imports verdicts at start-up, before any verification.
+    from .measurements import MeasurementResult
+    from .policy import Policy
 
 __all__ = [
     "CLAIMS_VERSION",
