@@ -61,13 +61,14 @@ class Command:
     times: list[float] = field(default_factory=list)
 
 
-def gpucc_argv() -> list[str]:
+def gpucc_argv(given: str | None) -> list[str]:
+    if given:
+        return [given]
     exe = shutil.which("gpucc", path=str(Path(sys.executable).parent))
     return [exe] if exe else [sys.executable, "-m", "gpucc"]
 
 
-def commands(nvidia_python: str | None, workdir: Path) -> list[Command]:
-    gpucc = gpucc_argv()
+def commands(gpucc: list[str], nvidia_python: str | None, workdir: Path) -> list[Command]:
     head = [
         "attest", "--evidence", str(HEAD / "attestation-report.hex"),
         "--cert-chain", str(HEAD / "cert-chain.pem"), "--nonce", HEAD_NONCE, "--offline",
@@ -121,10 +122,15 @@ def main() -> None:
         default=os.environ.get("NV_VERIFIER_PYTHON"),
         help="python of an environment with nv-local-gpu-verifier installed",
     )
+    parser.add_argument(
+        "--gpucc",
+        help="gpucc executable to time (default: the one beside this interpreter); an "
+        "editable (development) install starts slower than a regular one",
+    )
     args = parser.parse_args()
     base_env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUCC_", "NVAT_", "NV_"))}
     with tempfile.TemporaryDirectory(prefix="bench-startup-") as tmp:
-        cmds = commands(args.nvidia_python, Path(tmp))
+        cmds = commands(gpucc_argv(args.gpucc), args.nvidia_python, Path(tmp))
         for cmd in cmds:  # warm-up: bytecode caches, page cache
             run_once(cmd, base_env)
         for _ in range(args.runs):
@@ -132,7 +138,7 @@ def main() -> None:
                 cmd.times.append(run_once(cmd, base_env))
     reference = cmds[-1] if args.nvidia_python else None
     ref_median = statistics.median(reference.times) if reference else None
-    print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, {args.runs} runs each")
+    print(f"{os.cpu_count()} CPUs, {args.runs} runs each; gpucc: {' '.join(cmds[0].argv[:-1])}")
     print(f"{'command':44} {'median ms':>9} {'min':>7} {'max':>7} {'vs NVIDIA':>9}")
     for cmd in cmds:
         median = statistics.median(cmd.times)
