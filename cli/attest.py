@@ -103,11 +103,13 @@ def attest(
         Path | None,
         typer.Option(
             "--evidence",
+            "--gpu-evidence-file",
             envvar="GPUCC_EVIDENCE",
             exists=True,
             dir_okay=False,
             help="Evidence JSON (nvattest format), or a raw report with --cert-chain. "
-            "Without it, evidence is collected from the local GPUs.",
+            "Without it, evidence is collected from the local GPUs. "
+            "--gpu-evidence-file is nvattest's name for it.",
         ),
     ] = None,
     cert_chain: Annotated[
@@ -166,8 +168,6 @@ def attest(
     Exit codes: 0 trusted, 1 not trusted, 2 usage, 3 collateral missing,
     4 malformed input, 5 environment (no GPU/NVML, CC off).
     """
-    from rich.console import Console
-
     from gpucc.gpuattest.errors import UsageError
     from gpucc.gpuattest.evidence import load_raw_evidence, parse_nonce_hex
     from gpucc.gpuattest.policy import Policy, load_policy, parse_policy
@@ -225,6 +225,8 @@ def attest(
     if output is OutputFormat.JSON:
         sys.stdout.write(render_json(result) + "\n")
     else:
+        from rich.console import Console
+
         render_text(result, Console(), verbose=verbose)
     raise typer.Exit(verdict_exit_code(result.verdict))
 

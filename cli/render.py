@@ -1,18 +1,32 @@
-"""Renderers for attestation results (a Rich table per GPU, or one JSON document) and
-the exit status each verdict maps to."""
+"""Renderers for attestation results (a table per GPU, or one JSON document) and
+the exit status each verdict maps to.
+
+Text output is sized to the console: every column is at least as wide as the
+longest word in it, so RIM IDs, digests, dates and URLs are never broken in the
+middle (long hex values are shortened instead; ``-v`` and JSON carry them in
+full), and no table is wider than its content. When the output is not a
+terminal (a CI log, a pipe) tables are drawn with ASCII characters only.
+"""
 
 from __future__ import annotations
 
 import json
-from typing import Any
-
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
+import re
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from gpucc.gpuattest.result import AttestationResult, Verdict
 
 from .exitcodes import verdict_outcome
+
+if TYPE_CHECKING:
+    from rich.box import Box
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    from gpucc.gpuattest.measurements import MismatchRecord
+    from gpucc.gpuattest.result import GpuResult
 
 _STATUS_STYLE = {
     "pass": "green",
@@ -25,6 +39,10 @@ _VERDICT_LINE = {
     "not-trusted": ("NOT TRUSTED", "bold red"),
     "undecided": ("UNDECIDED (collateral missing)", "bold yellow"),
 }
+# Hex runs longer than this are shortened in text mode (a SHA-256 digest is 64).
+_LONG_HEX = re.compile(r"\b[0-9a-fA-F]{33,}\b")
+_HEX_KEEP = 8
+_ELLIPSIS = "..."
 
 
 def verdict_exit_code(verdict: Verdict) -> int:
@@ -48,47 +66,221 @@ def render_json(result: AttestationResult) -> str:
     return json.dumps(attest_document(result), indent=2, sort_keys=False)
 
 
+# --- text ---------------------------------------------------------------------------------
+
+
+def shorten_hex(text: str) -> str:
+    """``text`` with every hex run longer than 32 characters cut to its first and last
+    eight characters (``8048dfd1...e51da338``)."""
+    return _LONG_HEX.sub(
+        lambda m: f"{m.group()[:_HEX_KEEP]}{_ELLIPSIS}{m.group()[-_HEX_KEEP:]}", text
+    )
+
+
+def _longest_word(text: str) -> int:
+    from rich.cells import cell_len
+
+    return max((cell_len(word) for word in text.split()), default=0)
+
+
+def _longest_line(text: str) -> int:
+    from rich.cells import cell_len
+
+    return max((cell_len(line) for line in text.splitlines()), default=0)
+
+
+def _wrapped_height(text: str, width: int) -> int:
+    """Lines ``text`` takes when wrapped at whitespace to ``width`` cells."""
+    from rich.cells import cell_len
+
+    height = 0
+    for line in text.splitlines() or [""]:
+        lines, used = 1, 0
+        for word in line.split():
+            size = cell_len(word)
+            if used and used + 1 + size > width:
+                lines, used = lines + 1, size
+            else:
+                used = used + 1 + size if used else size
+        height += lines
+    return height
+
+
+def fit_widths(
+    minimums: Sequence[int], maximums: Sequence[int], budget: int, cells: Sequence[Sequence[str]]
+) -> list[int]:
+    """Column content widths that fit ``budget`` cells.
+
+    Every column gets at least its minimum (its longest word) and at most its maximum
+    (its longest line). When the content does not fit on one line per row, the widths
+    that make the table shortest (fewest wrapped lines) are chosen. Only when the
+    minimums alone do not fit is the widest column cut (its longest word then has to
+    be folded).
+    """
+    import itertools
+
+    lows = [max(1, min(lo, hi)) for lo, hi in zip(minimums, maximums, strict=True)]
+    highs = [max(1, hi) for hi in maximums]
+    if sum(highs) <= budget:
+        return highs
+    spare = budget - sum(lows)
+    if spare < 0:
+        widest = lows.index(max(lows))
+        lows[widest] = max(1, lows[widest] + spare)
+        return lows
+    # The last column takes what the others leave; search the others' widths.
+    ranges = [
+        range(lo, min(hi, lo + spare) + 1) for lo, hi in zip(lows[:-1], highs[:-1], strict=True)
+    ]
+    best, best_height = lows, None
+    count = 1
+    for r in ranges:
+        count *= len(r)
+    if count > 50_000:
+        return lows[:-1] + [lows[-1] + spare]
+    for head in itertools.product(*ranges):
+        last = budget - sum(head)
+        if last < lows[-1]:
+            continue
+        widths = [*head, min(last, highs[-1])]
+        height = sum(
+            max(_wrapped_height(cell, w) for cell, w in zip(row, widths, strict=True))
+            for row in cells
+        )
+        if best_height is None or height < best_height:
+            best, best_height = widths, height
+    return best
+
+
+def _box(console: Console) -> Box:
+    from rich import box
+
+    return box.ROUNDED if console.is_terminal else box.ASCII
+
+
+def sized_table(console: Console, headers: Sequence[str], rows: Sequence[Sequence[Text]]) -> Table:
+    """A Rich table whose columns never split a word and whose width is at most the
+    console's and at most its content's."""
+    from rich.table import Table as RichTable
+
+    n = len(headers)
+    minimums = [
+        max([_longest_word(h)] + [_longest_word(r[i].plain) for r in rows])
+        for i, h in enumerate(headers)
+    ]
+    maximums = [
+        max([_longest_line(h)] + [_longest_line(r[i].plain) for r in rows])
+        for i, h in enumerate(headers)
+    ]
+    # Each column has one cell of padding on both sides; n + 1 vertical rules.
+    budget = console.width - (3 * n + 1)
+    widths = fit_widths(minimums, maximums, budget, [[c.plain for c in r] for r in rows])
+    table = RichTable(box=_box(console), expand=False, show_edge=True, header_style="bold")
+    for header, width in zip(headers, widths, strict=True):
+        table.add_column(header, width=width, overflow="fold")
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def _check_rows(gpu: GpuResult) -> list[list[Text]]:
+    from rich.text import Text
+
+    rows: list[list[Text]] = []
+    for check in gpu.checks:
+        status = str(check.status)
+        cell = Text(status, style=_STATUS_STYLE.get(status, ""))
+        if check.decision != "accept" and status != "fail":
+            cell.append(f" ({check.decision})")
+        detail = check.reason
+        if check.note:
+            detail = f"{detail} (policy: {check.note})" if detail else f"policy: {check.note}"
+        rows.append([Text(check.title), cell, Text(shorten_hex(detail))])
+    return rows
+
+
+def _source_label(source: str) -> str:
+    return "VBIOS" if source == "vbios" else source
+
+
+def mismatch_rows(mismatches: Sequence[MismatchRecord]) -> list[list[Text]]:
+    """One row per mismatching RIM index: index, source, reason, golden values (one per
+    line), runtime value; long values shortened."""
+    from rich.text import Text
+
+    rows: list[list[Text]] = []
+    for m in mismatches:
+        golden = "\n".join(shorten_hex(v) for v in m.golden_values)
+        runtime = shorten_hex(m.runtime_value) if m.runtime_value is not None else "(missing)"
+        rows.append(
+            [
+                Text(str(m.index)),
+                Text(_source_label(m.source)),
+                Text(m.reason),
+                Text(golden),
+                Text(runtime, style="bold red"),
+            ]
+        )
+    return rows
+
+
+def _summary_rows(gpu: GpuResult) -> list[tuple[str, str]]:
+    claims = gpu.claims
+    return [
+        ("driver", str(claims.get("x-nvidia-gpu-driver-version"))),
+        ("VBIOS", str(claims.get("x-nvidia-gpu-vbios-version"))),
+        ("hwmodel", str(claims.get("hwmodel"))),
+        ("measres", str(claims.get("measres"))),
+        ("driver RIM", gpu.driver_rim_id),
+        ("VBIOS RIM", gpu.vbios_rim_id),
+    ]
+
+
+def _print_pairs(console: Console, pairs: Sequence[tuple[str, str]]) -> None:
+    from rich.text import Text
+
+    key_width = max(len(k) for k, _ in pairs)
+    for key, value in pairs:
+        console.print(Text(f"{key:<{key_width}}  {value}"), highlight=False)
+
+
 def render_text(result: AttestationResult, console: Console, *, verbose: bool = False) -> None:
-    """A table per GPU with every check and its reason, then one verdict line."""
+    """A table per GPU with every check and its reason, its versions and RIM IDs, a
+    table of measurement mismatches, then one verdict line.
+
+    With ``verbose`` the full values (evidence digest, every golden and runtime value
+    of a mismatch) follow, one per line and never wrapped, so they can be copied.
+    """
+    from rich.text import Text
+
     for gpu in result.gpus:
         title = f"GPU {gpu.index}" + (f" {gpu.uuid}" if gpu.uuid else "") + f" ({gpu.arch})"
-        table = Table(title=title, title_justify="left", expand=False)
-        table.add_column("check")
-        table.add_column("result")
-        table.add_column("detail", overflow="fold")
-        for check in gpu.checks:
-            status = str(check.status)
-            cell = Text(status, style=_STATUS_STYLE.get(status, ""))
-            if check.decision != "accept" and status != "fail":
-                cell.append(f" ({check.decision})")
-            detail = check.reason
-            if check.note:
-                detail = f"{detail} (policy: {check.note})" if detail else f"policy: {check.note}"
-            table.add_row(Text(check.title), cell, Text(detail))
-        console.print(table)
-        claims = gpu.claims
-        console.print(
-            f"  driver {claims.get('x-nvidia-gpu-driver-version')}  "
-            f"VBIOS {claims.get('x-nvidia-gpu-vbios-version')}  "
-            f"hwmodel {claims.get('hwmodel')}  measres {claims.get('measres')}",
-            highlight=False,
-        )
-        if gpu.measurements and gpu.measurements.mismatches:
-            for m in gpu.measurements.mismatches:
-                console.print(
-                    f"  mismatch index {m.index} ({m.source}): runtime {m.runtime_value} "
-                    f"golden {' | '.join(m.golden_values)}",
-                    highlight=False,
+        console.print(Text(title, style="bold"), highlight=False)
+        console.print(sized_table(console, ("check", "result", "detail"), _check_rows(gpu)))
+        _print_pairs(console, _summary_rows(gpu))
+        mismatches = gpu.measurements.mismatches if gpu.measurements else ()
+        if mismatches:
+            console.print(Text(f"Measurement mismatches ({len(mismatches)})", style="bold"))
+            console.print(
+                sized_table(
+                    console,
+                    ("index", "source", "reason", "golden", "runtime"),
+                    mismatch_rows(mismatches),
                 )
+            )
         if verbose:
-            console.print(f"  evidence sha256 {gpu.report_digest.hex()}", highlight=False)
-            console.print(f"  RIM IDs {gpu.driver_rim_id}, {gpu.vbios_rim_id}", highlight=False)
+            console.print(f"evidence sha256 {gpu.report_digest.hex()}", soft_wrap=True)
+            for m in mismatches:
+                label = f"index {m.index} {_source_label(m.source)}"
+                for n, value in enumerate(m.golden_values):
+                    console.print(f"{label} golden[{n}] {value}", soft_wrap=True)
+                console.print(f"{label} runtime {m.runtime_value or '(missing)'}", soft_wrap=True)
     label, style = _VERDICT_LINE[str(result.verdict)]
     at = result.verified_at.isoformat().replace("+00:00", "Z")
     line = Text(f"{label}", style=style)
     line.append(f": {len(result.gpus)} GPU(s) verified as of {at}", style="")
     if result.reasons:
-        line.append(f"; {result.reasons[0]}", style="")
+        line.append(f"; {shorten_hex(result.reasons[0])}", style="")
         if len(result.reasons) > 1:
             line.append(f" (+{len(result.reasons) - 1} more)", style="")
     console.print(line, highlight=False)

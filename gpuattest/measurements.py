@@ -22,9 +22,12 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .rim import MeasurementEntry, ReferenceManifest
+if TYPE_CHECKING:
+    # Types only: importing the RIM parser (lxml, cryptography) is not needed to
+    # compare or to report results, and would slow every command's start-up.
+    from .rim import MeasurementEntry, ReferenceManifest
 
 __all__ = [
     "NVDEC0_INDEX",
@@ -76,16 +79,25 @@ class MismatchRecord:
         """The SPDM measurement block index this record refers to."""
         return self.index + 1
 
+    @property
+    def measurement_source(self) -> str:
+        """NVIDIA's name for the source: ``"Driver"``, or ``"Firmware"`` for the VBIOS."""
+        return "Firmware" if self.source == "vbios" else "Driver"
+
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
+        """JSON-ready form: NVAT's record (``index``, ``goldenValue`` (the first
+        alternative), ``goldenSize``, ``runtimeValue``, ``runtimeSize``,
+        ``measurementSource``) and, beside it, every golden alternative, the SPDM block
+        index and why the entry failed."""
         return {
             "index": self.index,
-            "spdm_index": self.spdm_index,
-            "source": self.source,
-            "golden_values": list(self.golden_values),
-            "golden_size": self.golden_size,
-            "runtime_value": self.runtime_value,
-            "runtime_size": self.runtime_size,
+            "goldenValue": self.golden_values[0] if self.golden_values else None,
+            "goldenSize": self.golden_size,
+            "runtimeValue": self.runtime_value,
+            "runtimeSize": self.runtime_size,
+            "measurementSource": self.measurement_source,
+            "goldenValues": list(self.golden_values),
+            "spdmIndex": self.spdm_index,
             "reason": self.reason,
         }
 

@@ -9,12 +9,15 @@ from __future__ import annotations
 import datetime as dt
 import enum
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .measurements import MeasurementResult
-from .policy import Policy
+if TYPE_CHECKING:
+    # Types only: the CLI imports verdicts at start-up, before any verification.
+    from .measurements import MeasurementResult
+    from .policy import Policy
 
 __all__ = [
+    "CLAIMS_VERSION",
     "AttestationResult",
     "Check",
     "CheckStatus",
@@ -23,6 +26,9 @@ __all__ = [
     "Verdict",
     "combine_verdicts",
 ]
+
+# NVIDIA's claims version whose names the per-GPU claims use (EAT ``x-nvidia-ver``).
+CLAIMS_VERSION = "3.0"
 
 
 class CheckStatus(enum.StrEnum):
@@ -89,6 +95,7 @@ class GpuResult:
     driver_rim_id: str
     vbios_rim_id: str
     verdict: Verdict
+    claim_notes: dict[str, str] = field(default_factory=dict, repr=False)
 
     def check(self, check_id: str) -> Check:
         """The check with this id.
@@ -120,6 +127,7 @@ class GpuResult:
             "evidence_sha256": self.report_digest.hex(),
             "rim_ids": {"driver": self.driver_rim_id, "vbios": self.vbios_rim_id},
             "claims": self.claims,
+            "claim_notes": self.claim_notes,
             "checks": [c.to_dict() for c in self.checks],
             "mismatches": [m.to_dict() for m in self.measurements.mismatches]
             if self.measurements
@@ -160,6 +168,7 @@ class AttestationResult:
             "verdict": str(self.verdict),
             "trusted": self.trusted,
             "x-nvidia-overall-att-result": self.trusted,
+            "x-nvidia-ver": CLAIMS_VERSION,
             "verified_at": self.verified_at.isoformat().replace("+00:00", "Z"),
             "nonce": self.expected_nonce.hex() if self.expected_nonce is not None else None,
             "evidence_source": self.source,

@@ -47,8 +47,9 @@ from .errors import MalformedEvidenceError
 from .evidence import EvidenceSet, GpuEvidence
 from .measurements import MeasurementResult, MeasurementStatus, compare_measurements
 from .policy import Policy, version_tuple
-from .report import Architecture, AttestationReport
+from .report import Architecture, AttestationReport, OpaqueType
 from .result import (
+    CLAIMS_VERSION,
     AttestationResult,
     Check,
     CheckStatus,
@@ -75,6 +76,7 @@ class _Record:
 
     checks: list[Check] = field(default_factory=list)
     claims: dict[str, Any] = field(default_factory=dict)
+    notes: dict[str, str] = field(default_factory=dict)
 
     def add(self, check: Check, claims: Mapping[str, Any] | None = None) -> None:
         self.checks.append(check)
@@ -306,7 +308,70 @@ def _check_measurements(
             "x-nvidia-mismatch-measurement-records": [m.to_dict() for m in meas.mismatches],
         },
     )
+    _derive_secboot_dbgstat(meas, rec)
     return meas if ran else None
+
+
+def _derive_secboot_dbgstat(meas: MeasurementResult, rec: _Record) -> None:
+    """``secboot`` and ``dbgstat`` as NVIDIA's verifiers set them: from the measurement
+    comparison (every golden value matched), not from separate evidence.
+
+    They are set only when every compared golden value matched, with no conflict and
+    nothing tolerated by policy; otherwise they are null and the note says why.
+    """
+    if meas.status is MeasurementStatus.SUCCESS:
+        rec.claims["secboot"] = True
+        rec.claims["dbgstat"] = "disabled"
+        note = (
+            "derived from the measurement comparison (every golden value matched), as "
+            "NVIDIA's verifiers derive it; the evidence carries no separate value"
+        )
+    else:
+        rec.claims["secboot"] = None
+        rec.claims["dbgstat"] = None
+        why = "not run" if meas.status is MeasurementStatus.NOT_RUN else "failed"
+        note = (
+            f"not derived: the measurement comparison {why} ({meas.reason}); NVIDIA "
+            "derives it from a successful comparison only"
+        )
+    rec.notes["secboot"] = note
+    rec.notes["dbgstat"] = note
+
+
+_GPU_MODES = {0: "spt", 1: "mpt", 2: "ppcie"}
+_PPCIE_ON = b"\xaa"
+_PPCIE_OFF = b"\x55"
+
+
+def _gpu_mode(report: AttestationReport, evidence: EvidenceSet, rec: _Record) -> None:
+    """``x-nvidia-gpu-mode`` (spt, mpt, ppcie) from the signed report's FEATURE_FLAG, or
+    PPCIe from its PROTECTED_PCIE_STATUS or NVML's CC settings; absent, with a note,
+    when none of them says."""
+    claim = "x-nvidia-gpu-mode"
+    flag = report.feature_flag
+    if flag is not None:
+        if flag in _GPU_MODES:
+            rec.claims[claim] = _GPU_MODES[flag]
+            rec.notes[claim] = "from the report's FEATURE_FLAG (opaque type 36)"
+        else:
+            rec.notes[claim] = f"absent: the report's FEATURE_FLAG {flag} names no known mode"
+        return
+    ppcie = report.opaque.get(OpaqueType.PROTECTED_PCIE_STATUS)
+    if ppcie == _PPCIE_ON:
+        rec.claims[claim] = "ppcie"
+        rec.notes[claim] = "from the report's PROTECTED_PCIE_STATUS (opaque type 21)"
+        return
+    if evidence.source == "nvml" and evidence.cc is not None and evidence.cc.multi_gpu_mode == 1:
+        rec.claims[claim] = "ppcie"
+        rec.notes[claim] = "from NVML's CC settings (multiGpuMode), not from the signed report"
+        return
+    reason = "absent: the report has no FEATURE_FLAG (opaque type 36)"
+    if ppcie == _PPCIE_OFF:
+        reason += (
+            "; its PROTECTED_PCIE_STATUS says not PPCIe, which does not tell single- "
+            "from multi-GPU passthrough"
+        )
+    rec.notes[claim] = reason
 
 
 def _check_cc_state(evidence: EvidenceSet, policy: Policy, rec: _Record) -> None:
@@ -343,7 +408,9 @@ def _verify_gpu(index: int, gpu: GpuEvidence, evidence: EvidenceSet, ctx: _Conte
     _check_cc_state(evidence, ctx.policy, rec)  # (11)
 
     decided = tuple(_decide(c, ctx.policy) for c in rec.checks)
-    rec.claims["x-nvidia-gpu-claims-version"] = "3.0"
+    rec.claims["x-nvidia-device-type"] = "gpu"
+    _gpu_mode(report, evidence, rec)
+    rec.claims["x-nvidia-gpu-claims-version"] = CLAIMS_VERSION
     manifest = driver.manifest
     rec.claims["oemid"] = manifest.platform_manufacturer_id if manifest is not None else None
     return GpuResult(
@@ -352,6 +419,7 @@ def _verify_gpu(index: int, gpu: GpuEvidence, evidence: EvidenceSet, ctx: _Conte
         arch=gpu.arch,
         checks=decided,
         claims=rec.claims,
+        claim_notes=rec.notes,
         measurements=measurements,
         report_digest=hashlib.sha256(gpu.report).digest(),
         driver_rim_id=report.driver_rim_id(arch or Architecture.HOPPER),

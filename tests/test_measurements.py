@@ -166,7 +166,7 @@ def test_set_a_with_prod_vbios_rim_fails_at_1_2_3_9(
         assert m.runtime_size == 48
     assert "1 (vbios), 2 (vbios), 3 (vbios), 9 (vbios)" in result.reason
     json.dumps(result.to_dict())
-    assert result.to_dict()["mismatches"][0]["spdm_index"] == 2
+    assert result.to_dict()["mismatches"][0]["spdmIndex"] == 2
 
 
 # --- missing RIMs -----------------------------------------------------------------------

@@ -1,0 +1,55 @@
+"""Start-up cost: what a process imports before any verification is asked for."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+HEAVY = ("cryptography", "lxml", "requests", "urllib3", "pydantic")
+
+
+def imported_modules(*args: str) -> set[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUCC_", "NVAT_", "NV_"))}
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    found = re.findall(r"^import time:\s+\d+ \|\s+\d+ \|\s+(\S+)$", proc.stderr, re.MULTILINE)
+    assert found, proc.stderr[-2000:]
+    return set(found)
+
+
+def heavy(modules: set[str]) -> set[str]:
+    return {m for m in modules if m.split(".")[0] in HEAVY}
+
+
+def test_version_imports_no_crypto_xml_network_or_pydantic() -> None:
+    modules = imported_modules("-m", "gpucc", "--version")
+    assert "gpucc.cli.main" in modules
+    assert heavy(modules) == set()
+
+
+@pytest.mark.parametrize(
+    "module", ["gpucc.cli.main", "gpucc.gpuattest.result", "gpucc.gpuattest.measurements"]
+)
+def test_verdict_and_measurement_types_import_light(module: str) -> None:
+    modules = imported_modules("-c", f"import {module}")
+    assert module in modules
+    assert heavy(modules) == set()
+    assert "gpucc.gpuattest.rim" not in modules
+
+
+def test_attest_imports_what_verification_needs() -> None:
+    """The other side of the lazy imports: attest really loads the verifier."""
+    modules = imported_modules(
+        "-m", "gpucc", "attest", "--sample", "--offline", "--at", "2024-01-01T00:00:00Z"
+    )
+    assert {"gpucc.gpuattest.verifier", "gpucc.gpuattest.rim", "cryptography.x509"} <= modules
