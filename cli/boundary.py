@@ -191,7 +191,6 @@ def _usage_json_requested(argv: list[str]) -> bool:
 def run_app(app: typer.Typer, argv: list[str] | None = None) -> int:
     """Run ``app`` and return the process exit status; never raises."""
     from typer.exceptions import TyperException
-    from typer.rich_utils import rich_format_error
 
     args = sys.argv[1:] if argv is None else argv
     stop_on_signals()
@@ -201,6 +200,8 @@ def run_app(app: typer.Typer, argv: list[str] | None = None) -> int:
         if code == INTERRUPTED.code:  # the framework turns Ctrl-C outside a command into 130
             report(INTERRUPTED, "interrupted")
     except TyperException as exc:  # a command line that does not parse
+        from typer.rich_utils import rich_format_error
+
         rich_format_error(exc)  # type: ignore[arg-type]
         STATE.json = _usage_json_requested(args)
         message = " ".join(exc.format_message().split())

@@ -38,7 +38,6 @@ from ._internal.transport import (
     Fetcher,
     RequestsFetcher,
 )
-from .bundle import BundleOcspChecker, BundleRimSource, load_bundle
 from .cache import CachingRimSource, CollateralCache
 from .collateral import (
     CompositeRimSource,
@@ -196,16 +195,15 @@ def build_collateral(
     """
     del roots  # see the docstring
     fetch = fetcher if fetcher is not None else build_fetcher(settings)
-    bundle = load_bundle(settings.bundle) if settings.bundle is not None else None
     service, client = network_sources(settings, fetch)
-    rims: RimSource = (
-        CompositeRimSource([BundleRimSource(bundle), service]) if bundle is not None else service
-    )
+    rims: RimSource = service
+    checkers: list[OcspChecker] = [client]
+    if settings.bundle is not None:
+        from .bundle import BundleOcspChecker, BundleRimSource, load_bundle  # lxml: only here
 
+        bundle = load_bundle(settings.bundle)
+        rims = CompositeRimSource([BundleRimSource(bundle), service])
+        checkers.insert(0, BundleOcspChecker(bundle, clock_skew=settings.clock_skew))
     if not settings.check_ocsp:
         return rims, NoOcsp("OCSP checking is disabled", collateral_missing=False)
-    checkers: list[OcspChecker] = []
-    if bundle is not None:
-        checkers.append(BundleOcspChecker(bundle, clock_skew=settings.clock_skew))
-    checkers.append(client)
     return rims, FallbackOcspChecker(checkers)

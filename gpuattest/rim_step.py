@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .chain import ChainResult, ChainStatus
 from .collateral import ChainKind, OcspChecker, RimSource
@@ -19,8 +19,10 @@ from .errors import CollateralUnavailableError
 from .policy import Policy
 from .result import Check, CheckStatus
 from .revocation import chain_claim, check_chain_revocation
-from .rim import ReferenceManifest
 from .trust import TrustRoots
+
+if TYPE_CHECKING:
+    from .rim import ReferenceManifest
 
 __all__ = ["RimOutcome", "verify_rim"]
 
@@ -106,6 +108,8 @@ def verify_rim(
             f"{claim}-measurements-available": False,
         }
         return RimOutcome(None, tuple(checks), claims)
+    from .rim import ReferenceManifest  # lxml loads only when a RIM is there to parse
+
     manifest = ReferenceManifest.parse(data)
     checks = [Check(f"{p}-fetched", f"{label} available", CheckStatus.PASS, rim_id)]
     schema = manifest.validate_schema()
