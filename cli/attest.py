@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import enum
 import os
 import sys
 from pathlib import Path
@@ -35,26 +37,17 @@ evidence_app = typer.Typer(
     help="Collect GPU evidence.", no_args_is_help=True, pretty_exceptions_show_locals=False
 )
 
-# The bundled sample (NVIDIA's set A, driver 545.00) and its nonce.
-SAMPLE_NONCE = "4cff7f5380ead8fad8ec2c531c110aca4302a88f603792801a8ca29ee151af2e"
 
 ExistingFile = Annotated[
     Path | None, typer.Option(exists=True, dir_okay=False, readable=True, resolve_path=False)
 ]
 
 
-def _sample_paths() -> tuple[Path, Path, Path, Path]:
-    from importlib import resources
+class Verifier(enum.StrEnum):
+    """--verifier values."""
 
-    base = resources.files("gpucc.gpuattest._samples")
-    names = (
-        "attestation-report.hex",
-        "cert-chain.pem",
-        "driver-rim-545.00.swidtag",
-        "vbios-rim-1010_0200_882_96005E0001-test.swidtag",
-    )
-    paths = tuple(Path(str(base.joinpath(n))) for n in names)
-    return paths[0], paths[1], paths[2], paths[3]
+    LOCAL = "local"
+    REMOTE = "remote"
 
 
 def load_evidence(evidence: Path, cert_chain: Path | None) -> EvidenceSet:
@@ -161,6 +154,48 @@ def attest(
     collateral: CollateralOption = None,
     offline: OfflineOption = False,
     timeout: TimeoutOption = 10.0,
+    verifier: Annotated[
+        Verifier,
+        typer.Option(
+            "--verifier",
+            envvar="GPUCC_VERIFIER",
+            help="local: gpucc checks everything itself; remote: NVIDIA's attestation "
+            "service (NRAS) judges and gpucc checks its signed answer.",
+            rich_help_panel="Remote verification and signed results",
+        ),
+    ] = Verifier.LOCAL,
+    nras_url: Annotated[
+        str | None,
+        typer.Option(
+            "--nras-url",
+            help="NRAS base URL (default NVIDIA's; env NVAT_NRAS_BASE_URL).",
+            rich_help_panel="Remote verification and signed results",
+        ),
+    ] = None,
+    sign_eat: Annotated[
+        Path | None,
+        typer.Option(
+            "--sign-eat",
+            exists=True,
+            dir_okay=False,
+            help="Sign the verified result as an EAT (ES384) with this P-384 key (PEM, 0600).",
+            rich_help_panel="Remote verification and signed results",
+        ),
+    ] = None,
+    token_output: Annotated[
+        Path | None,
+        typer.Option(
+            "-o",
+            "--output",
+            dir_okay=False,
+            help="Where --sign-eat writes the signed result (detached EAT JSON).",
+            rich_help_panel="Remote verification and signed results",
+        ),
+    ] = None,
+    force: Annotated[
+        bool,
+        typer.Option("--force", help="Replace an existing -o file."),
+    ] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Verify GPU attestation evidence and print a verdict.
@@ -169,8 +204,8 @@ def attest(
     4 malformed input, 5 environment (no GPU/NVML, CC off).
     """
     from gpucc.gpuattest.errors import UsageError
-    from gpucc.gpuattest.evidence import load_raw_evidence, parse_nonce_hex
-    from gpucc.gpuattest.policy import Policy, load_policy, parse_policy
+    from gpucc.gpuattest.evidence import parse_nonce_hex
+    from gpucc.gpuattest.policy import Policy, load_policy
     from gpucc.gpuattest.trust import TrustRoots
     from gpucc.gpuattest.verifier import verify
 
@@ -179,20 +214,22 @@ def attest(
     now = parse_time(at)
     pol: Policy = load_policy(policy) if policy else Policy()
     ev: EvidenceSet
+    if (sign_eat is None) != (token_output is None):
+        raise UsageError("--sign-eat KEY and -o FILE go together")
+    if sign_eat is not None and verifier is Verifier.REMOTE:
+        raise UsageError("--sign-eat signs a local verification; NRAS's tokens are already signed")
     if sample:
         if evidence or cert_chain:
             raise UsageError("--sample cannot be combined with --evidence/--cert-chain")
-        report, chain, d_rim, v_rim = _sample_paths()
-        ev = load_raw_evidence(report, chain)
-        driver_rim = driver_rim or d_rim
-        vbios_rim = vbios_rim or v_rim
-        nonce = nonce or SAMPLE_NONCE
+        from gpucc.gpuattest.samples import nvidia_h100_sample, sample_policy
+
+        bundled = nvidia_h100_sample()
+        ev = bundled.evidence
+        driver_rim = driver_rim or bundled.driver_rim_path
+        vbios_rim = vbios_rim or bundled.vbios_rim_path
+        nonce = nonce or bundled.nonce.hex()
         if policy is None:
-            pol = parse_policy(
-                {"ocsp": {"require": False}},
-                source="sample default: OCSP not required (NVIDIA publishes no stored "
-                "responses for the sample)",
-            )
+            pol = sample_policy()
     elif evidence is not None:
         ev = load_evidence(evidence, cert_chain)
     else:
@@ -218,6 +255,8 @@ def attest(
         offline=offline,
         timeout=timeout,
     )
+    if verifier is Verifier.REMOTE:
+        _attest_remote(ev, expected, settings, nras_url=nras_url, now=now, output=output)
     rims, ocsp = _collateral(_rim_source(rim_dir, driver_rim, vbios_rim), settings)
     result = verify(
         ev, expected_nonce=expected, roots=roots, now=now, rims=rims, ocsp=ocsp, policy=pol
@@ -228,7 +267,38 @@ def attest(
         from rich.console import Console
 
         render_text(result, Console(), verbose=verbose)
+    if sign_eat is not None and token_output is not None:
+        from .attest_remote import sign_result
+
+        kid, path = sign_result(result, sign_eat, token_output, force=force)
+        typer.echo(f"gpucc: signed result (key {kid}) written to {path}", err=True)
     raise typer.Exit(verdict_exit_code(result.verdict))
+
+
+def _attest_remote(
+    ev: EvidenceSet,
+    expected: bytes | None,
+    settings: NetworkSettings,
+    *,
+    nras_url: str | None,
+    now: dt.datetime,
+    output: OutputFormat,
+) -> None:
+    """NRAS judges; gpucc checks its answer; the same document and exit codes."""
+    from gpucc.gpuattest.errors import UsageError
+
+    from .attest_remote import remote_document, remote_text, verify_remote
+    from .boundary import emit_result
+
+    if expected is None:
+        raise UsageError("remote verification needs the nonce the evidence carries (--nonce)")
+    verdict = verify_remote(ev, expected, settings, nras_url=nras_url, now=now)
+    document = remote_document(verdict, ev)
+    if output is OutputFormat.JSON:
+        emit_result(document)
+    else:
+        typer.echo("\n".join(remote_text(verdict)))
+    raise typer.Exit(document["exit_code"])
 
 
 @evidence_app.command("collect")

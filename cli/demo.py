@@ -28,10 +28,10 @@ def demo(
     is no GPU here); (3) seal a generated dataset; (4) stage it on the CPU, verifying
     every chunk; (5) show that a tampered chunk is caught and named.
     """
-    from gpucc.gpuattest.collateral import FileRimSource, NoOcsp, rim_sources_from_mapping
+    from gpucc.gpuattest.collateral import NoOcsp, rim_sources_from_mapping
     from gpucc.gpuattest.errors import NotTrustedError
-    from gpucc.gpuattest.evidence import load_raw_evidence, parse_nonce_hex
     from gpucc.gpuattest.policy import parse_policy
+    from gpucc.gpuattest.samples import nvidia_h100_sample
     from gpucc.gpuattest.simulate import SimulatedGpu
     from gpucc.gpuattest.trust import TrustRoots
     from gpucc.gpuattest.verifier import verify
@@ -39,19 +39,17 @@ def demo(
     from gpucc.staging.errors import ChunkAuthenticationError
     from gpucc.staging.release import CollectedEvidence, DatasetKey, local_session
 
-    from .attest import SAMPLE_NONCE, _sample_paths
-
     out = Console()
     no_ocsp = parse_policy({"ocsp": {"require": False}}, source="demo")
 
     # (1) the real NVIDIA sample, verified against NVIDIA's pinned roots
-    report, chain, d_rim, v_rim = _sample_paths()
+    sample = nvidia_h100_sample()
     result = verify(
-        load_raw_evidence(report, chain),
-        expected_nonce=parse_nonce_hex(SAMPLE_NONCE),
+        sample.evidence,
+        expected_nonce=sample.nonce,
         roots=TrustRoots.nvidia(),
         now=DEMO_AT,
-        rims=FileRimSource(d_rim, v_rim),
+        rims=sample.rims,
         ocsp=NoOcsp("NVIDIA publishes no stored OCSP answers for this sample"),
         policy=no_ocsp,
     )
