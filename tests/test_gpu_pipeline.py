@@ -672,3 +672,77 @@ def test_benchmark_without_a_gpu_says_so(capsys: pytest.CaptureFixture[str]) -> 
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("no GPU: CuPy is not installed")
+
+
+def test_gpu_tests_collect_without_cupy_console_script_or_network(tmp_path: Path) -> None:
+    """``pytest -m gpu`` on a checkout: no CuPy, no ``gpucc`` on PATH, no proxy reachable."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    blocker = tmp_path / "cupy.py"
+    blocker.write_text("raise ImportError('cupy is blocked for this test')\n")
+    env = {
+        "PATH": "/nonexistent",
+        "PYTHONPATH": os.pathsep.join([str(tmp_path), str(root)]),
+        "HTTPS_PROXY": "http://127.0.0.1:9",
+        "HTTP_PROXY": "http://127.0.0.1:9",
+        "NO_PROXY": "",
+    }
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-m",
+            "gpu",
+            "-p",
+            "no:cacheprovider",
+            "tests/test_gpu_staging.py",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        env=env,
+        check=False,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "error" not in result.stdout.lower()
+    assert "skipped" in result.stdout and "passed" not in result.stdout
+
+
+def test_gpu_tests_fail_rather_than_skip_when_the_build_fails(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-m",
+            "gpu",
+            "-p",
+            "no:cacheprovider",
+            "-k",
+            "build_and_pass or spec_vectors or every_chunk_boundary",
+            "tests/test_gpu_staging.py",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        env={
+            **os.environ,
+            "GPUCC_GPU_TESTS_ON_FAKE": "1",
+            "GPUCC_FAKE_COMPILE_ERROR": "aesgcm.cu(7): error: expected a ';'",
+        },
+        check=False,
+        timeout=300,
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "6 failed" in result.stdout and "skipped" not in result.stdout, result.stdout
+    assert "GpuKernelError" in result.stdout and "expected a ';'" in result.stdout
