@@ -623,7 +623,7 @@ class GcmDevice:
         with cupy.cuda.Device(device_id):
             caller = cupy.cuda.get_current_stream()
             self.stream: Any = caller if stream is None else stream
-            if self.stream is not caller:
+            if int(self.stream.ptr) != int(caller.ptr):
                 joined = cupy.cuda.Event(disable_timing=True)
                 joined.record(caller)
                 self.stream.wait_event(joined)
