@@ -646,7 +646,7 @@ def test_benchmark_fails_on_broken_kernels(
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     fake.Config.compile_error = BUILD_LOG
-    assert bench.main(["--size", "64KiB", "--tmp", str(tmp_path)]) == 3
+    assert bench.main(["--size", "64KiB", "--tmp", str(tmp_path)]) == 5
     out = capsys.readouterr().out
     assert "kernels are broken" in out and "identifier undefined 0" in out
 
