@@ -380,9 +380,24 @@ class _KatCase:
     flip_tag: tuple[int, int]
 
 
-def _kat_chunk_size(width: int) -> int:
-    """A chunk size that is one tile of ``width`` threads (16 KiB at 256)."""
-    return max(4096, 16 * _K * width)
+#: Tiles per chunk of the multi-tile production case: more than gcm_finalize's 256 threads,
+#: so its Horner step over G^256 runs; the chunk is 5 blocks short of whole tiles, so the
+#: first tile starts with imaginary zero blocks.
+_KAT_TILES = 300
+
+
+def _kat_shapes(width: int, grid: int) -> list[tuple[int, int]]:
+    """(chunk size, chunks) of the production known answers at ``width`` threads.
+
+    Always chunks of one tile (16 KiB at 256; the chunk sizes that give narrower CTAs are
+    one tile), ``grid + 3`` of them so CTAs loop back for more items. At 256, the width of
+    every chunk of 16 KiB and up, also three chunks of :data:`_KAT_TILES` tiles.
+    """
+    tile = 16 * _K * width
+    shapes = [(max(4096, tile), grid + 3)]
+    if width == _MAX_THREADS:
+        shapes.append((_KAT_TILES * tile - 5 * 16, 3))
+    return shapes
 
 
 @functools.lru_cache(maxsize=16)
@@ -424,23 +439,35 @@ def _kat_case(chunk_size: int, chunks: int) -> _KatCase:
 def _check_production(kernels: _Kernels, cupy: Any, device_id: int, width: int) -> None:
     """Open the fixed dataset with the production kernels at ``width``, as staging does.
 
-    The dataset has more tiles than the persistent grid has CTAs (so CTAs loop), and a final
-    chunk ending in a partial block. Its plaintext must come back exactly with every status
-    word zero; with one ciphertext bit flipped in one chunk and one tag bit in another,
-    exactly those two chunks must be flagged and zeroed. On success ``width`` is recorded in
-    ``kernels.grids`` with its grid.
+    Each dataset (:func:`_kat_shapes`) has more tiles than the persistent grid has CTAs (so
+    CTAs loop), and a final chunk ending in a partial block. Its plaintext must come back
+    exactly with every status word zero; with one ciphertext bit flipped in one chunk and one
+    tag bit in another, exactly those two chunks must be flagged and zeroed. On success
+    ``width`` is recorded in ``kernels.grids`` with its grid.
 
     Raises:
         GpuKernelError: a wrong result, or the check could not run.
     """
     grid = _persistent_grid(cupy, kernels, device_id, width)
-    cs = _kat_chunk_size(width)
-    case = _kat_case(cs, grid + 3)
+    for cs, chunks in _kat_shapes(width, grid):
+        _check_case(kernels, cupy, device_id, width, grid, _kat_case(cs, chunks))
+    kernels.grids[width] = grid
+
+
+def _check_case(
+    kernels: _Kernels, cupy: Any, device_id: int, width: int, grid: int, case: _KatCase
+) -> None:
+    """One production known-answer dataset, clean and tampered (see :func:`_check_production`).
+
+    Raises:
+        GpuKernelError: a wrong result, or the check could not run.
+    """
+    cs = case.header.chunk_size
 
     def fail(what: str) -> GpuKernelError:
         return GpuKernelError(
             f"the production AES-GCM kernels failed their known answers at {width} threads "
-            f"on CUDA device {device_id}: {what}; refusing to stage",
+            f"({cs}-byte chunks) on CUDA device {device_id}: {what}; refusing to stage",
             device_id=device_id,
             stage="known-answer",
         )
@@ -455,7 +482,7 @@ def _check_production(kernels: _Kernels, cupy: Any, device_id: int, width: int) 
         )
         try:
             if gcm.width != width:
-                raise fail(f"chunk size {cs} gives width {gcm.width}")
+                raise fail(f"they give width {gcm.width}")
             results = [_open_on(gcm, cupy, records) for records in (case.records, tampered)]
         finally:
             gcm.close()
@@ -473,16 +500,14 @@ def _check_production(kernels: _Kernels, cupy: Any, device_id: int, width: int) 
     expect = sorted({case.flip_ciphertext[0], case.flip_tag[0]})
     if flagged != expect:
         raise fail(f"tampered chunks {expect} were flagged as {flagged}")
-    size = case.header.chunk_size
     want = bytearray(case.plaintext)
     for index in expect:
-        start = index * size
+        start = index * cs
         want[start : start + case.header.chunk_length(index)] = bytes(
             case.header.chunk_length(index)
         )
     if plain_t != bytes(want):
         raise fail("a tampered chunk was not zeroed, or an authentic one was changed")
-    kernels.grids[width] = grid
 
 
 def _open_on(gcm: GcmDevice, cupy: Any, records: bytes | bytearray) -> tuple[bytes, list[int]]:

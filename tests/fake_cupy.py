@@ -322,9 +322,8 @@ class ndarray:  # noqa: N801 - the CuPy name
 
 def empty(shape: Any, dtype: Any = np.float64) -> ndarray:
     a = np.empty(shape, dtype=dtype)
-    a.view(np.uint8).reshape(-1)[:] = np.frombuffer(
-        _rng.randbytes(a.nbytes), dtype=np.uint8
-    )  # uninitialised memory: garbage
+    garbage = np.random.default_rng(_rng.getrandbits(64)).bytes(a.nbytes)
+    a.view(np.uint8).reshape(-1)[:] = np.frombuffer(garbage, dtype=np.uint8)  # uninitialised
     return ndarray(a, _current_device())
 
 

@@ -48,6 +48,9 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     fake_cupy.reset(devices=3, seed=seed)
     monkeypatch.setattr(rt, "import_cupy", lambda: fake_cupy)
     monkeypatch.setattr(rt, "_modules", {})
+    # Multi-tile known-answer chunks of 3 tiles keep every test's kernel load cheap; the real
+    # shape (300 tiles) runs in test_production_known_answers_shape_and_once_per_device_and_width.
+    monkeypatch.setattr(rt, "_KAT_TILES", 3)
     yield fake_cupy
     fake_cupy.reset()
 
@@ -425,26 +428,31 @@ def test_the_production_kernels_are_checked_at_load(fake: Any, bug: str) -> None
 
 
 def test_production_known_answers_shape_and_once_per_device_and_width(
-    fake: Any, tmp_path: Path
+    fake: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(rt, "_KAT_TILES", 300)
     fake.Config.launches = []
     gpu.require_gpu(0)
     grid = fake.Config.sm_count * fake.Config.occupancy
     chunks = [x for x in fake.Config.launches if x[0] == "gcm_chunks"]
-    # The clean and the tampered dataset, 16 KiB chunks at width 256, on the persistent grid.
-    assert chunks == [("gcm_chunks", (grid,), (256,))] * 2
-    case = rt._kat_case(16 * 1024, grid + 3)
-    header = case.header
-    assert header.chunk_count > grid and header.chunk_length(header.chunk_count - 1) % 16
-    assert case.flip_ciphertext[0] != case.flip_tag[0]
-    assert rt._kat_case(16 * 1024, grid + 3) is case  # computed once per shape
+    # Clean and tampered: 16 KiB chunks, and chunks of 300 tiles, on the persistent grid.
+    assert chunks == [("gcm_chunks", (grid,), (256,))] * 4
+    assert rt._kat_shapes(256, grid) == [(16 * 1024, grid + 3), (300 * 16 * 1024 - 80, 3)]
+    assert rt._kat_shapes(64, grid) == [(4096, grid + 3)]
+    for cs, count in rt._kat_shapes(256, grid):
+        case = rt._kat_case(cs, count)
+        header = case.header
+        assert rt._tiles(cs, 1024) * (count - 1) + 1 > grid  # CTAs loop back for more items
+        assert header.chunk_length(header.chunk_count - 1) % 16  # a partial final block
+        assert case.flip_ciphertext[0] != case.flip_tag[0]
+        assert rt._kat_case(cs, count) is case  # computed once per shape
     # A first use at another width checks that width first, once per device.
     dataset, dk = _sealed(tmp_path, _data(3 * CS))
-    for device, runs in ((0, 1), (0, 0), (1, 2)):  # device 1: width 256 at load, then 64
+    for device, runs in ((0, 2), (0, 0), (1, 6)):  # device 1: width 256 at load, then 64
         fake.Config.launches = []
         gpu.stage_gpu(dataset, dk, device=device)
         widths = [block for name, _, block in fake.Config.launches if name == "gcm_chunks"]
-        assert len(widths) == 1 + 2 * runs, (device, widths)
+        assert len(widths) == 1 + runs, (device, widths)
     assert ("gcm_chunks", 64, 0) in fake.Config.occupancy_calls
 
 
@@ -457,8 +465,10 @@ def test_a_build_that_cannot_be_resident_is_an_error(fake: Any, tmp_path: Path) 
     dataset, dk = _sealed(tmp_path, _data(40 * CS))
     fake.Config.launches = []
     gpu.stage_gpu(dataset, dk, batch_bytes=1 << 30)
-    grids = {grid for name, grid, _ in fake.Config.launches if name == "gcm_chunks"}
-    assert grids == {(fake.Config.sm_count * 5,)}
+    grids = {
+        g for name, g, block in fake.Config.launches if block == (64,) and name == "gcm_chunks"
+    }
+    assert grids == {(fake.Config.sm_count * 5,)}  # the staging and its known answers
 
 
 def test_device_selection_falls_back_only_without_a_device(
