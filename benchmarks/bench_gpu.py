@@ -7,7 +7,9 @@ Run on a GPU machine (not a test)::
 
 ``--check`` first runs the correctness tests (kernel harness, pipeline, and the GPU tests on
 this GPU) and stops if any fails, so one call checks and times everything. Without a usable
-GPU it prints why and exits 0.
+GPU (no CuPy, no driver, no device) it prints why and exits 0; with a GPU whose kernels do not
+build or fail their known answers it prints the build log's lines and exits 5; any other
+failure (a kernel rejecting an authentic dataset included) ends it with a non-zero status.
 
 For each chunk size, with the same bytes:
 
@@ -50,9 +52,13 @@ from gpucc.staging import _gpu_runtime as rt
 from gpucc.staging import format as fmt
 from gpucc.staging import gpu
 from gpucc.staging.dataset import open_sealed
+from gpucc.staging.errors import GpuKernelError
 from gpucc.staging.seal import seal_file
 
 DESCRIPTION = "GPU staging throughput beside its ceilings and the CPU baseline."
+#: Exit status when a GPU is present but its kernels do not build or fail their known answers
+#: (the status ``gpucc`` exits with for the same error: its environment family).
+EXIT_BROKEN_KERNELS = 5
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 COPY = 32 * MiB
 ROOT = Path(__file__).resolve().parent.parent
@@ -196,21 +202,23 @@ def kernels_alone(
     records = cp.asarray(raw)
     del raw
     sealed_again = cp.empty_like(records)
-    status = cp.zeros(header.chunk_count, dtype=cp.uint32)
-    dev = rt.GcmDevice(cp, int(out.device.id), header, fmt.derive_chunk_key(dk, header.dataset_id))
     stream = cp.cuda.Stream(non_blocking=True)
+    dev = rt.GcmDevice(
+        cp, int(out.device.id), header, fmt.derive_chunk_key(dk, header.dataset_id), stream=stream
+    )
+    with stream:  # initialised on the stream the kernels write it on
+        status = cp.zeros(header.chunk_count, dtype=cp.uint32)
     n = header.chunk_count
 
     def open_all() -> float:
-        t = _events_time(
-            cp, stream, lambda: dev.launch(stream, 0, n, records, out, status, seal=False)
-        )
-        assert not cp.asnumpy(status).any(), "kernel rejected an authentic dataset"
+        t = _events_time(cp, stream, lambda: dev.launch(0, n, records, out, status, seal=False))
+        if cp.asnumpy(status).any():
+            raise RuntimeError("the kernel rejected an authentic dataset")
         return t
 
     def seal_all() -> float:
         return _events_time(
-            cp, stream, lambda: dev.launch(stream, 0, n, out, sealed_again, status, seal=True)
+            cp, stream, lambda: dev.launch(0, n, out, sealed_again, status, seal=True)
         )
 
     def d2d() -> float:
@@ -263,7 +271,11 @@ def main(argv: list[str] | None = None) -> int:
         if rc != 0:
             print(f"correctness tests failed (exit {rc}); not timing a broken build")
             return rc
-    reason = gpu.unavailable_reason(args.device)
+    try:
+        reason = gpu.unavailable_reason(args.device)
+    except GpuKernelError as exc:
+        print(f"GPU {args.device} present, but its kernels are broken: {exc}")
+        return EXIT_BROKEN_KERNELS
     if reason is not None:
         print(f"no GPU: {reason} (nothing measured)")
         return 0

@@ -250,11 +250,13 @@ def run_device(
     gds = use_gds and source.gds_path() is not None
 
     with cupy.cuda.Device(device_id):
-        gcm = GcmDevice(cupy, device_id, header, chunk_key)
         copy_stream = cupy.cuda.Stream(non_blocking=True)
         compute_stream = cupy.cuda.Stream(non_blocking=True)
+        # The kernels' stream starts after what the caller queued (its writes to ``out``).
+        gcm = GcmDevice(cupy, device_id, header, chunk_key, stream=compute_stream)
         d_ring = cupy.empty((nslots, slot_bytes), dtype=cupy.uint8)
-        status_d = cupy.zeros(count, dtype=cupy.uint32)
+        with compute_stream:
+            status_d = cupy.zeros(count, dtype=cupy.uint32)
         status_mem = cupy.cuda.alloc_pinned_memory(max(4, 4 * count))
         status_h = np.frombuffer(status_mem, dtype=np.uint32, count=count)
         status_h[:] = 0
@@ -351,7 +353,7 @@ def run_device(
                     copied[slot].record(copy_stream)
                     compute_stream.wait_event(copied[slot])
                 dst = out[lo * size : lo * size + shard_bytes(header, b, n)]
-                gcm.launch(compute_stream, b, n, src, dst, status_d[lo : lo + n], seal=False)
+                gcm.launch(b, n, src, dst, status_d[lo : lo + n], seal=False)
                 cupy.cuda.runtime.memcpyAsync(
                     status_h.ctypes.data + 4 * lo,
                     status_d.data.ptr + 4 * lo,
@@ -369,13 +371,16 @@ def run_device(
             check(block=True)
         except BaseException:
             _drain(reads, copy_stream, compute_stream)
-            out.fill(0)
-            cupy.cuda.Device(device_id).synchronize()
+            with compute_stream:
+                out.fill(0)
+            compute_stream.synchronize()
             raise
         finally:
             _drain(reads, copy_stream, compute_stream)
             gcm.close()
-            status_d.fill(0)
+            with compute_stream:
+                status_d.fill(0)
+            compute_stream.synchronize()
             if gds_file is not None:
                 gds_file.close()
 
@@ -384,8 +389,9 @@ def run_device(
             # Nothing from the lowest failing chunk on is trusted (this device's part of it).
             cut = max(0, lowest - first) * size
             if cut < out.size:
-                out[cut:].fill(0)
-            cupy.cuda.Device(device_id).synchronize()
+                with compute_stream:
+                    out[cut:].fill(0)
+            compute_stream.synchronize()
             if lowest >= first:
                 raise ChunkAuthenticationError(lowest)
             raise Stopped

@@ -6,9 +6,11 @@ module at call time, so tests can put a fake in its place).
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
@@ -16,9 +18,12 @@ import numpy as np
 
 from gpucc.gpuattest.errors import UsageError
 
-from .errors import GpuStagingUnavailableError
+from .errors import GpuKernelError, GpuStagingUnavailableError
 from .format import (
+    HEADER_SIZE,
+    TAG_SIZE,
     Header,
+    derive_chunk_key,
 )
 
 __all__ = [
@@ -44,8 +49,6 @@ _MAX_THREADS = 256
 _COMBINE_THREADS = 256
 #: Word offset of H^1 in the key context (kCtxHPow).
 _CTX_HPOW = 72
-#: CTAs of gcm_chunks resident per SM (its __launch_bounds__ minimum): the persistent grid.
-_CTAS_PER_SM = 4
 
 #: Default bytes of sealed records per batch: one H2D copy and one launch pair each.
 #: At ~50 GB/s this is ~0.7 ms per batch, well above the ~10-50 us a batch costs in Python.
@@ -124,17 +127,32 @@ def _kernel_source() -> str:
     return main.replace(include, header)
 
 
+def _log_lines(text: str, limit: int = GpuKernelError.LOG_LINES) -> tuple[str, ...]:
+    """The lines of a build log worth showing: its error lines, else its first lines."""
+    lines = [" ".join(line.split())[:240] for line in text.splitlines()]
+    lines = [line for line in lines if line]
+    errors = [line for line in lines if "error" in line.lower()]
+    return tuple((errors or lines)[:limit])
+
+
 #: Options for NVRTC. CuPy adds the architecture of the current device (sm_90 on an H100).
 _NVRTC_OPTIONS = ("-std=c++17", f"-DGCMK_K={_K}")
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Kernels:
+    """The kernels built for one device, and what has been checked about them there.
+
+    ``grids`` maps a gcm_chunks CTA width to its persistent grid; a width is in it only once
+    the production known answers (:func:`_check_production`) passed at that width.
+    """
+
     setup: Any
     chunks: Any
     finalize: Any
     selftest: Any
     sm_count: int
+    grids: dict[int, int] = field(default_factory=dict)
 
 
 #: Known answers checked on each device right after the kernels are built (McGrew & Viega,
@@ -233,12 +251,15 @@ _modules_lock = threading.Lock()
 def _kernels(device_id: int) -> _Kernels:
     """The compiled kernels for one device (compiled once per process and device).
 
-    Right after building, the kernels must reproduce the known answers of :data:`_KATS` on
-    that device, sealing and opening; otherwise nothing is staged with them.
+    Right after building, the kernels must reproduce the known answers of :data:`_KATS`
+    through gcm_selftest, sealing and opening, and the production kernels must open (and
+    reject) the fixed dataset of :func:`_check_production` at CTA width 256; otherwise
+    nothing is staged with them. A failure is not cached: the next call builds again.
 
     Raises:
-        GpuStagingUnavailableError: no CuPy, no such device, the kernels do not build, or
-            they fail the known-answer self-test.
+        GpuStagingUnavailableError: no CuPy, no driver, no such device.
+        GpuKernelError: the device is there, but the kernels do not build, cannot be resident,
+            or fail a known answer.
     """
     with _modules_lock:
         found = _modules.get(device_id)
@@ -254,35 +275,282 @@ def _kernels(device_id: int) -> _Kernels:
                 f"CUDA device {device_id} does not exist ({count} device(s) present)"
             )
         try:
-            with cupy.cuda.Device(device_id):
-                module = cupy.RawModule(code=_kernel_source(), options=_NVRTC_OPTIONS)
-                kernels = _Kernels(
-                    setup=module.get_function("gcm_setup"),
-                    chunks=module.get_function("gcm_chunks"),
-                    finalize=module.get_function("gcm_finalize"),
-                    selftest=module.get_function("gcm_selftest"),
-                    sm_count=int(cupy.cuda.Device(device_id).attributes["MultiProcessorCount"]),
-                )
-                passed = _self_test(kernels, cupy)
-        except GpuStagingUnavailableError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - CompileException, CUDADriverError, ...
+            with cupy.cuda.Device(device_id) as device:
+                sm_count = int(device.attributes["MultiProcessorCount"])
+        except Exception as exc:  # noqa: BLE001 - the device cannot be opened at all
             raise GpuStagingUnavailableError(
-                f"the AES-GCM kernels did not build for CUDA device {device_id}: {_one_line(exc)}"
+                f"CUDA device {device_id} is not usable: {_one_line(exc)}"
             ) from None
-        if not passed:
-            raise GpuStagingUnavailableError(
-                f"the AES-GCM kernels failed their known-answer self-test on CUDA device "
-                f"{device_id} (a miscompiled or unsupported build); refusing to stage"
-            )
+        with cupy.cuda.Device(device_id):
+            kernels = _build(cupy, device_id, sm_count)
+            try:
+                passed = _self_test(kernels, cupy)
+            except Exception as exc:  # noqa: BLE001 - a launch or copy failed
+                raise GpuKernelError(
+                    f"the AES-GCM self-test could not run on CUDA device {device_id}: "
+                    f"{_one_line(exc)}",
+                    device_id=device_id,
+                    stage="known-answer",
+                ) from None
+            if not passed:
+                raise GpuKernelError(
+                    f"the AES-GCM kernels failed their known-answer self-test on CUDA device "
+                    f"{device_id} (a miscompiled or unsupported build); refusing to stage",
+                    device_id=device_id,
+                    stage="known-answer",
+                )
+            _check_production(kernels, cupy, device_id, _MAX_THREADS)
         _modules[device_id] = kernels
         return kernels
+
+
+def _build(cupy: Any, device_id: int, sm_count: int) -> _Kernels:
+    """Compile the module for the current device and look its kernels up.
+
+    Raises:
+        GpuKernelError: NVRTC or the module load failed (with the log's error lines).
+    """
+    try:
+        module = cupy.RawModule(code=_kernel_source(), options=_NVRTC_OPTIONS)
+        return _Kernels(
+            setup=module.get_function("gcm_setup"),
+            chunks=module.get_function("gcm_chunks"),
+            finalize=module.get_function("gcm_finalize"),
+            selftest=module.get_function("gcm_selftest"),
+            sm_count=sm_count,
+        )
+    except GpuStagingUnavailableError as exc:  # the packaged source itself is damaged
+        raise GpuKernelError(str(exc), device_id=device_id, stage="build") from None
+    except Exception as exc:  # noqa: BLE001 - CompileException, CUDADriverError, ...
+        raise GpuKernelError(
+            f"the AES-GCM kernels did not build for CUDA device {device_id}: "
+            f"{exc.__class__.__name__}",
+            device_id=device_id,
+            stage="build",
+            log=_log_lines(str(exc)),
+        ) from None
+
+
+def _persistent_grid(cupy: Any, kernels: _Kernels, device_id: int, width: int) -> int:
+    """CTAs of gcm_chunks in the persistent grid at ``width`` threads: occupancy x SMs.
+
+    The occupancy is what the driver reports for the built kernel (registers, static shared
+    memory and the CTA width decide it), not an assumption.
+
+    Raises:
+        GpuKernelError: the driver cannot say, or says that no CTA fits on an SM.
+    """
+    try:
+        handle = int(kernels.chunks.kernel.ptr)
+        per_sm = int(cupy.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(handle, width, 0))
+    except Exception as exc:  # noqa: BLE001 - CUDADriverError, an API difference, ...
+        raise GpuKernelError(
+            f"the occupancy of gcm_chunks at {width} threads is unknown on CUDA device "
+            f"{device_id}: {_one_line(exc)}",
+            device_id=device_id,
+            stage="occupancy",
+        ) from None
+    if per_sm < 1:
+        raise GpuKernelError(
+            f"gcm_chunks at {width} threads cannot be resident on CUDA device {device_id} "
+            f"(the driver reports {per_sm} CTAs per SM: too many registers or too much "
+            f"shared memory in this build)",
+            device_id=device_id,
+            stage="occupancy",
+        )
+    return per_sm * kernels.sm_count
+
+
+# --- the production known answers ---------------------------------------------------------------
+
+#: The fixed dataset of the production known answers: a public key and dataset id.
+_PKAT_KEY = bytes(range(32))
+_PKAT_ID = bytes(range(0xA0, 0xB0))
+
+
+@dataclass(frozen=True)
+class _KatCase:
+    """A sealed dataset with known plaintext, and the two records to tamper with."""
+
+    header: Header
+    chunk_key: bytes
+    records: bytes
+    plaintext: bytes
+    flip_ciphertext: tuple[int, int]  # (chunk, byte offset in the records)
+    flip_tag: tuple[int, int]
+
+
+#: Tiles per chunk of the multi-tile production case: more than gcm_finalize's 256 threads,
+#: so its Horner step over G^256 runs; the chunk is 5 blocks short of whole tiles, so the
+#: first tile starts with imaginary zero blocks.
+_KAT_TILES = 300
+
+
+def _kat_shapes(width: int, grid: int) -> list[tuple[int, int]]:
+    """(chunk size, chunks) of the production known answers at ``width`` threads.
+
+    Always chunks of one tile (16 KiB at 256; the chunk sizes that give narrower CTAs are
+    one tile), ``grid + 3`` of them so CTAs loop back for more items. At 256, the width of
+    every chunk of 16 KiB and up, also three chunks of :data:`_KAT_TILES` tiles.
+    """
+    tile = 16 * _K * width
+    shapes = [(max(4096, tile), grid + 3)]
+    if width == _MAX_THREADS:
+        shapes.append((_KAT_TILES * tile - 5 * 16, 3))
+    return shapes
+
+
+@functools.lru_cache(maxsize=16)
+def _kat_case(chunk_size: int, chunks: int) -> _KatCase:
+    """The fixed dataset of ``chunks`` chunks, the last with a partial 16-byte block.
+
+    Sealed by the host code (:func:`staging.seal.seal_bytes`, ``cryptography``): what the
+    kernels must reproduce. Computed once per shape.
+    """
+    from .seal import seal_bytes
+
+    length = (chunks - 1) * chunk_size + chunk_size // 3 + 5
+    stream = bytearray()
+    counter = 0
+    while len(stream) < length:
+        stream += hashlib.sha256(b"gpucc production kat" + counter.to_bytes(8, "little")).digest()
+        counter += 1
+    plaintext = bytes(stream[:length])
+    blob = seal_bytes(
+        plaintext, dataset_key=_PKAT_KEY, chunk_size=chunk_size, dataset_id=_PKAT_ID, threads=1
+    )
+    header = Header.parse(bytes(blob[:HEADER_SIZE]))
+    records = bytes(blob[header.chunks_offset :])
+    stride = chunk_size + TAG_SIZE
+    bad_ct = chunks // 2
+    bad_tag = chunks - 2 if chunks > 2 else chunks - 1
+    if bad_tag == bad_ct:
+        bad_tag = chunks - 1
+    return _KatCase(
+        header=header,
+        chunk_key=derive_chunk_key(_PKAT_KEY, _PKAT_ID),
+        records=records,
+        plaintext=plaintext,
+        flip_ciphertext=(bad_ct, bad_ct * stride + 777),
+        flip_tag=(bad_tag, bad_tag * stride + header.chunk_length(bad_tag) + 9),
+    )
+
+
+def _check_production(kernels: _Kernels, cupy: Any, device_id: int, width: int) -> None:
+    """Open the fixed dataset with the production kernels at ``width``, as staging does.
+
+    Each dataset (:func:`_kat_shapes`) has more tiles than the persistent grid has CTAs (so
+    CTAs loop), and a final chunk ending in a partial block. Its plaintext must come back
+    exactly with every status word zero; with one ciphertext bit flipped in one chunk and one
+    tag bit in another, exactly those two chunks must be flagged and zeroed. On success
+    ``width`` is recorded in ``kernels.grids`` with its grid.
+
+    Raises:
+        GpuKernelError: a wrong result, or the check could not run.
+    """
+    grid = _persistent_grid(cupy, kernels, device_id, width)
+    for cs, chunks in _kat_shapes(width, grid):
+        _check_case(kernels, cupy, device_id, width, grid, _kat_case(cs, chunks))
+    kernels.grids[width] = grid
+
+
+def _check_case(
+    kernels: _Kernels, cupy: Any, device_id: int, width: int, grid: int, case: _KatCase
+) -> None:
+    """One production known-answer dataset, clean and tampered (see :func:`_check_production`).
+
+    Raises:
+        GpuKernelError: a wrong result, or the check could not run.
+    """
+    cs = case.header.chunk_size
+
+    def fail(what: str) -> GpuKernelError:
+        return GpuKernelError(
+            f"the production AES-GCM kernels failed their known answers at {width} threads "
+            f"({cs}-byte chunks) on CUDA device {device_id}: {what}; refusing to stage",
+            device_id=device_id,
+            stage="known-answer",
+        )
+
+    tampered = bytearray(case.records)
+    for _, at in (case.flip_ciphertext, case.flip_tag):
+        tampered[at] ^= 0x10
+    try:
+        stream = cupy.cuda.Stream(non_blocking=True)
+        gcm = GcmDevice(
+            cupy, device_id, case.header, case.chunk_key, stream=stream, _unchecked=(kernels, grid)
+        )
+        try:
+            if gcm.width != width:
+                raise fail(f"they give width {gcm.width}")
+            results = [_open_on(gcm, cupy, records) for records in (case.records, tampered)]
+        finally:
+            gcm.close()
+    except GpuKernelError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a launch or copy failed
+        raise fail(f"{_one_line(exc)}") from None
+    (plain, status), (plain_t, status_t) = results
+    count = case.header.chunk_count
+    if status != [0] * count:
+        raise fail(f"authentic chunks {[i for i, v in enumerate(status) if v]} were rejected")
+    if plain != case.plaintext:
+        raise fail("the plaintext differs from what cryptography computes")
+    flagged = [i for i, v in enumerate(status_t) if v]
+    expect = sorted({case.flip_ciphertext[0], case.flip_tag[0]})
+    if flagged != expect:
+        raise fail(f"tampered chunks {expect} were flagged as {flagged}")
+    want = bytearray(case.plaintext)
+    for index in expect:
+        start = index * cs
+        want[start : start + case.header.chunk_length(index)] = bytes(
+            case.header.chunk_length(index)
+        )
+    if plain_t != bytes(want):
+        raise fail("a tampered chunk was not zeroed, or an authentic one was changed")
+
+
+def _open_on(gcm: GcmDevice, cupy: Any, records: bytes | bytearray) -> tuple[bytes, list[int]]:
+    """(plaintext, status words) of all of ``gcm``'s chunks opened from ``records``."""
+    header = gcm.header
+    with cupy.cuda.Device(gcm.device_id), gcm.stream:
+        src = cupy.asarray(np.frombuffer(records, dtype=np.uint8))
+        out = cupy.empty(header.plaintext_length, dtype=cupy.uint8)
+        status = cupy.zeros(header.chunk_count, dtype=cupy.uint32)
+        gcm.launch(0, header.chunk_count, src, out, status, seal=False)
+        host_status = cupy.asnumpy(status)
+        host_out = cupy.asnumpy(out)
+    return bytes(host_out.tobytes()), [int(v) for v in host_status]
+
+
+def _kernels_at(device_id: int, width: int) -> tuple[_Kernels, int]:
+    """The kernels of ``device_id`` and their persistent grid at ``width`` threads.
+
+    The production known answers run at ``width`` on that device before its first use.
+
+    Raises:
+        GpuStagingUnavailableError, GpuKernelError: see :func:`_kernels`.
+    """
+    kernels = _kernels(device_id)
+    with _modules_lock:
+        grid = kernels.grids.get(width)
+        if grid is None:
+            cupy = import_cupy()
+            with cupy.cuda.Device(device_id):
+                _check_production(kernels, cupy, device_id, width)
+            grid = kernels.grids[width]
+    return kernels, grid
 
 
 def unavailable_reason(device_id: int = 0) -> str | None:
     """Why GPU staging cannot run on ``device_id`` (one line), or ``None`` when it can.
 
-    Compiles the kernels for that device the first time (cached for the process).
+    Compiles and checks the kernels for that device the first time (cached for the process).
+    "Cannot run" means no CuPy, no driver or no such device; a device whose kernels do not
+    build or fail their known answers is not a reason but an error.
+
+    Raises:
+        GpuKernelError: the device is there and its kernels are broken.
     """
     try:
         _kernels(device_id)
@@ -292,7 +560,11 @@ def unavailable_reason(device_id: int = 0) -> str | None:
 
 
 def gpu_available(device_id: int = 0) -> bool:
-    """Whether CuPy, the device and the compiled kernels are all usable."""
+    """Whether CuPy, the device and the compiled kernels are all usable.
+
+    Raises:
+        GpuKernelError: the device is there and its kernels are broken.
+    """
     return unavailable_reason(device_id) is None
 
 
@@ -300,8 +572,8 @@ def require_gpu(device_id: int = 0) -> None:
     """Check that GPU staging can run on ``device_id``.
 
     Raises:
-        GpuStagingUnavailableError: with a one-line reason (no CuPy, no device, the kernels
-            do not compile).
+        GpuStagingUnavailableError: with a one-line reason (no CuPy, no driver, no device).
+        GpuKernelError: the kernels do not build or fail their known answers there.
     """
     _kernels(device_id)
 
@@ -333,46 +605,72 @@ def device_list(gpus: int | Sequence[int] | None) -> list[int]:
 class GcmDevice:
     """The key context and scratch of one dataset on one device, and the launches over it.
 
+    Everything runs on one stream, ``stream`` (the current stream by default): the context
+    and every scratch buffer are initialised there, the kernels are launched there and
+    :meth:`close` zeroes them there, so each is ordered after the work that uses it. Work the
+    caller queued on its current stream before this object was made happens first.
+
     The chunk key goes to the device once, gcm_setup expands it (round keys, powers of H) into
-    the context, and the device copy of the key is zeroed right after. :meth:`close` zeroes
-    the context and the GHASH scratch.
+    the context, and the device copy of the key is zeroed right after. Before the first use
+    of a CTA width on a device, the production known answers run at that width.
+
+    Raises:
+        GpuStagingUnavailableError, GpuKernelError: see :func:`require_gpu`.
     """
 
-    def __init__(self, cupy: Any, device_id: int, header: Header, chunk_key: bytes) -> None:
+    def __init__(
+        self,
+        cupy: Any,
+        device_id: int,
+        header: Header,
+        chunk_key: bytes,
+        *,
+        stream: Any = None,
+        _unchecked: tuple[_Kernels, int] | None = None,
+    ) -> None:
         self.cupy = cupy
         self.device_id = device_id
         self.header = header
-        self.kernels = _kernels(device_id)
         self.width = _threads_for(header.chunk_size)
+        if _unchecked is None:
+            self.kernels, self.grid_cap = _kernels_at(device_id, self.width)
+        else:  # the production known answers themselves (kernels and grid under test)
+            self.kernels, self.grid_cap = _unchecked
         self.ct = _K * self.width
         self.total = header.chunk_count
         self.last_len = header.chunk_length(self.total - 1)
         self.tiles_full = _tiles(header.chunk_size, self.ct)
         self.tiles_last = _tiles(self.last_len, self.ct)
         self.prefix = int.from_bytes(header.dataset_id[:4], "little")
-        self.grid_cap = max(1, self.kernels.sm_count * _CTAS_PER_SM)
         self.ctx: Any = None
         self.partials: Any = None
         self.digest: Any = None
         with cupy.cuda.Device(device_id):
-            self.ctx = cupy.zeros(_ctx_words(self.ct), dtype=cupy.uint32)
-            self.digest = cupy.asarray(np.frombuffer(header.digest, dtype=np.uint8))
-            key = cupy.asarray(np.frombuffer(chunk_key, dtype=np.uint8))
-            try:
-                self.kernels.setup(
-                    (1,),
-                    (256,),
-                    (
-                        key,
-                        self.ctx,
-                        np.uint32(self.ct),
-                        np.uint64(-(-header.chunk_size // 16)),
-                        np.uint64(-(-self.last_len // 16)),
-                    ),
-                )
-            finally:
-                key.fill(0)
-            cupy.cuda.get_current_stream().synchronize()
+            caller = cupy.cuda.get_current_stream()
+            self.stream: Any = caller if stream is None else stream
+            if int(self.stream.ptr) != int(caller.ptr):
+                joined = cupy.cuda.Event(disable_timing=True)
+                joined.record(caller)
+                self.stream.wait_event(joined)
+            with self.stream:
+                self.ctx = cupy.zeros(_ctx_words(self.ct), dtype=cupy.uint32)
+                self.digest = cupy.asarray(np.frombuffer(header.digest, dtype=np.uint8))
+                key = cupy.asarray(np.frombuffer(chunk_key, dtype=np.uint8))
+                try:
+                    self.kernels.setup(
+                        (1,),
+                        (256,),
+                        (
+                            key,
+                            self.ctx,
+                            np.uint32(self.ct),
+                            np.uint64(-(-header.chunk_size // 16)),
+                            np.uint64(-(-self.last_len // 16)),
+                        ),
+                    )
+                finally:
+                    key.fill(0)
+                    self.stream.synchronize()
 
     def items(self, first: int, count: int) -> int:
         """Work items (chunk, tile) of the batch of chunks [first, first + count)."""
@@ -380,21 +678,27 @@ class GcmDevice:
         return (count - int(final)) * self.tiles_full + (self.tiles_last if final else 0)
 
     def ensure_partials(self, items: int) -> None:
-        """Scratch for ``items`` tile shares (grown on demand, zeroed when dropped)."""
+        """Scratch for ``items`` tile shares, grown on demand, on :attr:`stream`.
+
+        The scratch that is dropped is zeroed first, after the kernels that used it; the new
+        one is zeroed before the kernels that use it (both in stream order).
+        """
         need = max(1, items) * 4
         if self.partials is None or self.partials.size < need:
-            with self.cupy.cuda.Device(self.device_id):
+            with self.cupy.cuda.Device(self.device_id), self.stream:
                 if self.partials is not None:
                     self.partials.fill(0)
                 self.partials = self.cupy.empty(need, dtype=self.cupy.uint32)
+                self.partials.fill(0)
 
     def launch(
-        self, stream: Any, first: int, count: int, src: Any, dst: Any, status: Any, *, seal: bool
+        self, first: int, count: int, src: Any, dst: Any, status: Any, *, seal: bool
     ) -> None:
-        """Open (or seal) chunks [first, first + count) on ``stream``.
+        """Open (or seal) chunks [first, first + count) on :attr:`stream`.
 
         ``src``/``dst``: device arrays at the batch's first chunk (records and plaintext, or
-        the reverse when sealing); ``status``: ``count`` uint32 words for the verdicts.
+        the reverse when sealing); ``status``: ``count`` uint32 words for the verdicts. The
+        caller orders their writes before this stream (events) or makes them on it.
         """
         items = self.items(first, count)
         self.ensure_partials(items)
@@ -409,7 +713,7 @@ class GcmDevice:
             np.uint32(self.tiles_full),
             np.uint32(self.tiles_last),
         )
-        with self.cupy.cuda.Device(self.device_id), stream:
+        with self.cupy.cuda.Device(self.device_id), self.stream:
             if items:
                 self.kernels.chunks(
                     (min(items, self.grid_cap),),
@@ -432,10 +736,10 @@ class GcmDevice:
             )
 
     def close(self) -> None:
-        """Zero the key context and the GHASH scratch (device memory)."""
-        with self.cupy.cuda.Device(self.device_id):
+        """Zero the key context and the GHASH scratch, after the kernels that use them."""
+        with self.cupy.cuda.Device(self.device_id), self.stream:
             for buf in (self.ctx, self.partials):
                 if buf is not None:
                     buf.fill(0)
-            self.cupy.cuda.get_current_stream().synchronize()
+            self.stream.synchronize()
         self.ctx = self.partials = None

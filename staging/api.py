@@ -10,7 +10,10 @@
 
 Devices: ``"cpu"`` stages into host memory, ``"gpu"`` onto CUDA devices
 (:mod:`staging.gpu`; :class:`~staging.errors.GpuStagingUnavailableError` when it cannot),
-``"auto"`` onto the GPU when usable, else the CPU.
+``"auto"`` onto the GPU when usable, else the CPU. The CPU is a fallback only for a machine
+with no usable CUDA device (no CuPy, no driver, no device): where a device is present but the
+kernels do not build or fail their known answers, ``"gpu"`` and ``"auto"`` both raise
+:class:`~staging.errors.GpuKernelError`.
 
 :func:`stage` is :func:`plan_stage` (choose the backend, open the input, resolve its key,
 each once) followed by :meth:`StagePlan.run`; callers that report on what they stage (the
@@ -115,7 +118,9 @@ def _gpu_backend(gpus: int | None = None) -> Backend:
     """The GPU backend (staging/gpu.py).
 
     Raises:
-        GpuStagingUnavailableError: no CuPy, no usable device, or the kernels do not build.
+        GpuStagingUnavailableError: no CuPy, no driver, or no usable device.
+        GpuKernelError: a device is present but its kernels do not build or fail their
+            known answers (raised as it is, not as "not available").
     """
     from . import gpu
 
@@ -130,8 +135,13 @@ def _gpu_backend(gpus: int | None = None) -> Backend:
 def select_backend(device: str, *, gpus: int | None = None) -> Backend:
     """The backend for ``device``; ``auto`` takes the GPU when usable, else the CPU (logged).
 
+    ``auto`` falls back to the CPU only when no CUDA device is usable at all (no CuPy, no
+    driver, no device); a broken kernel build on a present device is an error for it too.
+
     Raises:
         GpuStagingUnavailableError: ``gpu`` while GPU staging is not available.
+        GpuKernelError: ``gpu`` or ``auto`` on a device whose kernels do not build or fail
+            their known answers.
         UsageError: an unknown device name, or several GPUs asked for on the CPU.
     """
     if gpus is not None and gpus > 1 and device == "cpu":
@@ -143,7 +153,7 @@ def select_backend(device: str, *, gpus: int | None = None) -> Backend:
     if device == "auto":
         from . import gpu
 
-        reason = gpu.unavailable_reason(0)
+        reason = gpu.unavailable_reason(0)  # GpuKernelError propagates: never a fallback
         if reason is None:
             _logger.info("device auto: staging on the GPU")
             return _gpu_backend(gpus)
@@ -273,6 +283,8 @@ def plan_stage(
     Raises:
         GpuStagingUnavailableError: ``device`` is ``gpu`` and GPU staging is not usable
             (checked first, before any work).
+        GpuKernelError: ``device`` is ``gpu`` or ``auto`` and a device is present whose
+            kernels do not build or fail their known answers.
         StageKeyArgumentsError: key arguments that do not fit the input.
         UsageError: an unknown device.
         MalformedDatasetError: a chunk size the format does not allow, or a bad dataset.

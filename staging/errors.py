@@ -6,7 +6,9 @@ able to tell apart stays defined in one place:
 * usage: :class:`StageKeyArgumentsError`;
 * malformed input: :class:`MalformedDatasetError`, :class:`KeyFileError`,
   :class:`MalformedSessionMessageError`;
-* environment: :class:`GpuStagingUnavailableError`;
+* environment: :class:`GpuStagingUnavailableError` (no usable CUDA device) and
+  :class:`GpuKernelError` (a device is there, but the kernels fail to build or to reproduce
+  their known answers: never a reason to fall back to the CPU quietly);
 * files: :class:`StagingIOError`;
 * integrity (tampering): :class:`ChunkAuthenticationError`,
   :class:`HeaderAuthenticationError`, :class:`KeyUnwrapError`;
@@ -34,6 +36,7 @@ from gpucc.gpuattest.errors import (
 __all__ = [
     "ChunkAuthenticationError",
     "DatasetKeyMismatchError",
+    "GpuKernelError",
     "GpuStagingUnavailableError",
     "HeaderAuthenticationError",
     "KeyFileError",
@@ -84,6 +87,34 @@ class StagingIOError(FileAccessError):
 
 class GpuStagingUnavailableError(EnvironmentProblemError):
     """GPU staging needs CuPy and a usable CUDA device."""
+
+
+class GpuKernelError(EnvironmentProblemError):
+    """A CUDA device is present, but the AES-GCM kernels do not build or fail a known answer.
+
+    Not a kind of :class:`GpuStagingUnavailableError`: ``device="auto"`` falls back to the
+    CPU only when no device is usable, and raises this instead.
+
+    Attributes:
+        device_id: the CUDA device.
+        stage: ``"build"`` (NVRTC or module load), ``"occupancy"`` (the driver reports no
+            resident CTA), or ``"known-answer"`` (the built kernels computed a wrong result).
+        log: the relevant lines of the build log (at most :data:`LOG_LINES`; no key material:
+            the log is about the kernel source, and known-answer keys are public constants).
+    """
+
+    LOG_LINES = 10
+
+    def __init__(
+        self, message: str, *, device_id: int, stage: str, log: tuple[str, ...] = ()
+    ) -> None:
+        self.device_id = device_id
+        self.stage = stage
+        self.log = log[: self.LOG_LINES]
+        text = message
+        if self.log:
+            text += "\n" + "\n".join(f"  {line}" for line in self.log)
+        super().__init__(text)
 
 
 # --- integrity and keys ------------------------------------------------------

@@ -35,7 +35,9 @@ The pipeline (one per GPU)::
   (sealed input only); plain reads otherwise.
 
 CuPy is optional (``pip install 'gpucc[gpu]'``): this module imports without it and
-:func:`gpu_available` / :func:`require_gpu` say why GPU staging cannot run.
+:func:`gpu_available` / :func:`require_gpu` say why GPU staging cannot run. A device whose
+kernels do not build or fail their known answers is not "unavailable": every entry point
+raises :class:`~staging.errors.GpuKernelError` for it.
 
 This module is the public face. The work is done in ``_gpu_runtime`` (CuPy, the kernel
 build and self-test, the per-device key context), ``_gpu_pipeline`` (sources, the pinned
@@ -137,7 +139,8 @@ def stage_gpu_sharded(
     Raises:
         HeaderAuthenticationError: wrong key or altered header (nothing staged).
         ChunkAuthenticationError: the lowest failing chunk; see :func:`stage_gpu`.
-        GpuStagingUnavailableError: no CuPy, no such device, or the kernels do not build.
+        GpuStagingUnavailableError: no CuPy, no driver or no such device.
+        GpuKernelError: the kernels do not build or fail their known answers there.
         MalformedDatasetError: the file changed since it was opened.
         StagingIOError: the file cannot be read.
     """
@@ -221,7 +224,8 @@ def stage_gpu(
         HeaderAuthenticationError: wrong key or altered header (nothing decrypted).
         ChunkAuthenticationError: a chunk failed; it and every byte after it are zero in
             ``out`` (an array staging allocated itself is zeroed entirely).
-        GpuStagingUnavailableError: no CuPy, no such device, or the kernels do not build.
+        GpuStagingUnavailableError: no CuPy, no driver or no such device.
+        GpuKernelError: the kernels do not build or fail their known answers there.
         MalformedDatasetError: the file changed since it was opened.
         StagingIOError: the file cannot be read.
     """
@@ -259,7 +263,8 @@ def stage_plaintext_gpu_sharded(
     Raises:
         MalformedInputError: ``path`` is not a regular file or changed size.
         ChunkAuthenticationError: a chunk did not verify (memory or transfer corruption).
-        GpuStagingUnavailableError: no CuPy, no such device, or the kernels do not build.
+        GpuStagingUnavailableError: no CuPy, no driver or no such device.
+        GpuKernelError: the kernels do not build or fail their known answers there.
         StagingIOError: the file cannot be read.
     """
     return _plaintext_on(
@@ -341,7 +346,8 @@ def stage_plaintext_gpu(
     Raises:
         MalformedInputError: ``path`` is not a regular file or changed size.
         ChunkAuthenticationError: a chunk did not verify (memory or transfer corruption).
-        GpuStagingUnavailableError: no CuPy, no such device, or the kernels do not build.
+        GpuStagingUnavailableError: no CuPy, no driver or no such device.
+        GpuKernelError: the kernels do not build or fail their known answers there.
         StagingIOError: the file cannot be read.
     """
     shards = stage_plaintext_gpu_sharded(
@@ -467,15 +473,15 @@ def decrypt_records_gpu(
             out = cupy.empty(length, dtype=cupy.uint8)
         elif out.size != length or out.dtype != cupy.uint8:
             raise ValueError(f"out must be {length} uint8 bytes")
-        status = cupy.zeros(max(1, count), dtype=cupy.uint32)
-        gcm = GcmDevice(cupy, device_id, header, chunk_key)
+        gcm = GcmDevice(cupy, device_id, header, chunk_key)  # on the current stream
         try:
-            stream = cupy.cuda.get_current_stream()
+            status = cupy.zeros(max(1, count), dtype=cupy.uint32)
             if count:
-                gcm.launch(stream, first_chunk, count, records, out, status, seal=False)
+                gcm.launch(first_chunk, count, records, out, status, seal=False)
             verdicts = cupy.asnumpy(status[:count])
         except BaseException:
             out.fill(0)
+            gcm.stream.synchronize()
             raise
         finally:
             gcm.close()
@@ -483,7 +489,7 @@ def decrypt_records_gpu(
         if bad.size:
             cut = 0 if owned else int(bad[0]) * header.chunk_size
             out[cut:].fill(0)
-            cupy.cuda.Device(device_id).synchronize()
+            gcm.stream.synchronize()
             raise ChunkAuthenticationError(first_chunk + int(bad[0]))
     return out
 
@@ -532,7 +538,8 @@ def seal_gpu(
 
     Raises:
         ValueError: inconsistent key arguments or a bad ``data`` array.
-        GpuStagingUnavailableError: no CuPy or the kernels do not build.
+        GpuStagingUnavailableError: no CuPy.
+        GpuKernelError: the kernels do not build or fail their known answers there.
     """
     cupy = rt.import_cupy()
     if data.dtype != cupy.uint8 or data.ndim != 1 or not data.flags.c_contiguous:
@@ -558,11 +565,10 @@ def seal_gpu(
     with cupy.cuda.Device(device_id):
         require_gpu(device_id)
         records = cupy.empty(header.file_size - len(prefix), dtype=cupy.uint8)
-        status = cupy.zeros(header.chunk_count, dtype=cupy.uint32)
-        gcm = GcmDevice(cupy, device_id, header, chunk_key)
+        gcm = GcmDevice(cupy, device_id, header, chunk_key)  # on the current stream
         try:
-            stream = cupy.cuda.get_current_stream()
-            gcm.launch(stream, 0, header.chunk_count, data, records, status, seal=True)
+            status = cupy.zeros(header.chunk_count, dtype=cupy.uint32)
+            gcm.launch(0, header.chunk_count, data, records, status, seal=True)
             host = np.frombuffer(memoryview(blob)[len(prefix) :], dtype=np.uint8)
             records.get(out=host)
         finally:
@@ -626,7 +632,8 @@ def backend(gpus: int | Sequence[int] | None = None) -> GpuBackend:
     """The GPU backend for ``gpus`` (default: device 0), checked to be usable.
 
     Raises:
-        GpuStagingUnavailableError: no CuPy, too few devices, or the kernels do not build.
+        GpuStagingUnavailableError: no CuPy, no driver, or too few devices.
+        GpuKernelError: the kernels do not build or fail their known answers there.
         UsageError: a bad ``gpus`` value.
     """
     return GpuBackend(devices=tuple(usable_devices(gpus)))
@@ -636,7 +643,8 @@ def usable_devices(gpus: int | Sequence[int] | None = None) -> list[int]:
     """The device ids ``gpus`` names, each checked once to be usable for staging.
 
     Raises:
-        GpuStagingUnavailableError: no CuPy, too few devices, or the kernels do not build.
+        GpuStagingUnavailableError: no CuPy, no driver, or too few devices.
+        GpuKernelError: the kernels do not build or fail their known answers there.
         UsageError: a bad ``gpus`` value.
     """
     devices = device_list(gpus)

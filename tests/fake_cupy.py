@@ -13,7 +13,15 @@ It checks the orchestration, not the kernels' arithmetic (``test_kernel_harness.
 * **Kernel semantics** (emulated with ``cryptography``): ``gcm_chunks`` writes AES-CTR output
   *before* anything is verified, as the real kernel does; ``gcm_finalize`` checks the tag,
   writes the status word and zeroes a failing chunk, or writes the tag when sealing.
-* Fresh allocations (``empty``) are filled with garbage, as device memory may be.
+* Fresh allocations (``empty``) are filled with garbage, as device memory may be; ``zeros``
+  is garbage too until its memset, queued on the current stream, runs.
+* **Stream races.** Every kernel launch and memset records, per buffer, the stream it was
+  queued on. Queuing work on a buffer whose last use on *another* stream is not ordered
+  before it (that work has not run yet and no ``wait_event`` covers it) raises
+  :class:`StreamRaceError` right away: a buffer initialised on the wrong stream, or scrubbed
+  before the kernels that use it are done, fails the test that does it.
+* **Occupancy.** ``cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor`` answers
+  ``Config.occupancy`` for a kernel handle (``RawKernel.kernel.ptr``) it knows.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ import random
 import re
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from types import SimpleNamespace
 from typing import Any
@@ -49,17 +58,64 @@ class Config:
     sm_count = 2
     compile_error: str | None = None
     selftest_broken = False
+    #: CTAs of gcm_chunks per SM the driver reports (0: the build cannot be resident).
+    occupancy = 3
+    #: gcm_chunks forgets the work items past its grid (a broken persistent-grid loop).
+    grid_loop_broken = False
+    #: gcm_finalize passes every chunk (a broken tag comparison).
+    finalize_accepts_all = False
     done_probability = 0.5
     launches: list[tuple[str, tuple[int, ...], tuple[int, ...]]] = []  # noqa: RUF012
+    occupancy_calls: list[tuple[str, int, int]] = []  # noqa: RUF012
 
 
 def reset(devices: int = 1, seed: int = 0) -> None:
     Config.device_count = devices
     Config.compile_error = None
     Config.selftest_broken = False
+    Config.occupancy = 3
+    Config.grid_loop_broken = False
+    Config.finalize_accepts_all = False
+    Config.done_probability = 0.5
     Config.launches = []
+    Config.occupancy_calls = []
     _rng.seed(seed)
     _devices.clear()
+    _uses.clear()
+
+
+class StreamRaceError(AssertionError):
+    """Work queued on a buffer that another stream may still be using."""
+
+
+#: Per buffer (the id of its root NumPy array): the array, and the index of the last op that
+#: used it on each stream.
+_uses: dict[int, tuple[weakref.ref[np.ndarray[Any, Any]], dict[Stream, int]]] = {}
+
+
+def _root(a: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    while isinstance(a.base, np.ndarray):
+        a = a.base
+    return a
+
+
+def _use(stream: Stream, arrays: Sequence[Any], what: str) -> None:
+    """Record that the op about to be queued on ``stream`` uses ``arrays``; check the order."""
+    index = len(stream.ops)
+    for arr in arrays:
+        root = _root(arr._a)
+        entry = _uses.get(id(root))
+        if entry is None or entry[0]() is not root:
+            entry = (weakref.ref(root), {})
+            _uses[id(root)] = entry
+        for other, last in entry[1].items():
+            if other is stream or other.executed > last or stream.after.get(other, 0) > last:
+                continue
+            raise StreamRaceError(
+                f"{what} on stream {stream.ptr:#x} uses a buffer that stream {other.ptr:#x} "
+                f"may still be using (its op {last} has not run and nothing orders it first)"
+            )
+        entry[1][stream] = index
 
 
 # --- streams and events ---------------------------------------------------------------------------
@@ -70,6 +126,8 @@ class Stream:
         self.device = _current_device() if device is None else device
         self.ops: list[Callable[[], None]] = []
         self.executed = 0
+        #: Per other stream: the ops of it that every op queued here from now on runs after.
+        self.after: dict[Stream, int] = {}
         self.ptr = next(_ids)
         _streams[self.ptr] = self
         _device_state(self.device).streams.append(self)
@@ -92,6 +150,11 @@ class Stream:
     def wait_event(self, event: Event) -> None:
         mark = event.mark
         if mark is not None:
+            with _lock:
+                other, n = mark
+                for s, k in [*other.after.items(), (other, n)]:
+                    if s is not self:
+                        self.after[s] = max(self.after.get(s, 0), k)
             self.enqueue(lambda: mark[0].run_until(mark[1]))
 
     def __enter__(self) -> Stream:
@@ -243,7 +306,10 @@ class ndarray:  # noqa: N801 - the CuPy name
 
     def fill(self, value: int) -> None:
         a = self._a
-        get_current_stream().enqueue(lambda: a.fill(value))
+        stream = get_current_stream()
+        with _lock:
+            _use(stream, [self], "fill")
+            stream.enqueue(lambda: a.fill(value))
 
     def get(self, stream: Any = None, out: np.ndarray[Any, Any] | None = None) -> Any:
         get_current_stream().synchronize()
@@ -256,9 +322,8 @@ class ndarray:  # noqa: N801 - the CuPy name
 
 def empty(shape: Any, dtype: Any = np.float64) -> ndarray:
     a = np.empty(shape, dtype=dtype)
-    a.view(np.uint8).reshape(-1)[:] = np.frombuffer(
-        _rng.randbytes(a.nbytes), dtype=np.uint8
-    )  # uninitialised memory: garbage
+    garbage = np.random.default_rng(_rng.getrandbits(64)).bytes(a.nbytes)
+    a.view(np.uint8).reshape(-1)[:] = np.frombuffer(garbage, dtype=np.uint8)  # uninitialised
     return ndarray(a, _current_device())
 
 
@@ -271,7 +336,10 @@ def get_default_memory_pool() -> Any:
 
 
 def zeros(shape: Any, dtype: Any = np.float64) -> ndarray:
-    return ndarray(np.zeros(shape, dtype=dtype), _current_device())
+    """Garbage until the memset, queued on the current stream, runs (as cudaMemsetAsync)."""
+    arr = empty(shape, dtype)
+    arr.fill(0)
+    return arr
 
 
 def asarray(a: Any) -> ndarray:
@@ -347,10 +415,16 @@ class RawModule:
         return Kernel(name, self.signatures[name])
 
 
+#: CUfunction handles of the kernels looked up so far.
+_functions: dict[int, Kernel] = {}
+
+
 class Kernel:
     def __init__(self, name: str, params: list[str]) -> None:
         self.name = name
         self.params = params
+        self.kernel = SimpleNamespace(ptr=next(_ids))  # RawKernel.kernel: a cupy Function
+        _functions[self.kernel.ptr] = self
 
     def __call__(
         self, grid: tuple[int, ...], block: tuple[int, ...], args: tuple[Any, ...]
@@ -366,7 +440,19 @@ class Kernel:
         assert 1 <= grid[0] and 1 <= block[0] <= 256 and block[0] % 32 == 0, (grid, block)
         Config.launches.append((self.name, tuple(grid), tuple(block)))
         impl = _IMPLS[self.name]
-        get_current_stream().enqueue(lambda: impl(grid, block, *args))
+        stream = get_current_stream()
+        with _lock:
+            _use(stream, [a for a in args if isinstance(a, ndarray)], self.name)
+            stream.enqueue(lambda: impl(grid, block, *args))
+
+
+def _occupancy(func: int, block_size: int, dynamic_smem: int) -> int:
+    """cuOccupancyMaxActiveBlocksPerMultiprocessor, as cupy.cuda.driver exposes it."""
+    kernel = _functions[func]  # a KeyError for anything but a kernel handle
+    assert type(block_size) is int and 32 <= block_size <= 256 and block_size % 32 == 0
+    assert dynamic_smem == 0, "the kernels use static shared memory only"
+    Config.occupancy_calls.append((kernel.name, block_size, dynamic_smem))
+    return Config.occupancy
 
 
 def _ceil(a: int, b: int) -> int:
@@ -428,6 +514,8 @@ def _fake_chunks(
     key = _key(ctx)
     stride = int(cs) + 16
     for local, idx, length in _chunks_of(first, total, last_len, n, cs):
+        if Config.grid_loop_broken and local * int(tiles_full) >= grid[0]:
+            continue  # a CTA that never loops back for its next work item
         if encrypt:
             a, b = local * int(cs), local * stride
         else:
@@ -475,7 +563,8 @@ def _fake_finalize(
             continue
         record = src._a[local * stride : local * stride + length + 16].tobytes()
         try:
-            aead.decrypt(nonce, record, aad)
+            if not Config.finalize_accepts_all:
+                aead.decrypt(nonce, record, aad)
             status._a[local] = 0
         except InvalidTag:
             status._a[local] = 1
@@ -535,4 +624,5 @@ cuda = SimpleNamespace(
     get_elapsed_time=get_elapsed_time,
     alloc_pinned_memory=alloc_pinned_memory,
     runtime=runtime,
+    driver=SimpleNamespace(occupancyMaxActiveBlocksPerMultiprocessor=_occupancy),
 )

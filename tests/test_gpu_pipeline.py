@@ -9,6 +9,7 @@ emulated with ``cryptography``. What the real kernels compute is checked by
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 from collections.abc import Iterator
@@ -27,6 +28,7 @@ from gpucc.staging import format as fmt
 from gpucc.staging.dataset import SealedDataset, open_sealed
 from gpucc.staging.errors import (
     ChunkAuthenticationError,
+    GpuKernelError,
     GpuStagingUnavailableError,
     HeaderAuthenticationError,
     MalformedDatasetError,
@@ -46,6 +48,9 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     fake_cupy.reset(devices=3, seed=seed)
     monkeypatch.setattr(rt, "import_cupy", lambda: fake_cupy)
     monkeypatch.setattr(rt, "_modules", {})
+    # Multi-tile known-answer chunks of 3 tiles keep every test's kernel load cheap; the real
+    # shape (300 tiles) runs in test_production_known_answers_shape_and_once_per_device_and_width.
+    monkeypatch.setattr(rt, "_KAT_TILES", 3)
     yield fake_cupy
     fake_cupy.reset()
 
@@ -114,14 +119,16 @@ def test_plaintext_round_trip(fake: Any, tmp_path: Path, size: int) -> None:
 def test_small_chunks_are_batched_per_launch(fake: Any, tmp_path: Path) -> None:
     data = _data(64 * CS)
     dataset, dk = _sealed(tmp_path, data)
+    gpu.stage_gpu(dataset, dk, batch_bytes=16 * (CS + 16), slots=2)  # known answers run once
     fake.Config.launches = []
     gpu.stage_gpu(dataset, dk, batch_bytes=16 * (CS + 16), slots=2)
     chunks = [x for x in fake.Config.launches if x[0] == "gcm_chunks"]
     finals = [x for x in fake.Config.launches if x[0] == "gcm_finalize"]
     assert len(chunks) == 4 and len(finals) == 4  # 64 chunks, 4 launches each
     assert {grid for _, grid, _ in finals} == {(16,)}
-    # A 4 KiB chunk is one tile of 64 threads x 4 blocks; the grid covers 16 chunks' tiles.
-    assert {(grid, block) for _, grid, block in chunks} == {((min(16, 2 * 4),), (64,))}
+    # A 4 KiB chunk is one tile of 64 threads x 4 blocks; 16 chunks' tiles, and a persistent
+    # grid of the occupancy the driver reports (3 per SM) times the SMs (2).
+    assert {(grid, block) for _, grid, block in chunks} == {((2 * 3,), (64,))}
 
 
 # --- failures ----------------------------------------------------------------------------------
@@ -377,20 +384,160 @@ def test_real_import_without_cupy_gives_a_reason() -> None:
     assert reason is not None and reason.startswith("CuPy is not installed")
 
 
-def test_compile_failure_is_a_one_line_reason(fake: Any) -> None:
-    fake.Config.compile_error = "aesgcm.cu(12): error: something"
-    reason = gpu.unavailable_reason(0)
-    assert reason is not None and "did not build" in reason and "\n" not in reason
+BUILD_LOG = "\n".join(
+    ["aesgcm.cu(12): warning: variable declared but never referenced"]
+    + [f"aesgcm.cu({100 + i}): error: identifier undefined {i}" for i in range(14)]
+    + ["14 errors detected in the compilation of aesgcm.cu."]
+)
+
+
+def test_a_build_failure_is_an_error_with_the_logs_error_lines(fake: Any) -> None:
+    fake.Config.compile_error = BUILD_LOG
+    for call in (gpu.require_gpu, gpu.unavailable_reason, gpu.gpu_available):
+        with pytest.raises(GpuKernelError) as info:
+            call(0)
+        err = info.value
+        assert not isinstance(err, GpuStagingUnavailableError)
+        assert err.stage == "build" and err.device_id == 0
+        assert len(err.log) == 10 and all("error" in line for line in err.log)
+        assert err.log[0] == "aesgcm.cu(100): error: identifier undefined 0"
+        assert "did not build for CUDA device 0" in str(err) and err.log[9] in str(err)
+        assert exit_code_for(err) == 5
     fake.Config.compile_error = None
     assert gpu.gpu_available(0)  # not cached as a failure
 
 
-def test_a_build_that_fails_its_known_answers_is_refused(fake: Any) -> None:
+def test_a_build_that_fails_its_known_answers_is_an_error(fake: Any) -> None:
     fake.Config.selftest_broken = True
-    reason = gpu.unavailable_reason(1)
-    assert reason is not None and "known-answer self-test" in reason
+    with pytest.raises(GpuKernelError, match="known-answer self-test") as info:
+        gpu.unavailable_reason(1)
+    assert info.value.stage == "known-answer" and info.value.device_id == 1
     fake.Config.selftest_broken = False
     assert gpu.gpu_available(1)
+
+
+@pytest.mark.parametrize("bug", ["grid_loop_broken", "finalize_accepts_all"])
+def test_the_production_kernels_are_checked_at_load(fake: Any, bug: str) -> None:
+    """gcm_selftest passes; the production kernels at their launch shape do not."""
+    setattr(fake.Config, bug, True)
+    with pytest.raises(GpuKernelError, match="production AES-GCM kernels") as info:
+        gpu.require_gpu(0)
+    assert info.value.stage == "known-answer"
+    setattr(fake.Config, bug, False)
+    gpu.require_gpu(0)
+
+
+def test_production_known_answers_shape_and_once_per_device_and_width(
+    fake: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(rt, "_KAT_TILES", 300)
+    fake.Config.launches = []
+    gpu.require_gpu(0)
+    grid = fake.Config.sm_count * fake.Config.occupancy
+    chunks = [x for x in fake.Config.launches if x[0] == "gcm_chunks"]
+    # Clean and tampered: 16 KiB chunks, and chunks of 300 tiles, on the persistent grid.
+    assert chunks == [("gcm_chunks", (grid,), (256,))] * 4
+    assert rt._kat_shapes(256, grid) == [(16 * 1024, grid + 3), (300 * 16 * 1024 - 80, 3)]
+    assert rt._kat_shapes(64, grid) == [(4096, grid + 3)]
+    for cs, count in rt._kat_shapes(256, grid):
+        case = rt._kat_case(cs, count)
+        header = case.header
+        assert rt._tiles(cs, 1024) * (count - 1) + 1 > grid  # CTAs loop back for more items
+        assert header.chunk_length(header.chunk_count - 1) % 16  # a partial final block
+        assert case.flip_ciphertext[0] != case.flip_tag[0]
+        assert rt._kat_case(cs, count) is case  # computed once per shape
+    # A first use at another width checks that width first, once per device.
+    dataset, dk = _sealed(tmp_path, _data(3 * CS))
+    for device, runs in ((0, 2), (0, 0), (1, 6)):  # device 1: width 256 at load, then 64
+        fake.Config.launches = []
+        gpu.stage_gpu(dataset, dk, device=device)
+        widths = [block for name, _, block in fake.Config.launches if name == "gcm_chunks"]
+        assert len(widths) == 1 + runs, (device, widths)
+    assert ("gcm_chunks", 64, 0) in fake.Config.occupancy_calls
+
+
+def test_a_build_that_cannot_be_resident_is_an_error(fake: Any, tmp_path: Path) -> None:
+    fake.Config.occupancy = 0
+    with pytest.raises(GpuKernelError, match="cannot be resident") as info:
+        gpu.require_gpu(0)
+    assert info.value.stage == "occupancy"
+    fake.Config.occupancy = 5
+    dataset, dk = _sealed(tmp_path, _data(40 * CS))
+    fake.Config.launches = []
+    gpu.stage_gpu(dataset, dk, batch_bytes=1 << 30)
+    grids = {
+        g for name, g, block in fake.Config.launches if block == (64,) and name == "gcm_chunks"
+    }
+    assert grids == {(fake.Config.sm_count * 5,)}  # the staging and its known answers
+
+
+def test_device_selection_falls_back_only_without_a_device(
+    fake: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from gpucc.staging import api
+
+    caplog.set_level(logging.INFO, logger="gpucc.staging")
+    assert api.select_backend("auto").name == "gpu"
+    monkeypatch.setattr(rt, "_modules", {})
+    fake.Config.compile_error = BUILD_LOG
+    for device in ("auto", "gpu"):
+        with pytest.raises(GpuKernelError) as info:
+            api.select_backend(device)
+        assert "not available" not in str(info.value)
+    fake.Config.compile_error = None
+    fake.Config.device_count = 0
+    assert api.select_backend("auto").name == "cpu"
+    assert "staging on the CPU (CUDA device 0 does not exist" in caplog.text
+    with pytest.raises(GpuStagingUnavailableError, match="GPU staging not available"):
+        api.select_backend("gpu")
+
+
+# --- stream ordering ------------------------------------------------------------------------------
+
+
+def test_the_fake_sees_a_buffer_initialised_on_the_wrong_stream(fake: Any) -> None:
+    fake.Config.done_probability = 0.0
+    compute = fake.cuda.Stream(non_blocking=True)
+    status = fake.zeros(4, dtype=fake.uint32)  # memset queued on the default stream
+    with compute, pytest.raises(fake.StreamRaceError):
+        status.fill(1)
+    ordered = fake.cuda.Event()
+    ordered.record(fake.cuda.get_current_stream())
+    compute.wait_event(ordered)
+    with compute:
+        status.fill(1)  # after the memset now
+    assert list(fake.asnumpy(status)) == [1] * 4
+
+
+def test_work_the_caller_queued_on_out_runs_before_the_kernels(fake: Any, tmp_path: Path) -> None:
+    fake.Config.done_probability = 0.0
+    data = _data(7 * CS + 5)
+    dataset, dk = _sealed(tmp_path, data)
+    gpu.stage_gpu(dataset, dk)  # the kernels built and checked (that synchronises)
+    out = fake.empty(len(data), dtype=fake.uint8)
+    out.fill(SENTINEL)  # queued on the caller's stream, not run yet
+    gpu.stage_gpu(dataset, dk, out=out, batch_bytes=2 * (CS + 16), slots=2)
+    assert _host(out) == data
+
+
+def test_close_scrubs_after_the_kernels_on_their_stream(fake: Any, tmp_path: Path) -> None:
+    fake.Config.done_probability = 0.0
+    dataset, dk = _sealed(tmp_path, _data(5 * CS + 3))
+    header = dataset.header
+    raw = dataset.path.read_bytes()[header.chunks_offset :]
+    stream = fake.cuda.Stream(non_blocking=True)
+    chunk_key = fmt.derive_chunk_key(dk, header.dataset_id)
+    gcm = rt.GcmDevice(fake, 0, header, chunk_key, stream=stream)
+    records = fake.asarray(np.frombuffer(raw, dtype=np.uint8))
+    out = fake.empty(header.plaintext_length, dtype=fake.uint8)
+    with stream:
+        status = fake.zeros(header.chunk_count, dtype=fake.uint32)
+    gcm.launch(0, header.chunk_count, records, out, status, seal=False)
+    ctx, partials = gcm.ctx, gcm.partials
+    assert stream.executed < len(stream.ops)  # the kernels have not run yet
+    gcm.close()  # queued behind them on their stream, then waited for
+    assert not fake.asnumpy(ctx).any() and not fake.asnumpy(partials).any()
+    assert not fake.asnumpy(status).any()
 
 
 def test_backend_stages_and_scrubs(fake: Any, tmp_path: Path) -> None:
@@ -497,6 +644,23 @@ def test_benchmark_script_runs_end_to_end_on_the_fake(
     assert (tmp_path / "r.json").exists()
 
 
+def test_benchmark_fails_on_broken_kernels(
+    fake: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "bench_gpu", Path(__file__).resolve().parent.parent / "benchmarks" / "bench_gpu.py"
+    )
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    fake.Config.compile_error = BUILD_LOG
+    assert bench.main(["--size", "64KiB", "--tmp", str(tmp_path)]) == 5
+    out = capsys.readouterr().out
+    assert "kernels are broken" in out and "identifier undefined 0" in out
+
+
 def test_benchmark_without_a_gpu_says_so(capsys: pytest.CaptureFixture[str]) -> None:
     try:
         import cupy  # noqa: F401
@@ -518,3 +682,77 @@ def test_benchmark_without_a_gpu_says_so(capsys: pytest.CaptureFixture[str]) -> 
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("no GPU: CuPy is not installed")
+
+
+def test_gpu_tests_collect_without_cupy_console_script_or_network(tmp_path: Path) -> None:
+    """``pytest -m gpu`` on a checkout: no CuPy, no ``gpucc`` on PATH, no proxy reachable."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    blocker = tmp_path / "cupy.py"
+    blocker.write_text("raise ImportError('cupy is blocked for this test')\n")
+    env = {
+        "PATH": "/nonexistent",
+        "PYTHONPATH": os.pathsep.join([str(tmp_path), str(root)]),
+        "HTTPS_PROXY": "http://127.0.0.1:9",
+        "HTTP_PROXY": "http://127.0.0.1:9",
+        "NO_PROXY": "",
+    }
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-m",
+            "gpu",
+            "-p",
+            "no:cacheprovider",
+            "tests/test_gpu_staging.py",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        env=env,
+        check=False,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "error" not in result.stdout.lower()
+    assert "skipped" in result.stdout and "passed" not in result.stdout
+
+
+def test_gpu_tests_fail_rather_than_skip_when_the_build_fails(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-m",
+            "gpu",
+            "-p",
+            "no:cacheprovider",
+            "-k",
+            "build_and_pass or spec_vectors or every_chunk_boundary",
+            "tests/test_gpu_staging.py",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        env={
+            **os.environ,
+            "GPUCC_GPU_TESTS_ON_FAKE": "1",
+            "GPUCC_FAKE_COMPILE_ERROR": "aesgcm.cu(7): error: expected a ';'",
+        },
+        check=False,
+        timeout=300,
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "6 failed" in result.stdout and "skipped" not in result.stdout, result.stdout
+    assert "GpuKernelError" in result.stdout and "expected a ';'" in result.stdout

@@ -1,8 +1,12 @@
 """GPU staging on a real GPU: the kernels and the pipeline end to end.
 
-Every test is marked ``gpu`` and skips cleanly without CuPy or a usable CUDA device (the
-reason comes from :func:`staging.gpu.unavailable_reason`). What runs:
+Every test is marked ``gpu`` and skips cleanly without CuPy or without a CUDA device. With a
+device, a kernel build that fails (NVRTC) or fails its known answers is a test *failure*,
+never a skip. The module imports neither CuPy nor the command line at import time and needs
+no network, so ``pytest -m gpu`` collects from any checkout. What runs:
 
+* the kernel build and both sets of load-time known answers (the spec vectors through
+  gcm_selftest; the production kernels at every CTA width staging uses, tampering included);
 * the GCM specification's AES-256 vectors and random messages through the device code;
 * sealed round trips against ``cryptography`` over sizes from 0 bytes up, every chunk
   boundary, chunk sizes from 4 KiB to 16 MiB, into an output poisoned with 0xA5 that must be
@@ -31,7 +35,7 @@ import numpy as np
 import pytest
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
-from gpucc.cli.exitcodes import exit_code_for
+from gpucc.gpuattest.errors import IntegrityError
 from gpucc.staging import _gpu_runtime as rt
 from gpucc.staging import format as fmt
 from gpucc.staging import gpu
@@ -54,11 +58,17 @@ VECTORS = Path(__file__).resolve().parent / "data" / "gcm_vectors.json"
 
 @pytest.fixture(scope="module")
 def cp() -> Iterator[Any]:
-    """The cupy module, with a usable device 0 (else the module's tests skip)."""
+    """The cupy module with at least one CUDA device; the tests skip without either.
+
+    The kernels are not built here: a build or known-answer failure must fail the tests that
+    use them (and :func:`test_the_kernels_build_and_pass_their_known_answers`), not skip.
+    """
     if FAKE:
         from tests import fake_cupy
 
         fake_cupy.reset(devices=2)
+        # Lets a test of this module check that a broken build fails here rather than skips.
+        fake_cupy.Config.compile_error = os.environ.get("GPUCC_FAKE_COMPILE_ERROR")
         saved = rt.import_cupy, rt._modules
         rt.import_cupy, rt._modules = (lambda: fake_cupy), {}
         try:
@@ -66,10 +76,12 @@ def cp() -> Iterator[Any]:
         finally:
             rt.import_cupy, rt._modules = saved
         return
-    cupy = pytest.importorskip("cupy")
-    reason = gpu.unavailable_reason(0)
-    if reason is not None:
-        pytest.skip(reason)
+    try:
+        cupy = importlib.import_module("cupy")
+    except ImportError as exc:  # not installed, or a CuPy without its CUDA libraries
+        pytest.skip(f"could not import cupy: {exc}")
+    if gpu.gpu_count() == 0:
+        pytest.skip("CuPy sees no CUDA device (no driver, or no GPU)")
     yield cupy
 
 
@@ -113,6 +125,22 @@ def _gcm(key: bytes, iv: bytes, pt: bytes, aad: bytes) -> tuple[bytes, bytes]:
     enc.authenticate_additional_data(aad)
     ct = enc.update(pt) + enc.finalize()
     return ct, enc.tag
+
+
+# --- the build and the load-time known answers ---------------------------------------------------
+
+
+def test_the_kernels_build_and_pass_their_known_answers(cp: Any) -> None:
+    """Fails (with the build log's error lines) where the kernels do not build."""
+    gpu.require_gpu(0)
+    assert gpu.unavailable_reason(0) is None
+    kernels = rt._kernels(0)
+    assert 256 in kernels.grids  # the production known answers ran at load
+    for width in (64, 128, 256):  # every width of chunk sizes 4 KiB and up
+        got, grid = rt._kernels_at(0, width)
+        assert got is kernels and grid == kernels.grids[width]
+        assert grid >= kernels.sm_count and grid % kernels.sm_count == 0
+        print(f"persistent grid at {width} threads: {grid} CTAs on {kernels.sm_count} SMs")
 
 
 # --- the device code on plain GCM messages -------------------------------------------------------
@@ -272,7 +300,7 @@ def _assert_failed_at(cp: Any, path: Path, dk: bytes, data: bytes, index: int) -
     out = _poisoned(cp, len(data))
     with pytest.raises(ChunkAuthenticationError) as info:
         gpu.stage_gpu(open_sealed(path), dk, out=out, batch_bytes=2 * (CS + 16))
-    assert info.value.chunk_index == index and exit_code_for(info.value) == 6
+    assert info.value.chunk_index == index and isinstance(info.value, IntegrityError)
     host = _host(cp, out)
     assert host[: index * CS] == data[: index * CS]
     assert not any(host[index * CS :])  # no unverified plaintext, not even the sentinel
