@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from gpucc.gpuattest import errors
 from gpucc.gpuattest.result import Verdict
-from gpucc.staging.errors import GpuStagingUnavailableError
+from gpucc.staging.errors import GpuKernelError, GpuStagingUnavailableError
 
 
 @dataclass(frozen=True)
@@ -99,6 +99,11 @@ _HINTS: tuple[tuple[type[errors.GpuccError], str], ...] = (
     (errors.OfflineError, "fetch a bundle with 'gpucc collateral fetch' on a connected machine"),
     (errors.RimNotFoundError, "or supply the RIM with --rim-dir DIR"),
     (errors.CollateralUnavailableError, "check connectivity, or use --collateral BUNDLE --offline"),
+    (
+        GpuKernelError,
+        "the GPU is present but its kernels failed to build or verify: check the CUDA "
+        "driver and CuPy/NVRTC versions, or use --device cpu",
+    ),
     (
         GpuStagingUnavailableError,
         "install 'gpucc[gpu]' on a host with a CUDA GPU, or use --device cpu",

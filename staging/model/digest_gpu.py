@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from gpucc.gpuattest.errors import UsageError
-from gpucc.staging.errors import GpuStagingUnavailableError
+from gpucc.staging.errors import GpuKernelError, GpuStagingUnavailableError
 
 from .digest_cpu import _check_same, open_checked
 from .errors import ModelChangedError, ModelTreeError
@@ -107,10 +107,16 @@ def _kernels() -> _Kernels:
         except GpuStagingUnavailableError:
             raise
         except Exception as exc:  # noqa: BLE001 - CompileException, CUDADriverError, ...
-            raise GpuStagingUnavailableError(f"the hash kernels did not build: {exc}") from None
+            # A device is there but the kernels do not build: an error, not "no GPU".
+            lines = tuple(line for line in str(exc).splitlines() if line.strip())
+            raise GpuKernelError(
+                "the hash kernels did not build", device_id=device, stage="build", log=lines
+            ) from None
         if not ok:
-            raise GpuStagingUnavailableError(
-                "the hash kernels failed their known-answer self-test; refusing to use them"
+            raise GpuKernelError(
+                "the hash kernels failed their known-answer self-test; refusing to use them",
+                device_id=device,
+                stage="known-answer",
             )
         _built[device] = kernels
         return kernels
