@@ -303,7 +303,7 @@ def accept_offer(
     """
     check_length(challenge, CHALLENGE_SIZE, "a challenge")
     # (1) The offer must answer our challenge.
-    if offer.version != PROTOCOL_VERSION:
+    if type(offer.version) is not int or offer.version != PROTOCOL_VERSION:
         raise ProtocolError(f"offer protocol version {offer.version} is not supported")
     if not hmac.compare_digest(offer.challenge, challenge):
         raise ProtocolError(
@@ -388,7 +388,7 @@ def open_answer(answer: Answer, host_key: HostKey) -> HostSession:
         ProtocolError: the transcript does not match (an answer to another offer, or a
             holder that verified something else), or a wrap is for another session.
     """
-    if answer.version != PROTOCOL_VERSION:
+    if type(answer.version) is not int or answer.version != PROTOCOL_VERSION:
         raise ProtocolError(f"answer protocol version {answer.version} is not supported")
     holder_key = decode_public_key(answer.holder_public_key, "holder")
     private = private_key_from_scalar(host_key.private_key)
