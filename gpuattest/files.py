@@ -34,6 +34,7 @@ __all__ = [
     "open_secret",
     "read_capped",
     "read_regular",
+    "refuse_existing",
     "refuse_inputs_as_output",
     "write_all",
     "write_atomic",
@@ -218,6 +219,19 @@ def _exists_error(path: Path) -> OutputExistsError:
     return OutputExistsError(f"{path} already exists; not replacing it")
 
 
+def refuse_existing(path: PathLike, *, force: bool = False) -> None:
+    """Fail early when ``path`` exists and replacing it was not asked for.
+
+    The exclusive publication in :func:`exclusive_output` is what guarantees it; this only
+    saves the work of a run whose output could not be published.
+
+    Raises:
+        OutputExistsError: ``path`` exists (a dangling symbolic link counts) and not ``force``.
+    """
+    if not force and os.path.lexists(path):
+        raise _exists_error(Path(path))
+
+
 def _fsync_dir(directory: Path) -> None:
     try:
         fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -269,8 +283,7 @@ def exclusive_output(
         FileAccessError: the directory is not writable, or the disk is full.
     """
     path = Path(path)
-    if not force and os.path.lexists(path):
-        raise _exists_error(path)
+    refuse_existing(path, force=force)
     directory = path.parent if str(path.parent) else Path(".")
     tmp = directory / f".{path.name}.tmp-{secrets.token_hex(6)}"
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC

@@ -93,7 +93,7 @@ def describe_unsealed(head: bytes, size: int) -> str:
         return f"its magic is damaged ({differ} of its first {len(MAGIC)} bytes differ)"
     sample = head[:512]
     if _printable(sample):
-        return "it looks like text, not a sealed dataset (wrong magic)"
+        return "it looks like text (wrong magic)"
     return "it looks like binary data without the sealed-dataset magic (random bytes?)"
 
 
