@@ -87,6 +87,14 @@ def _write(path: Path, data: bytes, *, force: bool) -> None:
         write_atomic(path, data, force=force)
 
 
+def _state_dir(given: Path | None) -> Path:
+    if given is not None:
+        return given
+    import platformdirs
+
+    return Path(platformdirs.user_state_dir("gpucc"))
+
+
 # --- evidence and attestation seams -------------------------------------------------
 
 
@@ -277,6 +285,15 @@ def answer(
     at: AtOption = None,
     simulate: SimulateOption = None,
     force: ForceOption = False,
+    state_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--state-dir",
+            envvar="GPUCC_STATE_DIR",
+            file_okay=False,
+            help="Where answered challenges are recorded (default: the user state directory).",
+        ),
+    ] = None,
 ) -> None:
     """Data holder: verify the offer's attestation, then wrap dataset keys for it.
 
@@ -285,7 +302,7 @@ def answer(
     Each challenge is answered at most once (docs/PROTOCOL.md, "Replay store").
     """
     from gpucc.gpuattest.files import read_capped
-    from gpucc.staging.release import MAX_OFFER_BYTES, Offer, accept_offer
+    from gpucc.staging.release import MAX_OFFER_BYTES, FileReplayStore, Offer, accept_offer
 
     if not datasets:
         raise UsageError("name at least one --dataset whose key to release")
@@ -304,7 +321,8 @@ def answer(
         offline=offline,
         at=at,
     )
-    holder = accept_offer(received, challenge=value, attest=attest)
+    replay = FileReplayStore(_state_dir(state_dir) / "answered-challenges")
+    holder = accept_offer(received, challenge=value, attest=attest, replay=replay)
     _write(output, holder.answer([holder.wrap(g) for g in grants]).to_json(), force=force)
     note(
         f"attestation trusted for {len(holder.report_digests)} GPU(s); wrote keys for "

@@ -1,14 +1,16 @@
 """The one JSON parser for untrusted input: strict UTF-8, bounded depth and numbers.
 
 :func:`loads_untrusted` turns every way a document can fail (not UTF-8, not JSON,
-``NaN``/``Infinity``, an integer of thousands of digits, nesting deeper than
-:data:`MAX_DEPTH`, the interpreter's recursion limit) into one error of the caller's
-malformed-input family, never a ``RecursionError`` or ``ValueError`` escaping as a bug.
+``NaN``/``Infinity`` or a number that overflows to it, an integer of thousands of digits,
+nesting deeper than :data:`MAX_DEPTH`, the interpreter's recursion limit) into one error
+of the caller's malformed-input family, never a ``RecursionError`` or ``ValueError``
+escaping as a bug.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -35,7 +37,10 @@ def _parse_int(text: str) -> int:
 def _parse_float(text: str) -> float:
     if len(text) > MAX_NUMBER_DIGITS:
         raise _Refused(f"a number of {len(text)} characters")
-    return float(text)
+    value = float(text)
+    if not math.isfinite(value):
+        raise _Refused(f"the number {text} is out of range")
+    return value
 
 
 def _parse_constant(text: str) -> Any:
