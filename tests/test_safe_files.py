@@ -593,3 +593,19 @@ def test_data_holder_answers_each_challenge_once() -> None:
     other = release.new_challenge()
     offer2, _ = release.create_offer(other, _collector(gpu))
     holder.accept(offer2, other)
+
+
+def test_policy_and_rim_files_never_hang(tmp_path: Path) -> None:
+    from gpucc.gpuattest.errors import MalformedPolicyError
+    from gpucc.gpuattest.policy import load_policy
+
+    os.mkfifo(tmp_path / "p")
+    with pytest.raises(SpecialFileError, match="FIFO"):
+        load_policy(tmp_path / "p")
+    (tmp_path / "deep.yaml").write_text("[" * 5000 + "]" * 5000)
+    with pytest.raises(MalformedPolicyError):
+        load_policy(tmp_path / "deep.yaml")
+    from gpucc.gpuattest.collateral import FileRimSource
+
+    with pytest.raises(SpecialFileError, match="FIFO"):
+        FileRimSource(driver=tmp_path / "p").get_rim("NV_RIM_DRIVER_X")
