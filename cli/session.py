@@ -364,8 +364,11 @@ def accept(
         sealed = open_sealed(path)
         sealed.check_key(session.dataset_key(sealed.header_digest))
         note(f"{path}: key released by this session, header verified")
-    # Only the header digest is authenticated (it is bound into each wrap record); the
-    # answer's dataset ids are unauthenticated labels, so they are not printed as facts.
+    # The header digest is what each wrap authenticates (it is in the wrap's associated
+    # data): unwrapping checks it. The answer's dataset ids are unauthenticated labels, so
+    # they are not printed as if verified.
+    for wrap in session.wraps:
+        session.dataset_key(wrap.header_digest)
     digests = ", ".join(w.header_digest.hex() for w in session.wraps) or "none"
     sys.stdout.write(
         f"answer verified for this session; keys for {len(session.wraps)} dataset(s), "

@@ -429,6 +429,11 @@ def test_accept_prints_authenticated_header_digests_not_answer_ids(work: Path) -
     assert accept.returncode == 0, accept.stderr
     assert forged_id not in accept.stdout
     assert doc["wraps"][0]["header_digest"] in accept.stdout and "header digest" in accept.stdout
+    doc["wraps"][0]["header_digest"] = "00" * 32  # what is printed is what unwraps
+    (work / "a.json").write_text(json.dumps(doc))
+    forged = run("session", "accept", "a.json", "--host-key", "host.key", cwd=work)
+    assert forged.returncode == 6, forged.stderr
+    assert "00" * 32 not in forged.stdout
 
 
 # --- 5. terminal escapes --------------------------------------------------------------------------
