@@ -27,6 +27,7 @@ from .options import (
     TimeoutOption,
     parse_time,
 )
+from .safety_options import ForceOption, force_hint
 
 if TYPE_CHECKING:
     from gpucc.gpuattest.collateral import OcspChecker, RimSource
@@ -307,17 +308,23 @@ def collect(
     nonce: Annotated[
         str | None, typer.Option("--nonce", help="32-byte nonce as 64 hex; random if omitted.")
     ] = None,
+    force: ForceOption = False,
 ) -> None:
-    """Collect evidence from the local GPUs (NVML) into an nvattest-format JSON file."""
+    """Collect evidence from the local GPUs (NVML) into an nvattest-format JSON file.
+
+    An existing file is replaced only with --force.
+    """
     from rich.console import Console
 
     from gpucc.gpuattest.evidence import dump_evidence_json, parse_nonce_hex
-    from gpucc.gpuattest.files import write_atomic
+    from gpucc.gpuattest.files import refuse_existing, write_atomic
     from gpucc.gpuattest.nvml import collect_evidence
 
     value = parse_nonce_hex(nonce) if nonce else os.urandom(32)
-    ev = collect_evidence(value)
-    write_atomic(output, dump_evidence_json(ev))
+    with force_hint():
+        refuse_existing(output, force=force)
+        ev = collect_evidence(value)
+        write_atomic(output, dump_evidence_json(ev), force=force, what="evidence file")
     Console(stderr=True).print(
         f"wrote evidence for {len(ev.gpus)} GPU(s) to {output}; nonce {value.hex()}",
         highlight=False,

@@ -17,6 +17,8 @@ from .options import (
     ServiceKeyOption,
     TimeoutOption,
 )
+from .safety_options import ForceOption, check_output, force_hint
+from .terminal import safe_text
 
 collateral_app = typer.Typer(
     help="Gather RIMs and OCSP responses into a bundle for verification without network.",
@@ -53,18 +55,20 @@ def fetch(
     cache_dir: CacheDirOption = None,
     no_cache: NoCacheOption = False,
     timeout: TimeoutOption = 10.0,
+    force: ForceOption = False,
 ) -> None:
     """Fetch every RIM and OCSP response the evidence needs and write them to one bundle.
 
     The bundle is written even when something is missing; the command then exits 3
-    and lists what could not be obtained.
+    and lists what could not be obtained. An existing file is replaced only with --force.
     """
     from rich.console import Console
 
     from gpucc.gpuattest.bundle import collect_collateral, write_bundle
     from gpucc.gpuattest.chain import load_pem_chain
     from gpucc.gpuattest.collateral import OcspStatus
-    from gpucc.gpuattest.errors import CollateralUnavailableError, UsageError
+    from gpucc.gpuattest.errors import CollateralUnavailableError
+    from gpucc.gpuattest.files import refuse_existing
     from gpucc.gpuattest.netconfig import NetworkSettings, build_fetcher, network_sources
     from gpucc.gpuattest.report import Architecture, AttestationReport
     from gpucc.gpuattest.trust import TrustRoots
@@ -72,6 +76,9 @@ def fetch(
     from .attest import load_evidence
 
     err = Console(stderr=True, highlight=False, soft_wrap=True)
+    check_output(output, evidence, cert_chain)
+    with force_hint():
+        refuse_existing(output, force=force)
     ev = load_evidence(evidence, cert_chain)
     chains = [load_pem_chain(gpu.cert_chain_pem) for gpu in ev.gpus]
     rim_ids: list[str] = []
@@ -99,10 +106,8 @@ def fetch(
             roots=TrustRoots.nvidia(),
             now=dt.datetime.now(dt.UTC),
         )
-    try:
-        write_bundle(result.bundle, output)
-    except OSError as exc:
-        raise UsageError(f"cannot write {output}: {exc.strerror or exc}") from None
+    with force_hint():
+        write_bundle(result.bundle, output, force=force)
 
     bundle = result.bundle
     err.print(
@@ -110,14 +115,14 @@ def fetch(
         f"for {len(ev.gpus)} GPU(s)"
     )
     for rim_id in bundle.rims:
-        err.print(f"  RIM  {rim_id}")
+        err.print(f"  RIM  {safe_text(rim_id)}")
     for name, kind, outcome in result.outcomes:
         status = str(outcome.status)
         if outcome.status is OcspStatus.REVOKED and outcome.revocation_reason:
             status += f" ({outcome.revocation_reason})"
-        err.print(f"  OCSP {kind:<10} {name}: {status}")
+        err.print(f"  OCSP {kind:<10} {safe_text(name)}: {safe_text(status)}")
     for problem in result.problems:
-        err.print(f"  missing: {problem}")
+        err.print(f"  missing: {safe_text(problem)}")
     if result.problems:
         raise CollateralUnavailableError(
             f"collateral incomplete: {len(result.problems)} item(s) could not be obtained; "
@@ -139,7 +144,7 @@ def show(
     bundle = load_bundle(bundle_path)
     typer.echo(f"created {bundle.created.isoformat()}")
     for rim_id, data in bundle.rims.items():
-        typer.echo(f"RIM  {rim_id} ({len(data)} bytes)")
+        typer.echo(f"RIM  {safe_text(rim_id)} ({len(data)} bytes)")
     for entry in bundle.ocsp:
         resp = x509_ocsp.load_der_ocsp_response(entry.response)
         window = ""
@@ -148,4 +153,4 @@ def show(
             window = f" thisUpdate {resp.this_update_utc.isoformat()}" + (
                 f" nextUpdate {nxt.isoformat()}" if nxt else " (no nextUpdate)"
             )
-        typer.echo(f"OCSP {entry.subject}{window}")
+        typer.echo(f"OCSP {safe_text(entry.subject)}{window}")

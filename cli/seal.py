@@ -14,6 +14,9 @@ from typing import Annotated
 import typer
 
 from gpucc.gpuattest.errors import UsageError
+from gpucc.gpuattest.files import refuse_existing
+
+from .safety_options import ForceOption, check_output, force_hint
 
 __all__ = ["byte_progress", "format_rate", "parse_size", "seal"]
 
@@ -141,11 +144,13 @@ def seal(
         int | None,
         typer.Option("--threads", min=1, help="Worker threads (default: all CPUs)."),
     ] = None,
+    force: ForceOption = False,
 ) -> None:
     """Seal DATASET with AES-256-GCM into a gpucc sealed dataset (docs/FORMAT.md).
 
     The output appears only once it is complete and flushed (written to a temporary name,
-    then renamed). A fresh dataset key is wrapped for the key file's key.
+    then linked into place); an existing output is replaced only with --force, and never
+    the dataset or the key file. A fresh dataset key is wrapped for the key file's key.
     """
     from gpucc.staging import seal_file
 
@@ -153,14 +158,22 @@ def seal(
         raise UsageError("seal needs --key-file (or GPUCC_KEY_FILE): the key that will open it")
     size = parse_size(chunk_size)
     check_chunk_size(size, chunk_size)
-    if output.exists() and output.resolve() == dataset.resolve():
-        raise UsageError("the output must not be the input file")
+    check_output(output, dataset, key_file)
+    with force_hint():  # before a key file is created for nothing
+        refuse_existing(output, force=force)
     kek = load_or_create_key_file(key_file)
+    check_output(output, dataset, key_file)  # the key file exists now: compare inodes
     total = dataset.stat().st_size
     started = time.perf_counter()
-    with byte_progress("sealing", total) as progress:
+    with force_hint(), byte_progress("sealing", total) as progress:
         result = seal_file(
-            dataset, output, kek=kek, chunk_size=size, threads=threads, progress=progress
+            dataset,
+            output,
+            kek=kek,
+            chunk_size=size,
+            threads=threads,
+            progress=progress,
+            force=force,
         )
     seconds = time.perf_counter() - started
     header = result.header

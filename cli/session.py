@@ -15,6 +15,7 @@ One machine: ``gpucc session local train.gcc --key-file train.key -o answer.json
 from __future__ import annotations
 
 import datetime as dt
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from gpucc.gpuattest.errors import UsageError
+from gpucc.gpuattest.files import refuse_existing
 
 from .options import (
     AtOption,
@@ -32,6 +34,7 @@ from .options import (
     RimDirOption,
     parse_time,
 )
+from .safety_options import ForceOption, check_output, force_hint
 from .seal import note
 
 if TYPE_CHECKING:
@@ -77,14 +80,19 @@ def _challenge(text: str) -> bytes:
     return value
 
 
-def _write(path: Path, data: bytes) -> None:
-    from gpucc.gpuattest.errors import FileAccessError
+def _write(path: Path, data: bytes, *, force: bool) -> None:
     from gpucc.gpuattest.files import write_atomic
 
-    try:
-        write_atomic(path, data)
-    except OSError as exc:
-        raise FileAccessError(f"cannot write {path}: {exc.strerror or exc}") from None
+    with force_hint():
+        write_atomic(path, data, force=force)
+
+
+def _state_dir(given: Path | None) -> Path:
+    if given is not None:
+        return given
+    import platformdirs
+
+    return Path(platformdirs.user_state_dir("gpucc"))
 
 
 # --- evidence and attestation seams -------------------------------------------------
@@ -229,17 +237,25 @@ def offer(
     ],
     host_key: HostKeyOutOption,
     simulate: SimulateOption = None,
+    force: ForceOption = False,
 ) -> None:
-    """Host: make a session key, collect GPU evidence bound to it, and write the offer."""
+    """Host: make a session key, collect GPU evidence bound to it, and write the offer.
+
+    The offer replaces an existing file only with --force; the host key file is always new.
+    """
     from gpucc.staging.release import create_offer
 
     value = _challenge(challenge)
-    if host_key.exists():
+    if os.path.lexists(host_key):
         raise UsageError(f"{host_key} exists; every session needs a fresh host key file")
+    check_output(output, also=(host_key,))
+    with force_hint():
+        refuse_existing(output, force=force)
     _warn_if_simulated(simulate)
     made, secret = create_offer(value, _collector(simulate))
     secret.write(host_key)
-    _write(output, made.to_json())
+    check_output(output, also=(host_key,))
+    _write(output, made.to_json(), force=force)
     note(
         f"wrote offer {output} for {len(secret.report_digests)} GPU(s); session key in "
         f"{host_key} (mode 0600)"
@@ -268,20 +284,34 @@ def answer(
     offline: OfflineOption = False,
     at: AtOption = None,
     simulate: SimulateOption = None,
+    force: ForceOption = False,
+    state_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--state-dir",
+            envvar="GPUCC_STATE_DIR",
+            file_okay=False,
+            help="Where answered challenges are recorded (default: the user state directory).",
+        ),
+    ] = None,
 ) -> None:
     """Data holder: verify the offer's attestation, then wrap dataset keys for it.
 
     The offer must answer CHALLENGE (yours), and its GPU evidence must pass full
     verification and policy with the nonce bound to the offered key. Exit 1 if not.
+    Each challenge is answered at most once (docs/PROTOCOL.md, "Replay store").
     """
     from gpucc.gpuattest.files import read_capped
-    from gpucc.staging.release import MAX_OFFER_BYTES, Offer, accept_offer
+    from gpucc.staging.release import MAX_OFFER_BYTES, FileReplayStore, Offer, accept_offer
 
     if not datasets:
         raise UsageError("name at least one --dataset whose key to release")
     value = _challenge(challenge)
+    check_output(output, offer_file, key_file, policy, collateral, *datasets)
+    with force_hint():
+        refuse_existing(output, force=force)
     grants = _grants(datasets, key_file)
-    received = Offer.from_json(read_capped(offer_file, MAX_OFFER_BYTES))
+    received = Offer.from_json(read_capped(offer_file, MAX_OFFER_BYTES, what="session offer"))
     _warn_if_simulated(simulate)
     attest = _attester(
         simulate=simulate,
@@ -291,8 +321,9 @@ def answer(
         offline=offline,
         at=at,
     )
-    holder = accept_offer(received, challenge=value, attest=attest)
-    _write(output, holder.answer([holder.wrap(g) for g in grants]).to_json())
+    replay = FileReplayStore(_state_dir(state_dir) / "answered-challenges")
+    holder = accept_offer(received, challenge=value, attest=attest, replay=replay)
+    _write(output, holder.answer([holder.wrap(g) for g in grants]).to_json(), force=force)
     note(
         f"attestation trusted for {len(holder.report_digests)} GPU(s); wrote keys for "
         f"{len(grants)} dataset(s) to {output} (transcript {holder.transcript_hash.hex()[:16]}…)"
@@ -327,15 +358,23 @@ def accept(
     from gpucc.staging import open_sealed
     from gpucc.staging.release import MAX_ANSWER_BYTES, Answer, HostKey, open_answer
 
-    session = open_answer(
-        Answer.from_json(read_capped(answer_file, MAX_ANSWER_BYTES)), HostKey.read(host_key)
-    )
+    answer_bytes = read_capped(answer_file, MAX_ANSWER_BYTES, what="session answer")
+    session = open_answer(Answer.from_json(answer_bytes), HostKey.read(host_key))
     for path in datasets or []:
         sealed = open_sealed(path)
         sealed.check_key(session.dataset_key(sealed.header_digest))
         note(f"{path}: key released by this session, header verified")
-    ids = ", ".join(i.hex() for i in session.dataset_ids) or "none"
-    sys.stdout.write(f"answer verified for this session; dataset ids: {ids}\n")
+    # The header digest is what each wrap authenticates (it is in the wrap's associated
+    # data): unwrapping checks it. The answer's dataset ids are unauthenticated labels, so
+    # they are not printed as if verified.
+    for wrap in session.wraps:
+        session.dataset_key(wrap.header_digest)
+    digests = ", ".join(w.header_digest.hex() for w in session.wraps) or "none"
+    sys.stdout.write(
+        f"answer verified for this session; keys for {len(session.wraps)} dataset(s), "
+        f"by header digest (SHA-256 of the sealed header, authenticated by the wrap): "
+        f"{digests}\n"
+    )
 
 
 @session_app.command("local")
@@ -355,15 +394,21 @@ def local(
     offline: OfflineOption = False,
     at: AtOption = None,
     simulate: SimulateOption = None,
+    force: ForceOption = False,
 ) -> None:
     """One machine: attest the local GPU under a fresh session and release dataset keys.
 
-    Then stage with ``gpucc stage DATASET --session ANSWER --host-key HOST_KEY``.
+    Then stage with ``gpucc stage DATASET --session ANSWER --host-key HOST_KEY``. The answer
+    replaces an existing file only with --force; the host key file is always new.
     """
     from gpucc.staging.release import local_session
 
-    if host_key.exists():
+    if os.path.lexists(host_key):
         raise UsageError(f"{host_key} exists; every session needs a fresh host key file")
+    check_output(output, key_file, policy, collateral, *datasets, also=(host_key,))
+    check_output(host_key, key_file, policy, collateral, *datasets)
+    with force_hint():
+        refuse_existing(output, force=force)
     grants = _grants(datasets, key_file)
     _warn_if_simulated(simulate)
     collect = _collector(simulate)
@@ -377,7 +422,8 @@ def local(
     )
     result = local_session(collect=collect, attest=attest, datasets=grants)
     result.host_key.write(host_key)
-    _write(output, result.answer.to_json())
+    check_output(output, also=(host_key,))
+    _write(output, result.answer.to_json(), force=force)
     note(
         f"attestation trusted; released keys for {len(grants)} dataset(s): answer {output}, "
         f"host key {host_key} (mode 0600)"

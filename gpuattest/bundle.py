@@ -44,7 +44,7 @@ from typing import Any
 from cryptography import x509
 from cryptography.x509 import ocsp as x509_ocsp
 
-from ._internal.files import write_atomic
+from ._internal.jsonio import loads_untrusted
 from ._internal.x509names import common_name
 from .collateral import (
     MAX_RIM_BYTES,
@@ -61,6 +61,7 @@ from .errors import (
     MalformedRimError,
     RimNotFoundError,
 )
+from .files import read_capped, write_atomic
 from .ocsp import MAX_OCSP_RESPONSE_BYTES, OcspClient
 from .ocsp_response import (
     DEFAULT_CLOCK_SKEW,
@@ -192,10 +193,7 @@ class Bundle:
         """
         if len(data) > MAX_BUNDLE_BYTES:
             raise MalformedBundleError(f"collateral bundle is larger than {MAX_BUNDLE_BYTES} bytes")
-        try:
-            doc: Any = json.loads(data)
-        except (ValueError, UnicodeDecodeError):
-            raise MalformedBundleError("collateral bundle is not JSON") from None
+        doc: Any = loads_untrusted(data, what="collateral bundle", error=MalformedBundleError)
         if not isinstance(doc, dict):
             raise MalformedBundleError("collateral bundle is not a JSON object")
         if doc.get("format") != BUNDLE_FORMAT:
@@ -311,28 +309,26 @@ def _ocsp_entries(value: object) -> tuple[BundleOcspEntry, ...]:
     return tuple(entries)
 
 
-def write_bundle(bundle: Bundle, path: Path) -> None:
+def write_bundle(bundle: Bundle, path: Path, *, force: bool = False) -> None:
     """Write ``bundle`` to ``path`` atomically (a reader sees the old file or the new one).
 
+    An existing file is replaced only with ``force``.
+
     Raises:
-        OSError: the file cannot be written.
+        OutputExistsError: ``path`` exists and ``force`` is not set.
+        FileAccessError: the file cannot be written.
     """
-    write_atomic(Path(path), bundle.to_json(), mode=0o644)
+    write_atomic(Path(path), bundle.to_json(), mode=0o644, force=force, what="bundle")
 
 
 def load_bundle(path: Path) -> Bundle:
     """Read and validate a bundle file.
 
     Raises:
-        MalformedBundleError: unreadable, oversized or invalid.
+        FileAccessError: missing, not a regular file (never blocks on a FIFO), unreadable.
+        MalformedBundleError: oversized or invalid.
     """
-    try:
-        with Path(path).open("rb") as fh:
-            data = fh.read(MAX_BUNDLE_BYTES + 1)
-    except OSError as exc:
-        raise MalformedBundleError(
-            f"cannot read collateral bundle {path}: {exc.strerror or exc}"
-        ) from None
+    data = read_capped(path, MAX_BUNDLE_BYTES, what="collateral bundle")
     return Bundle.from_json(data)
 
 

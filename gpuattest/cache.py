@@ -42,8 +42,10 @@ from typing import Any
 
 import platformdirs
 
-from ._internal.files import write_atomic
+from ._internal.jsonio import loads_untrusted
 from .collateral import MAX_RIM_BYTES, RimSource
+from .errors import FileAccessError, MalformedInputError
+from .files import read_capped, write_atomic
 
 __all__ = [
     "CACHE_FORMAT",
@@ -134,13 +136,12 @@ class CollateralCache:
 
     def _read(self, kind: str, key: str, cap: int, *, now: dt.datetime | None) -> bytes | None:
         path = self._path(kind, key)
-        try:
-            with path.open("rb") as fh:
-                raw = fh.read(cap + 1)
-        except FileNotFoundError:
+        if not path.exists():
             return None
-        except OSError as exc:
-            _log.debug("cache entry %s unreadable: %s", path, exc.strerror)
+        try:
+            raw = read_capped(path, cap, what="cache entry")
+        except FileAccessError as exc:
+            _log.debug("cache entry unreadable: %s", exc)
             return None
         data = self._decode(raw, kind, key, cap)
         if data is None:
@@ -161,8 +162,8 @@ class CollateralCache:
         if len(raw) > cap:
             return None
         try:
-            doc: Any = json.loads(raw)
-        except (ValueError, UnicodeDecodeError):
+            doc: Any = loads_untrusted(raw, what="cache entry", error=MalformedInputError)
+        except MalformedInputError:
             return None
         if not isinstance(doc, dict):
             return None
@@ -211,9 +212,13 @@ class CollateralCache:
             self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
             path.parent.mkdir(mode=0o700, exist_ok=True)
             os.chmod(path.parent, 0o700)
-            write_atomic(path, json.dumps(doc, sort_keys=True).encode("ascii"), mode=0o600)
+            write_atomic(
+                path, json.dumps(doc, sort_keys=True).encode("ascii"), mode=0o600, force=True
+            )
         except OSError as exc:
             _log.debug("cannot write cache entry %s: %s", path, exc.strerror)
+        except FileAccessError as exc:
+            _log.debug("cannot write cache entry %s: %s", path, exc)
 
 
 class CachingRimSource:

@@ -174,11 +174,9 @@ class NoOcsp:
 
 
 def _read_capped(path: Path) -> bytes:
-    try:
-        with path.open("rb") as fh:
-            data = fh.read(MAX_RIM_BYTES + 1)
-    except OSError as exc:
-        raise MalformedRimError(f"cannot read RIM file {path}: {exc.strerror}") from None
+    from .files import read_capped
+
+    data = read_capped(path, MAX_RIM_BYTES, what="RIM file")
     if len(data) > MAX_RIM_BYTES:
         raise MalformedRimError(f"RIM file {path} is larger than {MAX_RIM_BYTES} bytes")
     return data

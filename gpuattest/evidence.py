@@ -20,7 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ._internal.jsonio import loads_untrusted
 from .errors import MalformedEvidenceError
+from .files import read_capped
 
 __all__ = [
     "MAX_EVIDENCE_FILE_BYTES",
@@ -126,10 +128,7 @@ def load_evidence_json(data: bytes) -> EvidenceSet:
     """
     if len(data) > MAX_EVIDENCE_FILE_BYTES:
         raise MalformedEvidenceError(f"evidence is larger than {MAX_EVIDENCE_FILE_BYTES} bytes")
-    try:
-        doc = json.loads(data)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise MalformedEvidenceError(f"evidence is not JSON: {exc}") from None
+    doc = loads_untrusted(data, what="evidence", error=MalformedEvidenceError)
     source = "file"
     cc: CcState | None = None
     if isinstance(doc, dict) and isinstance(doc.get("evidences"), list):
@@ -205,11 +204,7 @@ def dump_evidence_json(evidence: EvidenceSet) -> bytes:
 
 
 def _read_capped(path: Path, what: str) -> bytes:
-    try:
-        with path.open("rb") as fh:
-            data = fh.read(MAX_EVIDENCE_FILE_BYTES + 1)
-    except OSError as exc:
-        raise MalformedEvidenceError(f"cannot read {what} {path}: {exc.strerror}") from None
+    data = read_capped(path, MAX_EVIDENCE_FILE_BYTES, what=what)
     if len(data) > MAX_EVIDENCE_FILE_BYTES:
         raise MalformedEvidenceError(f"{what} {path} exceeds {MAX_EVIDENCE_FILE_BYTES} bytes")
     return data

@@ -209,11 +209,9 @@ def load_policy(path: Path) -> Policy:
     """
     import yaml
 
-    try:
-        with path.open("rb") as fh:
-            data = fh.read(MAX_POLICY_BYTES + 1)
-    except OSError as exc:
-        raise MalformedPolicyError(f"cannot read policy {path}: {exc.strerror}") from None
+    from .files import read_capped
+
+    data = read_capped(path, MAX_POLICY_BYTES, what="policy")
     if len(data) > MAX_POLICY_BYTES:
         raise MalformedPolicyError(f"policy {path} is larger than {MAX_POLICY_BYTES} bytes")
     try:
@@ -221,4 +219,6 @@ def load_policy(path: Path) -> Policy:
     except yaml.YAMLError as exc:
         first = str(exc).splitlines()[0] if str(exc) else "invalid YAML"
         raise MalformedPolicyError(f"policy {path} is not valid YAML: {first}") from None
+    except RecursionError:
+        raise MalformedPolicyError(f"policy {path} nests too deeply") from None
     return parse_policy(doc, source=str(path))

@@ -33,10 +33,10 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-import json
 import re
 from urllib.parse import quote
 
+from ._internal.jsonio import loads_untrusted
 from ._internal.transport import (
     Fetcher,
     HttpStatusError,
@@ -156,10 +156,7 @@ class RimServiceSource:
         def bad(problem: str) -> RimServiceError:
             return RimServiceError(f"the RIM service's answer for {rim_id} {problem}")
 
-        try:
-            doc = json.loads(body)
-        except (ValueError, UnicodeDecodeError):
-            raise bad("is not JSON") from None
+        doc = loads_untrusted(body, what="answer", error=lambda text: bad(f"is refused: {text}"))
         if not isinstance(doc, dict):
             raise bad("is not a JSON object")
         got_id = doc.get("id")

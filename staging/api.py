@@ -276,7 +276,8 @@ def plan_stage(
         device: ``"cpu"``, ``"gpu"``, or ``"auto"`` (GPU when usable).
         gpus: with ``device="gpu"``, split the dataset over this many local GPUs.
         plaintext: force the plaintext path (``True``) or the sealed path (``False``);
-            detected from the file's magic by default. A plaintext input is sealed in
+            by default a key argument means sealed (anything else is then malformed),
+            and without one the file's magic decides. A plaintext input is sealed in
             transit under a fresh key; no key argument is allowed then.
         chunk_size: chunk size for the plaintext path.
 
@@ -292,7 +293,12 @@ def plan_stage(
         StagingIOError: the input cannot be read.
     """
     backend = select_backend(device, gpus=gpus)
-    sealed = is_sealed(path) if plaintext is None else not plaintext
+    keyed = any(x is not None for x in (key, kek, key_file, key_for))
+    if plaintext is None:
+        # A key says the input must be sealed: anything else is malformed, not plaintext.
+        sealed = keyed or is_sealed(path)
+    else:
+        sealed = not plaintext
     if sealed:
         dataset = open_sealed(path)
         dataset_key, source = _dataset_key(
@@ -307,7 +313,7 @@ def plan_stage(
             dataset=dataset,
             dataset_key=dataset_key,
         )
-    if any(x is not None for x in (key, kek, key_file, key_for)):
+    if keyed:
         raise StageKeyArgumentsError(
             f"{path} is not a sealed dataset, so it takes no key", path=Path(path), sealed=False
         )

@@ -7,6 +7,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpucc.gpuattest.files import open_regular
+
 from .chunks import ChunkCipher
 from .errors import (
     DatasetKeyMismatchError,
@@ -15,6 +17,7 @@ from .errors import (
     StagingIOError,
 )
 from .format import (
+    HEADER_SIZE,
     MAGIC,
     PREFIX_SIZE,
     Header,
@@ -26,7 +29,14 @@ from .format import (
     unwrap_key,
 )
 
-__all__ = ["SealedDataset", "io_error", "is_sealed", "open_sealed", "read_exact"]
+__all__ = [
+    "SealedDataset",
+    "describe_unsealed",
+    "io_error",
+    "is_sealed",
+    "open_sealed",
+    "read_exact",
+]
 
 
 def io_error(action: str, path: StrPath, exc: OSError) -> StagingIOError:
@@ -54,13 +64,37 @@ def is_sealed(path: StrPath) -> bool:
     """Whether ``path`` starts with the sealed-dataset magic.
 
     Raises:
-        StagingIOError: the file cannot be read.
+        FileAccessError: the file is missing, not a regular file (never blocks on a
+            FIFO), or cannot be read.
     """
+    fd = open_regular(path, what="dataset")
     try:
-        with open(path, "rb") as fh:
+        with os.fdopen(fd, "rb") as fh:
             return fh.read(len(MAGIC)) == MAGIC
     except OSError as exc:
         raise io_error("read", path, exc) from None
+
+
+def _printable(data: bytes) -> bool:
+    text = sum(1 for b in data if 32 <= b < 127 or b in (9, 10, 13))
+    return text >= 0.95 * len(data)
+
+
+def describe_unsealed(head: bytes, size: int) -> str:
+    """What a file that is not a sealed dataset looks like, from its first bytes."""
+    if size == 0:
+        return "it is empty"
+    if head[: len(MAGIC)] == MAGIC:
+        return f"it has the sealed-dataset magic but is too short ({size} bytes): truncated"
+    if size < len(MAGIC) and MAGIC.startswith(head):
+        return f"it is too short ({size} bytes): a truncated sealed dataset"
+    differ = sum(1 for x, y in zip(head[: len(MAGIC)], MAGIC, strict=False) if x != y)
+    if len(head) >= len(MAGIC) and differ <= 2:
+        return f"its magic is damaged ({differ} of its first {len(MAGIC)} bytes differ)"
+    sample = head[:512]
+    if _printable(sample):
+        return "it looks like text (wrong magic)"
+    return "it looks like binary data without the sealed-dataset magic (random bytes?)"
 
 
 @dataclass(frozen=True)
@@ -155,20 +189,24 @@ def open_sealed(path: StrPath) -> SealedDataset:
     """Parse and validate a sealed dataset's framing, including its exact size.
 
     Raises:
-        MalformedDatasetError: not a sealed dataset, a bad field, a bad wrap section, or a
-            size that is not exactly the one the header implies (truncated or extended).
-        StagingIOError: the file cannot be read.
+        MalformedDatasetError: not a sealed dataset (the message says what the file looks
+            like: empty, too short, damaged magic, text, other bytes), a bad field, a bad
+            wrap section, or a size that is not exactly the one the header implies.
+        FileAccessError: missing, not a regular file (never blocks on a FIFO), unreadable.
     """
     path = Path(path)
+    fd = open_regular(path, what="sealed dataset")
     try:
-        with open(path, "rb") as fh:
+        with os.fdopen(fd, "rb") as fh:
             size = os.fstat(fh.fileno()).st_size
-            head = fh.read(PREFIX_SIZE)
-            if len(head) < PREFIX_SIZE:
+            head = fh.read(max(PREFIX_SIZE, 512))
+            if len(head) < PREFIX_SIZE or head[: len(MAGIC)] != MAGIC:
                 raise MalformedDatasetError(
-                    f"{path} is {size} bytes, too short for a sealed dataset"
+                    f"{path} is not a sealed dataset: {describe_unsealed(head, size)}"
                 )
-            header = Header.parse(head[:64])
+            header = Header.parse(head[:HEADER_SIZE])
+            fh.seek(PREFIX_SIZE)
+            head = head[:PREFIX_SIZE]
             wrap_bytes = fh.read(header.wrap_length)
     except OSError as exc:
         raise io_error("read", path, exc) from None

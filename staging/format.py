@@ -12,13 +12,10 @@ anything that is not raises :class:`~staging.errors.MalformedDatasetError`.
 
 from __future__ import annotations
 
-import contextlib
 import enum
-import errno
 import hashlib
 import os
 import secrets
-import stat
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +24,8 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+from gpucc.gpuattest.files import open_secret, write_atomic
 
 from .errors import (
     HeaderAuthenticationError,
@@ -497,91 +496,39 @@ def key_id(key: bytes) -> bytes:
     return hashlib.sha256(_KEY_ID_LABEL + key).digest()[:16]
 
 
-def _fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def write_secret_file(path: StrPath, data: bytes, *, overwrite: bool = False) -> None:
     """Write a secret file with mode 0600, atomically.
 
-    ``data`` goes to a temporary file created with mode 0600 in the same directory, is
-    flushed to disk, and only then appears under ``path``: by an exclusive hard link (an
-    existing file is never replaced) or, with ``overwrite``, by rename.
+    ``data`` goes to a temporary file created with mode 0600, ``O_EXCL`` and
+    ``O_NOFOLLOW`` in the same directory, is flushed to disk, and only then appears under
+    ``path``: by an exclusive hard link (an existing file is never replaced) or, with
+    ``overwrite``, by rename (:func:`gpuattest.files.exclusive_output`).
 
     Raises:
-        KeyFileError: ``path`` exists (without ``overwrite``) or cannot be written.
+        FileAccessError: ``path`` exists (without ``overwrite``) or cannot be written.
     """
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{secrets.token_hex(4)}")
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-    except OSError as exc:
-        raise KeyFileError(f"cannot create key file {path}: {exc.strerror}") from None
-    try:
-        try:
-            os.fchmod(fd, 0o600)  # the umask could only have removed bits; be explicit
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        if overwrite:
-            os.replace(tmp, path)
-        else:
-            try:
-                os.link(tmp, path)
-            except FileExistsError:
-                raise KeyFileError(f"key file {path} already exists; not replacing it") from None
-    except OSError as exc:
-        raise KeyFileError(f"cannot write key file {path}: {exc.strerror}") from None
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-    _fsync_dir(path.parent)
+    write_atomic(path, data, mode=0o600, force=overwrite, what="key file")
 
 
-def read_secret_file(path: StrPath, max_size: int) -> bytes:
+def read_secret_file(path: StrPath, max_size: int, *, what: str = "key file") -> bytes:
     """Read a secret file that only its owner can access.
 
-    At most ``max_size + 1`` bytes are read, so a caller can tell a file that is too long.
+    Opened with ``O_NOFOLLOW`` and ``O_NONBLOCK``; at most ``max_size + 1`` bytes are
+    read, so a caller can tell a file that is too long.
 
     Raises:
-        KeyFileError: missing, not a regular file, or any group or world permission (the
-            secret could be read, or replaced by someone else's).
+        FileAccessError: missing, a symbolic link, or not a regular file (a FIFO, device,
+            directory or socket is refused before it is read).
+        KeyFileError: owned by another user, or any group or world permission (the secret
+            could be read, or replaced by someone else's); the message says how to fix it.
     """
     path = Path(path)
+    fd = open_secret(path, what=what, exposed=KeyFileError)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError as exc:
-        if exc.errno == errno.ENOENT:
-            raise KeyFileError(f"key file {path} does not exist") from None
-        raise KeyFileError(f"cannot open key file {path}: {exc.strerror}") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise KeyFileError(f"key file {path} is not a regular file")
-        mode = stat.S_IMODE(st.st_mode)
-        if mode & 0o077:
-            raise KeyFileError(
-                f"key file {path} is accessible by group or others (mode {mode:04o}); "
-                f"run: chmod 600 {path}"
-            )
-        with os.fdopen(os.dup(fd), "rb") as fh:
+        with os.fdopen(fd, "rb") as fh:
             return fh.read(max_size + 1)
     except OSError as exc:
-        raise KeyFileError(f"cannot read key file {path}: {exc.strerror}") from None
-    finally:
-        os.close(fd)
+        raise KeyFileError(f"cannot read {what} {path}: {exc.strerror}") from None
 
 
 def write_key_file(path: StrPath, key: bytes | None = None, *, overwrite: bool = False) -> bytes:
@@ -591,7 +538,7 @@ def write_key_file(path: StrPath, key: bytes | None = None, *, overwrite: bool =
     ``overwrite`` is set.
 
     Raises:
-        KeyFileError: ``path`` exists (without ``overwrite``) or cannot be written.
+        FileAccessError: ``path`` exists (without ``overwrite``) or cannot be written.
     """
     key = new_dataset_key() if key is None else key
     if len(key) != KEY_SIZE:
@@ -604,8 +551,9 @@ def read_key_file(path: StrPath) -> bytes:
     """Read a key file's 32-byte key.
 
     Raises:
-        KeyFileError: missing, not a regular file, any group or world permission (the key
-            could be read, or replaced by someone else's), or not a gpucc key file.
+        FileAccessError: missing, a symbolic link, or not a regular file.
+        KeyFileError: another user's, any group or world permission (the key could be
+            read, or replaced by someone else's), or not a gpucc key file.
     """
     data = read_secret_file(path, KEY_FILE_SIZE)
     if len(data) != KEY_FILE_SIZE or not data.startswith(_KEY_FILE_MAGIC):

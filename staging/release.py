@@ -32,17 +32,27 @@ live in :mod:`staging.release_messages`; their names are re-exported here.
 
 from __future__ import annotations
 
+import contextlib
+import datetime as dt
 import hashlib
 import hmac
 import json
+import os
+import stat
+import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from gpucc.gpuattest.errors import FileAccessError, GpuccError
+from gpucc.gpuattest.files import read_capped, write_all
+
 from .errors import DatasetKeyMismatchError, MalformedSessionMessageError, ProtocolError
-from .format import WrapKind, unwrap_key, wrap_key
+from .format import StrPath, WrapKind, unwrap_key, wrap_key
 from .release_messages import (
     CHALLENGE_SIZE,
     CURVE,
@@ -74,16 +84,21 @@ __all__ = [
     "Answer",
     "AttestationOutcome",
     "Attester",
+    "ChallengeReplayError",
     "CollectedEvidence",
+    "DataHolder",
     "DatasetKey",
     "EvidenceLoader",
+    "FileReplayStore",
     "GpuOutcome",
     "HolderSession",
     "HostKey",
     "HostSession",
     "LocalSession",
+    "MemoryReplayStore",
     "MalformedSessionMessageError",
     "Offer",
+    "ReplayStore",
     "SessionWrap",
     "accept_offer",
     "create_offer",
@@ -278,6 +293,129 @@ class HolderSession:
         )
 
 
+# --- answering each challenge at most once ---------------------------------------------
+
+
+class ChallengeReplayError(ProtocolError):
+    """This data holder already answered an offer to this challenge (offers are single-use)."""
+
+
+class ReplayStore(Protocol):
+    """Where a data holder records the challenges it answered."""
+
+    def claim(self, challenge: bytes) -> None:
+        """Record ``challenge`` as answered; raise :class:`ChallengeReplayError` if it was."""
+        ...
+
+
+#: How long an answered challenge is remembered by default.
+DEFAULT_REPLAY_TTL = dt.timedelta(days=30)
+_REPLAY_LABEL = b"gpucc/session/v1/answered-challenge"
+
+
+def _replay_error(challenge: bytes) -> ChallengeReplayError:
+    return ChallengeReplayError(
+        f"challenge {challenge.hex()[:16]}... was already answered by this data holder; "
+        "each challenge is answered at most once: make a fresh challenge and ask the host "
+        "for a new offer"
+    )
+
+
+class MemoryReplayStore:
+    """Answered challenges kept in memory, each for ``ttl`` (one process, e.g. a service)."""
+
+    def __init__(self, *, ttl: dt.timedelta = DEFAULT_REPLAY_TTL) -> None:
+        self.ttl = ttl
+        self._seen: dict[bytes, float] = {}
+        self._lock = threading.Lock()
+
+    def claim(self, challenge: bytes) -> None:
+        """Record ``challenge``; raise :class:`ChallengeReplayError` if it is recorded."""
+        now = time.time()
+        digest = hashlib.sha256(_REPLAY_LABEL + challenge).digest()
+        with self._lock:
+            for key in [k for k, expires in self._seen.items() if expires <= now]:
+                del self._seen[key]
+            if digest in self._seen:
+                raise _replay_error(challenge)
+            self._seen[digest] = now + self.ttl.total_seconds()
+
+
+class FileReplayStore:
+    """Answered challenges recorded as files in a private directory (for the command line).
+
+    One record per challenge: a file named by a hash of the challenge, created with
+    ``O_EXCL`` (of two concurrent answers to one challenge exactly one claims it) and mode
+    0600, holding its expiry time. The directory is created with mode 0700 and refused
+    when it is a symbolic link, another user's, or writable by group or others. Expired
+    records are removed on each claim.
+    """
+
+    def __init__(self, directory: StrPath, *, ttl: dt.timedelta = DEFAULT_REPLAY_TTL) -> None:
+        self.directory = Path(directory)
+        self.ttl = ttl
+
+    def _checked_directory(self) -> None:
+        try:
+            self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+            st = os.lstat(self.directory)
+        except OSError as exc:
+            raise FileAccessError(
+                f"cannot use the replay store {self.directory}: {exc.strerror or exc}"
+            ) from None
+        if not stat.S_ISDIR(st.st_mode):
+            raise FileAccessError(f"replay store {self.directory} is not a directory")
+        if st.st_uid != os.geteuid() or stat.S_IMODE(st.st_mode) & 0o022:
+            raise FileAccessError(
+                f"replay store {self.directory} is another user's or writable by others; "
+                f"run: chmod 700 {self.directory} (as its owner)"
+            )
+
+    def _prune(self, now: float) -> None:
+        with os.scandir(self.directory) as entries:
+            for entry in entries:
+                if not entry.name.endswith(".answered"):
+                    continue
+                try:
+                    text = read_capped(entry.path, 64, what="replay record").decode("ascii")
+                    expires = float(text.strip())
+                except (GpuccError, ValueError):
+                    continue  # unreadable: keep it (fail closed)
+                if expires <= now:
+                    with contextlib.suppress(OSError):
+                        os.unlink(entry.path)
+
+    def claim(self, challenge: bytes) -> None:
+        """Record ``challenge``; raise :class:`ChallengeReplayError` if it is recorded.
+
+        Raises:
+            ChallengeReplayError: already answered (and not yet expired).
+            FileAccessError: the store cannot be used.
+        """
+        now = time.time()
+        self._checked_directory()
+        self._prune(now)
+        name = hashlib.sha256(_REPLAY_LABEL + challenge).hexdigest() + ".answered"
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            fd = os.open(self.directory / name, flags, 0o600)
+        except FileExistsError:
+            raise _replay_error(challenge) from None
+        except OSError as exc:
+            raise FileAccessError(
+                f"cannot record the challenge in {self.directory}: {exc.strerror or exc}"
+            ) from None
+        try:
+            write_all(fd, f"{now + self.ttl.total_seconds():.0f}\n".encode())
+            os.fsync(fd)
+        except OSError as exc:
+            raise FileAccessError(
+                f"cannot record the challenge in {self.directory}: {exc.strerror or exc}"
+            ) from None
+        finally:
+            os.close(fd)
+
+
 def accept_offer(
     offer: Offer,
     *,
@@ -285,6 +423,7 @@ def accept_offer(
     attest: Attester,
     load_evidence: EvidenceLoader | None = None,
     private_key: ec.EllipticCurvePrivateKey | None = None,
+    replay: ReplayStore | None = None,
 ) -> HolderSession:
     """Data holder, step 2: verify the offer and derive the session key.
 
@@ -296,14 +435,19 @@ def accept_offer(
        every report carrying that nonce, which binds the offered key to the GPU.
     4. The transcript (version, nonce, report digests, both keys) feeds HKDF.
 
+    With ``replay``, the challenge is claimed once the attestation is trusted: an offer
+    to a challenge this holder already answered is refused (offers are single-use). The
+    function alone keeps no state; :class:`DataHolder` keeps a store for its caller.
+
     Raises:
+        ChallengeReplayError: ``replay`` holds this challenge already.
         ProtocolError: another challenge, evidence not trusted (its reasons are in the
             message), or a verdict without GPUs.
         MalformedInputError: the evidence cannot be parsed.
     """
     check_length(challenge, CHALLENGE_SIZE, "a challenge")
     # (1) The offer must answer our challenge.
-    if offer.version != PROTOCOL_VERSION:
+    if type(offer.version) is not int or offer.version != PROTOCOL_VERSION:
         raise ProtocolError(f"offer protocol version {offer.version} is not supported")
     if not hmac.compare_digest(offer.challenge, challenge):
         raise ProtocolError(
@@ -323,6 +467,8 @@ def accept_offer(
     digests = tuple(bytes(g.report_digest) for g in result.gpus)
     if not 1 <= len(digests) <= MAX_GPUS or any(len(d) != 32 for d in digests):
         raise ProtocolError("the attestation verdict names no GPU report")
+    if replay is not None:
+        replay.claim(challenge)
     # (4) ECDH and the transcript-bound key.
     holder = private_key or ec.generate_private_key(CURVE)
     holder_public = encode_public_key(holder.public_key())
@@ -342,6 +488,40 @@ def accept_offer(
         transcript_hash=transcript_hash(transcript),
         session_key=derive_session_key(shared, nonce=nonce, transcript=transcript),
     )
+
+
+class DataHolder:
+    """A data holder that answers each challenge at most once (in memory by default).
+
+    ``DataHolder(attest).accept(offer, challenge)`` is :func:`accept_offer` with this
+    holder's replay store; pass a :class:`FileReplayStore` to remember across processes.
+    """
+
+    def __init__(
+        self,
+        attest: Attester,
+        *,
+        replay: ReplayStore | None = None,
+        load_evidence: EvidenceLoader | None = None,
+    ) -> None:
+        self.attest = attest
+        self.replay: ReplayStore = MemoryReplayStore() if replay is None else replay
+        self.load_evidence = load_evidence
+
+    def accept(self, offer: Offer, challenge: bytes) -> HolderSession:
+        """Verify ``offer`` for ``challenge`` and claim the challenge (see :func:`accept_offer`).
+
+        Raises:
+            ChallengeReplayError: this holder already answered ``challenge``.
+            ProtocolError, MalformedInputError: as :func:`accept_offer`.
+        """
+        return accept_offer(
+            offer,
+            challenge=challenge,
+            attest=self.attest,
+            load_evidence=self.load_evidence,
+            replay=self.replay,
+        )
 
 
 @dataclass(frozen=True)
@@ -388,7 +568,7 @@ def open_answer(answer: Answer, host_key: HostKey) -> HostSession:
         ProtocolError: the transcript does not match (an answer to another offer, or a
             holder that verified something else), or a wrap is for another session.
     """
-    if answer.version != PROTOCOL_VERSION:
+    if type(answer.version) is not int or answer.version != PROTOCOL_VERSION:
         raise ProtocolError(f"answer protocol version {answer.version} is not supported")
     holder_key = decode_public_key(answer.holder_public_key, "holder")
     private = private_key_from_scalar(host_key.private_key)

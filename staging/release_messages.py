@@ -20,6 +20,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
+from gpucc.gpuattest._internal.jsonio import loads_untrusted
 from gpucc.gpuattest.errors import MalformedInputError
 
 from .errors import KeyFileError, MalformedSessionMessageError, ProtocolError
@@ -183,10 +184,7 @@ def _hex(value: Any, size: int, what: str) -> bytes:
 def _load_json(data: bytes, limit: int, what: str) -> dict[str, Any]:
     if len(data) > limit:
         raise MalformedSessionMessageError(f"the {what} is larger than {limit} bytes")
-    try:
-        doc = json.loads(data)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise MalformedSessionMessageError(f"the {what} is not JSON: {exc}") from None
+    doc = loads_untrusted(data, what=what, error=MalformedSessionMessageError)
     if not isinstance(doc, dict):
         raise MalformedSessionMessageError(f"the {what} must be a JSON object")
     return doc
@@ -195,7 +193,13 @@ def _load_json(data: bytes, limit: int, what: str) -> dict[str, Any]:
 def _check_keys(doc: dict[str, Any], expected: set[str], schema: str, what: str) -> None:
     if doc.get("schema") != schema:
         raise MalformedSessionMessageError(f"not a {what} (schema {doc.get('schema')!r})")
-    if doc.get("version") != PROTOCOL_VERSION:
+    version = doc.get("version")
+    # bool is an int subclass and 1.0 == 1: only an integer is a version, and only 1 is ours.
+    if type(version) is not int:
+        raise MalformedSessionMessageError(
+            f"the {what} version must be an integer, not {json.dumps(version)}"
+        )
+    if version != PROTOCOL_VERSION:
         raise ProtocolError(
             f"the {what} uses protocol version {doc.get('version')!r}; gpucc speaks "
             f"version {PROTOCOL_VERSION}"
@@ -398,7 +402,7 @@ class HostKey:
         """Write the host key file with mode 0600, atomically.
 
         Raises:
-            KeyFileError: the file exists (without ``overwrite``) or cannot be written.
+            FileAccessError: the file exists (without ``overwrite``) or cannot be written.
         """
         write_secret_file(path, self.to_bytes(), overwrite=overwrite)
 
@@ -409,7 +413,7 @@ class HostKey:
         Raises:
             KeyFileError: missing, exposed or malformed.
         """
-        data = read_secret_file(path, 16 * 1024)
+        data = read_secret_file(path, 16 * 1024, what="host key file")
         try:
             lines = data.decode("ascii").splitlines()
         except UnicodeDecodeError:

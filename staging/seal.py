@@ -3,23 +3,28 @@
 :func:`seal_file` streams the source through a bounded window of chunk buffers (two per
 thread), encrypts chunks in parallel with ``AESGCM.encrypt_into`` into those preallocated
 buffers, and writes each chunk at its fixed offset in a temporary file beside the
-destination. Only a complete, flushed file is renamed over the destination; on any error
-the temporary file is removed, so a half-written dataset never exists under its name.
+destination. Only a complete, flushed file gets the destination's name, exclusively unless
+asked to replace (:func:`gpuattest.files.exclusive_output`); on any error or signal the
+temporary file is removed, so a half-written dataset never exists under its name.
 """
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 import secrets
-import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpucc.gpuattest.errors import MalformedInputError
+from gpucc.gpuattest.files import (
+    exclusive_output,
+    open_regular,
+    refuse_inputs_as_output,
+    write_all,
+)
 
 from ._pipeline import ChunkFailure, run_chunks, window_for
 from .chunks import ChunkCipher, zero
@@ -223,20 +228,24 @@ def seal_file(
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     threads: int | None = None,
     progress: ProgressCallback | None = None,
+    force: bool = False,
 ) -> SealResult:
     """Seal the regular file ``src`` into ``dst``, atomically.
 
     Args:
         src: plaintext file (its size must not change while it is sealed).
-        dst: destination; replaced only once the new file is complete and flushed.
+        dst: destination, created only once the new file is complete and flushed; an
+            existing file is replaced only with ``force``, and never when it is ``src``.
         kek: wrap the dataset key for this key-file key (record kind 1), or
         wrap: wrap it for another recipient, or neither with
         dataset_key: the dataset key to use (random by default).
         chunk_size: plaintext bytes per chunk (default 4 MiB, see ``DEFAULT_CHUNK_SIZE``).
         threads: worker threads (default ``os.cpu_count()``).
         progress: ``progress(done_bytes, total_bytes)`` as chunks complete.
+        force: replace an existing ``dst`` (atomically).
 
     Raises:
+        OutputExistsError: ``dst`` exists (without ``force``) or is ``src``.
         MalformedDatasetError: ``chunk_size`` is out of range.
         MalformedInputError: ``src`` is not a regular file or changed size while sealing.
         StagingIOError: a file cannot be read or written (nothing is left at ``dst``).
@@ -245,14 +254,10 @@ def seal_file(
     src = Path(src)
     dst = Path(dst)
     threads = threads or default_threads()
+    src_fd = open_regular(src, what="plaintext file")
     try:
-        src_fd = os.open(src, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError as exc:
-        raise io_error("read", src, exc) from None
-    try:
+        refuse_inputs_as_output(dst, [src])
         st = os.fstat(src_fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise MalformedInputError(f"{src} is not a regular file")
         header, key, record = plan_seal(
             st.st_size,
             kek=kek,
@@ -263,7 +268,7 @@ def seal_file(
         )
         cipher = ChunkCipher(key, header)
         tag, prefix = _prefix(cipher, record)
-        _write_sealed(src_fd, src, dst, cipher, prefix, threads, progress)
+        _write_sealed(src_fd, src, dst, cipher, prefix, threads, progress, force)
     finally:
         os.close(src_fd)
     return SealResult(
@@ -283,20 +288,15 @@ def _write_sealed(
     prefix: bytes,
     threads: int,
     progress: ProgressCallback | None,
+    force: bool,
 ) -> None:
     header = cipher.header
-    tmp = dst.with_name(f"{dst.name}.tmp-{secrets.token_hex(4)}")
-    try:
-        out_fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
-    except OSError as exc:
-        raise io_error("create", tmp, exc) from None
-    done = False
-    try:
+    with exclusive_output(dst, mode=0o644, force=force, what="sealed dataset") as out_fd:
         try:
             _reserve(out_fd, header.file_size)
             os.pwrite(out_fd, prefix, 0)
         except OSError as exc:
-            raise io_error("write", tmp, exc) from None
+            raise io_error("write", dst, exc) from None
         count = header.chunk_count
         slots = window_for(threads, count)
         size = header.chunk_size
@@ -314,9 +314,9 @@ def _write_sealed(
                 raise io_error("read", src, exc) from None
             cipher.encrypt_into(index, pt, ct)
             try:
-                _write_all(out_fd, ct, header.chunk_offset(index))
+                write_all(out_fd, ct, header.chunk_offset(index))
             except OSError as exc:
-                raise io_error("write", tmp, exc) from None
+                raise io_error("write", dst, exc) from None
 
         def on_done(index: int) -> None:
             if progress is not None:
@@ -334,23 +334,8 @@ def _write_sealed(
         try:
             if os.fstat(src_fd).st_size != total:
                 raise MalformedInputError(f"{src} changed size while it was being sealed")
-            os.fsync(out_fd)
         except OSError as exc:
-            raise io_error("write", tmp, exc) from None
-        os.close(out_fd)
-        out_fd = -1
-        try:
-            os.replace(tmp, dst)
-        except OSError as exc:
-            raise io_error("rename onto", dst, exc) from None
-        done = True
-        _fsync_parent(dst)
-    finally:
-        if out_fd >= 0:
-            os.close(out_fd)
-        if not done:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
+            raise io_error("read", src, exc) from None
 
 
 def _reserve(fd: int, size: int) -> None:
@@ -363,24 +348,6 @@ def _reserve(fd: int, size: int) -> None:
             if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):  # the filesystem cannot
                 raise
     os.ftruncate(fd, size)
-
-
-def _write_all(fd: int, data: memoryview, offset: int) -> None:
-    done = 0
-    while done < len(data):
-        done += os.pwrite(fd, data[done:], offset + done)
-
-
-def _fsync_parent(path: Path) -> None:
-    try:
-        fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-    except OSError:
-        return
-    try:
-        with contextlib.suppress(OSError):
-            os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def rewrap(

@@ -28,7 +28,7 @@ from gpucc.gpuattest.bundle import (
     write_bundle,
 )
 from gpucc.gpuattest.collateral import ChainKind, OcspStatus, OcspTarget, RimSource, ocsp_targets
-from gpucc.gpuattest.errors import OfflineError, RimNotFoundError, UsageError
+from gpucc.gpuattest.errors import FileAccessError, OfflineError, RimNotFoundError, UsageError
 from gpucc.gpuattest.netconfig import FallbackOcspChecker, NetworkSettings, build_collateral
 from gpucc.gpuattest.ocsp import OcspClient
 from gpucc.gpuattest.ocsp_response import CertId
@@ -457,7 +457,7 @@ def test_non_json_bundles_are_refused(tmp_path: Path, content: bytes) -> None:
 def test_unreadable_and_oversized_bundles(
     tmp_path: Path, bundle_file: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    with pytest.raises(MalformedBundleError):
+    with pytest.raises(FileAccessError):
         load_bundle(tmp_path / "absent.json")
     from gpucc.gpuattest import bundle as bundle_module
 

@@ -145,7 +145,7 @@ def test_stage_plaintext_input_is_sealed_in_transit(work: Path) -> None:
     assert refused.returncode in (2, 4)  # typer refuses a missing file, gpucc a key
     _seal(work)
     refused = run("stage", "d.bin", "--key-file", "k.key", cwd=work)
-    assert refused.returncode == 2
+    assert refused.returncode == 4  # a key says it must be sealed: malformed, not usage
     _one_error_line(refused, "not a sealed dataset")
 
 
@@ -207,7 +207,8 @@ def test_stage_integrity_and_framing_failures(work: Path) -> None:
     _one_error_line(truncated, "bytes")
     (work / "d.gcc").write_bytes(bytes([blob[0] ^ 1]) + blob[1:HEADER_SIZE] + blob[HEADER_SIZE:])
     magic = run("stage", "d.gcc", "--key-file", "k.key", cwd=work)
-    assert magic.returncode == 2  # no magic: it is a plaintext file, which takes no key
+    assert magic.returncode == 4  # given a key it must be sealed: a damaged magic is malformed
+    _one_error_line(magic, "magic is damaged")
     missing_key = run("stage", "o.gcc", cwd=work)
     assert missing_key.returncode == 2
     _one_error_line(missing_key, "--key-file")

@@ -20,7 +20,7 @@ from gpucc.gpuattest.collateral import (
     ocsp_targets,
     rim_sources_from_mapping,
 )
-from gpucc.gpuattest.errors import MalformedRimError, RimNotFoundError
+from gpucc.gpuattest.errors import FileAccessError, MalformedRimError, RimNotFoundError
 from gpucc.gpuattest.rim import ReferenceManifest
 from gpucc.gpuattest.trust import TrustRoots
 from tests.samples import (
@@ -103,7 +103,7 @@ def test_file_source_refuses_oversized_and_unreadable_files(tmp_path: Path) -> N
     big.write_bytes(b"<" * (MAX_RIM_BYTES + 1))
     with pytest.raises(MalformedRimError, match="larger than"):
         FileRimSource(driver=big).get_rim(DRIVER_ID)
-    with pytest.raises(MalformedRimError, match="cannot read"):
+    with pytest.raises(FileAccessError, match="does not exist"):
         FileRimSource(driver=tmp_path / "absent.xml").get_rim(DRIVER_ID)
 
 
@@ -144,7 +144,7 @@ def test_composite_source_stops_at_a_source_that_fails(tmp_path: Path) -> None:
     """Only "not found" moves on; a broken source is not papered over by a later one."""
     broken = FileRimSource(driver=tmp_path / "absent.xml")
     good = FileRimSource(driver=SET_A_DRIVER_RIM)
-    with pytest.raises(MalformedRimError):
+    with pytest.raises(FileAccessError):
         CompositeRimSource([broken, good]).get_rim(DRIVER_ID)
 
 

@@ -18,6 +18,7 @@ import pytest
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from gpucc.cli.exitcodes import exit_code_for
+from gpucc.gpuattest.errors import FileAccessError
 from gpucc.staging import format as fmt
 from gpucc.staging.chunks import ChunkCipher
 from gpucc.staging.errors import KeyFileError, KeyUnwrapError, MalformedDatasetError
@@ -292,7 +293,7 @@ def test_key_file_created_0600_with_the_documented_layout(tmp_path: Path) -> Non
 
 def test_key_file_is_never_replaced_silently(tmp_path: Path) -> None:
     first = fmt.write_key_file(tmp_path / "k.key")
-    with pytest.raises(KeyFileError, match="already exists"):
+    with pytest.raises(FileAccessError, match="already exists"):
         fmt.write_key_file(tmp_path / "k.key")
     assert fmt.read_key_file(tmp_path / "k.key") == first
     second = fmt.write_key_file(tmp_path / "k.key", overwrite=True)
@@ -330,10 +331,10 @@ def test_malformed_key_file_is_refused(tmp_path: Path, content: bytes) -> None:
 
 
 def test_missing_or_directory_key_file(tmp_path: Path) -> None:
-    with pytest.raises(KeyFileError, match="does not exist"):
+    with pytest.raises(FileAccessError, match="does not exist"):
         fmt.read_key_file(tmp_path / "absent.key")
     (tmp_path / "dir").mkdir(mode=0o700)
-    with pytest.raises(KeyFileError, match="not a regular file"):
+    with pytest.raises(FileAccessError, match="not a regular file"):
         fmt.read_key_file(tmp_path / "dir")
 
 

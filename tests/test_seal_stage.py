@@ -18,7 +18,12 @@ import pytest
 
 from gpucc import staging
 from gpucc.cli.exitcodes import exit_code_for
-from gpucc.gpuattest.errors import GpuccError, IntegrityError, MalformedInputError, UsageError
+from gpucc.gpuattest.errors import (
+    FileAccessError,
+    GpuccError,
+    IntegrityError,
+    UsageError,
+)
 from gpucc.staging import format as fmt
 from gpucc.staging._pipeline import ChunkFailure, run_chunks
 from gpucc.staging.chunks import ChunkCipher
@@ -32,7 +37,6 @@ from gpucc.staging.errors import (
     KeyUnwrapError,
     MalformedDatasetError,
     StageKeyArgumentsError,
-    StagingIOError,
 )
 from gpucc.staging.seal import WrapSpec, rewrap, seal_bytes, seal_file
 
@@ -515,22 +519,23 @@ def test_failed_seal_leaves_no_file_and_keeps_the_old_one(tmp_path: Path) -> Non
             chunk_size=CS,
             threads=2,
             progress=boom,
+            force=True,
         )
     assert (tmp_path / "p.gcc").read_bytes() == b"previous"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p.bin", "p.gcc"]
 
 
 def test_seal_refuses_bad_sources_and_options(tmp_path: Path) -> None:
-    with pytest.raises(StagingIOError):
+    with pytest.raises(FileAccessError, match="does not exist"):
         seal_file(tmp_path / "absent", tmp_path / "x.gcc", kek=os.urandom(32))
-    with pytest.raises(MalformedInputError):
+    with pytest.raises(FileAccessError, match="directory"):
         seal_file(tmp_path, tmp_path / "x.gcc", kek=os.urandom(32))
     (tmp_path / "p.bin").write_bytes(b"abc")
     with pytest.raises(MalformedDatasetError, match="chunk size"):
         seal_file(tmp_path / "p.bin", tmp_path / "x.gcc", kek=os.urandom(32), chunk_size=1000)
     with pytest.raises(ValueError):
         seal_file(tmp_path / "p.bin", tmp_path / "x.gcc")  # nobody could open it
-    with pytest.raises(StagingIOError):
+    with pytest.raises(FileAccessError):
         seal_file(tmp_path / "p.bin", tmp_path / "no" / "x.gcc", kek=os.urandom(32))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p.bin"]
 
@@ -542,7 +547,7 @@ def test_open_sealed_refuses_non_datasets(tmp_path: Path) -> None:
     (tmp_path / "plain").write_bytes(_data(200))
     with pytest.raises(MalformedDatasetError, match="magic"):
         open_sealed(tmp_path / "plain")
-    with pytest.raises(StagingIOError):
+    with pytest.raises(FileAccessError):
         open_sealed(tmp_path / "absent")
 
 
@@ -607,8 +612,11 @@ def test_plan_stage_decides_once_and_runs(
         staging.plan_stage(path, key=dk, key_for=key_for)
     assert info.value.sealed and exit_code_for(info.value) == 2
     (tmp_path / "plain.bin").write_bytes(data)
-    with pytest.raises(StageKeyArgumentsError) as info:
+    with pytest.raises(MalformedDatasetError, match="not a sealed dataset") as bad:
         staging.plan_stage(tmp_path / "plain.bin", key=dk)
+    assert exit_code_for(bad.value) == 4
+    with pytest.raises(StageKeyArgumentsError) as info:
+        staging.plan_stage(tmp_path / "plain.bin", key=dk, plaintext=True)
     assert not info.value.sealed
     plain = staging.plan_stage(tmp_path / "plain.bin", chunk_size=CS)
     assert not plain.sealed and plain.key_source == "ephemeral" and plain.dataset_key is None
@@ -622,7 +630,16 @@ def test_stage_plaintext_input(tmp_path: Path) -> None:
     with staging.stage(tmp_path / "p.bin", chunk_size=CS) as buf:
         assert buf.tobytes() == data
     assert not buf.any()
-    with pytest.raises(UsageError), staging.stage(tmp_path / "p.bin", kek=os.urandom(32)):
+    # A key says the input must be sealed: a plaintext file given with one is malformed.
+    with (
+        pytest.raises(MalformedDatasetError, match="not a sealed dataset"),
+        staging.stage(tmp_path / "p.bin", kek=os.urandom(32)),
+    ):
+        pass
+    with (
+        pytest.raises(UsageError),
+        staging.stage(tmp_path / "p.bin", kek=os.urandom(32), plaintext=True),
+    ):
         pass
 
 

@@ -27,6 +27,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from gpucc.cli.exitcodes import exit_code_for
 from gpucc.gpuattest.collateral import NoOcsp, rim_sources_from_mapping
+from gpucc.gpuattest.errors import FileAccessError
 from gpucc.gpuattest.evidence import EvidenceSet
 from gpucc.gpuattest.policy import parse_policy
 from gpucc.gpuattest.simulate import SimulatedGpu
@@ -420,7 +421,7 @@ def test_host_key_file_round_trip_and_permissions(gpu: SimulatedGpu, tmp_path: P
     host_key.write(path)
     assert s.HostKey.read(path) == host_key
     assert host_key.private_key.hex() not in repr(host_key)
-    with pytest.raises(KeyFileError, match="already exists"):
+    with pytest.raises(FileAccessError, match="already exists"):
         host_key.write(path)
     path.chmod(0o644)
     with pytest.raises(KeyFileError, match="chmod 600"):

@@ -1,0 +1,61 @@
+"""Options and checks shared by every command that writes a file with ``-o``."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from gpucc.gpuattest.errors import UsageError
+
+__all__ = ["ForceOption", "check_output", "force_hint"]
+
+ForceOption = Annotated[
+    bool,
+    typer.Option(
+        "--force",
+        help="Replace the output file if it exists (never a file this command reads).",
+    ),
+]
+
+
+def check_output(output: Path, *inputs: Path | None, also: tuple[Path, ...] = ()) -> None:
+    """Refuse an output that is a file this command reads or writes under another option.
+
+    Existing files are compared by device and inode (a hard link, a symbolic link or
+    another spelling of the same name is the same file); files that do not exist yet by
+    their absolute path. ``--force`` does not lift this.
+
+    Raises:
+        UsageError: the output is one of ``inputs`` or ``also``.
+    """
+    from gpucc.gpuattest.files import OutputExistsError, refuse_inputs_as_output
+
+    try:
+        refuse_inputs_as_output(output, [*inputs, *also])
+    except OutputExistsError as exc:
+        raise UsageError(str(exc)) from None
+    target = Path(os.path.abspath(output))
+    for other in (*inputs, *also):
+        if other is not None and Path(os.path.abspath(other)) == target:
+            raise UsageError(
+                f"the output {output} is also given as {other} to another option; choose "
+                "another output"
+            )
+
+
+@contextmanager
+def force_hint() -> Iterator[None]:
+    """Name ``--force`` in the error of an output that exists (the library names no option)."""
+    from gpucc.gpuattest.files import OutputExistsError
+
+    try:
+        yield
+    except OutputExistsError as exc:
+        if not exc.replaceable:
+            raise
+        raise OutputExistsError(f"{exc} (give --force to replace it)") from None
