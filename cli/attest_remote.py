@@ -99,12 +99,10 @@ def sign_result(
     Returns the key id and the path written.
     """
     from gpucc.gpuattest.eat import load_private_key_pem, sign_attestation_result
-    from gpucc.gpuattest.errors import FileAccessError
-    from gpucc.gpuattest.files import write_atomic
+    from gpucc.gpuattest.files import refuse_inputs_as_output, write_atomic
 
+    refuse_inputs_as_output(output, [key_path])
     key = load_private_key_pem(key_path)
     signed = sign_attestation_result(result, private_key=key)
-    if output.exists() and not force:
-        raise FileAccessError(f"{output} exists; pass --force to replace it")
-    write_atomic(output, signed.to_json().encode(), mode=0o644)
+    write_atomic(output, signed.to_json().encode(), mode=0o644, force=force, what="signed result")
     return signed.kid, output
