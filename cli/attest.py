@@ -13,6 +13,7 @@ from .options import (
     AtOption,
     CacheDirOption,
     CollateralOption,
+    FormatOption,
     NoCacheOption,
     NoOcspNonceOption,
     OcspUrlOption,
@@ -139,9 +140,7 @@ def attest(
     ] = None,
     policy: PolicyOption = None,
     at: AtOption = None,
-    output: Annotated[
-        OutputFormat, typer.Option("--format", envvar="GPUCC_FORMAT", help="text or json")
-    ] = OutputFormat.TEXT,
+    output: FormatOption = OutputFormat.TEXT,
     sample: Annotated[
         bool,
         typer.Option(
@@ -233,8 +232,14 @@ def attest(
 def collect(
     output: Annotated[Path, typer.Option("-o", "--output", help="Evidence JSON to write.")],
     nonce: Annotated[
-        str | None, typer.Option("--nonce", help="32-byte nonce as 64 hex; random if omitted.")
+        str | None,
+        typer.Option(
+            "--nonce",
+            help="32-byte nonce as 64 hex, chosen by the verifier (e.g. from 'gpucc session "
+            "challenge'); random if omitted. 'gpucc attest' needs the same value as --nonce.",
+        ),
     ] = None,
+    fmt: FormatOption = OutputFormat.TEXT,
 ) -> None:
     """Collect evidence from the local GPUs (NVML) into an nvattest-format JSON file."""
     from rich.console import Console
@@ -243,10 +248,21 @@ def collect(
     from gpucc.gpuattest.files import write_atomic
     from gpucc.gpuattest.nvml import collect_evidence
 
+    from .output import emit
+
     value = parse_nonce_hex(nonce) if nonce else os.urandom(32)
     ev = collect_evidence(value)
     write_atomic(output, dump_evidence_json(ev))
     Console(stderr=True).print(
-        f"wrote evidence for {len(ev.gpus)} GPU(s) to {output}; nonce {value.hex()}",
+        f"gpucc: wrote evidence for {len(ev.gpus)} GPU(s) to {output}; nonce {value.hex()}",
         highlight=False,
     )
+    if fmt is OutputFormat.JSON:
+        emit(
+            {
+                "schema": "gpucc.evidence/v1",
+                "output": str(output),
+                "gpus": len(ev.gpus),
+                "nonce": value.hex(),
+            }
+        )

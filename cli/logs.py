@@ -23,6 +23,7 @@ _LEVELS |= {"trace": logging.DEBUG, "off": logging.CRITICAL + 10, "none": loggin
 class _State:
     verbosity: int = 0  # -1 quiet, 0 default, 1 -v, 2 -vv and more
     json: bool = False  # the command's result (or error) goes to stdout as JSON
+    command: str = ""  # the command path, e.g. "session offer" (hints name its options)
 
 
 STATE = _State()

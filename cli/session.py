@@ -10,6 +10,10 @@ Two machines::
 
 One machine: ``gpucc session local train.gcc --key-file train.key -o answer.json
 --host-key host.key`` runs all three steps against the local GPU.
+
+Without a GPU, ``--simulate DIR`` on ``offer``, ``answer`` and ``local`` runs the same
+protocol against a simulated GPU whose test trust anchors live in DIR: for trying the
+workflow only; it attests nothing real and must never be trusted in production.
 """
 
 from __future__ import annotations
@@ -22,17 +26,20 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from gpucc.gpuattest.errors import UsageError
+from gpucc.gpuattest.errors import NotTrustedError, UsageError
 
+from .logs import STATE
 from .options import (
     AtOption,
     CollateralOption,
+    FormatOption,
     OfflineOption,
+    OutputFormat,
     PolicyOption,
     RimDirOption,
     parse_time,
 )
-from .seal import note
+from .output import emit, note
 
 if TYPE_CHECKING:
     from gpucc.staging.release import AttestationOutcome, CollectedEvidence, DatasetKey
@@ -45,7 +52,12 @@ session_app = typer.Typer(
     pretty_exceptions_show_locals=False,
 )
 
-_SIMULATION_WARNING = "SIMULATED GPU: for tests and demos only, this attests nothing real"
+_SIMULATION_WARNING = (
+    "SIMULATED GPU: for trying the protocol only; it attests nothing real and must never be "
+    "trusted in production"
+)
+#: How many refusal reasons the one-line error shows (all of them in JSON and with -v).
+_SHOWN_REASONS = 2
 
 ChallengeOption = Annotated[
     str,
@@ -59,9 +71,12 @@ SimulateOption = Annotated[
     Path | None,
     typer.Option(
         "--simulate",
-        hidden=True,
         file_okay=False,
-        help="Use a simulated GPU whose trust anchors and RIMs live in this directory.",
+        metavar="DIR",
+        rich_help_panel="Simulation (no GPU; never for production)",
+        help="Try the protocol without a GPU: a SIMULATED GPU whose test trust anchors and "
+        "RIMs are written to DIR (offer, local) and read from DIR (answer). It attests "
+        "nothing real; never trust it in production.",
     ),
 ]
 
@@ -133,8 +148,13 @@ def _attester(
     collateral: Path | None,
     offline: bool,
     at: str | None,
+    verdicts: list[AttestationOutcome],
 ) -> Callable[[Any, bytes], AttestationOutcome]:
-    """The full gpucc verification and policy, as the protocol's ``attest`` callable."""
+    """The full gpucc verification and policy, as the protocol's ``attest`` callable.
+
+    Every verdict it reaches is appended to ``verdicts``, so a refusal can be reported
+    with its reasons one by one.
+    """
     from gpucc.gpuattest.collateral import DirectoryRimSource, NoOcsp
     from gpucc.gpuattest.policy import Policy, load_policy, parse_policy
     from gpucc.gpuattest.trust import TrustRoots
@@ -162,11 +182,41 @@ def _attester(
         rims = CompositeRimSource([*local, net_rims])
 
     def attest(evidence: Any, nonce: bytes) -> AttestationOutcome:
-        return verify(
+        result = verify(
             evidence, expected_nonce=nonce, roots=roots, now=now, rims=rims, ocsp=ocsp, policy=pol
         )
+        verdicts.append(result)
+        return result
 
     return attest
+
+
+class RefusedError(NotTrustedError):
+    """The offer's attestation was refused; ``reasons`` lists every one (JSON, ``-v``)."""
+
+    def __init__(self, message: str, reasons: tuple[str, ...]) -> None:
+        super().__init__(message)
+        self.reasons = reasons
+
+
+def _refused(exc: Exception, verdicts: list[AttestationOutcome]) -> Exception:
+    """A short one-line refusal (count and first reasons) for an untrusted verdict."""
+    refused = [v for v in verdicts if not v.trusted]
+    if not refused:
+        return exc
+    reasons = tuple(refused[-1].reasons) or ("no reason given",)
+    joined = "; ".join(refused[-1].reasons) or "no reason given"
+    diagnosis = str(exc).partition(joined)[2]  # what the protocol adds (nonce diagnosis)
+    shown = "; ".join(reasons[:_SHOWN_REASONS])
+    more = len(reasons) - _SHOWN_REASONS
+    tail = f"; and {more} more (all with -v or --format json)" if more > 0 else ""
+    if STATE.verbosity >= 1 and not STATE.json:
+        for reason in reasons:
+            note(f"  refused: {reason}")
+    count = f"{len(reasons)} reason{'s' if len(reasons) != 1 else ''}"
+    return RefusedError(
+        f"the offer's attestation is not trusted ({count}): {shown}{tail}{diagnosis}", reasons
+    )
 
 
 def _grants(datasets: list[Path], key_file: Path) -> list[DatasetKey]:
@@ -214,11 +264,15 @@ HostKeyOutOption = Annotated[
 
 
 @session_app.command("challenge")
-def challenge() -> None:
+def challenge(fmt: FormatOption = OutputFormat.TEXT) -> None:
     """Data holder: print a fresh 32-byte challenge (hex) for one host."""
     from gpucc.staging.release import new_challenge
 
-    sys.stdout.write(new_challenge().hex() + "\n")
+    value = new_challenge().hex()
+    if fmt is OutputFormat.JSON:
+        emit({"schema": "gpucc.session.challenge/v1", "challenge": value})
+        return
+    sys.stdout.write(value + "\n")
 
 
 @session_app.command("offer")
@@ -229,6 +283,7 @@ def offer(
     ],
     host_key: HostKeyOutOption,
     simulate: SimulateOption = None,
+    fmt: FormatOption = OutputFormat.TEXT,
 ) -> None:
     """Host: make a session key, collect GPU evidence bound to it, and write the offer."""
     from gpucc.staging.release import create_offer
@@ -248,6 +303,17 @@ def offer(
     note(
         f"session nonce {made.nonce.hex()} (bind it into TDX/SNP report data if you have a CPU TEE)"
     )
+    if fmt is OutputFormat.JSON:
+        emit(
+            {
+                "schema": "gpucc.session.offer/v1",
+                "offer": str(output),
+                "host_key": str(host_key),
+                "gpus": len(secret.report_digests),
+                "nonce": made.nonce.hex(),
+                "simulated": simulate is not None,
+            }
+        )
 
 
 @session_app.command("answer")
@@ -268,6 +334,7 @@ def answer(
     offline: OfflineOption = False,
     at: AtOption = None,
     simulate: SimulateOption = None,
+    fmt: FormatOption = OutputFormat.TEXT,
 ) -> None:
     """Data holder: verify the offer's attestation, then wrap dataset keys for it.
 
@@ -283,6 +350,7 @@ def answer(
     grants = _grants(datasets, key_file)
     received = Offer.from_json(read_capped(offer_file, MAX_OFFER_BYTES))
     _warn_if_simulated(simulate)
+    verdicts: list[AttestationOutcome] = []
     attest = _attester(
         simulate=simulate,
         rim_dir=rim_dir,
@@ -290,13 +358,28 @@ def answer(
         collateral=collateral,
         offline=offline,
         at=at,
+        verdicts=verdicts,
     )
-    holder = accept_offer(received, challenge=value, attest=attest)
+    try:
+        holder = accept_offer(received, challenge=value, attest=attest)
+    except NotTrustedError as exc:
+        raise _refused(exc, verdicts) from None
     _write(output, holder.answer([holder.wrap(g) for g in grants]).to_json())
     note(
         f"attestation trusted for {len(holder.report_digests)} GPU(s); wrote keys for "
         f"{len(grants)} dataset(s) to {output} (transcript {holder.transcript_hash.hex()[:16]}…)"
     )
+    if fmt is OutputFormat.JSON:
+        emit(
+            {
+                "schema": "gpucc.session.answer/v1",
+                "answer": str(output),
+                "gpus": len(holder.report_digests),
+                "dataset_ids": [g.dataset_id.hex() for g in grants],
+                "transcript_hash": holder.transcript_hash.hex(),
+                "simulated": simulate is not None,
+            }
+        )
 
 
 @session_app.command("accept")
@@ -317,6 +400,7 @@ def accept(
             "--dataset", exists=True, dir_okay=False, help="Also check this dataset opens."
         ),
     ] = None,
+    fmt: FormatOption = OutputFormat.TEXT,
 ) -> None:
     """Host: check an answer against this session and list the datasets it opens.
 
@@ -334,6 +418,16 @@ def accept(
         sealed = open_sealed(path)
         sealed.check_key(session.dataset_key(sealed.header_digest))
         note(f"{path}: key released by this session, header verified")
+    if fmt is OutputFormat.JSON:
+        emit(
+            {
+                "schema": "gpucc.session.accept/v1",
+                "answer": str(answer_file),
+                "dataset_ids": [i.hex() for i in session.dataset_ids],
+                "checked": [str(p) for p in datasets or []],
+            }
+        )
+        return
     ids = ", ".join(i.hex() for i in session.dataset_ids) or "none"
     sys.stdout.write(f"answer verified for this session; dataset ids: {ids}\n")
 
@@ -355,6 +449,7 @@ def local(
     offline: OfflineOption = False,
     at: AtOption = None,
     simulate: SimulateOption = None,
+    fmt: FormatOption = OutputFormat.TEXT,
 ) -> None:
     """One machine: attest the local GPU under a fresh session and release dataset keys.
 
@@ -367,6 +462,7 @@ def local(
     grants = _grants(datasets, key_file)
     _warn_if_simulated(simulate)
     collect = _collector(simulate)
+    verdicts: list[AttestationOutcome] = []
     attest = _attester(
         simulate=simulate,
         rim_dir=rim_dir,
@@ -374,11 +470,25 @@ def local(
         collateral=collateral,
         offline=offline,
         at=at,
+        verdicts=verdicts,
     )
-    result = local_session(collect=collect, attest=attest, datasets=grants)
+    try:
+        result = local_session(collect=collect, attest=attest, datasets=grants)
+    except NotTrustedError as exc:
+        raise _refused(exc, verdicts) from None
     result.host_key.write(host_key)
     _write(output, result.answer.to_json())
     note(
         f"attestation trusted; released keys for {len(grants)} dataset(s): answer {output}, "
         f"host key {host_key} (mode 0600)"
     )
+    if fmt is OutputFormat.JSON:
+        emit(
+            {
+                "schema": "gpucc.session.local/v1",
+                "answer": str(output),
+                "host_key": str(host_key),
+                "dataset_ids": [g.dataset_id.hex() for g in grants],
+                "simulated": simulate is not None,
+            }
+        )
