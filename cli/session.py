@@ -56,8 +56,10 @@ _SIMULATION_WARNING = (
     "SIMULATED GPU: for trying the protocol only; it attests nothing real and must never be "
     "trusted in production"
 )
-#: How many refusal reasons the one-line error shows (all of them in JSON and with -v).
-_SHOWN_REASONS = 2
+#: How many refusal reasons the one-line error shows, and how much of each (all of them,
+#: whole, in JSON and with -v).
+_SHOWN_REASONS = 1
+_SHOWN_CHARS = 160
 
 ChallengeOption = Annotated[
     str,
@@ -207,7 +209,10 @@ def _refused(exc: Exception, verdicts: list[AttestationOutcome]) -> Exception:
     reasons = tuple(refused[-1].reasons) or ("no reason given",)
     joined = "; ".join(refused[-1].reasons) or "no reason given"
     diagnosis = str(exc).partition(joined)[2]  # what the protocol adds (nonce diagnosis)
-    shown = "; ".join(reasons[:_SHOWN_REASONS])
+    shown = "; ".join(
+        r if len(r) <= _SHOWN_CHARS else r[: _SHOWN_CHARS - 1] + "…"
+        for r in reasons[:_SHOWN_REASONS]
+    )
     more = len(reasons) - _SHOWN_REASONS
     tail = f"; and {more} more (all with -v or --format json)" if more > 0 else ""
     if STATE.verbosity >= 1 and not STATE.json:
