@@ -40,7 +40,8 @@ ENVIRONMENT = Outcome(5, "environment", "environment: no GPU, driver, NVML or Cu
 AUTHENTICATION = Outcome(
     6,
     "authentication-failed",
-    "data authentication failed: a sealed chunk, header or wrap record was altered",
+    "data authentication failed: a sealed chunk, header or wrap record was altered, "
+    "or chunks are missing",
 )
 WRONG_KEY = Outcome(
     7, "wrong-key", "wrong key: the key given is not the one the data was sealed for"

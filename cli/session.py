@@ -231,7 +231,7 @@ def _grants(datasets: list[Path], key_file: Path) -> list[DatasetKey]:
     kek = read_key_file(key_file)
     grants = []
     for path in datasets:
-        sealed = open_sealed(path)
+        sealed = open_sealed(path, kek=kek)
         grants.append(DatasetKey(sealed.dataset_id, sealed.header_digest, sealed.unwrap(kek)))
     return grants
 

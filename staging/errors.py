@@ -33,6 +33,7 @@ from gpucc.gpuattest.errors import (
 __all__ = [
     "ChunkAuthenticationError",
     "DatasetKeyMismatchError",
+    "ExtendedDatasetError",
     "GpuStagingUnavailableError",
     "HeaderAuthenticationError",
     "KeyFileError",
@@ -103,6 +104,10 @@ class ChunkAuthenticationError(IntegrityError):
 
 class HeaderAuthenticationError(IntegrityError):
     """The header tag did not verify: the key is wrong or the header was changed."""
+
+
+class ExtendedDatasetError(IntegrityError):
+    """Bytes follow the final chunk that the authenticated header describes."""
 
 
 class DatasetKeyMismatchError(WrongKeyError):

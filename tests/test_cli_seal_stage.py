@@ -204,8 +204,16 @@ def test_stage_integrity_and_framing_failures(work: Path) -> None:
     blob = (work / "d.gcc").read_bytes()
     (work / "d.gcc").write_bytes(blob[:-1])
     truncated = run("stage", "d.gcc", "--key-file", "k.key", cwd=work)
-    assert truncated.returncode == 4
-    _one_error_line(truncated, "bytes")
+    assert truncated.returncode == 6  # the authenticated header says what is missing
+    _one_error_line(truncated, "chunk 5 failed authentication", "chunk 5 is cut off")
+    (work / "d.gcc").write_bytes(blob[: -(123 + TAG_SIZE)])  # the last chunk dropped
+    dropped = run("stage", "d.gcc", "--key-file", "k.key", cwd=work)
+    assert dropped.returncode == 6
+    _one_error_line(dropped, "chunk 5 is missing")
+    (work / "d.gcc").write_bytes(blob[:33] + bytes([blob[33] ^ 4]) + blob[34:])  # chunk count
+    flipped = run("stage", "d.gcc", "--key-file", "k.key", cwd=work)
+    assert flipped.returncode == 6
+    _one_error_line(flipped, "header failed authentication")
     (work / "d.gcc").write_bytes(bytes([blob[0] ^ 1]) + blob[1:HEADER_SIZE] + blob[HEADER_SIZE:])
     magic = run("stage", "d.gcc", "--key-file", "k.key", cwd=work)
     assert magic.returncode == 2  # no magic: it is a plaintext file, which takes no key
