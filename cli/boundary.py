@@ -182,7 +182,9 @@ def report(
 def report_error(exc: GpuccError) -> int:
     """Report a library error; return its exit status."""
     message, hint = describe(exc, STATE.command)
-    return report(outcome_for(exc), message, hint, reasons=getattr(exc, "reasons", None))
+    listed = getattr(exc, "reasons", None)  # every reason of a refusal, for JSON
+    reasons = [str(r) for r in listed] if isinstance(listed, (list, tuple)) else None
+    return report(outcome_for(exc), message, hint, reasons=reasons)
 
 
 def _usage_json_requested(argv: list[str]) -> bool:

@@ -135,7 +135,7 @@ def demo(
         )
         del sealed_result
         out.print(
-            f"[bold]3. seal[/bold]    {len(data) / 2**20:.1f} MiB in {header.chunk_count} chunks "
+            f"[bold]3. seal[/bold]    {len(data) / 1e6:.1f} MB in {header.chunk_count} chunks "
             f"of 1 MiB, {len(data) / seal_s / 1e9:.2f} GB/s",
             highlight=False,
         )
