@@ -272,6 +272,16 @@ def test_collateral_fetch_without_network_fails_with_3_and_writes_nothing(
     assert "--collateral" not in doc["error"]["hint"]
     assert not (tmp_path / "bundle.json").exists()
     assert "not tried" in result.stderr  # the second RIM is not waited for
+    assert "[1/2] RIM" not in result.stderr  # progress: only on a terminal or with -v
+    verbose = gpucc(
+        "collateral", "fetch", "--evidence", report, "--cert-chain", chain, "-o", "bundle.json",
+        "--rim-url", closed, "--ocsp-url", closed, "--no-cache", "--timeout", "1", "-v",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert verbose.returncode == 3 and verbose.stdout == ""
+    assert "gpucc: [1/2] RIM NV_GPU_DRIVER_GH100_545.00" in verbose.stderr
+    assert "gpucc: OCSP device" in verbose.stderr
+    assert not (tmp_path / "bundle.json").exists()
 
 
 def test_demo_json(tmp_path: Path) -> None:
