@@ -80,6 +80,25 @@ def test_every_shipped_schema_is_a_valid_draft_2020_12_schema() -> None:
         assert schema["properties"]["schema"] == {"const": name}
 
 
+def test_every_command_takes_format_and_its_aliases() -> None:
+    import typer
+
+    from gpucc.cli.main import app
+
+    def leaves(command: Any, path: str) -> list[tuple[str, Any]]:
+        subs = getattr(command, "commands", None)
+        if subs:
+            return [leaf for n, c in subs.items() for leaf in leaves(c, f"{path} {n}".strip())]
+        return [(path, command)]
+
+    commands = leaves(typer.main.get_command(app), "")
+    assert len(commands) >= 11
+    for path, command in commands:
+        formats = [p for p in command.params if "--format" in p.opts]
+        assert len(formats) == 1, path
+        assert "-f" in formats[0].opts and formats[0].envvar == ["GPUCC_FORMAT", "NVAT_FORMAT"]
+
+
 def test_error_schema_kinds_are_the_exit_table() -> None:
     error = load_schema("gpucc.error/v1")["properties"]["error"]["properties"]
     failing = [o for o in TABLE if o.code != 0]
