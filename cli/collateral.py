@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from .exitcodes import COLLATERAL
 from .logs import STATE
 from .options import (
     CacheDirOption,
@@ -128,7 +129,7 @@ def fetch(
     from gpucc.gpuattest.bundle import collect_collateral, write_bundle
     from gpucc.gpuattest.chain import load_pem_chain
     from gpucc.gpuattest.collateral import OcspStatus
-    from gpucc.gpuattest.errors import CollateralUnavailableError, UsageError
+    from gpucc.gpuattest.errors import UsageError
     from gpucc.gpuattest.netconfig import NetworkSettings, build_fetcher, network_sources
     from gpucc.gpuattest.report import Architecture, AttestationReport
     from gpucc.gpuattest.trust import TrustRoots
@@ -169,9 +170,10 @@ def fetch(
         for problem in result.problems:
             err.print(f"  missing: {problem}")
         first = result.problems[0] if result.problems else "no collateral was obtained"
-        raise CollateralUnavailableError(
+        raise _missing(
             f"nothing could be fetched ({len(result.problems)} item(s) missing; first: {first}); "
-            f"no bundle written"
+            f"no bundle written",
+            result.problems,
         )
     try:
         write_bundle(result.bundle, output)
@@ -191,13 +193,28 @@ def fetch(
         err.print(f"  OCSP {kind:<10} {name}: {status}")
     for problem in result.problems:
         err.print(f"  missing: {problem}")
+    incomplete = (
+        f"collateral incomplete: {len(result.problems)} item(s) could not be obtained; "
+        f"{output} holds the rest"
+    )
     if fmt is OutputFormat.JSON:
+        # Like an undecided verdict: the result (with "complete": false and what is missing)
+        # is the document, and the exit status says 3.
         emit(_fetch_document(output, bundle, result, gpus=len(ev.gpus)))
+        if result.problems:
+            note(f"error: {incomplete}")
+            raise typer.Exit(COLLATERAL.code)
     if result.problems:
-        raise CollateralUnavailableError(
-            f"collateral incomplete: {len(result.problems)} item(s) could not be obtained; "
-            f"{output} holds the rest"
-        )
+        raise _missing(incomplete, result.problems)
+
+
+def _missing(message: str, problems: Any) -> Exception:
+    """Exit 3, with every missing item as the error document's ``reasons``."""
+    from gpucc.gpuattest.errors import CollateralUnavailableError
+
+    error = CollateralUnavailableError(message)
+    error.reasons = tuple(str(p) for p in problems)  # type: ignore[attr-defined]
+    return error
 
 
 def _fetch_document(output: Path, bundle: Any, result: Any, *, gpus: int) -> dict[str, Any]:

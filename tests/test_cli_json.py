@@ -303,6 +303,30 @@ def test_collateral_fetch_without_network_fails_with_3_and_writes_nothing(
     assert not (tmp_path / "bundle.json").exists()
 
 
+def test_collateral_fetch_partial_is_a_result_with_exit_3(tmp_path: Path) -> None:
+    from gpucc.cli.attest import _sample_paths
+    from tests.netfixtures import RimService, serve
+
+    report, chain, _, _ = _sample_paths()
+    with serve(RimService.with_samples()) as rims:
+        result = gpucc(
+            "collateral", "fetch", "--evidence", report, "--cert-chain", chain,
+            "-o", "bundle.json", "--rim-url", rims.url, "--ocsp-url", "http://127.0.0.1:9",
+            "--no-cache", "--timeout", "1", "-f", "json", cwd=tmp_path,
+        )  # fmt: skip
+    assert result.returncode == 3, result.stderr
+    doc = json.loads(result.stdout)  # one document: the result, not also an error
+    Draft202012Validator(load_schema("gpucc.collateral.fetch/v1")).validate(doc)
+    assert doc["complete"] is False and len(doc["rims"]) == 2 and doc["missing"]
+    assert all(o["status"] == "not-checked" for o in doc["ocsp"])
+    assert (tmp_path / "bundle.json").exists()
+    assert "gpucc: error: collateral incomplete" in result.stderr
+    text = gpucc(
+        "collateral", "show", "bundle.json", "-f", "json", cwd=tmp_path,
+    )  # fmt: skip
+    assert len(document(text, "gpucc.collateral.show/v1")["rims"]) == 2
+
+
 def test_demo_json(tmp_path: Path) -> None:
     result = gpucc("demo", "--size-mib", "1", "-f", "json", cwd=tmp_path)
     doc = document(result, "gpucc.demo/v1")
