@@ -15,6 +15,7 @@ from .options import (
     AtOption,
     CacheDirOption,
     CollateralOption,
+    FormatOption,
     NoCacheOption,
     NoOcspNonceOption,
     OcspUrlOption,
@@ -135,9 +136,7 @@ def attest(
     ] = None,
     policy: PolicyOption = None,
     at: AtOption = None,
-    output: Annotated[
-        OutputFormat, typer.Option("--format", envvar="GPUCC_FORMAT", help="text or json")
-    ] = OutputFormat.TEXT,
+    output: FormatOption = OutputFormat.TEXT,
     sample: Annotated[
         bool,
         typer.Option(
@@ -193,10 +192,7 @@ def attest(
             rich_help_panel="Remote verification and signed results",
         ),
     ] = None,
-    force: Annotated[
-        bool,
-        typer.Option("--force", help="Replace an existing -o file."),
-    ] = False,
+    force: ForceOption = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Verify GPU attestation evidence and print a verdict.
@@ -289,14 +285,14 @@ def _attest_remote(
     from gpucc.gpuattest.errors import UsageError
 
     from .attest_remote import remote_document, remote_text, verify_remote
-    from .boundary import emit_result
+    from .output import emit
 
     if expected is None:
         raise UsageError("remote verification needs the nonce the evidence carries (--nonce)")
     verdict = verify_remote(ev, expected, settings, nras_url=nras_url, now=now)
     document = remote_document(verdict, ev)
     if output is OutputFormat.JSON:
-        emit_result(document)
+        emit(document)
     else:
         typer.echo("\n".join(remote_text(verdict)))
     raise typer.Exit(document["exit_code"])
@@ -306,9 +302,15 @@ def _attest_remote(
 def collect(
     output: Annotated[Path, typer.Option("-o", "--output", help="Evidence JSON to write.")],
     nonce: Annotated[
-        str | None, typer.Option("--nonce", help="32-byte nonce as 64 hex; random if omitted.")
+        str | None,
+        typer.Option(
+            "--nonce",
+            help="32-byte nonce as 64 hex, chosen by the verifier (e.g. from 'gpucc session "
+            "challenge'); random if omitted. 'gpucc attest' needs the same value as --nonce.",
+        ),
     ] = None,
     force: ForceOption = False,
+    fmt: FormatOption = OutputFormat.TEXT,
 ) -> None:
     """Collect evidence from the local GPUs (NVML) into an nvattest-format JSON file.
 
@@ -320,12 +322,23 @@ def collect(
     from gpucc.gpuattest.files import refuse_existing, write_atomic
     from gpucc.gpuattest.nvml import collect_evidence
 
+    from .output import emit
+
     value = parse_nonce_hex(nonce) if nonce else os.urandom(32)
     with force_hint():
         refuse_existing(output, force=force)
         ev = collect_evidence(value)
         write_atomic(output, dump_evidence_json(ev), force=force, what="evidence file")
     Console(stderr=True).print(
-        f"wrote evidence for {len(ev.gpus)} GPU(s) to {output}; nonce {value.hex()}",
+        f"gpucc: wrote evidence for {len(ev.gpus)} GPU(s) to {output}; nonce {value.hex()}",
         highlight=False,
     )
+    if fmt is OutputFormat.JSON:
+        emit(
+            {
+                "schema": "gpucc.evidence/v1",
+                "output": str(output),
+                "gpus": len(ev.gpus),
+                "nonce": value.hex(),
+            }
+        )

@@ -69,8 +69,9 @@ def json_from_environment() -> bool:
     )
 
 
-def common_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Wrap a command: ``-v``/``-q``, JSON detection, pipes and signals.
+def common_options(fn: Callable[..., Any], path: str = "") -> Callable[..., Any]:
+    """Wrap a command: ``-v``/``-q``, JSON detection, pipes and signals; ``path`` (e.g.
+    ``session offer``) is recorded for hints that name the command's options.
 
     A command that itself takes ``verbose: bool`` (detailed rendering) receives whether
     ``-v`` was given at least once.
@@ -87,6 +88,7 @@ def common_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(fn)
     def command(*args: Any, verbose: int = 0, quiet: bool = False, **kwargs: Any) -> Any:
         configure(verbose, quiet)
+        STATE.command = path
         formats = [v for v in kwargs.values() if isinstance(v, OutputFormat)]
         STATE.json = formats[0] is OutputFormat.JSON if formats else json_from_environment()
         if wants_verbose:
@@ -107,14 +109,15 @@ def common_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     return command
 
 
-def wrap_commands(app: typer.Typer) -> None:
+def wrap_commands(app: typer.Typer, prefix: str = "") -> None:
     """Apply :func:`common_options` to every command of ``app`` and its sub-apps."""
     for info in app.registered_commands:
         if info.callback is not None and not getattr(info.callback, "_gpucc_wrapped", False):
-            info.callback = common_options(info.callback)
+            name = info.name or info.callback.__name__.replace("_", "-")
+            info.callback = common_options(info.callback, f"{prefix}{name}")
     for group in app.registered_groups:
         if group.typer_instance is not None:
-            wrap_commands(group.typer_instance)
+            wrap_commands(group.typer_instance, f"{prefix}{group.name} " if group.name else prefix)
 
 
 def _raise_interrupted(signum: int, _frame: FrameType | None) -> None:
@@ -145,17 +148,14 @@ def _emit_json(document: dict[str, Any]) -> None:
         _stdout_gone()
 
 
-def emit_result(document: dict[str, Any]) -> None:
-    """Print a command's JSON result document (exactly one per run goes to stdout).
-
-    A command that then fails (a verification that did not pass) raises as usual: the
-    error adds its line on stderr but no second document.
-    """
-    _emit_json(document)
-    STATE.result_emitted = True
-
-
-def report(outcome: Outcome, message: str, hint: str = "", *, line: bool = True) -> int:
+def report(
+    outcome: Outcome,
+    message: str,
+    hint: str = "",
+    *,
+    line: bool = True,
+    reasons: tuple[str, ...] | list[str] | None = None,
+) -> int:
     """One line on stderr and, when the command's output is JSON, the error document."""
     text = f"gpucc: error: {message}" + (f" ({hint})" if hint else "")
     if outcome in (INTERRUPTED, INTERNAL):
@@ -167,15 +167,24 @@ def report(outcome: Outcome, message: str, hint: str = "", *, line: bool = True)
     except OSError:
         pass
     if STATE.json and not STATE.result_emitted:
-        error = {"code": outcome.code, "kind": outcome.kind, "message": message, "hint": hint}
+        error: dict[str, Any] = {
+            "code": outcome.code,
+            "kind": outcome.kind,
+            "message": message,
+            "hint": hint,
+        }
+        if reasons:
+            error["reasons"] = list(reasons)
         _emit_json({"schema": ERROR_SCHEMA, "error": error})
     return outcome.code
 
 
 def report_error(exc: GpuccError) -> int:
     """Report a library error; return its exit status."""
-    message, hint = describe(exc)
-    return report(outcome_for(exc), message, hint)
+    message, hint = describe(exc, STATE.command)
+    listed = getattr(exc, "reasons", None)  # every reason of a refusal, for JSON
+    reasons = [str(r) for r in listed] if isinstance(listed, (list, tuple)) else None
+    return report(outcome_for(exc), message, hint, reasons=reasons)
 
 
 def _usage_json_requested(argv: list[str]) -> bool:

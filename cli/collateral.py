@@ -3,28 +3,90 @@
 from __future__ import annotations
 
 import datetime as dt
+import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from .exitcodes import COLLATERAL
+from .logs import STATE
 from .options import (
     CacheDirOption,
+    FormatOption,
     NoCacheOption,
     NoOcspNonceOption,
     OcspUrlOption,
+    OutputFormat,
     RimUrlOption,
     ServiceKeyOption,
     TimeoutOption,
 )
+from .output import emit, note
 from .safety_options import ForceOption, check_output, force_hint
 from .terminal import safe_text
+
+if TYPE_CHECKING:
+    from gpucc.gpuattest.collateral import OcspTarget, RimSource
+    from gpucc.gpuattest.ocsp import OcspClient, OcspFetch
 
 collateral_app = typer.Typer(
     help="Gather RIMs and OCSP responses into a bundle for verification without network.",
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,
 )
+
+
+def _show_progress() -> bool:
+    """One line per fetched item on stderr: on a terminal, or with -v."""
+    return STATE.verbosity >= 1 or (STATE.verbosity == 0 and sys.stderr.isatty())
+
+
+class _RimProgress:
+    """A RIM source that says what it fetches and stops after the network failed once.
+
+    A RIM the service does not have (404) is a per-item answer; any other failure means
+    the service cannot be reached, so the remaining RIMs are not tried (no more waiting).
+    """
+
+    def __init__(self, inner: RimSource, *, total: int, show: bool) -> None:
+        self._inner = inner
+        self._total = total
+        self._show = show
+        self._done = 0
+        self._unreachable: str | None = None
+
+    def get_rim(self, rim_id: str) -> bytes:
+        from gpucc.gpuattest.errors import CollateralUnavailableError, RimNotFoundError
+
+        self._done += 1
+        if self._unreachable is not None:
+            raise CollateralUnavailableError(f"RIM {rim_id}: not tried ({self._unreachable})")
+        if self._show:
+            note(f"[{self._done}/{self._total}] RIM {rim_id}")
+        try:
+            return self._inner.get_rim(rim_id)
+        except RimNotFoundError:
+            raise
+        except CollateralUnavailableError as exc:
+            self._unreachable = "the RIM service could not be reached"
+            raise exc from None
+
+
+def _ocsp_progress(inner: OcspClient, show: bool) -> OcspClient:
+    """``inner``, saying which certificate it asks about when ``show``."""
+    from gpucc.gpuattest.ocsp import OcspClient
+
+    class _OcspProgress(OcspClient):
+        def __init__(self) -> None:  # delegates everything; no state of its own
+            self.hash_algorithm = inner.hash_algorithm
+
+        def fetch(self, target: OcspTarget) -> OcspFetch:
+            if show:
+                note(f"OCSP {target.kind} {target.cert.subject.rfc4514_string()}")
+            return inner.fetch(target)
+
+    return _OcspProgress()
 
 
 @collateral_app.command("fetch")
@@ -56,18 +118,21 @@ def fetch(
     no_cache: NoCacheOption = False,
     timeout: TimeoutOption = 10.0,
     force: ForceOption = False,
+    fmt: FormatOption = OutputFormat.TEXT,
 ) -> None:
     """Fetch every RIM and OCSP response the evidence needs and write them to one bundle.
 
-    The bundle is written even when something is missing; the command then exits 3
-    and lists what could not be obtained. An existing file is replaced only with --force.
+    An existing file is replaced only with --force. When nothing could be fetched (no
+    network), nothing is written and the command exits 3.
+    When only some items are missing, the bundle is written with the rest and the command
+    exits 3, listing what could not be obtained. Progress goes to stderr on a terminal or
+    with -v.
     """
     from rich.console import Console
 
     from gpucc.gpuattest.bundle import collect_collateral, write_bundle
     from gpucc.gpuattest.chain import load_pem_chain
     from gpucc.gpuattest.collateral import OcspStatus
-    from gpucc.gpuattest.errors import CollateralUnavailableError
     from gpucc.gpuattest.files import refuse_existing
     from gpucc.gpuattest.netconfig import NetworkSettings, build_fetcher, network_sources
     from gpucc.gpuattest.report import Architecture, AttestationReport
@@ -97,19 +162,29 @@ def fetch(
     )
     fetcher = build_fetcher(settings)
     rims, ocsp = network_sources(settings, fetcher)
+    show = _show_progress()
     with fetcher:
         result = collect_collateral(
             device_chains=chains,
             rim_ids=rim_ids,
-            rim_source=rims,
-            ocsp=ocsp,
+            rim_source=_RimProgress(rims, total=len(dict.fromkeys(rim_ids)), show=show),
+            ocsp=_ocsp_progress(ocsp, show),
             roots=TrustRoots.nvidia(),
             now=dt.datetime.now(dt.UTC),
+        )
+    bundle = result.bundle
+    if not bundle.rims and not bundle.ocsp:
+        for problem in result.problems:
+            err.print(f"  missing: {safe_text(problem)}")
+        first = result.problems[0] if result.problems else "no collateral was obtained"
+        raise _missing(
+            f"nothing could be fetched ({len(result.problems)} item(s) missing; first: {first}); "
+            f"no bundle written",
+            result.problems,
         )
     with force_hint():
         write_bundle(result.bundle, output, force=force)
 
-    bundle = result.bundle
     err.print(
         f"wrote {output}: {len(bundle.rims)} RIM(s), {len(bundle.ocsp)} OCSP response(s) "
         f"for {len(ev.gpus)} GPU(s)"
@@ -123,11 +198,51 @@ def fetch(
         err.print(f"  OCSP {kind:<10} {safe_text(name)}: {safe_text(status)}")
     for problem in result.problems:
         err.print(f"  missing: {safe_text(problem)}")
+    incomplete = (
+        f"collateral incomplete: {len(result.problems)} item(s) could not be obtained; "
+        f"{output} holds the rest"
+    )
+    if fmt is OutputFormat.JSON:
+        # Like an undecided verdict: the result (with "complete": false and what is missing)
+        # is the document, and the exit status says 3.
+        emit(_fetch_document(output, bundle, result, gpus=len(ev.gpus)))
+        if result.problems:
+            note(f"error: {incomplete}")
+            raise typer.Exit(COLLATERAL.code)
     if result.problems:
-        raise CollateralUnavailableError(
-            f"collateral incomplete: {len(result.problems)} item(s) could not be obtained; "
-            f"{output} holds the rest"
+        raise _missing(incomplete, result.problems)
+
+
+def _missing(message: str, problems: Any) -> Exception:
+    """Exit 3, with every missing item as the error document's ``reasons``."""
+    from gpucc.gpuattest.errors import CollateralUnavailableError
+
+    error = CollateralUnavailableError(message)
+    error.reasons = tuple(str(p) for p in problems)  # type: ignore[attr-defined]
+    return error
+
+
+def _fetch_document(output: Path, bundle: Any, result: Any, *, gpus: int) -> dict[str, Any]:
+    """The ``gpucc.collateral.fetch/v1`` document."""
+    ocsp = []
+    for name, kind, outcome in result.outcomes:
+        ocsp.append(
+            {
+                "subject": name,
+                "chain": str(kind),
+                "status": str(outcome.status),
+                "revocation_reason": outcome.revocation_reason or None,
+            }
         )
+    return {
+        "schema": "gpucc.collateral.fetch/v1",
+        "output": str(output),
+        "gpus": gpus,
+        "complete": not result.problems,
+        "rims": list(bundle.rims),
+        "ocsp": ocsp,
+        "missing": list(result.problems),
+    }
 
 
 @collateral_app.command("show")
@@ -135,6 +250,7 @@ def show(
     bundle_path: Annotated[
         Path, typer.Argument(exists=True, dir_okay=False, help="Bundle file to describe.")
     ],
+    fmt: FormatOption = OutputFormat.TEXT,
 ) -> None:
     """Describe a bundle: when it was made, which RIMs and OCSP responses it holds."""
     from cryptography.x509 import ocsp as x509_ocsp
@@ -142,6 +258,9 @@ def show(
     from gpucc.gpuattest.bundle import load_bundle
 
     bundle = load_bundle(bundle_path)
+    if fmt is OutputFormat.JSON:
+        emit(_show_document(bundle_path, bundle))
+        return
     typer.echo(f"created {bundle.created.isoformat()}")
     for rim_id, data in bundle.rims.items():
         typer.echo(f"RIM  {safe_text(rim_id)} ({len(data)} bytes)")
@@ -154,3 +273,27 @@ def show(
                 f" nextUpdate {nxt.isoformat()}" if nxt else " (no nextUpdate)"
             )
         typer.echo(f"OCSP {safe_text(entry.subject)}{window}")
+
+
+def _show_document(path: Path, bundle: Any) -> dict[str, Any]:
+    """The ``gpucc.collateral.show/v1`` document."""
+    from cryptography.x509 import ocsp as x509_ocsp
+
+    entries = []
+    for entry in bundle.ocsp:
+        resp = x509_ocsp.load_der_ocsp_response(entry.response)
+        this_update = next_update = None
+        if resp.response_status is x509_ocsp.OCSPResponseStatus.SUCCESSFUL:
+            this_update = resp.this_update_utc.isoformat()
+            nxt = resp.next_update_utc
+            next_update = nxt.isoformat() if nxt else None
+        entries.append(
+            {"subject": entry.subject, "this_update": this_update, "next_update": next_update}
+        )
+    return {
+        "schema": "gpucc.collateral.show/v1",
+        "bundle": str(path),
+        "created": bundle.created.isoformat(),
+        "rims": [{"id": rim_id, "bytes": len(data)} for rim_id, data in bundle.rims.items()],
+        "ocsp": entries,
+    }

@@ -13,6 +13,9 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
+from .options import FormatOption, OutputFormat
+from .output import emit
+
 DEMO_AT = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
 
 
@@ -20,13 +23,15 @@ def demo(
     size_mib: Annotated[
         int, typer.Option("--size-mib", min=0, max=4096, help="Size of the generated dataset.")
     ] = 64,
+    fmt: FormatOption = OutputFormat.TEXT,
 ) -> None:
     """Attest NVIDIA's bundled H100 sample, run the key protocol, seal and stage a dataset.
 
     Steps: (1) verify NVIDIA's real H100 sample as of 2024-01-01; (2) run the
     attestation-bound session protocol in one process against a simulated GPU (there
     is no GPU here); (3) seal a generated dataset; (4) stage it on the CPU, verifying
-    every chunk; (5) show that a tampered chunk is caught and named.
+    every chunk; (5) show that a tampered chunk is caught and named. With --format json
+    the steps are one document on stdout and the narration goes to stderr.
     """
     from gpucc.gpuattest.collateral import NoOcsp, rim_sources_from_mapping
     from gpucc.gpuattest.errors import NotTrustedError
@@ -39,7 +44,12 @@ def demo(
     from gpucc.staging.errors import ChunkAuthenticationError
     from gpucc.staging.release import CollectedEvidence, DatasetKey, local_session
 
-    out = Console()
+    out = Console(stderr=fmt is OutputFormat.JSON)
+    steps: list[dict[str, Any]] = []
+
+    def step(name: str, ok: bool, **detail: Any) -> None:
+        steps.append({"step": len(steps) + 1, "name": name, "ok": ok, **detail})
+
     no_ocsp = parse_policy({"ocsp": {"require": False}}, source="demo")
 
     # (1) the real NVIDIA sample, verified against NVIDIA's pinned roots
@@ -65,6 +75,15 @@ def demo(
     )
     if not result.trusted:
         raise NotTrustedError("the bundled sample did not verify: " + "; ".join(result.reasons))
+    step(
+        "attest",
+        True,
+        verdict=str(result.verdict),
+        checks_passed=passed,
+        driver=gpu.claims["x-nvidia-gpu-driver-version"],
+        vbios=gpu.claims["x-nvidia-gpu-vbios-version"],
+        verified_at=DEMO_AT.isoformat(),
+    )
 
     # (2) session protocol against a simulated GPU under its own test PKI
     now = dt.datetime.now(dt.UTC)
@@ -106,11 +125,25 @@ def demo(
             "this session only",
             highlight=False,
         )
+        step(
+            "session",
+            True,
+            simulated_gpu=True,
+            transcript_hash=session.answer.transcript_hash.hex(),
+        )
         del sealed_result
         out.print(
-            f"[bold]3. seal[/bold]    {len(data) / 2**20:.1f} MiB in {header.chunk_count} chunks "
+            f"[bold]3. seal[/bold]    {len(data) / 1e6:.1f} MB in {header.chunk_count} chunks "
             f"of 1 MiB, {len(data) / seal_s / 1e9:.2f} GB/s",
             highlight=False,
+        )
+        step(
+            "seal",
+            True,
+            bytes=len(data),
+            chunks=header.chunk_count,
+            chunk_size=header.chunk_size,
+            gb_per_s=round(len(data) / seal_s / 1e9, 3) if seal_s > 0 else None,
         )
         key = session.session.dataset_key(header.digest)
         t0 = time.perf_counter()
@@ -124,6 +157,13 @@ def demo(
         )
         if not ok:
             raise NotTrustedError("staged bytes differ from the original")
+        step(
+            "stage",
+            True,
+            device="cpu",
+            bytes_identical=True,
+            gb_per_s=round(len(data) / stage_s / 1e9, 3) if stage_s > 0 else None,
+        )
         tampered = work / "tampered.gcc"
         raw = bytearray(sealed.read_bytes())
         raw[header.chunk_offset(header.chunk_count - 1) + 1] ^= 0x01  # a bit in the last chunk
@@ -134,6 +174,11 @@ def demo(
         except ChunkAuthenticationError as exc:
             caught = f"caught: {exc}"
         out.print(f"[bold]5. tamper[/bold]  one flipped bit: {caught}", highlight=False)
+        if caught.startswith("NOT"):
+            raise NotTrustedError("a flipped bit in a sealed chunk was not caught")
+        step("tamper", True, detail=caught)
     out.print(
         "[bold green]demo complete: attestation verified, data staged and verified[/bold green]"
     )
+    if fmt is OutputFormat.JSON:
+        emit({"schema": "gpucc.demo/v1", "ok": True, "steps": steps})

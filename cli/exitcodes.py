@@ -40,7 +40,8 @@ ENVIRONMENT = Outcome(5, "environment", "environment: no GPU, driver, NVML or Cu
 AUTHENTICATION = Outcome(
     6,
     "authentication-failed",
-    "data authentication failed: a sealed chunk, header or wrap record was altered",
+    "data authentication failed: a sealed chunk, header or wrap record was altered, "
+    "or chunks are missing",
 )
 WRONG_KEY = Outcome(
     7, "wrong-key", "wrong key: the key given is not the one the data was sealed for"
@@ -87,25 +88,51 @@ _VERDICTS = {
     Verdict.UNDECIDED: COLLATERAL,
 }
 
-# Hints that name command-line options, by error family (most specific first). The
-# libraries' own hints never name options; these are appended by the CLI.
-_HINTS: tuple[tuple[type[errors.GpuccError], str], ...] = (
-    (errors.ServiceAccessDeniedError, "pass --service-key or set NV_ATTESTATION_SERVICE_KEY"),
+# Hints that name command-line options, by error family (most specific first) and by the
+# commands that have those options (None: every command). The libraries' own hints never
+# name options; these are appended by the CLI, and only for a command that accepts them.
+_ATTESTING = frozenset({"attest", "session answer", "session local"})
+_WITH_DEVICE = frozenset({"stage", "model digest", "model verify", "model sign"})
+_NVML_HINT = "run on a host with an NVIDIA driver and the nvml extra (pip install 'gpucc[nvml]')"
+_HINTS: tuple[tuple[type[errors.GpuccError], frozenset[str] | None, str], ...] = (
+    (
+        errors.ServiceAccessDeniedError,
+        frozenset({"attest", "collateral fetch"}),
+        "pass --service-key or set NV_ATTESTATION_SERVICE_KEY",
+    ),
+    (errors.NvmlUnavailableError, frozenset({"attest"}), _NVML_HINT + ", or pass --evidence FILE"),
     (
         errors.NvmlUnavailableError,
-        "run on a host with an NVIDIA driver and the nvml extra "
-        "(pip install 'gpucc[nvml]'), or give 'gpucc attest' an --evidence FILE",
+        frozenset({"session offer", "session local"}),
+        _NVML_HINT + ", or try the protocol with --simulate DIR (a simulated GPU, never trusted)",
     ),
-    (errors.OfflineError, "fetch a bundle with 'gpucc collateral fetch' on a connected machine"),
-    (errors.RimNotFoundError, "or supply the RIM with --rim-dir DIR"),
-    (errors.CollateralUnavailableError, "check connectivity, or use --collateral BUNDLE --offline"),
+    (errors.NvmlUnavailableError, None, _NVML_HINT),
+    (
+        errors.OfflineError,
+        _ATTESTING,
+        "on a connected machine run 'gpucc collateral fetch --evidence FILE -o bundle.json', "
+        "then pass --collateral bundle.json",
+    ),
+    (errors.RimNotFoundError, _ATTESTING, "or supply the RIM with --rim-dir DIR"),
+    (
+        errors.CollateralUnavailableError,
+        _ATTESTING,
+        "check connectivity, or use --collateral BUNDLE --offline",
+    ),
+    (
+        errors.CollateralUnavailableError,
+        frozenset({"collateral fetch"}),
+        "check connectivity, HTTPS_PROXY, --rim-url and --ocsp-url, then run it again",
+    ),
     (
         GpuKernelError,
+        _WITH_DEVICE,
         "the GPU is present but its kernels failed to build or verify: check the CUDA "
         "driver and CuPy/NVRTC versions, or use --device cpu",
     ),
     (
         GpuStagingUnavailableError,
+        _WITH_DEVICE,
         "install 'gpucc[gpu]' on a host with a CUDA GPU, or use --device cpu",
     ),
 )
@@ -131,16 +158,19 @@ def verdict_outcome(verdict: Verdict) -> Outcome:
     return _VERDICTS[verdict]
 
 
-def cli_hint(exc: BaseException) -> str:
-    """The option-naming hint for ``exc``, or empty."""
-    for family, hint in _HINTS:
-        if isinstance(exc, family):
+def cli_hint(exc: BaseException, command: str = "") -> str:
+    """The option-naming hint for ``exc`` raised by ``command`` (e.g. ``session offer``).
+
+    Only hints whose options ``command`` has; with no command, the first for the family.
+    """
+    for family, commands, hint in _HINTS:
+        if isinstance(exc, family) and (not command or commands is None or command in commands):
             return hint
     return ""
 
 
-def describe(exc: errors.GpuccError) -> tuple[str, str]:
+def describe(exc: errors.GpuccError, command: str = "") -> tuple[str, str]:
     """(message, hint) for one line on stderr or the JSON error document."""
     message = " ".join((str(exc) or type(exc).__name__).split())
-    hints = [h for h in (exc.hint, cli_hint(exc)) if h]
+    hints = [h for h in (exc.hint, cli_hint(exc, command)) if h]
     return message, "; ".join(hints)

@@ -24,6 +24,7 @@ class _State:
     verbosity: int = 0  # -1 quiet, 0 default, 1 -v, 2 -vv and more
     json: bool = False  # the command's result (or error) goes to stdout as JSON
     result_emitted: bool = False  # a result document is out: an error adds only its line
+    command: str = ""  # the command path, e.g. "session offer" (hints name its options)
 
 
 STATE = _State()

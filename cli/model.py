@@ -10,20 +10,21 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import json
 import os
 import secrets
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from gpucc.gpuattest.errors import UsageError
 
-from .boundary import emit_result
-from .options import OutputFormat
-from .seal import format_rate, format_size, note, parse_size
+from .options import FormatOption, OutputFormat
+from .output import emit, format_rate, note
+from .seal import format_size, parse_size
 
 if TYPE_CHECKING:
     from gpucc.staging.model import Manifest, Serialization
@@ -185,6 +186,22 @@ def _digest(
     return manifest, time.perf_counter() - started, total
 
 
+def _document(
+    schema: str, model: Path, manifest: Manifest, seconds: float, nbytes: int, **extra: Any
+) -> dict[str, Any]:
+    """The JSON result of ``model digest`` and ``model sign``."""
+    return {
+        "schema": schema,
+        "model": str(model),
+        "resources": len(manifest.resources),
+        "bytes": nbytes,
+        "seconds": round(seconds, 6),
+        "algorithm": manifest.serialization.resource_algorithm,
+        "subject_sha256": manifest.subject_digest.hex(),
+        **extra,
+    }
+
+
 def _summary(manifest: Manifest, seconds: float, nbytes: int) -> str:
     return (
         f"{len(manifest.resources)} resource(s), {format_size(nbytes)} hashed in {seconds:.2f} s "
@@ -208,18 +225,36 @@ def digest(
     ignore: IgnoreOption = None,
     no_ignore_git: NoGitOption = False,
     threads: ThreadsOption = None,
+    output_format: FormatOption = OutputFormat.TEXT,
 ) -> None:
-    """Write MODEL's manifest: the in-toto statement model_signing signs (unsigned)."""
+    """Write MODEL's manifest: the in-toto statement model_signing signs (unsigned).
+
+    Without -o the manifest goes to stdout; with --format json the result document does
+    (holding the manifest when there is no -o).
+    """
     if output is not None:
         _refuse_existing(output, force, "-o")
     extra = [output] if output is not None else []
     ser = _serialization(model, hash_name, shard_size, allow_symlinks, ignore, no_ignore_git, extra)
     manifest, seconds, nbytes = _digest(model, ser, device, threads)
     data = manifest.to_bytes()
-    if output is None:
-        sys.stdout.write(data.decode() + "\n")
-    else:
+    if output is not None:
         write_output(output, data, force=force)
+    if output_format is OutputFormat.JSON:
+        inline = json.loads(data) if output is None else None
+        emit(
+            _document(
+                "gpucc.model.digest/v1",
+                model,
+                manifest,
+                seconds,
+                nbytes,
+                output=None if output is None else str(output),
+                statement=inline,
+            )
+        )
+    elif output is None:
+        sys.stdout.write(data.decode() + "\n")
     note(f"digested {model}: {_summary(manifest, seconds, nbytes)}")
 
 
@@ -251,6 +286,7 @@ def sign(
     ignore: IgnoreOption = None,
     no_ignore_git: NoGitOption = False,
     threads: ThreadsOption = None,
+    output_format: FormatOption = OutputFormat.TEXT,
 ) -> None:
     """Sign MODEL into a model_signing signature bundle (elliptic-key or certificate method).
 
@@ -274,6 +310,12 @@ def sign(
     manifest, seconds, nbytes = _digest(model, ser, device, threads)
     bundle = sign_manifest(manifest, key, certificate=certificate, chain=chain)
     write_output(signature, bundle, force=force)
+    if output_format is OutputFormat.JSON:
+        emit(
+            _document(
+                "gpucc.model.sign/v1", model, manifest, seconds, nbytes, signature=str(signature)
+            )
+        )
     note(f"signed {model} into {signature}: {_summary(manifest, seconds, nbytes)}")
 
 
@@ -301,9 +343,7 @@ def verify(
             help="Trusted PEM certificates (roots) for a certificate-signed bundle.",
         ),
     ] = None,
-    output_format: Annotated[
-        OutputFormat, typer.Option("--format", help="text or json (on stdout).")
-    ] = OutputFormat.TEXT,
+    output_format: FormatOption = OutputFormat.TEXT,
     device: DeviceOption = Device.CPU,
     threads: ThreadsOption = None,
 ) -> None:
@@ -343,7 +383,7 @@ def verify(
     result = verify_model(model, trusted, device=device.value, threads=threads, ignore=[own])
     seconds = time.perf_counter() - started
     if output_format is OutputFormat.JSON:
-        emit_result(result.to_json())
+        emit(result.to_json())
     elif result.ok:
         sys.stdout.write(
             f"verified: {result.summary()} ({result.serialization.resource_algorithm}, "

@@ -19,6 +19,20 @@ class OutputFormat(enum.StrEnum):
     JSON = "json"
 
 
+FormatOption = Annotated[
+    OutputFormat,
+    typer.Option(
+        "--format",
+        "-f",
+        envvar=["GPUCC_FORMAT", "NVAT_FORMAT"],
+        case_sensitive=False,
+        help="text, or json: one JSON document on stdout (the result, or the error); "
+        "human text on stderr.",
+        rich_help_panel="Output",
+    ),
+]
+
+
 def parse_time(text: str | None) -> dt.datetime:
     """``--at``: ISO 8601 (``Z`` or offset; naive means UTC) or Unix seconds; None is now.
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -16,9 +15,11 @@ import typer
 from gpucc.gpuattest.errors import UsageError
 from gpucc.gpuattest.files import refuse_existing
 
+from .options import FormatOption, OutputFormat
+from .output import emit, format_bytes, format_rate, note
 from .safety_options import ForceOption, check_output, force_hint
 
-__all__ = ["byte_progress", "format_rate", "parse_size", "seal"]
+__all__ = ["byte_progress", "chunk_summary", "format_rate", "format_size", "parse_size", "seal"]
 
 _UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
 _SIZE = re.compile(r"^\s*(\d+)\s*([kmg]?)(?:i?b)?\s*$", re.IGNORECASE)
@@ -44,29 +45,30 @@ def check_chunk_size(size: int, text: str) -> None:
         raise UsageError(f"--chunk-size {text}: must be a multiple of 16 between 4KiB and 256MiB")
 
 
-def format_rate(nbytes: float, seconds: float) -> str:
-    """Human bytes per second (binary units)."""
-    rate = nbytes / seconds if seconds > 0 else 0.0
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if rate < 1024 or unit == "GiB":
-            return f"{rate:.1f} {unit}/s" if unit != "B" else f"{rate:.0f} B/s"
-        rate /= 1024
-    return f"{rate:.1f} GiB/s"  # pragma: no cover - loop always returns
-
-
 def format_size(nbytes: int) -> str:
-    """Human size (binary units)."""
-    value = float(nbytes)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} TiB"  # pragma: no cover
+    """A size in decimal units (kB, MB, GB = 10^3, 10^6, 10^9 bytes)."""
+    return format_bytes(nbytes)
+
+
+def chunk_summary(count: int, plaintext: int, chunk_size: int) -> str:
+    """``1 chunk (6 bytes; chunk size 4 MiB)`` or ``3 chunks of 4 MiB (10.5 MB)``."""
+    if count == 1:
+        return f"1 chunk ({format_size(plaintext)}; chunk size {chunk_size_text(chunk_size)})"
+    return f"{count} chunks of {chunk_size_text(chunk_size)} ({format_size(plaintext)})"
+
+
+def chunk_size_text(size: int) -> str:
+    """A chunk size as it is written on the command line (``4 MiB``, ``64 KiB``)."""
+    if size % (1 << 20) == 0:
+        return f"{size >> 20} MiB"
+    if size % (1 << 10) == 0:
+        return f"{size >> 10} KiB"
+    return f"{size} bytes"
 
 
 @contextmanager
 def byte_progress(description: str, total: int) -> Iterator[Callable[[int, int], None]]:
-    """A Rich progress bar with bytes/s on stderr (only when stderr is a terminal).
+    """A Rich progress bar on stderr in decimal units (MB, MB/s), only when stderr is a terminal.
 
     Yields the ``progress(done, total)`` callback the staging library calls.
     """
@@ -84,7 +86,7 @@ def byte_progress(description: str, total: int) -> Iterator[Callable[[int, int],
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
-        DownloadColumn(binary_units=True),
+        DownloadColumn(binary_units=False),
         TransferSpeedColumn(),
         TimeRemainingColumn(),
         console=console,
@@ -98,11 +100,6 @@ def byte_progress(description: str, total: int) -> Iterator[Callable[[int, int],
 
         yield update
         progress.update(task, completed=max(total, 1))
-
-
-def note(message: str) -> None:
-    """One line for people on stderr."""
-    sys.stderr.write(f"gpucc: {message}\n")
 
 
 def load_or_create_key_file(path: Path) -> bytes:
@@ -145,6 +142,7 @@ def seal(
         typer.Option("--threads", min=1, help="Worker threads (default: all CPUs)."),
     ] = None,
     force: ForceOption = False,
+    fmt: FormatOption = OutputFormat.TEXT,
 ) -> None:
     """Seal DATASET with AES-256-GCM into a gpucc sealed dataset (docs/FORMAT.md).
 
@@ -177,9 +175,29 @@ def seal(
         )
     seconds = time.perf_counter() - started
     header = result.header
+    if fmt is OutputFormat.JSON:
+        from gpucc.staging.format import key_id
+
+        emit(
+            {
+                "schema": "gpucc.seal/v1",
+                "input": str(dataset),
+                "output": str(output),
+                "dataset_id": header.dataset_id.hex(),
+                "bytes": header.plaintext_length,
+                "sealed_bytes": header.file_size,
+                "chunks": header.chunk_count,
+                "chunk_size": header.chunk_size,
+                "key_id": key_id(kek).hex(),
+                "seconds": round(seconds, 6),
+                "gb_per_s": round(header.plaintext_length / seconds / 1e9, 3)
+                if seconds > 0
+                else None,
+            }
+        )
     note(
         f"sealed {format_size(header.plaintext_length)} into {output}: "
-        f"{header.chunk_count} chunk(s) of {format_size(header.chunk_size)}, "
+        f"{chunk_summary(header.chunk_count, header.plaintext_length, header.chunk_size)}, "
         f"dataset id {header.dataset_id.hex()}, in {seconds:.2f} s "
         f"({format_rate(header.plaintext_length, seconds)})"
     )

@@ -10,6 +10,10 @@ Two machines::
 
 One machine: ``gpucc session local train.gcc --key-file train.key -o answer.json
 --host-key host.key`` runs all three steps against the local GPU.
+
+Without a GPU, ``--simulate DIR`` on ``offer``, ``answer`` and ``local`` runs the same
+protocol against a simulated GPU whose test trust anchors live in DIR: for trying the
+workflow only; it attests nothing real and must never be trusted in production.
 """
 
 from __future__ import annotations
@@ -23,19 +27,22 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from gpucc.gpuattest.errors import UsageError
+from gpucc.gpuattest.errors import NotTrustedError, UsageError
 from gpucc.gpuattest.files import refuse_existing
 
+from .logs import STATE
 from .options import (
     AtOption,
     CollateralOption,
+    FormatOption,
     OfflineOption,
+    OutputFormat,
     PolicyOption,
     RimDirOption,
     parse_time,
 )
+from .output import emit, note
 from .safety_options import ForceOption, check_output, force_hint
-from .seal import note
 
 if TYPE_CHECKING:
     from gpucc.staging.release import AttestationOutcome, CollectedEvidence, DatasetKey
@@ -48,7 +55,14 @@ session_app = typer.Typer(
     pretty_exceptions_show_locals=False,
 )
 
-_SIMULATION_WARNING = "SIMULATED GPU: for tests and demos only, this attests nothing real"
+_SIMULATION_WARNING = (
+    "SIMULATED GPU: for trying the protocol only; it attests nothing real and must never be "
+    "trusted in production"
+)
+#: How many refusal reasons the one-line error shows, and how much of each (all of them,
+#: whole, in JSON and with -v).
+_SHOWN_REASONS = 1
+_SHOWN_CHARS = 160
 
 ChallengeOption = Annotated[
     str,
@@ -62,9 +76,12 @@ SimulateOption = Annotated[
     Path | None,
     typer.Option(
         "--simulate",
-        hidden=True,
         file_okay=False,
-        help="Use a simulated GPU whose trust anchors and RIMs live in this directory.",
+        metavar="DIR",
+        rich_help_panel="Simulation (no GPU; never for production)",
+        help="Try the protocol without a GPU: a SIMULATED GPU whose test trust anchors and "
+        "RIMs are written to DIR (offer, local) and read from DIR (answer). It attests "
+        "nothing real; never trust it in production.",
     ),
 ]
 
@@ -141,8 +158,13 @@ def _attester(
     collateral: Path | None,
     offline: bool,
     at: str | None,
+    verdicts: list[AttestationOutcome],
 ) -> Callable[[Any, bytes], AttestationOutcome]:
-    """The full gpucc verification and policy, as the protocol's ``attest`` callable."""
+    """The full gpucc verification and policy, as the protocol's ``attest`` callable.
+
+    Every verdict it reaches is appended to ``verdicts``, so a refusal can be reported
+    with its reasons one by one.
+    """
     from gpucc.gpuattest.collateral import DirectoryRimSource, NoOcsp
     from gpucc.gpuattest.policy import Policy, load_policy, parse_policy
     from gpucc.gpuattest.trust import TrustRoots
@@ -170,11 +192,44 @@ def _attester(
         rims = CompositeRimSource([*local, net_rims])
 
     def attest(evidence: Any, nonce: bytes) -> AttestationOutcome:
-        return verify(
+        result = verify(
             evidence, expected_nonce=nonce, roots=roots, now=now, rims=rims, ocsp=ocsp, policy=pol
         )
+        verdicts.append(result)
+        return result
 
     return attest
+
+
+class RefusedError(NotTrustedError):
+    """The offer's attestation was refused; ``reasons`` lists every one (JSON, ``-v``)."""
+
+    def __init__(self, message: str, reasons: tuple[str, ...]) -> None:
+        super().__init__(message)
+        self.reasons = reasons
+
+
+def _refused(exc: Exception, verdicts: list[AttestationOutcome]) -> Exception:
+    """A short one-line refusal (count and first reasons) for an untrusted verdict."""
+    refused = [v for v in verdicts if not v.trusted]
+    if not refused:
+        return exc
+    reasons = tuple(refused[-1].reasons) or ("no reason given",)
+    joined = "; ".join(refused[-1].reasons) or "no reason given"
+    diagnosis = str(exc).partition(joined)[2]  # what the protocol adds (nonce diagnosis)
+    shown = "; ".join(
+        r if len(r) <= _SHOWN_CHARS else r[: _SHOWN_CHARS - 1] + "…"
+        for r in reasons[:_SHOWN_REASONS]
+    )
+    more = len(reasons) - _SHOWN_REASONS
+    tail = f"; and {more} more (all with -v or --format json)" if more > 0 else ""
+    if STATE.verbosity >= 1 and not STATE.json:
+        for reason in reasons:
+            note(f"  refused: {reason}")
+    count = f"{len(reasons)} reason{'s' if len(reasons) != 1 else ''}"
+    return RefusedError(
+        f"the offer's attestation is not trusted ({count}): {shown}{tail}{diagnosis}", reasons
+    )
 
 
 def _grants(datasets: list[Path], key_file: Path) -> list[DatasetKey]:
@@ -184,7 +239,7 @@ def _grants(datasets: list[Path], key_file: Path) -> list[DatasetKey]:
     kek = read_key_file(key_file)
     grants = []
     for path in datasets:
-        sealed = open_sealed(path)
+        sealed = open_sealed(path, kek=kek)
         grants.append(DatasetKey(sealed.dataset_id, sealed.header_digest, sealed.unwrap(kek)))
     return grants
 
@@ -222,11 +277,15 @@ HostKeyOutOption = Annotated[
 
 
 @session_app.command("challenge")
-def challenge() -> None:
+def challenge(fmt: FormatOption = OutputFormat.TEXT) -> None:
     """Data holder: print a fresh 32-byte challenge (hex) for one host."""
     from gpucc.staging.release import new_challenge
 
-    sys.stdout.write(new_challenge().hex() + "\n")
+    value = new_challenge().hex()
+    if fmt is OutputFormat.JSON:
+        emit({"schema": "gpucc.session.challenge/v1", "challenge": value})
+        return
+    sys.stdout.write(value + "\n")
 
 
 @session_app.command("offer")
@@ -238,6 +297,7 @@ def offer(
     host_key: HostKeyOutOption,
     simulate: SimulateOption = None,
     force: ForceOption = False,
+    fmt: FormatOption = OutputFormat.TEXT,
 ) -> None:
     """Host: make a session key, collect GPU evidence bound to it, and write the offer.
 
@@ -264,6 +324,17 @@ def offer(
     note(
         f"session nonce {made.nonce.hex()} (bind it into TDX/SNP report data if you have a CPU TEE)"
     )
+    if fmt is OutputFormat.JSON:
+        emit(
+            {
+                "schema": "gpucc.session.offer/v1",
+                "offer": str(output),
+                "host_key": str(host_key),
+                "gpus": len(secret.report_digests),
+                "nonce": made.nonce.hex(),
+                "simulated": simulate is not None,
+            }
+        )
 
 
 @session_app.command("answer")
@@ -294,6 +365,7 @@ def answer(
             help="Where answered challenges are recorded (default: the user state directory).",
         ),
     ] = None,
+    fmt: FormatOption = OutputFormat.TEXT,
 ) -> None:
     """Data holder: verify the offer's attestation, then wrap dataset keys for it.
 
@@ -313,6 +385,7 @@ def answer(
     grants = _grants(datasets, key_file)
     received = Offer.from_json(read_capped(offer_file, MAX_OFFER_BYTES, what="session offer"))
     _warn_if_simulated(simulate)
+    verdicts: list[AttestationOutcome] = []
     attest = _attester(
         simulate=simulate,
         rim_dir=rim_dir,
@@ -320,14 +393,29 @@ def answer(
         collateral=collateral,
         offline=offline,
         at=at,
+        verdicts=verdicts,
     )
     replay = FileReplayStore(_state_dir(state_dir) / "answered-challenges")
-    holder = accept_offer(received, challenge=value, attest=attest, replay=replay)
+    try:
+        holder = accept_offer(received, challenge=value, attest=attest, replay=replay)
+    except NotTrustedError as exc:
+        raise _refused(exc, verdicts) from None
     _write(output, holder.answer([holder.wrap(g) for g in grants]).to_json(), force=force)
     note(
         f"attestation trusted for {len(holder.report_digests)} GPU(s); wrote keys for "
         f"{len(grants)} dataset(s) to {output} (transcript {holder.transcript_hash.hex()[:16]}…)"
     )
+    if fmt is OutputFormat.JSON:
+        emit(
+            {
+                "schema": "gpucc.session.answer/v1",
+                "answer": str(output),
+                "gpus": len(holder.report_digests),
+                "dataset_ids": [g.dataset_id.hex() for g in grants],
+                "transcript_hash": holder.transcript_hash.hex(),
+                "simulated": simulate is not None,
+            }
+        )
 
 
 @session_app.command("accept")
@@ -348,6 +436,7 @@ def accept(
             "--dataset", exists=True, dir_okay=False, help="Also check this dataset opens."
         ),
     ] = None,
+    fmt: FormatOption = OutputFormat.TEXT,
 ) -> None:
     """Host: check an answer against this session and list the datasets it opens.
 
@@ -369,11 +458,21 @@ def accept(
     # they are not printed as if verified.
     for wrap in session.wraps:
         session.dataset_key(wrap.header_digest)
-    digests = ", ".join(w.header_digest.hex() for w in session.wraps) or "none"
+    digests = [w.header_digest.hex() for w in session.wraps]
+    if fmt is OutputFormat.JSON:
+        emit(
+            {
+                "schema": "gpucc.session.accept/v1",
+                "answer": str(answer_file),
+                "header_digests": digests,
+                "checked": [str(p) for p in datasets or []],
+            }
+        )
+        return
     sys.stdout.write(
         f"answer verified for this session; keys for {len(session.wraps)} dataset(s), "
         f"by header digest (SHA-256 of the sealed header, authenticated by the wrap): "
-        f"{digests}\n"
+        f"{', '.join(digests) or 'none'}\n"
     )
 
 
@@ -395,6 +494,7 @@ def local(
     at: AtOption = None,
     simulate: SimulateOption = None,
     force: ForceOption = False,
+    fmt: FormatOption = OutputFormat.TEXT,
 ) -> None:
     """One machine: attest the local GPU under a fresh session and release dataset keys.
 
@@ -412,6 +512,7 @@ def local(
     grants = _grants(datasets, key_file)
     _warn_if_simulated(simulate)
     collect = _collector(simulate)
+    verdicts: list[AttestationOutcome] = []
     attest = _attester(
         simulate=simulate,
         rim_dir=rim_dir,
@@ -419,8 +520,12 @@ def local(
         collateral=collateral,
         offline=offline,
         at=at,
+        verdicts=verdicts,
     )
-    result = local_session(collect=collect, attest=attest, datasets=grants)
+    try:
+        result = local_session(collect=collect, attest=attest, datasets=grants)
+    except NotTrustedError as exc:
+        raise _refused(exc, verdicts) from None
     result.host_key.write(host_key)
     check_output(output, also=(host_key,))
     _write(output, result.answer.to_json(), force=force)
@@ -428,3 +533,13 @@ def local(
         f"attestation trusted; released keys for {len(grants)} dataset(s): answer {output}, "
         f"host key {host_key} (mode 0600)"
     )
+    if fmt is OutputFormat.JSON:
+        emit(
+            {
+                "schema": "gpucc.session.local/v1",
+                "answer": str(output),
+                "host_key": str(host_key),
+                "dataset_ids": [g.dataset_id.hex() for g in grants],
+                "simulated": simulate is not None,
+            }
+        )

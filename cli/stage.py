@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import enum
-import json
-import sys
 import time
 from functools import partial
 from pathlib import Path
@@ -14,8 +12,9 @@ import typer
 
 from gpucc.gpuattest.errors import UsageError
 
-from .options import OutputFormat
-from .seal import byte_progress, check_chunk_size, format_rate, format_size, note, parse_size
+from .options import FormatOption, OutputFormat
+from .output import emit, format_rate, note
+from .seal import byte_progress, check_chunk_size, chunk_summary, format_size, parse_size
 
 __all__ = ["Device", "stage"]
 
@@ -101,16 +100,15 @@ def stage(
         str,
         typer.Option("--chunk-size", help="Chunk size for a plaintext input (4KiB-256MiB)."),
     ] = "4MiB",
-    output: Annotated[
-        OutputFormat, typer.Option("--format", envvar="GPUCC_FORMAT", help="text or json")
-    ] = OutputFormat.TEXT,
+    output: FormatOption = OutputFormat.TEXT,
 ) -> None:
     """Decrypt and verify DATASET chunk by chunk into memory, then scrub it.
 
     Every chunk is authenticated before staging reports success; on a failed chunk the
     buffer is zeroed from that chunk on and the exit code is 6. The staged buffer is
     zeroed before the command ends. Exit codes: 0 staged, 2 usage, 4 malformed dataset or
-    key file, 5 GPU staging not available, 6 integrity failure.
+    key file, 5 GPU staging not available, 6 data authentication failed (a chunk, the
+    header or a missing chunk), 7 wrong key, 8 file access.
     """
     from gpucc import staging
     from gpucc.staging.errors import StageKeyArgumentsError
@@ -176,13 +174,13 @@ def stage(
         scrubbed=scrubbed,
         seconds=round(seconds, 6),
         bytes_per_second=round(staged / seconds) if seconds > 0 else None,
+        gb_per_s=round(staged / seconds / 1e9, 3) if seconds > 0 else None,
     )
     if output is OutputFormat.JSON:
-        sys.stdout.write(json.dumps(summary, indent=2) + "\n")
-        return
+        emit(summary)
     what = "sealed dataset" if plan.sealed else "plaintext (sealed in transit)"
-    sys.stdout.write(
+    note(
         f"staged {format_size(staged)} of {what} {dataset} on {plan.device}: "
-        f"{header.chunk_count} chunk(s) verified in {seconds:.3f} s "
-        f"({format_rate(staged, seconds)}); buffer scrubbed\n"
+        f"{chunk_summary(header.chunk_count, staged, header.chunk_size)} verified "
+        f"in {seconds:.3f} s ({format_rate(staged, seconds)}); buffer scrubbed"
     )

@@ -11,8 +11,8 @@ from typing import Annotated
 
 import typer
 
-from .boundary import emit_result
-from .options import AtOption, OutputFormat
+from .options import AtOption, FormatOption, OutputFormat
+from .output import emit
 
 token_app = typer.Typer(
     help="Check signed attestation results (EAT, ES384).",
@@ -43,9 +43,7 @@ def verify(
     issuer: Annotated[
         str, typer.Option("--issuer", help="The issuer every token must name.")
     ] = "gpucc",
-    output_format: Annotated[
-        OutputFormat, typer.Option("--format", "-f", help="Output format.")
-    ] = OutputFormat.TEXT,
+    output_format: FormatOption = OutputFormat.TEXT,
     at: AtOption = None,
 ) -> None:
     """Verify a signed result: signatures, issuer, times, nonce and per-GPU digests."""
@@ -77,7 +75,7 @@ def verify(
     trusted = verified.overall_result
     if as_json:
         doc = {"valid": True, "trusted": trusted, **verified.to_dict()}
-        emit_result(doc)
+        emit(doc)
     else:
         n = len(verified.devices)
         state = "TRUSTED" if trusted else "NOT TRUSTED"

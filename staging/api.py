@@ -233,8 +233,12 @@ def _dataset_key(
     kek: bytes | None,
     key_file: StrPath | None,
     key_for: Callable[[bytes], bytes] | None,
+    file_kek: bytes | None = None,
 ) -> tuple[bytes, KeySource]:
-    """The dataset key from exactly one source; the header tag is left to the backend."""
+    """The dataset key from exactly one source; the header tag is left to the backend.
+
+    ``file_kek`` is the key of ``key_file`` when the caller has already read it.
+    """
     if sum(x is not None for x in (key, kek, key_file, key_for)) != 1:
         raise StageKeyArgumentsError(
             f"the sealed dataset {dataset.path} needs exactly one of key, kek, key_file or key_for",
@@ -246,7 +250,7 @@ def _dataset_key(
     if key_for is not None:
         return key_for(dataset.header_digest), "session"
     if key_file is not None:
-        kek = read_key_file(key_file)
+        kek = file_kek if file_kek is not None else read_key_file(key_file)
     if kek is None:  # pragma: no cover - excluded by the count above
         raise UsageError("no key given")
     return dataset.unwrap(kek, verify_header=False), "key-file"
@@ -300,9 +304,14 @@ def plan_stage(
     else:
         sealed = not plaintext
     if sealed:
-        dataset = open_sealed(path)
+        # The key is read first, so that a header that does not parse can be authenticated
+        # (an altered header is a data authentication failure, not malformed input).
+        file_kek = None
+        if key_file is not None and key is None and kek is None and key_for is None:
+            file_kek = read_key_file(key_file)
+        dataset = open_sealed(path, kek=kek if kek is not None else file_kek, key=key)
         dataset_key, source = _dataset_key(
-            dataset, key=key, kek=kek, key_file=key_file, key_for=key_for
+            dataset, key=key, kek=kek, key_file=key_file, key_for=key_for, file_kek=file_kek
         )
         return StagePlan(
             path=Path(path),

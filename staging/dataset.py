@@ -3,27 +3,39 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from gpucc.gpuattest.files import open_regular
 
 from .chunks import ChunkCipher
 from .errors import (
+    ChunkAuthenticationError,
     DatasetKeyMismatchError,
+    ExtendedDatasetError,
+    HeaderAuthenticationError,
     KeyUnwrapError,
     MalformedDatasetError,
     StagingIOError,
 )
 from .format import (
+    FORMAT_VERSION,
     HEADER_SIZE,
     MAGIC,
     PREFIX_SIZE,
+    TAG_SIZE,
     Header,
     StrPath,
     WrapKind,
     WrapRecord,
+    derive_chunk_key,
+    header_tag_aad,
+    header_tag_nonce,
     key_id,
     parse_wrap_section,
     unwrap_key,
@@ -99,10 +111,12 @@ def describe_unsealed(head: bytes, size: int) -> str:
 
 @dataclass(frozen=True)
 class SealedDataset:
-    """A sealed dataset whose framing was validated against its file.
+    """A sealed dataset whose header parsed.
 
     Nothing here is authenticated yet: the header tag and chunks are checked once a key is
-    known (:meth:`unwrap`, :meth:`check_key`, then staging).
+    known (:meth:`unwrap`, :meth:`check_key`, then staging). The file's length is compared
+    with the one the header describes only once the header is authenticated
+    (:meth:`check_key`), so a cut-off file is reported as the chunks it lacks.
 
     Attributes:
         path: the file.
@@ -111,6 +125,7 @@ class SealedDataset:
         wrap: the embedded wrap record, if the file has one.
         prefix: the raw bytes before chunk 0 (header, tag, wrap section), so staging can
             confirm it reads the same file that was opened.
+        file_length: the file's size when it was opened.
     """
 
     path: Path
@@ -118,6 +133,7 @@ class SealedDataset:
     header_tag: bytes
     wrap: WrapRecord | None
     prefix: bytes
+    file_length: int = -1
 
     @property
     def dataset_id(self) -> bytes:
@@ -135,14 +151,55 @@ class SealedDataset:
         return self.header.plaintext_length
 
     def check_key(self, dataset_key: bytes) -> ChunkCipher:
-        """A chunk cipher for ``dataset_key`` once the header tag verified under it.
+        """A chunk cipher for ``dataset_key`` once the header tag verified under it and the
+        file is as long as the (now authenticated) header says.
 
         Raises:
             HeaderAuthenticationError: wrong key or altered header.
+            ChunkAuthenticationError: the file is shorter: it names the first missing chunk.
+            ExtendedDatasetError: bytes follow the final chunk.
         """
         cipher = ChunkCipher(dataset_key, self.header)
         cipher.verify_header(self.header_tag)
+        self.check_length()
         return cipher
+
+    def check_length(self) -> None:
+        """Compare the file's length with the one the header describes.
+
+        Meaningful once the header is authenticated: then a shorter file has lost chunks
+        (or the end of one), which is a data authentication failure, not malformed input.
+
+        Raises:
+            ChunkAuthenticationError: the file is shorter; names the first chunk cut off.
+            ExtendedDatasetError: the file is longer.
+        """
+        header, size = self.header, self.file_length
+        if size < 0 or size == header.file_size:
+            return
+        count = header.chunk_count
+        if size > header.file_size:
+            raise ExtendedDatasetError(
+                f"{self.path}: {size - header.file_size} byte(s) follow the final chunk "
+                f"(chunk {count - 1}) that the authenticated header describes"
+            )
+        first = next(
+            i
+            for i in range(count)
+            if header.chunk_offset(i) + header.chunk_length(i) + TAG_SIZE > size
+        )
+        state = "is missing" if size <= header.chunk_offset(first) else "is cut off"
+        after = ""
+        if first == count - 2:
+            after = f", and chunk {count - 1} is missing"
+        elif first < count - 2:
+            after = f", and chunks {first + 1} to {count - 1} are missing"
+        raise ChunkAuthenticationError(
+            first,
+            f"the file ends {header.file_size - size} byte(s) short of the length its "
+            f"authenticated header describes: chunk {first} {state}{after} "
+            f"(chunks 0 to {count - 1}; truncated, or chunks dropped)",
+        )
 
     def unwrap(self, kek: bytes, *, verify_header: bool = True) -> bytes:
         """The dataset key, from the embedded key-file wrap record and the key-file key.
@@ -170,7 +227,16 @@ class SealedDataset:
                     f"this key file has key id {ours.hex()}"
                 ) from None
             raise KeyUnwrapError(f"{self.path}: the wrap record's key id was altered")
-        return self.unwrap_record(record, kek, verify_header=verify_header)
+        try:
+            return self.unwrap_record(record, kek, verify_header=verify_header)
+        except KeyUnwrapError:
+            # The key id is this key file's: the record or the header digest it is bound to
+            # was changed.
+            raise KeyUnwrapError(
+                f"{self.path}: the sealed header or its wrap record failed authentication "
+                "(the wrap record is bound to the header digest; the key id matches this key "
+                "file, so one of them was altered)"
+            ) from None
 
     def unwrap_record(self, record: WrapRecord, kek: bytes, *, verify_header: bool = True) -> bytes:
         """The dataset key from any wrap record for this dataset (e.g. a session's).
@@ -185,13 +251,25 @@ class SealedDataset:
         return dataset_key
 
 
-def open_sealed(path: StrPath) -> SealedDataset:
-    """Parse and validate a sealed dataset's framing, including its exact size.
+def open_sealed(
+    path: StrPath, *, kek: bytes | None = None, key: bytes | None = None
+) -> SealedDataset:
+    """Parse a sealed dataset's header and wrap section.
+
+    The file's length is not judged here: once a key verifies the header,
+    :meth:`SealedDataset.check_key` reports a short file as its missing chunks.
+
+    With ``kek`` (the key-file key) or ``key`` (the dataset key), a header whose fields do
+    not parse is first authenticated as raw bytes: an altered header is reported as such
+    (a data authentication failure), not as malformed input.
 
     Raises:
         MalformedDatasetError: not a sealed dataset (the message says what the file looks
-            like: empty, too short, damaged magic, text, other bytes), a bad field, a bad
-            wrap section, or a size that is not exactly the one the header implies.
+            like: empty, too short, damaged magic, text, other bytes), or a bad field or
+            wrap section that could not be authenticated (no key given), or that
+            authenticated (a bug in whatever sealed it).
+        HeaderAuthenticationError: with a key, the raw header failed authentication.
+        DatasetKeyMismatchError: with ``kek``, the file was sealed for another key.
         FileAccessError: missing, not a regular file (never blocks on a FIFO), unreadable.
     """
     path = Path(path)
@@ -199,29 +277,98 @@ def open_sealed(path: StrPath) -> SealedDataset:
     try:
         with os.fdopen(fd, "rb") as fh:
             size = os.fstat(fh.fileno()).st_size
-            head = fh.read(max(PREFIX_SIZE, 512))
-            if len(head) < PREFIX_SIZE or head[: len(MAGIC)] != MAGIC:
+            sample = fh.read(max(PREFIX_SIZE, 512))
+            if len(sample) < PREFIX_SIZE or sample[: len(MAGIC)] != MAGIC:
                 raise MalformedDatasetError(
-                    f"{path} is not a sealed dataset: {describe_unsealed(head, size)}"
+                    f"{path} is not a sealed dataset: {describe_unsealed(sample, size)}"
                 )
-            header = Header.parse(head[:HEADER_SIZE])
+            head = sample[:PREFIX_SIZE]
             fh.seek(PREFIX_SIZE)
-            head = head[:PREFIX_SIZE]
-            wrap_bytes = fh.read(header.wrap_length)
+            tail = fh.read(_MAX_RECORD)
     except OSError as exc:
         raise io_error("read", path, exc) from None
-    if len(wrap_bytes) != header.wrap_length:
-        raise MalformedDatasetError(f"{path} ends inside its wrap section")
-    wrap = parse_wrap_section(wrap_bytes)
-    if size != header.file_size:
-        raise MalformedDatasetError(
-            f"{path} is {size} bytes but its header describes {header.file_size} "
-            "(truncated, extended, or a dropped chunk)"
-        )
+    try:
+        header = Header.parse(head[:HEADER_SIZE])
+        wrap_bytes = tail[: header.wrap_length]
+        if len(wrap_bytes) != header.wrap_length:
+            raise MalformedDatasetError(f"{path} ends inside its wrap section")
+        wrap = parse_wrap_section(wrap_bytes)
+    except MalformedDatasetError as exc:
+        # A version this code does not know may authenticate differently: reported as is.
+        known = int.from_bytes(head[8:10], "little") == FORMAT_VERSION
+        if known and (kek is not None or key is not None):
+            _authenticate_raw(path, head, tail, kek=kek, key=key)
+        raise exc from None
     return SealedDataset(
         path=path,
         header=header,
-        header_tag=head[64:PREFIX_SIZE],
+        header_tag=head[HEADER_SIZE:PREFIX_SIZE],
         wrap=wrap,
         prefix=head + wrap_bytes,
+        file_length=size,
     )
+
+
+#: The most bytes a wrap record can take (context up to 1024 bytes).
+_MAX_RECORD = 4 + 1024 + 12 + 48
+
+
+def _record_at(tail: bytes) -> WrapRecord | None:
+    """The wrap record at the start of ``tail``, found by its own length field."""
+    if len(tail) < 4:
+        return None
+    length = 4 + int.from_bytes(tail[2:4], "little") + 12 + 48
+    try:
+        return WrapRecord.parse(tail[:length])
+    except MalformedDatasetError:
+        return None
+
+
+def _authenticate_raw(
+    path: Path, head: bytes, tail: bytes, *, kek: bytes | None, key: bytes | None
+) -> None:
+    """Authenticate a header that does not parse, as the raw bytes it is.
+
+    Returns only when the header is authentic (or cannot be checked: no wrap record for
+    ``kek``); the caller then reports it as malformed.
+
+    Raises:
+        HeaderAuthenticationError: the raw header does not verify: it was altered.
+        DatasetKeyMismatchError: the wrap record is for another key file.
+        KeyUnwrapError: the wrap record's key id was altered.
+    """
+    raw = head[:HEADER_SIZE]
+    digest = hashlib.sha256(raw).digest()
+    if kek is not None and key is None:
+        record = _record_at(tail)
+        if record is None or record.kind is not WrapKind.KEY_FILE:
+            return
+        ours = key_id(kek)
+        if record.context != ours:
+            try:
+                unwrap_key(kek, dataclasses.replace(record, context=ours), digest)
+            except KeyUnwrapError:
+                raise DatasetKeyMismatchError(
+                    f"{path} was sealed for key id {record.context.hex()}, "
+                    f"this key file has key id {ours.hex()}"
+                ) from None
+            raise KeyUnwrapError(f"{path}: the wrap record's key id was altered")
+        try:
+            key = unwrap_key(kek, record, digest)
+        except KeyUnwrapError:
+            raise HeaderAuthenticationError(
+                f"{path}: the sealed header failed authentication: its wrap record, bound to "
+                "the header digest, does not verify under this key file (the header was altered)"
+            ) from None
+    if key is None:
+        return
+    dataset_id = raw[16:32]
+    try:
+        AESGCM(derive_chunk_key(key, dataset_id)).decrypt(
+            header_tag_nonce(dataset_id), head[HEADER_SIZE:PREFIX_SIZE], header_tag_aad(raw)
+        )
+    except InvalidTag:
+        raise HeaderAuthenticationError(
+            f"{path}: the sealed header failed authentication (wrong key, or the header was "
+            "altered)"
+        ) from None

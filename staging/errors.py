@@ -37,6 +37,7 @@ __all__ = [
     "ChunkAuthenticationError",
     "DatasetKeyMismatchError",
     "GpuKernelError",
+    "ExtendedDatasetError",
     "GpuStagingUnavailableError",
     "HeaderAuthenticationError",
     "KeyFileError",
@@ -131,6 +132,10 @@ class ChunkAuthenticationError(IntegrityError):
 
 class HeaderAuthenticationError(IntegrityError):
     """The header tag did not verify: the key is wrong or the header was changed."""
+
+
+class ExtendedDatasetError(IntegrityError):
+    """Bytes follow the final chunk that the authenticated header describes."""
 
 
 class DatasetKeyMismatchError(WrongKeyError):

@@ -334,7 +334,11 @@ def test_chunk_dropped_from_the_middle(sealed: tuple[Path, bytes, bytes]) -> Non
     start, end = _chunk_span(blob, 3)
     path.write_bytes(blob[:start] + blob[end:])
     error = _assert_refused_before_chunks(path, kek, len(data))
-    assert isinstance(error, MalformedDatasetError)
+    # The authenticated header says how long the file is: a full chunk's worth is missing
+    # at the end, which cuts off the next-to-last chunk (the last one is partial).
+    assert isinstance(error, ChunkAuthenticationError) and exit_code_for(error) == 6
+    assert error.chunk_index == N_CHUNKS - 2
+    assert f"chunk {N_CHUNKS - 1} is missing" in str(error)
 
 
 def test_chunk_dropped_and_header_rewritten_to_match(sealed: tuple[Path, bytes, bytes]) -> None:
@@ -364,7 +368,8 @@ def test_last_chunk_dropped(sealed: tuple[Path, bytes, bytes]) -> None:
     # Truncated at a chunk boundary, header unchanged: the size gives it away.
     path.write_bytes(blob[:start])
     error = _assert_refused_before_chunks(path, kek, len(data))
-    assert isinstance(error, MalformedDatasetError) and "bytes" in str(error)
+    assert isinstance(error, ChunkAuthenticationError) and exit_code_for(error) == 6
+    assert error.chunk_index == N_CHUNKS - 1 and "is missing" in str(error)
     # Header count and length edited to match: the header no longer authenticates.
     header = fmt.Header.parse(blob[:64])
     forged = fmt.Header(
@@ -400,13 +405,40 @@ def test_truncated_mid_chunk(sealed: tuple[Path, bytes, bytes], cut: int) -> Non
     start, _ = _chunk_span(blob, 4)
     path.write_bytes(blob[: start + cut])
     error = _assert_refused_before_chunks(path, kek, len(data))
-    assert isinstance(error, MalformedDatasetError)
+    assert isinstance(error, ChunkAuthenticationError) and error.chunk_index == 4
+    assert "chunk 4 is cut off" in str(error) and exit_code_for(error) == 6
 
 
 def test_extended_file_is_refused(sealed: tuple[Path, bytes, bytes]) -> None:
     path, data, kek = sealed
     path.write_bytes(path.read_bytes() + b"\x00")
-    _assert_refused_before_chunks(path, kek, len(data))
+    error = _assert_refused_before_chunks(path, kek, len(data))
+    assert "follow the final chunk" in str(error) and exit_code_for(error) == 6
+
+
+def test_truncated_file_without_a_key_still_opens(sealed: tuple[Path, bytes, bytes]) -> None:
+    path, data, kek = sealed
+    path.write_bytes(path.read_bytes()[:-1])
+    opened = open_sealed(path)  # the length is judged once the header is authenticated
+    with pytest.raises(ChunkAuthenticationError, match=f"chunk {N_CHUNKS - 1} is cut off"):
+        opened.unwrap(kek)
+
+
+@pytest.mark.parametrize("offset", range(10, fmt.PREFIX_SIZE))
+def test_any_flipped_header_byte_is_an_authentication_failure(
+    sealed: tuple[Path, bytes, bytes], offset: int
+) -> None:
+    """Past the magic and version, any changed header or header-tag bit is exit 6, whether or
+    not the changed field still parses: the raw header is authenticated before it is trusted."""
+    path, data, kek = sealed
+    dk = open_sealed(path).unwrap(kek)
+    path.write_bytes(_flip(path.read_bytes(), offset, bit=offset % 8))
+    for use_kek in (True, False):
+        given = {"kek": kek} if use_kek else {"key": dk}
+        with pytest.raises(IntegrityError) as info:
+            with staging.stage(path, kek=given.get("kek"), key=given.get("key")) as buf:
+                raise AssertionError(f"staged {len(buf)} of {len(data)} bytes, header altered")
+        assert exit_code_for(info.value) == 6, (sorted(given), info.value)
 
 
 def test_chunk_spliced_from_another_dataset_with_the_same_kek(

@@ -1,0 +1,79 @@
+"""Every hint printed is a command that works: it names only options the command has."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import typer
+
+from gpucc.cli import exitcodes
+from gpucc.cli.main import app
+from gpucc.gpuattest import errors
+
+
+def _commands() -> dict[str, set[str]]:
+    """Command path (``session offer``) -> its option names."""
+    root = typer.main.get_command(app)
+    found: dict[str, set[str]] = {}
+
+    def walk(command: object, path: str) -> None:
+        subcommands = getattr(command, "commands", None)
+        if subcommands:
+            for name, sub in subcommands.items():
+                walk(sub, f"{path} {name}".strip())
+            return
+        options: set[str] = set()
+        for param in getattr(command, "params", []):
+            options.update(o for o in getattr(param, "opts", []) if o.startswith("-"))
+        found[path] = options
+
+    walk(root, "")
+    return found
+
+
+COMMANDS = _commands()
+
+
+def _named_options(hint: str) -> list[tuple[str, str | None]]:
+    """(option, command it belongs to, or None for the failing command) named by ``hint``."""
+    named: list[tuple[str, str | None]] = []
+    for quoted in re.findall(r"'gpucc ([a-z ]+?)((?: --?[a-z][\w-]*[^']*)?)'", hint):
+        command, rest = quoted
+        named += [(o, command.strip()) for o in re.findall(r"--?[a-z][\w-]*", rest)]
+    outside = re.sub(r"'gpucc [^']*'", "", hint)
+    outside = re.sub(r"\(pip install [^)]*\)", "", outside)
+    named += [(o, None) for o in re.findall(r"(?<![\w-])--?[a-z][\w-]*", outside)]
+    return named
+
+
+def test_the_app_has_the_commands_the_hints_name() -> None:
+    for _, commands, _ in exitcodes._HINTS:
+        for command in commands or ():
+            assert command in COMMANDS, command
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_hints_name_only_options_the_command_has(command: str) -> None:
+    for family, commands, hint in exitcodes._HINTS:
+        if commands is not None and command not in commands:
+            continue
+        exc = family.__new__(family)
+        shown = exitcodes.cli_hint(exc, command)
+        for option, owner in _named_options(shown):
+            where = owner or command
+            assert option in COMMANDS[where], f"{command}: {shown!r} names {option} of {where}"
+        del hint
+
+
+def test_no_hint_downloads_instead_of_installing() -> None:
+    for _, _, hint in exitcodes._HINTS:
+        assert "pip download" not in hint
+
+
+def test_nvml_hint_depends_on_the_command() -> None:
+    exc = errors.NvmlUnavailableError("NVML is not available")
+    assert "--evidence" in exitcodes.cli_hint(exc, "attest")
+    for command in ("evidence collect", "session offer", "session local"):
+        assert "--evidence" not in exitcodes.cli_hint(exc, command)
+    assert "--simulate" in exitcodes.cli_hint(exc, "session offer")
