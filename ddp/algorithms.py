@@ -21,6 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from .errors import GradientAuthenticationError
 from .keys import GroupKeys
 from .messages import TAG_SIZE, MessageId, Phase
@@ -34,7 +36,8 @@ __all__ = ["Exchange", "Tamper", "all_to_all_reduce", "ring_reduce"]
 #: Test-only fault injection on the receiving side: ``tamper(msg, frame, round)`` returns
 #: the frame to open in place of ``frame``; ``round`` maps each sender of the same round
 #: to the frame received from it.
-Tamper = Callable[[MessageId, bytes, dict[int, bytes]], bytes]
+Frames = dict[int, bytes]
+Tamper = Callable[[MessageId, bytes, Frames], bytes]
 
 
 @dataclass
@@ -73,36 +76,35 @@ class Exchange:
             length=length,
         )
 
-    def seal(self, msg: MessageId, plaintext: bytes) -> bytes:
+    def seal_into(self, msg: MessageId, plaintext: np.ndarray, out: np.ndarray) -> None:
         t0 = time.perf_counter()
-        frame = self.keys.seal(msg, plaintext)
+        self.keys.seal_into(msg, plaintext, out)
         self.crypto_seconds += time.perf_counter() - t0
-        self.sealed_bytes += len(plaintext)
-        return frame
+        self.sealed_bytes += msg.length
 
-    def open(self, msg: MessageId, frame: bytes, round_frames: dict[int, bytes]) -> bytes | None:
+    def open_into(
+        self, msg: MessageId, frame: np.ndarray, out: np.ndarray, round_frames: Callable[[], Frames]
+    ) -> bool:
+        """Open ``frame`` into ``out``; False (``out`` zeroed, failure recorded) if it fails."""
+        source: np.ndarray | bytes = frame
         if self.tamper is not None:
-            frame = self.tamper(msg, frame, round_frames)
+            source = self.tamper(msg, frame.tobytes(), round_frames())
         t0 = time.perf_counter()
         try:
-            return self.keys.open(msg, frame)
+            self.keys.open_into(msg, source, out)
+            return True
         except GradientAuthenticationError as exc:
             self.failures.append(exc)
-            return None
+            return False
         finally:
             self.crypto_seconds += time.perf_counter() - t0
 
 
-def _bytes_of(t: torch.Tensor) -> bytes:
+def _u8(t: torch.Tensor) -> np.ndarray:
+    """A writable uint8 NumPy view of a contiguous CPU tensor (no copy)."""
     import torch
 
-    return t.contiguous().view(-1).view(torch.uint8).numpy().tobytes()
-
-
-def _tensor_of(data: bytes, like: torch.Tensor) -> torch.Tensor:
-    import torch
-
-    return torch.frombuffer(bytearray(data), dtype=torch.uint8).view(like.dtype)
+    return t.view(torch.uint8).numpy()
 
 
 def all_to_all_reduce(flat: torch.Tensor, ex: Exchange) -> None:
@@ -113,44 +115,48 @@ def all_to_all_reduce(flat: torch.Tensor, ex: Exchange) -> None:
     rank, size = ex.keys.rank, ex.keys.world_size
     n = flat.numel()
     per = -(-n // size)
-    esize = flat.element_size()
-    length = per * esize
+    length = per * flat.element_size()
     frame_len = length + TAG_SIZE
-    padded = torch.zeros(per * size, dtype=flat.dtype)
-    padded[:n] = flat
-    pieces = padded.view(size, per)
+    if per * size == n:
+        padded = flat
+    else:
+        padded = torch.zeros(per * size, dtype=flat.dtype)
+        padded[:n] = flat
+    pieces = _u8(padded).reshape(size, length)
+    send = torch.zeros(size * frame_len, dtype=torch.uint8)
+    recv = torch.empty_like(send)
+    send_np, recv_np = send.numpy(), recv.numpy()
 
-    def exchange(phase: Phase, payload: Callable[[int], torch.Tensor]) -> dict[int, bytes]:
-        send = torch.zeros(size * frame_len, dtype=torch.uint8)
+    def slot(buf: np.ndarray, peer: int) -> np.ndarray:
+        return buf[peer * frame_len : (peer + 1) * frame_len]
+
+    def frames() -> Frames:
+        return {p: slot(recv_np, p).tobytes() for p in range(size) if p != rank}
+
+    def exchange(phase: Phase, payload: Callable[[int], np.ndarray]) -> None:
         for peer in range(size):
             if peer != rank:
-                frame = ex.seal(ex.msg(phase, 0, rank, peer, length), _bytes_of(payload(peer)))
-                send[peer * frame_len : (peer + 1) * frame_len] = torch.frombuffer(
-                    bytearray(frame), dtype=torch.uint8
-                )
-        recv = torch.empty_like(send)
+                msg = ex.msg(phase, 0, rank, peer, length)
+                ex.seal_into(msg, payload(peer), slot(send_np, peer))
         dist.all_to_all_single(recv, send, group=ex.group)
-        raw = recv.numpy().tobytes()
-        return {p: raw[p * frame_len : (p + 1) * frame_len] for p in range(size) if p != rank}
 
     # reduce-scatter: piece j goes to rank j; this rank sums the pieces sent to it
-    received = exchange(Phase.A2A_SCATTER, lambda peer: pieces[peer])
-    mine = pieces[rank].clone()
+    exchange(Phase.A2A_SCATTER, lambda peer: pieces[peer])
+    mine = padded.view(size, per)[rank]
+    scratch = torch.empty(per, dtype=flat.dtype)
     for peer in range(size):
-        if peer == rank:
-            continue
-        pt = ex.open(ex.msg(Phase.A2A_SCATTER, 0, peer, rank, length), received[peer], received)
-        if pt is not None:
-            mine += _tensor_of(pt, mine)
-    # all-gather: every rank sends its reduced piece to every peer
-    received = exchange(Phase.A2A_GATHER, lambda peer: mine)
-    pieces[rank] = mine
+        if peer != rank:
+            msg = ex.msg(Phase.A2A_SCATTER, 0, peer, rank, length)
+            if ex.open_into(msg, slot(recv_np, peer), _u8(scratch), frames):
+                mine += scratch
+    # all-gather: every rank sends its reduced piece to every peer, sealed per receiver
+    exchange(Phase.A2A_GATHER, lambda peer: pieces[rank])
     for peer in range(size):
-        if peer == rank:
-            continue
-        pt = ex.open(ex.msg(Phase.A2A_GATHER, 0, peer, rank, length), received[peer], received)
-        pieces[peer] = 0 if pt is None else _tensor_of(pt, mine)
-    flat.copy_(padded[:n])
+        if peer != rank:
+            msg = ex.msg(Phase.A2A_GATHER, 0, peer, rank, length)
+            ex.open_into(msg, slot(recv_np, peer), pieces[peer], frames)
+    if padded is not flat:
+        flat.copy_(padded[:n])
 
 
 def ring_reduce(flat: torch.Tensor, ex: Exchange) -> None:
@@ -162,13 +168,17 @@ def ring_reduce(flat: torch.Tensor, ex: Exchange) -> None:
     nxt, prv = (rank + 1) % size, (rank - 1) % size
     chunks = list(torch.tensor_split(flat, size))
     esize = flat.element_size()
+    biggest = max(c.numel() for c in chunks)
+    send_buf = torch.empty(biggest * esize + TAG_SIZE, dtype=torch.uint8)
+    recv_buf = torch.empty_like(send_buf)
+    scratch = torch.empty(biggest, dtype=flat.dtype)
 
-    def hop(phase: Phase, h: int, send_idx: int, recv_idx: int) -> bytes | None:
+    def hop(phase: Phase, h: int, send_idx: int, recv_idx: int, out: torch.Tensor) -> bool:
         out_len = chunks[send_idx].numel() * esize
         in_len = chunks[recv_idx].numel() * esize
-        frame = ex.seal(ex.msg(phase, h, rank, nxt, out_len), _bytes_of(chunks[send_idx]))
-        send = torch.frombuffer(bytearray(frame), dtype=torch.uint8)
-        recv = torch.empty(in_len + TAG_SIZE, dtype=torch.uint8)
+        send = send_buf[: out_len + TAG_SIZE]
+        recv = recv_buf[: in_len + TAG_SIZE]
+        ex.seal_into(ex.msg(phase, h, rank, nxt, out_len), _u8(chunks[send_idx]), send.numpy())
         reqs = [
             dist.isend(send, _global(nxt, ex.group), group=ex.group),
             dist.irecv(recv, _global(prv, ex.group), group=ex.group),
@@ -176,21 +186,18 @@ def ring_reduce(flat: torch.Tensor, ex: Exchange) -> None:
         for req in reqs:
             if req is not None:
                 req.wait()
-        raw = recv.numpy().tobytes()
-        return ex.open(ex.msg(phase, h, prv, rank, in_len), raw, {prv: raw})
+        raw = recv.numpy()
+        msg = ex.msg(phase, h, prv, rank, in_len)
+        return ex.open_into(msg, raw, _u8(out), lambda: {prv: raw.tobytes()})
 
     for h in range(size - 1):
         recv_idx = (rank - h - 1) % size
-        pt = hop(Phase.RING_SCATTER, h, (rank - h) % size, recv_idx)
-        if pt is not None and chunks[recv_idx].numel():
-            chunks[recv_idx] += _tensor_of(pt, flat)
+        part = scratch[: chunks[recv_idx].numel()]
+        if hop(Phase.RING_SCATTER, h, (rank - h) % size, recv_idx, part):
+            chunks[recv_idx] += part
     for h in range(size - 1):
         recv_idx = (rank - h) % size
-        pt = hop(Phase.RING_GATHER, h, (rank + 1 - h) % size, recv_idx)
-        if pt is None:
-            chunks[recv_idx].zero_()
-        elif chunks[recv_idx].numel():
-            chunks[recv_idx].copy_(_tensor_of(pt, flat))
+        hop(Phase.RING_GATHER, h, (rank + 1 - h) % size, recv_idx, chunks[recv_idx])
 
 
 def _global(rank: int, group: ProcessGroup | None) -> int:

@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import numpy as np
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
@@ -37,7 +38,15 @@ if TYPE_CHECKING:
 
     from gpucc.staging.release import Attester, CollectedEvidence, EvidenceLoader
 
-__all__ = ["GroupKeys", "KeyUsage", "UsageLimits"]
+__all__ = ["Buffer", "GroupKeys", "KeyUsage", "UsageLimits"]
+
+#: Contiguous bytes: ``bytes``, ``bytearray``, ``memoryview`` or a NumPy array view.
+Buffer = bytes | bytearray | memoryview | np.ndarray
+
+
+def _view(data: Buffer) -> memoryview:
+    return (data.data if isinstance(data, np.ndarray) else memoryview(data)).cast("B")
+
 
 HARD_INVOCATIONS = 1 << 28
 HARD_BYTES = 1 << 36
@@ -246,6 +255,45 @@ class GroupKeys:
             raise UsageError(f"plaintext is {len(plaintext)} bytes, the schedule says {msg.length}")
         return self._edge(msg).aead.encrypt(msg.nonce, plaintext, msg.aad)
 
+    def seal_into(self, msg: MessageId, plaintext: Buffer, out: Buffer) -> None:
+        """Seal into ``out`` (``msg.length + 16`` bytes, writable) without extra copies."""
+        if msg.sender != self.rank:
+            raise UsageError("a rank seals only messages it sends")
+        data = _view(plaintext)
+        if len(data) != msg.length:
+            raise UsageError("plaintext length differs from the schedule")
+        self._edge(msg).aead.encrypt_into(msg.nonce, data, msg.aad, _view(out))
+
+    def open_into(self, msg: MessageId, frame: Buffer, out: Buffer) -> None:
+        """Open ``frame`` into ``out`` (``msg.length`` bytes); ``out`` is zeroed on failure.
+
+        Raises:
+            GradientAuthenticationError: as :meth:`open`.
+        """
+        view = _view(out)
+        if msg.receiver != self.rank:
+            raise UsageError("a rank opens only messages sent to it")
+        edge = self._edge(msg)
+        data = _view(frame)
+        try:
+            if len(data) != msg.length + TAG_SIZE or len(view) != msg.length:
+                raise InvalidTag
+            edge.aead.decrypt_into(msg.nonce, data, msg.aad, view)
+        except InvalidTag:
+            view[:] = bytes(len(view))
+            raise self._failure(msg) from None
+
+    def _failure(self, msg: MessageId) -> GradientAuthenticationError:
+        return GradientAuthenticationError(
+            sender=msg.sender,
+            receiver=msg.receiver,
+            epoch=msg.epoch,
+            step=msg.step,
+            bucket=msg.bucket,
+            phase=msg.phase.label,
+            hop=msg.hop,
+        )
+
     def open(self, msg: MessageId, frame: bytes | memoryview) -> bytes:
         """The plaintext of one message this rank receives, or a typed error.
 
@@ -261,12 +309,4 @@ class GroupKeys:
                 raise InvalidTag
             return edge.aead.decrypt(msg.nonce, frame, msg.aad)
         except InvalidTag:
-            raise GradientAuthenticationError(
-                sender=msg.sender,
-                receiver=msg.receiver,
-                epoch=msg.epoch,
-                step=msg.step,
-                bucket=msg.bucket,
-                phase=msg.phase.label,
-                hop=msg.hop,
-            ) from None
+            raise self._failure(msg) from None

@@ -251,3 +251,19 @@ def test_auto_choice() -> None:
     assert choose_algorithm(A2A_MAX_BYTES + 1, 3) == "a2a"
     assert choose_algorithm(A2A_MAX_BYTES, 8) == "a2a"
     assert choose_algorithm(A2A_MAX_BYTES + 1, 8) == "ring"
+
+
+def test_open_into_zeroes_its_output_when_the_tag_fails() -> None:
+    a, b = _pair()
+    frame = bytearray(24)
+    a.seal_into(_msg(), b"gradient", frame)
+    a2, _ = _pair()
+    assert bytes(frame) == a2.seal(_msg(), b"gradient")
+    out = bytearray(b"\xff" * 8)
+    b.open_into(_msg(), bytes(frame), out)
+    assert out == b"gradient"
+    frame[0] ^= 1
+    out = bytearray(b"\xff" * 8)
+    with pytest.raises(GradientAuthenticationError):
+        b.open_into(_msg(), bytes(frame), out)
+    assert out == bytes(8)
