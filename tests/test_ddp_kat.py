@@ -267,3 +267,28 @@ def test_open_into_zeroes_its_output_when_the_tag_fails() -> None:
     with pytest.raises(GradientAuthenticationError):
         b.open_into(_msg(), bytes(frame), out)
     assert out == bytes(8)
+
+
+def _refuses(device: str) -> None:
+    import torch
+
+    from gpucc.ddp import EncryptedAllReduce
+
+    a, _ = _pair()
+    state = EncryptedAllReduce(a)
+    with pytest.raises(UsageError, match="CPU tensors only"):
+        state.allreduce(torch.zeros(8, device=device), 0, last=True)
+    assert a.claim_step() == (0, 0)  # nothing was consumed
+
+
+def test_buckets_off_the_cpu_are_refused() -> None:
+    _refuses("meta")
+
+
+@pytest.mark.gpu
+def test_cuda_buckets_are_refused_rather_than_copied_to_the_host() -> None:
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    _refuses("cuda")
