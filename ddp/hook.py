@@ -47,18 +47,18 @@ __all__ = [
 
 Algorithm = Literal["auto", "ring", "a2a"]
 
-#: ``auto`` uses all-to-all up to this bucket size (bytes) and the ring above it, for
-#: groups of more than 3 ranks. The measurements behind it are in docs/DDP.md: both do
-#: the same crypto work per rank; all-to-all needs 2 rounds instead of 2 (N-1), which
-#: wins for small buckets, while the ring moves each byte to one neighbour only.
-A2A_MAX_BYTES = 32 * 1024 * 1024
+#: ``auto`` uses all-to-all for buckets up to this size (bytes) and the ring above it.
+#: Measured with benchmarks/bench_ddp.py on gloo (docs/DDP.md): all-to-all wins for 1 MB
+#: buckets (2 rounds instead of 2 (N-1)); with 25 MB buckets the ring wins at 2 and 3
+#: ranks (point-to-point sends of 1/N each, no padded all-to-all buffers).
+A2A_MAX_BYTES = 4 * 1024 * 1024
 
 
 def choose_algorithm(nbytes: int, world_size: int) -> Literal["ring", "a2a"]:
     """The algorithm ``auto`` picks for a bucket of ``nbytes`` in a group of ``world_size``."""
-    if world_size <= 3 or nbytes <= A2A_MAX_BYTES:
-        return "a2a"
-    return "ring"
+    if world_size < 2:
+        raise UsageError("an all-reduce needs at least two ranks")
+    return "a2a" if nbytes <= A2A_MAX_BYTES else "ring"
 
 
 @dataclass

@@ -248,9 +248,11 @@ def test_limits_and_schedule_bounds_are_enforced() -> None:
 
 def test_auto_choice() -> None:
     assert choose_algorithm(1 << 20, 2) == "a2a"
-    assert choose_algorithm(A2A_MAX_BYTES + 1, 3) == "a2a"
     assert choose_algorithm(A2A_MAX_BYTES, 8) == "a2a"
-    assert choose_algorithm(A2A_MAX_BYTES + 1, 8) == "ring"
+    assert choose_algorithm(A2A_MAX_BYTES + 1, 2) == "ring"
+    assert choose_algorithm(25 << 20, 3) == "ring"
+    with pytest.raises(UsageError):
+        choose_algorithm(1, 1)
 
 
 def test_open_into_zeroes_its_output_when_the_tag_fails() -> None:
