@@ -239,13 +239,36 @@ def scenario(rank: int, size: int) -> dict[str, Any]:
     return out
 
 
-def worker(rank: int, size: int, port: int, outdir: str) -> None:
+def vanishing_peer(rank: int, size: int) -> dict[str, Any]:
+    """Rank 1 leaves after one good step; rank 0 must fail, not wait without end."""
+    keys = establish()
+    ddp, opt = make_ddp(EncryptedAllReduce(keys))
+    train_step(ddp, opt, 0)
+    if rank == 1:
+        return {"left": True}
+    before = params(ddp)
+    try:
+        train_step(ddp, opt, 1)
+    except Exception as exc:  # gloo reports the lost peer or the timeout
+        return {"error": type(exc).__name__, "unchanged": max_diff(before, params(ddp)) == 0.0}
+    return {"error": None}
+
+
+Scenario = Callable[[int, int], dict[str, Any]]
+
+
+def worker(rank: int, size: int, port: int, outdir: str, run: Scenario, timeout: float) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
     result: dict[str, Any]
     try:
-        dist.init_process_group("gloo", rank=rank, world_size=size, timeout=GROUP_TIMEOUT)
-        result = scenario(rank, size)
+        dist.init_process_group(
+            "gloo", rank=rank, world_size=size, timeout=dt.timedelta(seconds=timeout)
+        )
+        result = run(rank, size)
+        if rank == 1 and result.get("left"):
+            Path(outdir, f"rank{rank}.json").write_text(json.dumps(result))
+            os._exit(0)  # vanish without a goodbye to the group
         dist.destroy_process_group()
     except BaseException:
         result = {"crash": traceback.format_exc()}
@@ -258,10 +281,15 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def run_group(size: int, outdir: Path) -> list[dict[str, Any]]:
+def run_group(
+    size: int, outdir: Path, run: Scenario = scenario, timeout: float = 60.0
+) -> list[dict[str, Any]]:
     ctx = mp.get_context("fork")
     port = free_port()
-    procs = [ctx.Process(target=worker, args=(r, size, port, str(outdir))) for r in range(size)]
+    procs = [
+        ctx.Process(target=worker, args=(r, size, port, str(outdir), run, timeout))
+        for r in range(size)
+    ]
     for p in procs:
         p.start()
     for p in procs:
@@ -375,3 +403,12 @@ def test_group_setup_refuses_an_untrusted_peer_on_every_rank(group3: Any) -> Non
         assert got["error"] == "PeerNotTrustedError"
         assert got["ranks"] == [size - 1]
         assert f"rank {size - 1}" in got["message"]
+
+
+def test_a_rank_fails_rather_than_waits_when_its_peer_vanishes(
+    tmp_path: Path,
+) -> None:
+    results = run_group(2, tmp_path, vanishing_peer, timeout=5.0)
+    assert results[1] == {"left": True}
+    assert results[0]["error"] is not None
+    assert results[0]["unchanged"]
