@@ -152,7 +152,15 @@ class EncryptedAllReduce:
             bucket=bucket,
             tamper=self.tamper,
         )
-        (ring_reduce if algo == "ring" else all_to_all_reduce)(flat, ex)
+        try:
+            (ring_reduce if algo == "ring" else all_to_all_reduce)(flat, ex)
+        except BaseException:
+            # The step is lost (a peer vanished, a timeout): the next call claims a fresh
+            # step from the keys, so no (key, nonce) pair is ever used twice.
+            self._position = None
+            self._failures = []
+            flat.zero_()
+            raise
         self._failures.extend(ex.failures)
         self.stats.buckets += 1
         self.stats.sealed_bytes += ex.sealed_bytes

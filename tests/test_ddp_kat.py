@@ -294,3 +294,16 @@ def test_cuda_buckets_are_refused_rather_than_copied_to_the_host() -> None:
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
     _refuses("cuda")
+
+
+def test_a_step_broken_mid_way_is_never_resumed_with_the_same_nonces() -> None:
+    import torch
+
+    from gpucc.ddp import EncryptedAllReduce
+
+    a, _ = _pair()
+    state = EncryptedAllReduce(a)
+    # no process group exists here: the exchange fails after sealing
+    with pytest.raises(ValueError):
+        state.allreduce(torch.ones(8), 0, last=False)
+    assert a.claim_step() == (0, 1)  # step 0 is burnt, not reused
