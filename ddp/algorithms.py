@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     import torch
     from torch.distributed import ProcessGroup
 
-__all__ = ["Exchange", "Tamper", "all_to_all_reduce", "ring_reduce"]
+__all__ = ["Exchange", "Tamper", "all_to_all_reduce", "exchange_verdicts", "ring_reduce"]
 
 #: Test-only fault injection on the receiving side: ``tamper(msg, frame, round)`` returns
 #: the frame to open in place of ``frame``; ``round`` maps each sender of the same round
@@ -157,6 +157,37 @@ def all_to_all_reduce(flat: torch.Tensor, ex: Exchange) -> None:
             ex.open_into(msg, slot(recv_np, peer), pieces[peer], frames)
     if padded is not flat:
         flat.copy_(padded[:n])
+
+
+def exchange_verdicts(failed: bool, ex: Exchange) -> tuple[int, ...]:
+    """Tell every peer, sealed, whether this rank rejected a message of the step.
+
+    Returns the ranks that reported a failure. A verdict that does not open is recorded in
+    ``ex.failures`` like any other message.
+    """
+    import torch
+    import torch.distributed as dist
+
+    rank, size = ex.keys.rank, ex.keys.world_size
+    frame_len = 1 + TAG_SIZE
+    send = torch.zeros(size * frame_len, dtype=torch.uint8)
+    recv = torch.empty_like(send)
+    send_np, recv_np = send.numpy(), recv.numpy()
+    flag = np.array([1 if failed else 0], dtype=np.uint8)
+    for peer in range(size):
+        if peer != rank:
+            msg = ex.msg(Phase.VERDICT, 0, rank, peer, 1)
+            ex.seal_into(msg, flag, send_np[peer * frame_len : (peer + 1) * frame_len])
+    dist.all_to_all_single(recv, send, group=ex.group)
+    bad = [rank] if failed else []
+    for peer in range(size):
+        if peer != rank:
+            got = np.zeros(1, dtype=np.uint8)
+            frame = recv_np[peer * frame_len : (peer + 1) * frame_len]
+            msg = ex.msg(Phase.VERDICT, 0, peer, rank, 1)
+            if ex.open_into(msg, frame, got, lambda: {}) and got[0] != 0:
+                bad.append(peer)
+    return tuple(sorted(bad))
 
 
 def ring_reduce(flat: torch.Tensor, ex: Exchange) -> None:

@@ -8,9 +8,11 @@ Usage, on every rank after ``init_process_group`` (give it a ``timeout``)::
 
 Failure handling: a rank that cannot open a message zeroes that piece and finishes the
 bucket, so its peers are not left waiting. After the last bucket of a step, the ranks
-exchange one flag each (a small ``all_reduce``); if any rank saw a failure, every rank
+exchange one flag each (a small ``all_to_all``); if any rank saw a failure, every rank
 raises from ``loss.backward()``: the detecting rank a :class:`GradientAuthenticationError`
 naming sender, step, bucket and phase, the others a :class:`PeerAuthenticationError`.
+The flags are sealed per receiver like gradients (phase ``verdict``), so a flag that is
+suppressed or forged on the wire fails authentication too.
 ``optimizer.step()`` is never reached, so no unverified gradient is applied. A peer that
 stops answering makes the collectives fail after the process group's timeout.
 
@@ -29,7 +31,7 @@ from torch._C._distributed_c10d import GradBucket
 
 from gpucc.gpuattest.errors import UsageError
 
-from .algorithms import Exchange, Tamper, all_to_all_reduce, ring_reduce
+from .algorithms import Exchange, Tamper, all_to_all_reduce, exchange_verdicts, ring_reduce
 from .errors import GradientAuthenticationError, PeerAuthenticationError
 from .keys import GroupKeys
 
@@ -168,13 +170,18 @@ class EncryptedAllReduce:
         if last:
             self._position = None
             failures, self._failures = self._failures, []
-            import torch.distributed as dist
-
-            flags = torch.zeros(size, dtype=torch.int32)
-            flags[self.keys.rank] = 1 if failures else 0
-            dist.all_reduce(flags, group=self.process_group)
+            self.keys.charge(invocations=1, nbytes=1)
+            verdict = Exchange(
+                keys=self.keys,
+                group=self.process_group,
+                epoch=epoch,
+                step=step,
+                bucket=0,
+                tamper=self.tamper,
+            )
+            bad = exchange_verdicts(bool(failures), verdict)
+            failures.extend(verdict.failures)
             self.stats.hook_seconds += time.perf_counter() - t0
-            bad = tuple(int(r) for r in torch.nonzero(flags).flatten().tolist())
             if failures:
                 raise failures[0]
             if bad:

@@ -63,6 +63,7 @@ class Phase(enum.IntEnum):
     A2A_GATHER = 2
     RING_SCATTER = 3
     RING_GATHER = 4
+    VERDICT = 5
 
     @property
     def label(self) -> str:

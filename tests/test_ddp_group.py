@@ -149,8 +149,11 @@ def tamperer(kind: str, victim: int, sender: int = 1) -> TamperFn:
         if msg.step not in steps:
             steps.append(msg.step)
         seen[(msg.step, msg.bucket, msg.phase, msg.hop, msg.sender)] = frame
-        if dist.get_rank() != victim or len(steps) != 2 or msg.sender != sender:
+        target = STEPS if kind == "verdict" else 2  # a verdict: the last step
+        if dist.get_rank() != victim or len(steps) != target or msg.sender != sender:
             return frame
+        if kind == "verdict" and msg.phase == Phase.VERDICT:
+            return bytes([frame[0] ^ 1]) + frame[1:]
         first = msg.bucket == 0 and msg.hop == 0
         scatter = msg.phase in (Phase.A2A_SCATTER, Phase.RING_SCATTER)
         if kind == "flip" and first and scatter:
@@ -223,6 +226,7 @@ def scenario(rank: int, size: int) -> dict[str, Any]:
         cases.append("wrong-sender")
     for kind in cases:
         out[f"a2a/{kind}"] = run_attack(keys, "a2a", tamperer(kind, victim=0))
+    out["a2a/verdict"] = run_attack(keys, "a2a", tamperer("verdict", victim=0))
     for kind in ("flip", "replay", "drop"):
         # in the ring, rank 0 receives from the last rank only
         out[f"ring/{kind}"] = run_attack(keys, "ring", tamperer(kind, 0, sender=size - 1))
@@ -384,6 +388,16 @@ def check_detected(size: int, results: list[Any], case: str, bucket: int, phase:
         got = other[case]
         assert got["error"] == "PeerAuthenticationError", got
         assert got["ranks"] == [0] and got["at"] == 1 and got["unchanged"]
+
+
+def test_a_tampered_verdict_stops_its_receiver(group: Any) -> None:
+    size, results = group
+    victim = results[0]["a2a/verdict"]
+    assert victim["error"] == "GradientAuthenticationError", victim
+    assert (victim["sender"], victim["phase"], victim["at"]) == (1, "verdict", STEPS - 1)
+    assert victim["unchanged"]
+    for other in results[1:]:
+        assert other["a2a/verdict"] == {"error": None}  # their messages were all authentic
 
 
 def test_a_sender_with_another_key_is_rejected(group: Any) -> None:
