@@ -11,7 +11,8 @@ Two datasets over a sealed dataset or a shard set (:mod:`staging.shards`):
   DLPack, without a copy). The buffer is zeroed when the iteration ends, fails or is closed.
 
 Work split under ``torchrun`` (see :func:`assign_chunks`): every epoch, the chunk indices are
-permuted with the seed ``seed + epoch`` (the same on every rank), rank ``r`` of ``W`` takes
+permuted by ``torch.randperm`` under a generator seeded from ``(seed, epoch)`` (the same on
+every rank, and distinct for distinct pairs, see :func:`order_seed`), rank ``r`` of ``W`` takes
 positions ``r, r+W, r+2W, ...`` of the permutation and DataLoader worker ``w`` of ``K``
 takes every ``K``-th of those. Every chunk is read exactly once per epoch by exactly one
 (rank, worker); when ``W`` does not divide the chunk count, ranks below ``count % W`` read
@@ -27,8 +28,10 @@ step, is yielded, and the stream's buffer is zeroed.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import socket
+import struct
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Literal
@@ -56,6 +59,7 @@ __all__ = [
     "Source",
     "assign_chunks",
     "host_shared_key",
+    "order_seed",
     "rank_and_world",
 ]
 
@@ -90,6 +94,16 @@ def rank_and_world(rank: int | None = None, world_size: int | None = None) -> tu
     return rank, world_size
 
 
+def order_seed(seed: int, epoch: int) -> int:
+    """The generator seed of an epoch's chunk order: the first 63 bits (big-endian) of
+    SHA-256(``"gpucc/chunk-order/v1" || int64_le(seed) || int64_le(epoch)``).
+
+    Unlike ``seed + epoch``, seed 0 epoch 1 and seed 1 epoch 0 get different orders.
+    """
+    digest = hashlib.sha256(b"gpucc/chunk-order/v1" + struct.pack("<qq", seed, epoch)).digest()
+    return int.from_bytes(digest[:8], "big") >> 1
+
+
 def assign_chunks(
     count: int,
     *,
@@ -110,7 +124,7 @@ def assign_chunks(
         raise UsageError(f"rank {rank}/{world_size}, worker {worker}/{num_workers} out of range")
     if shuffle:
         generator = torch.Generator()
-        generator.manual_seed(seed + epoch)
+        generator.manual_seed(order_seed(seed, epoch))
         order: list[int] = torch.randperm(count, generator=generator).tolist()
     else:
         order = list(range(count))
