@@ -34,6 +34,7 @@ import socket
 import struct
 import weakref
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Literal
 
 import numpy as np
@@ -235,6 +236,29 @@ class _CpuReader:
         self._ciphers = [ChunkCipher(shards.dataset_key, p.header) for p in shards.parts]
         self._scratch = [bytearray(shards.chunk_size + TAG_SIZE) for _ in range(threads)]
 
+    def decrypt_one(self, chunk: int, out: memoryview, scratch: bytearray) -> int:
+        """Verify global chunk ``chunk`` into ``out``, reading through ``scratch``.
+
+        Returns its plaintext length.
+
+        Raises:
+            ChunkAuthenticationError: with the global index; ``out`` is zeroed.
+        """
+        part, local = self.shards.locate(chunk)
+        dataset = self.shards.parts[part]
+        header = dataset.header
+        length = header.chunk_length(local)
+        sealed = memoryview(scratch)[: length + TAG_SIZE]
+        try:
+            read_exact(self._fds[part], sealed, header.chunk_offset(local))
+        except OSError as exc:
+            raise io_error("read", dataset.path, exc) from None
+        try:
+            self._ciphers[part].decrypt_into(local, sealed, out[:length])
+        except ChunkAuthenticationError:
+            raise ChunkAuthenticationError(chunk, f"{dataset.path}, chunk {local}") from None
+        return length
+
     def decrypt(self, chunks: Sequence[int], out: np.ndarray[Any, np.dtype[np.uint8]]) -> None:
         """Verify ``chunks`` into ``out`` back to back, each at ``j * chunk_size``.
 
@@ -246,20 +270,7 @@ class _CpuReader:
         view = out.data.cast("B")
 
         def work(j: int, slot: int) -> None:
-            chunk = chunks[j]
-            part, local = self.shards.locate(chunk)
-            header = self.shards.parts[part].header
-            length = header.chunk_length(local)
-            sealed = memoryview(self._scratch[slot])[: length + TAG_SIZE]
-            try:
-                read_exact(self._fds[part], sealed, header.chunk_offset(local))
-            except OSError as exc:
-                raise io_error("read", self.shards.parts[part].path, exc) from None
-            try:
-                self._ciphers[part].decrypt_into(local, sealed, view[j * size : j * size + length])
-            except ChunkAuthenticationError:
-                path = self.shards.parts[part].path
-                raise ChunkAuthenticationError(chunk, f"{path}, chunk {local}") from None
+            self.decrypt_one(chunks[j], view[j * size : (j + 1) * size], self._scratch[slot])
 
         try:
             run_chunks(len(chunks), work, threads=min(self.threads, max(1, len(chunks))))
@@ -495,8 +506,10 @@ class SealedChunkStream(IterableDataset[torch.Tensor]):
             shape ``(records, *shape)``; ``record_size`` must divide the chunk size and the
             plaintext length. Without them each chunk is one 1-D tensor of ``dtype``.
         copy: yield tensors of their own instead of views.
-        threads: threads decrypting on the CPU; also the chunks decrypted per step.
-        chunks_per_step: chunks verified per step (default ``threads``).
+        threads: threads verifying chunks on the CPU (default: up to 2).
+        prefetch: chunks in the ring on the CPU (default ``threads + 1``): verified ahead
+            of the consumer; memory is ``prefetch`` chunks of plaintext and as much of
+            ciphertext scratch, kept (zeroed) from one pass to the next.
         rank, world_size: override what :func:`rank_and_world` finds (fixed at
             construction, in the main process).
 
@@ -527,7 +540,7 @@ class SealedChunkStream(IterableDataset[torch.Tensor]):
         shape: Sequence[int] | None = None,
         copy: bool = False,
         threads: int | None = None,
-        chunks_per_step: int | None = None,
+        prefetch: int | None = None,
         rank: int | None = None,
         world_size: int | None = None,
     ) -> None:
@@ -553,19 +566,36 @@ class SealedChunkStream(IterableDataset[torch.Tensor]):
         self.seed = seed
         self.pad = pad
         self.threads = threads or min(2, default_threads())
-        self.chunks_per_step = chunks_per_step or self.threads
+        self.prefetch = prefetch or self.threads + 1
         self.rank, self.world_size = rank_and_world(rank, world_size)
         self.epoch = 0
         self._live: weakref.WeakSet[_StreamIterator] = weakref.WeakSet()
+        self._spare: tuple[torch.Tensor, list[bytearray]] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_live"] = None
+        state["_spare"] = None
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._live = weakref.WeakSet()
+
+    def _take_ring(self, nbytes: int, slots: int) -> tuple[torch.Tensor, list[bytearray]]:
+        """A zeroed ring and its ciphertext scratch: the one the last pass left, else new.
+
+        Reusing them spares every epoch the page faults of fresh memory.
+        """
+        spare, self._spare = self._spare, None
+        if spare is not None and spare[0].numel() == nbytes and len(spare[1]) == slots:
+            return spare
+        size = self.shards.chunk_size + TAG_SIZE
+        return torch.zeros(nbytes, dtype=torch.uint8), [bytearray(size) for _ in range(slots)]
+
+    def _give_ring(self, ring: torch.Tensor, scratch: list[bytearray]) -> None:
+        """Keep a ring (already zeroed) for the next pass."""
+        self._spare = (ring, scratch)
 
     def set_epoch(self, epoch: int) -> None:
         """Use the permutation of ``epoch`` from the next iteration on (call it every epoch)."""
@@ -607,82 +637,106 @@ class SealedChunkStream(IterableDataset[torch.Tensor]):
 
 
 class _StreamIterator(Iterator[torch.Tensor]):
-    """One pass over a share of chunks; owns (and zeroes) the buffer its tensors view."""
+    """One pass over a share of chunks; owns (and zeroes) the ring its tensors view.
+
+    CPU: a pool of ``threads`` workers verifies chunks ahead into a ring of ``prefetch``
+    slots. Item ``n`` lives in slot ``n % prefetch``; the slot is handed to item
+    ``n + prefetch`` only when item ``n + 1`` is requested, so a yielded view stays intact
+    until then. GPU: one slot, each chunk verified on the device when it is requested.
+    """
 
     def __init__(self, stream: SealedChunkStream, chunks: list[int], *, force_copy: bool) -> None:
         self._stream = stream
         self._chunks = chunks
         self._copy = stream.copy or force_copy
-        self._step = max(1, min(stream.chunks_per_step, len(chunks)))
-        self._next_group = 0
-        self._ready: list[torch.Tensor] = []
+        gpu = stream.device == "cuda"
+        self._depth = 1 if gpu else max(1, min(stream.prefetch, len(chunks)))
+        self._pos = 0
         self._closed = False
         self._reader: _CpuReader | _GpuReader | None = None
-        self._host: np.ndarray[Any, np.dtype[np.uint8]] | None = None
+        self._pool: ThreadPoolExecutor | None = None
+        self._futures: dict[int, Future[int]] = {}
+        self._scratch: list[bytearray] = []
+        self._host: memoryview | None = None
         self._device_buf: Any = None
         self._tensor: torch.Tensor | None = None
 
     def _open(self) -> None:
         stream = self._stream
-        nbytes = self._step * stream.shards.chunk_size
+        size = stream.shards.chunk_size
+        nbytes = self._depth * size
         if stream.device == "cuda":
             reader = _GpuReader(stream.shards, stream.device_index)
             self._reader = reader
             with reader.cupy.cuda.Device(stream.device_index):
                 self._device_buf = reader.cupy.zeros(nbytes, dtype=reader.cupy.uint8)
             self._tensor = torch.utils.dlpack.from_dlpack(self._device_buf)
-        else:
-            self._reader = _CpuReader(stream.shards, stream.threads)
-            self._tensor = torch.zeros(nbytes, dtype=torch.uint8)
-            self._host = self._tensor.numpy()
+            return
+        self._reader = _CpuReader(stream.shards, 1)
+        self._tensor, self._scratch = stream._take_ring(nbytes, self._depth)
+        self._host = self._tensor.numpy().data.cast("B")
+        self._pool = ThreadPoolExecutor(stream.threads, thread_name_prefix="gpucc-stream")
+        for n in range(min(self._depth, len(self._chunks))):
+            self._submit(n)
+
+    def _submit(self, n: int) -> None:
+        if n >= len(self._chunks) or self._pool is None or self._host is None:
+            return
+        reader = self._reader
+        assert isinstance(reader, _CpuReader)
+        slot = n % self._depth
+        size = self._stream.shards.chunk_size
+        out = self._host[slot * size : (slot + 1) * size]
+        self._futures[n] = self._pool.submit(
+            reader.decrypt_one, self._chunks[n], out, self._scratch[slot]
+        )
+
+    def _verified(self, n: int) -> int:
+        """Slot of item ``n`` once its chunk verified (raises what verifying raised)."""
+        if isinstance(self._reader, _GpuReader):
+            self._reader.decrypt([self._chunks[n]], self._device_buf)
+            return 0
+        if n > 0:
+            self._submit(n - 1 + self._depth)  # item n-1's slot is free from now on
+        self._futures.pop(n).result()
+        return n % self._depth
 
     def __next__(self) -> torch.Tensor:
-        if not self._ready:
-            if self._closed:
-                raise StopIteration
-            try:
-                self._fill()
-            except BaseException:
-                self.close()
-                raise
-            if not self._ready:
-                self.close()
-                raise StopIteration
-        return self._ready.pop()
-
-    def _fill(self) -> None:
-        start = self._next_group
-        group = self._chunks[start : start + self._step]
-        if not group:
-            return
-        if self._reader is None:
-            self._open()
+        n = self._pos
+        if self._closed or n >= len(self._chunks):
+            self.close()
+            raise StopIteration
+        try:
+            if self._reader is None:
+                self._open()
+            slot = self._verified(n)
+        except BaseException:
+            self.close()
+            raise
+        self._pos = n + 1
         stream = self._stream
         size = stream.shards.chunk_size
-        if isinstance(self._reader, _GpuReader):
-            self._reader.decrypt(group, self._device_buf)
-        elif self._reader is not None and self._host is not None:
-            self._reader.decrypt(group, self._host[: len(group) * size])
-        self._next_group = start + len(group)
         assert self._tensor is not None
-        items = []
-        for j, chunk in enumerate(group):
-            flat = self._tensor[j * size : j * size + stream.shards.chunk_length(chunk)]
-            item = _as_items(flat, stream.dtype, stream.shape, stream.record_size)
-            items.append(item.clone() if self._copy else item)
-        items.reverse()
-        self._ready = items
+        flat = self._tensor[slot * size : slot * size + stream.shards.chunk_length(self._chunks[n])]
+        item = _as_items(flat, stream.dtype, stream.shape, stream.record_size)
+        return item.clone() if self._copy else item
 
     def close(self) -> None:
-        """Zero the buffer (every view yielded so far reads zeros) and close the files."""
+        """Zero the ring (every view yielded so far reads zeros) and close the files."""
         self._closed = True
-        self._ready = []
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)  # no worker writes after this
+        self._futures = {}
         if self._tensor is not None:
             self._tensor.zero_()
-            if self._device_buf is not None and self._reader is not None:
-                reader = self._reader
-                if isinstance(reader, _GpuReader):
-                    reader.cupy.cuda.Device(reader.device).synchronize()
+            reader = self._reader
+            if isinstance(reader, _GpuReader):
+                reader.cupy.cuda.Device(reader.device).synchronize()
+            else:
+                self._host = None
+                self._stream._give_ring(self._tensor, self._scratch)
+            self._tensor = None
         if self._reader is not None:
             self._reader.close()
             self._reader = None

@@ -193,14 +193,15 @@ def test_copies_survive_the_iteration(sealed: Path) -> None:
 
 def test_tampered_chunk_is_never_yielded(tmp_path: Path, sealed: Path) -> None:
     _tamper(sealed, 7)
-    stream = SealedChunkStream(sealed, key=KEY, shuffle=False, threads=2)
+    stream = SealedChunkStream(sealed, key=KEY, shuffle=False, threads=2, prefetch=4)
     yielded: list[torch.Tensor] = []
     with pytest.raises(ChunkAuthenticationError) as info:
         for t in stream:
+            assert bytes(t.numpy()) == _chunk(len(yielded))
             yielded.append(t)
     assert info.value.chunk_index == 7
-    # chunks are verified two per step: 0..5 were yielded, 6 and 7 (its step) were not
-    assert len(yielded) == 6
+    # chunks 8.. were verified ahead, but nothing after the failure is yielded
+    assert len(yielded) == 7
     assert all(int(t.count_nonzero()) == 0 for t in yielded)  # and all are scrubbed
 
 
