@@ -32,9 +32,9 @@ import hashlib
 import os
 import socket
 import struct
+import threading
 import weakref
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Literal
 
 import numpy as np
@@ -639,10 +639,10 @@ class SealedChunkStream(IterableDataset[torch.Tensor]):
 class _StreamIterator(Iterator[torch.Tensor]):
     """One pass over a share of chunks; owns (and zeroes) the ring its tensors view.
 
-    CPU: a pool of ``threads`` workers verifies chunks ahead into a ring of ``prefetch``
-    slots. Item ``n`` lives in slot ``n % prefetch``; the slot is handed to item
-    ``n + prefetch`` only when item ``n + 1`` is requested, so a yielded view stays intact
-    until then. GPU: one slot, each chunk verified on the device when it is requested.
+    CPU: ``threads`` workers claim items in order and verify them ahead into a ring of
+    ``prefetch`` slots. Item ``n`` lives in slot ``n % prefetch``; the slot is handed to
+    item ``n + prefetch`` only when item ``n + 1`` is requested, so a yielded view stays
+    intact until then. GPU: one slot, each chunk verified on the device when it is requested.
     """
 
     def __init__(self, stream: SealedChunkStream, chunks: list[int], *, force_copy: bool) -> None:
@@ -654,8 +654,12 @@ class _StreamIterator(Iterator[torch.Tensor]):
         self._pos = 0
         self._closed = False
         self._reader: _CpuReader | _GpuReader | None = None
-        self._pool: ThreadPoolExecutor | None = None
-        self._futures: dict[int, Future[int]] = {}
+        self._cond = threading.Condition()
+        self._workers: list[threading.Thread] = []
+        self._claim = 0
+        self._released = 0
+        self._done: dict[int, BaseException | None] = {}
+        self._stop = False
         self._scratch: list[bytearray] = []
         self._host: memoryview | None = None
         self._device_buf: Any = None
@@ -675,30 +679,67 @@ class _StreamIterator(Iterator[torch.Tensor]):
         self._reader = _CpuReader(stream.shards, 1)
         self._tensor, self._scratch = stream._take_ring(nbytes, self._depth)
         self._host = self._tensor.numpy().data.cast("B")
-        self._pool = ThreadPoolExecutor(stream.threads, thread_name_prefix="gpucc-stream")
-        for n in range(min(self._depth, len(self._chunks))):
-            self._submit(n)
+        self._workers = [
+            threading.Thread(target=self._work, name=f"gpucc-stream-{i}", daemon=True)
+            for i in range(min(stream.threads, self._depth))
+        ]
+        for worker in self._workers:
+            worker.start()
 
-    def _submit(self, n: int) -> None:
-        if n >= len(self._chunks) or self._pool is None or self._host is None:
-            return
+    def _work(self) -> None:
+        """A worker: claim the next item whose slot is free, verify it into its slot."""
+        cond = self._cond
         reader = self._reader
-        assert isinstance(reader, _CpuReader)
-        slot = n % self._depth
+        host = self._host
+        if not isinstance(reader, _CpuReader) or host is None:
+            return
         size = self._stream.shards.chunk_size
-        out = self._host[slot * size : (slot + 1) * size]
-        self._futures[n] = self._pool.submit(
-            reader.decrypt_one, self._chunks[n], out, self._scratch[slot]
-        )
+        total = len(self._chunks)
+        while True:
+            with cond:
+                while (
+                    not self._stop
+                    and self._claim < total
+                    and self._claim >= self._released + self._depth
+                ):
+                    cond.wait()
+                if self._stop or self._claim >= total:
+                    return
+                n = self._claim
+                self._claim += 1
+            slot = n % self._depth
+            error: BaseException | None = None
+            try:
+                reader.decrypt_one(
+                    self._chunks[n], host[slot * size : (slot + 1) * size], self._scratch[slot]
+                )
+            except BaseException as exc:
+                error = exc
+            with cond:
+                self._done[n] = error
+                if error is not None:
+                    self._stop = True
+                cond.notify_all()
 
-    def _verified(self, n: int) -> int:
-        """Slot of item ``n`` once its chunk verified (raises what verifying raised)."""
+    def _verified(self, n: int) -> int | None:
+        """Slot of item ``n`` once its chunk verified (raises what verifying raised).
+
+        ``None`` when the iteration was closed meanwhile (from another thread).
+        """
         if isinstance(self._reader, _GpuReader):
             self._reader.decrypt([self._chunks[n]], self._device_buf)
             return 0
-        if n > 0:
-            self._submit(n - 1 + self._depth)  # item n-1's slot is free from now on
-        self._futures.pop(n).result()
+        cond = self._cond
+        with cond:
+            self._released = n  # items before n are given up: their slots may be refilled
+            cond.notify_all()
+            while n not in self._done:
+                if self._stop and n >= self._claim:
+                    return None
+                cond.wait()
+            error = self._done.pop(n)
+        if error is not None:
+            raise error
         return n % self._depth
 
     def __next__(self) -> torch.Tensor:
@@ -713,6 +754,9 @@ class _StreamIterator(Iterator[torch.Tensor]):
         except BaseException:
             self.close()
             raise
+        if slot is None:
+            self.close()
+            raise StopIteration
         self._pos = n + 1
         stream = self._stream
         size = stream.shards.chunk_size
@@ -724,10 +768,14 @@ class _StreamIterator(Iterator[torch.Tensor]):
     def close(self) -> None:
         """Zero the ring (every view yielded so far reads zeros) and close the files."""
         self._closed = True
-        pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)  # no worker writes after this
-        self._futures = {}
+        with self._cond:
+            self._stop = True
+            self._cond.notify_all()
+        workers, self._workers = self._workers, []
+        for worker in workers:
+            if worker is not threading.current_thread():
+                worker.join()  # no worker writes after this
+        self._done = {}
         if self._tensor is not None:
             self._tensor.zero_()
             reader = self._reader
