@@ -7,7 +7,7 @@ Two datasets over a sealed dataset or a shard set (:mod:`staging.shards`):
   decrypted and verified from its covering chunk(s) and returned as a tensor the caller
   owns (a copy).
 * :class:`SealedChunkStream` (iterable): streams this process's share of the chunks, a
-  verified chunk per step, as a view into a buffer the stream owns (on the GPU through
+  verified chunk per item, as a view into a buffer the stream owns (on the GPU through
   DLPack, without a copy). The buffer is zeroed when the iteration ends, fails or is closed.
 
 Work split under ``torchrun`` (see :func:`assign_chunks`): every epoch, the chunk indices are
@@ -22,8 +22,9 @@ twice.
 
 Fail closed: a chunk whose tag does not verify raises
 :class:`~staging.errors.ChunkAuthenticationError` (with its global chunk index) on the
-process that reads it; nothing of it, nor of the chunks decrypted beside it in the same
-step, is yielded, and the stream's buffer is zeroed.
+process that reads it; nothing of it, nor of the chunks verified ahead of it, is yielded,
+and the stream's buffer is zeroed. The chunks before it in this process's order were
+yielded (each verified on its own, as the format allows).
 """
 
 from __future__ import annotations
@@ -513,7 +514,7 @@ class SealedChunkStream(IterableDataset[torch.Tensor]):
         rank, world_size: override what :func:`rank_and_world` finds (fixed at
             construction, in the main process).
 
-    A yielded view is valid until the next item is requested: the next step may overwrite
+    A yielded view is valid until the next item is requested: the next request may overwrite
     it, and the buffer is zeroed when the iteration ends, raises, or is closed (the
     iterator's ``close()``, leaving its ``with`` block, or :meth:`close` on the stream).
     Copy what you keep, or pass ``copy=True`` (the default DataLoader collation with

@@ -169,3 +169,35 @@ def test_shard_count_out_of_range(tmp_path: Path, source: tuple[Path, bytes]) ->
         with pytest.raises(UsageError):
             seal_shards(src, tmp_path, n, dataset_key=KEY, chunk_size=CHUNK)
     assert list(tmp_path.iterdir()) == [src]
+
+
+def _hkdf_sha384(ikm: bytes, salt: bytes, info: bytes, length: int) -> bytes:
+    import hmac
+
+    prk = hmac.new(salt, ikm, "sha384").digest()
+    okm, block, counter = b"", b"", 1
+    while len(okm) < length:
+        block = hmac.new(prk, block + info + bytes([counter]), "sha384").digest()
+        okm += block
+        counter += 1
+    return okm[:length]
+
+
+def test_shard_header_vectors() -> None:
+    """The vectors of docs/TORCH.md: shard 1 of 3, set id a0..a7, 10000 bytes, 4 KiB chunks."""
+    from gpucc.staging.format import Header, compute_header_tag
+
+    ident = shard_dataset_id(bytes(range(0xA0, 0xA8)), 1, 3)
+    assert ident.hex() == "a0a1a2a3a4a5a6a74753484401000300"
+    header = Header(chunk_size=4096, dataset_id=ident, plaintext_length=10000)
+    assert header.to_bytes().hex() == (
+        "47505543435344000100010000100000a0a1a2a3a4a5a6a747534844010003000300000000000000"
+        "102700000000000000000000000000000000000000000000"
+    )
+    assert hashlib.sha256(header.to_bytes()).hexdigest() == (
+        "5c9a2bc79c26c58ca21f2f56a02db33d65a71891e60611695312e332d9181a43"
+    )
+    ck = _hkdf_sha384(bytes(range(32)), ident, b"gpucc/sealed-dataset/v1/chunk-key", 32)
+    assert ck == derive_chunk_key(bytes(range(32)), ident)
+    assert ck.hex() == "857d726527bca5d7416329e0277017ed459a0418630e1bd0d09edcf856127aee"
+    assert compute_header_tag(ck, header).hex() == "75c19f7336e156deb0686903c0f8bc36"
