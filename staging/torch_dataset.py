@@ -637,13 +637,101 @@ class SealedChunkStream(IterableDataset[torch.Tensor]):
             iterator.close()
 
 
+class _Ring:
+    """The CPU ring of one pass: workers claim items in order and verify them into slots.
+
+    Item ``n`` lives in slot ``n % depth`` and may be claimed once the consumer has released
+    every item up to ``n - depth``. The workers hold this object, not the iterator, so an
+    abandoned iterator is collected (and closes the ring) while they wait.
+    """
+
+    def __init__(
+        self,
+        reader: _CpuReader,
+        chunks: list[int],
+        host: memoryview,
+        scratch: list[bytearray],
+        depth: int,
+        threads: int,
+    ) -> None:
+        self.reader = reader
+        self.chunks = chunks
+        self.host = host
+        self.scratch = scratch
+        self.depth = depth
+        self.cond = threading.Condition()
+        self.claim = 0
+        self.released = 0
+        self.done: dict[int, BaseException | None] = {}
+        self.stop = False
+        self.workers = [
+            threading.Thread(target=self.work, name=f"gpucc-stream-{i}", daemon=True)
+            for i in range(max(1, min(threads, depth)))
+        ]
+        for worker in self.workers:
+            worker.start()
+
+    def work(self) -> None:
+        """A worker: claim the next item whose slot is free, verify it into its slot."""
+        cond = self.cond
+        size = self.reader.shards.chunk_size
+        total = len(self.chunks)
+        while True:
+            with cond:
+                while not self.stop and total > self.claim >= self.released + self.depth:
+                    cond.wait()
+                if self.stop or self.claim >= total:
+                    return
+                n = self.claim
+                self.claim += 1
+            slot = n % self.depth
+            error: BaseException | None = None
+            try:
+                out = self.host[slot * size : (slot + 1) * size]
+                self.reader.decrypt_one(self.chunks[n], out, self.scratch[slot])
+            except BaseException as exc:
+                error = exc
+            with cond:
+                self.done[n] = error
+                if error is not None:
+                    self.stop = True  # claim nothing more
+                cond.notify_all()
+
+    def wait(self, n: int) -> int | None:
+        """Release items before ``n``; the slot of item ``n`` once it verified.
+
+        Raises what verifying it raised; ``None`` when the ring was stopped first.
+        """
+        cond = self.cond
+        with cond:
+            self.released = n
+            cond.notify_all()
+            while n not in self.done:
+                if self.stop and n >= self.claim:
+                    return None
+                cond.wait()
+            error = self.done.pop(n)
+        if error is not None:
+            raise error
+        return n % self.depth
+
+    def stop_workers(self) -> None:
+        """Stop claiming and wait for the workers: nothing writes to the ring after this."""
+        with self.cond:
+            self.stop = True
+            self.cond.notify_all()
+        for worker in self.workers:
+            if worker is not threading.current_thread():
+                worker.join()
+        self.reader.close()
+
+
 class _StreamIterator(Iterator[torch.Tensor]):
     """One pass over a share of chunks; owns (and zeroes) the ring its tensors view.
 
-    CPU: ``threads`` workers claim items in order and verify them ahead into a ring of
-    ``prefetch`` slots. Item ``n`` lives in slot ``n % prefetch``; the slot is handed to
-    item ``n + prefetch`` only when item ``n + 1`` is requested, so a yielded view stays
-    intact until then. GPU: one slot, each chunk verified on the device when it is requested.
+    CPU: a :class:`_Ring` of ``prefetch`` slots filled ahead by ``threads`` workers; a slot
+    is refilled only once the next item is requested, so a yielded view stays intact until
+    then. GPU: one slot, each chunk verified on the device when it is requested.
     """
 
     def __init__(self, stream: SealedChunkStream, chunks: list[int], *, force_copy: bool) -> None:
@@ -654,94 +742,39 @@ class _StreamIterator(Iterator[torch.Tensor]):
         self._depth = 1 if gpu else max(1, min(stream.prefetch, len(chunks)))
         self._pos = 0
         self._closed = False
-        self._reader: _CpuReader | _GpuReader | None = None
-        self._cond = threading.Condition()
-        self._workers: list[threading.Thread] = []
-        self._claim = 0
-        self._released = 0
-        self._done: dict[int, BaseException | None] = {}
-        self._stop = False
+        self._opened = False
+        self._ring: _Ring | None = None
+        self._gpu: _GpuReader | None = None
         self._scratch: list[bytearray] = []
-        self._host: memoryview | None = None
         self._device_buf: Any = None
         self._tensor: torch.Tensor | None = None
 
     def _open(self) -> None:
+        self._opened = True
         stream = self._stream
-        size = stream.shards.chunk_size
-        nbytes = self._depth * size
+        nbytes = self._depth * stream.shards.chunk_size
         if stream.device == "cuda":
-            reader = _GpuReader(stream.shards, stream.device_index)
-            self._reader = reader
+            self._gpu = reader = _GpuReader(stream.shards, stream.device_index)
             with reader.cupy.cuda.Device(stream.device_index):
                 self._device_buf = reader.cupy.zeros(nbytes, dtype=reader.cupy.uint8)
             self._tensor = torch.utils.dlpack.from_dlpack(self._device_buf)
             return
-        self._reader = _CpuReader(stream.shards, 1)
-        self._tensor, self._scratch = stream._take_ring(nbytes, self._depth)
-        self._host = self._tensor.numpy().data.cast("B")
-        self._workers = [
-            threading.Thread(target=self._work, name=f"gpucc-stream-{i}", daemon=True)
-            for i in range(min(stream.threads, self._depth))
-        ]
-        for worker in self._workers:
-            worker.start()
-
-    def _work(self) -> None:
-        """A worker: claim the next item whose slot is free, verify it into its slot."""
-        cond = self._cond
-        reader = self._reader
-        host = self._host
-        if not isinstance(reader, _CpuReader) or host is None:
-            return
-        size = self._stream.shards.chunk_size
-        total = len(self._chunks)
-        while True:
-            with cond:
-                while (
-                    not self._stop
-                    and self._claim < total
-                    and self._claim >= self._released + self._depth
-                ):
-                    cond.wait()
-                if self._stop or self._claim >= total:
-                    return
-                n = self._claim
-                self._claim += 1
-            slot = n % self._depth
-            error: BaseException | None = None
-            try:
-                reader.decrypt_one(
-                    self._chunks[n], host[slot * size : (slot + 1) * size], self._scratch[slot]
-                )
-            except BaseException as exc:
-                error = exc
-            with cond:
-                self._done[n] = error
-                if error is not None:
-                    self._stop = True
-                cond.notify_all()
+        cpu = _CpuReader(stream.shards, 1)
+        try:
+            self._tensor, self._scratch = stream._take_ring(nbytes, self._depth)
+        except BaseException:
+            cpu.close()
+            raise
+        host = self._tensor.numpy().data.cast("B")
+        self._ring = _Ring(cpu, self._chunks, host, self._scratch, self._depth, stream.threads)
 
     def _verified(self, n: int) -> int | None:
-        """Slot of item ``n`` once its chunk verified (raises what verifying raised).
-
-        ``None`` when the iteration was closed meanwhile (from another thread).
-        """
-        if isinstance(self._reader, _GpuReader):
-            self._reader.decrypt([self._chunks[n]], self._device_buf)
+        if self._gpu is not None:
+            self._gpu.decrypt([self._chunks[n]], self._device_buf)
             return 0
-        cond = self._cond
-        with cond:
-            self._released = n  # items before n are given up: their slots may be refilled
-            cond.notify_all()
-            while n not in self._done:
-                if self._stop and n >= self._claim:
-                    return None
-                cond.wait()
-            error = self._done.pop(n)
-        if error is not None:
-            raise error
-        return n % self._depth
+        if self._ring is None:  # pragma: no cover - opened before
+            return None
+        return self._ring.wait(n)
 
     def __next__(self) -> torch.Tensor:
         n = self._pos
@@ -749,7 +782,7 @@ class _StreamIterator(Iterator[torch.Tensor]):
             self.close()
             raise StopIteration
         try:
-            if self._reader is None:
+            if not self._opened:
                 self._open()
             slot = self._verified(n)
         except BaseException:
@@ -769,26 +802,19 @@ class _StreamIterator(Iterator[torch.Tensor]):
     def close(self) -> None:
         """Zero the ring (every view yielded so far reads zeros) and close the files."""
         self._closed = True
-        with self._cond:
-            self._stop = True
-            self._cond.notify_all()
-        workers, self._workers = self._workers, []
-        for worker in workers:
-            if worker is not threading.current_thread():
-                worker.join()  # no worker writes after this
-        self._done = {}
-        if self._tensor is not None:
-            self._tensor.zero_()
-            reader = self._reader
-            if isinstance(reader, _GpuReader):
-                reader.cupy.cuda.Device(reader.device).synchronize()
+        ring, self._ring = self._ring, None
+        if ring is not None:
+            ring.stop_workers()  # no worker writes after this
+        tensor, self._tensor = self._tensor, None
+        if tensor is not None:
+            tensor.zero_()
+            if self._gpu is not None:
+                self._gpu.cupy.cuda.Device(self._gpu.device).synchronize()
             else:
-                self._host = None
-                self._stream._give_ring(self._tensor, self._scratch)
-            self._tensor = None
-        if self._reader is not None:
-            self._reader.close()
-            self._reader = None
+                self._stream._give_ring(tensor, self._scratch)
+        gpu, self._gpu = self._gpu, None
+        if gpu is not None:
+            gpu.close()
 
     def __enter__(self) -> _StreamIterator:
         return self

@@ -185,6 +185,20 @@ def test_views_are_zero_when_the_consumer_raises(sealed: Path) -> None:
     assert list(it2) == []
 
 
+def test_an_abandoned_iteration_is_scrubbed_and_its_workers_end(sealed: Path) -> None:
+    import gc
+    import threading
+
+    stream = SealedChunkStream(sealed, key=KEY, shuffle=False, threads=2, prefetch=3)
+    it = iter(stream)
+    held = next(it)
+    assert bytes(held.numpy()) == _chunk(0)
+    del it  # the workers wait for free slots; they must not keep the iteration alive
+    gc.collect()
+    assert int(held.count_nonzero()) == 0
+    assert not [t for t in threading.enumerate() if t.name.startswith("gpucc-stream")]
+
+
 def test_copies_survive_the_iteration(sealed: Path) -> None:
     stream = SealedChunkStream(sealed, key=KEY, shuffle=False, copy=True)
     kept = list(stream)
