@@ -471,7 +471,11 @@ class SealedChunkDataset(Dataset[torch.Tensor]):
                 self._cache.fill(0)
             self._cache = np.zeros(need * size, dtype=np.uint8)
         self._cached = (0, 0)
-        reader.decrypt(range(first, last + 1), self._cache[: need * size])
+        try:
+            reader.decrypt(range(first, last + 1), self._cache[: need * size])
+        except BaseException:
+            self._cache.fill(0)
+            raise
         self._cached = (first, need)
         return self._cache
 
