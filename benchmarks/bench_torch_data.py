@@ -1,0 +1,185 @@
+"""Sealed data through PyTorch: a DataLoader against raw staging, and N ranks against one.
+
+Run by hand (not a test)::
+
+    .venv/bin/python benchmarks/bench_torch_data.py [--size-mib 256] [--repeat 3] [--ranks 1,2,4]
+
+On one sealed dataset (page cache, ``--chunk-mib`` chunks, records of ``--record`` bytes):
+
+* ``stage_cpu``: the raw staging path, the whole dataset into a fresh buffer (what
+  ``staging.stage`` does), and ``stage_cpu out=``: into a buffer mapped beforehand.
+* ``DataLoader(stream)``: ``SealedChunkStream`` (one rank, every chunk, verified, yielded as a
+  ``(records, record)`` tensor per chunk) through ``DataLoader(batch_size=None,
+  num_workers=0)``, one epoch per round on the same stream; the consumer touches one byte
+  per chunk.
+* ``DataLoader(map, bs=B)``: ``SealedChunkDataset`` records through ``DataLoader`` with
+  ``batch_size=B`` and a sequential sampler (per-record Python, collated copies).
+* ranks: ``N`` processes, each a ``SealedChunkStream`` with ``rank=r, world_size=N`` and one
+  decrypt thread, started together; the rate is all bytes over the slowest rank's time, and
+  scaling is that rate over N times the one-rank rate with the same settings.
+
+Each cell is the best of ``--repeat`` rounds (the cases interleave round by round), in
+GB/s of plaintext (10^9 bytes/s) and samples (records) per second.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import multiprocessing
+import os
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader
+
+from gpucc.staging.cpu import stage_cpu
+from gpucc.staging.dataset import open_sealed
+from gpucc.staging.seal import seal_file
+from gpucc.staging.torch_dataset import SealedChunkDataset, SealedChunkStream
+
+MiB = 1024 * 1024
+KEY = bytes(range(32))
+
+
+def _timed(fn: Callable[[], int]) -> tuple[float, int]:
+    started = time.perf_counter()
+    samples = fn()
+    return time.perf_counter() - started, samples
+
+
+def _stream_loader(stream: SealedChunkStream, epoch: int) -> int:
+    stream.set_epoch(epoch)
+    samples = 0
+    touched = 0
+    for batch in DataLoader(stream, batch_size=None, num_workers=0):
+        samples += int(batch.shape[0])
+        touched += int(batch[0, 0])
+    return samples
+
+
+def _map_loader(path: Path, threads: int, record: int, batch: int) -> int:
+    dataset = SealedChunkDataset(path, key=KEY, record_size=record, threads=threads)
+    samples = 0
+    for items in DataLoader(dataset, batch_size=batch, num_workers=0):
+        samples += int(items.shape[0])
+    dataset.close()
+    return samples
+
+
+def _rank(path: str, rank: int, world: int, record: int, barrier: Any, out: Any) -> None:
+    torch.set_num_threads(1)
+    stream = SealedChunkStream(
+        path, key=KEY, threads=1, record_size=record, rank=rank, world_size=world, seed=1
+    )
+    barrier.wait()
+    started = time.perf_counter()
+    samples = 0
+    for batch in stream:
+        samples += int(batch.shape[0])
+    out.put((rank, time.perf_counter() - started, samples))
+
+
+def _ranks(path: Path, world: int, record: int) -> tuple[float, int]:
+    context = multiprocessing.get_context("fork")
+    barrier = context.Barrier(world)
+    queue = context.Queue()
+    procs = [
+        context.Process(target=_rank, args=(str(path), r, world, record, barrier, queue))
+        for r in range(world)
+    ]
+    for proc in procs:
+        proc.start()
+    results = [queue.get(timeout=600) for _ in range(world)]
+    for proc in procs:
+        proc.join()
+    return max(r[1] for r in results), sum(r[2] for r in results)
+
+
+def _ranks_case(path: Path, world: int, record: int) -> Callable[[], tuple[float, int]]:
+    return lambda: _ranks(path, world, record)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--size-mib", type=int, default=256)
+    parser.add_argument("--chunk-mib", type=int, default=4)
+    parser.add_argument("--record", type=int, default=4096, help="bytes per sample")
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--batch", type=int, default=256, help="map-style batch size")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--ranks", default="1,2,4")
+    args = parser.parse_args()
+    size: int = args.size_mib * MiB
+    threads: int = args.threads
+    record: int = args.record
+    worlds = [int(n) for n in args.ranks.split(",")]
+
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "data.bin"
+        src.write_bytes(np.random.default_rng(0).integers(0, 256, size, dtype=np.uint8).data)
+        path = Path(tmp) / "data.gcc"
+        seal_file(src, path, dataset_key=KEY, chunk_size=args.chunk_mib * MiB)
+        src.unlink()
+        dataset = open_sealed(path)
+        out = np.zeros(size, dtype=np.uint8)
+        samples_total = size // record
+        # one stream for every round, as one per training run (epochs reuse its ring)
+        stream = SealedChunkStream(path, key=KEY, threads=threads, record_size=record, seed=1)
+        epochs = itertools.count()
+
+        def raw_fresh() -> int:
+            buf = stage_cpu(dataset, KEY, threads=threads)
+            buf.fill(0)
+            return samples_total
+
+        def raw_out() -> int:
+            stage_cpu(dataset, KEY, threads=threads, out=out)
+            return samples_total
+
+        cases: dict[str, Callable[[], tuple[float, int]]] = {
+            "stage_cpu": lambda: _timed(raw_fresh),
+            "stage_cpu out=": lambda: _timed(raw_out),
+            "DataLoader(stream)": lambda: _timed(lambda: _stream_loader(stream, next(epochs))),
+            f"DataLoader(map, bs={args.batch})": lambda: _timed(
+                lambda: _map_loader(path, threads, record, args.batch)
+            ),
+        }
+        for world in worlds:
+            cases[f"{world} rank(s), 1 thread each"] = _ranks_case(path, world, record)
+
+        best: dict[str, tuple[float, int]] = {}
+        for _ in range(args.repeat):
+            for name, case in cases.items():
+                seconds, samples = case()
+                if name not in best or seconds < best[name][0]:
+                    best[name] = (seconds, samples)
+
+    print(
+        f"{args.size_mib} MiB sealed, {args.chunk_mib} MiB chunks, {record}-byte samples, "
+        f"{threads} decrypt thread(s) (single-process rows), {os.cpu_count()} CPUs, "
+        f"torch {torch.__version__}, best of {args.repeat}"
+    )
+    print(f"{'path':<32} {'GB/s':>7} {'samples/s':>12} {'ratio':>24}")
+    raw = size / best["stage_cpu"][0] / 1e9
+    raw_out_rate = size / best["stage_cpu out="][0] / 1e9
+    one = size / best[f"{worlds[0]} rank(s), 1 thread each"][0] / 1e9 if worlds[0] == 1 else 0.0
+    for name, (seconds, samples) in best.items():
+        rate = size / seconds / 1e9
+        if name.startswith("DataLoader"):
+            ratio = f"{rate / raw:.2f} x stage_cpu, {rate / raw_out_rate:.2f} x out="
+        elif "rank" in name and one:
+            world = int(name.split()[0])
+            ratio = f"{rate / (world * one):.2f} x (N x one rank)"
+        else:
+            ratio = ""
+        print(f"{name:<32} {rate:7.2f} {samples / seconds:12,.0f} {ratio:>24}")
+
+
+if __name__ == "__main__":
+    main()
