@@ -175,19 +175,20 @@ fi
 
 # --- 2. carried wheels and the project ---------------------------------------------------------
 SETUP_LOG=$OUT/smoke.log
+NWHEELS=$(find "$WHEELS" -maxdepth 1 -type f -name '*.whl' 2>/dev/null | wc -l)
 if ! wanted wheels; then
   record wheels not-asked 0
-elif compgen -G "$WHEELS/*.whl" >/dev/null; then
+elif [ "$FAKE" = 1 ]; then
+  dry wheels "$NWHEELS wheels in $WHEELS, for the device's Python: not installed here"
+elif [ "$NWHEELS" -gt 0 ]; then
   if step wheels 90 400 "$SETUP_LOG" "$PY" -m pip install -q --no-index --no-deps --no-compile \
     --no-cache-dir --upgrade --target "$W/site" "$WHEELS"/*.whl; then
-    finish wheels "$(find "$WHEELS" -maxdepth 1 -name '*.whl' | wc -l) wheels from $WHEELS"
+    finish wheels "$NWHEELS wheels from $WHEELS"
   fi
   export PYTHONPATH=$W/site:$PYTHONPATH
-  if [ "$FAKE" != 1 ]; then
-    # Children that set their own PYTHONPATH (a test does) must still see the wheels.
-    PTH=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/gpucc-validate-wheels.pth
-    echo "$W/site" >"$PTH" && echo "wheels visible to every process through $PTH" >>"$SETUP_LOG"
-  fi
+  # Children that set their own PYTHONPATH (a test does) must still see the wheels.
+  PTH=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/gpucc-validate-wheels.pth
+  echo "$W/site" >"$PTH" && echo "wheels visible to every process through $PTH" >>"$SETUP_LOG"
 else
   record wheels ok 0 "none in $WHEELS"
 fi

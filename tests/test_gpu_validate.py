@@ -100,7 +100,7 @@ def test_dry_run_flow_and_summary(tmp_path: Path) -> None:
     rows = {row.split()[0]: row.split()[1] for row in table}
     assert [s for s in rows if s != "static-model"] == STEPS
     assert rows["static-model"] == "not-asked"
-    device_only = {"nvidia-smi", "project", "ncu", "bench-gpu"}
+    device_only = {"nvidia-smi", "wheels", "project", "ncu", "bench-gpu"}
     for step in STEPS:
         assert rows[step] == ("dry-run" if step in device_only else "ok"), (step, rows[step])
 
