@@ -216,8 +216,8 @@ if ! wanted static-model; then
   record static-model not-asked 0
 elif [ -n "$NVCC" ]; then
   (
-    timeout 200 "$PY" benchmarks/sass_model.py --json >"$W/model.json" 2>"$W/model.err" &&
-      timeout 200 "$PY" benchmarks/sass_model.py >"$W/model.txt" 2>>"$W/model.err"
+    timeout 150 "$PY" benchmarks/sass_model.py --json >"$W/model.json" 2>"$W/model.err" &&
+      timeout 150 "$PY" benchmarks/sass_model.py >"$W/model.txt" 2>>"$W/model.err"
   ) &
   MODEL_PID=$!
   MODEL_T0=$SECONDS
