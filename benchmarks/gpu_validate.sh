@@ -121,6 +121,7 @@ step() {
   elif [ "$rc" -ne 0 ]; then
     verdict="FAILED($rc)"
   fi
+  [ "$verdict" = ok ] || tail -n 8 "$log" >"$W/why-$name.txt"
   echo "### $name: $verdict after ${took}s" >>"$log"
   say "$name: $verdict (${took}s)"
   STEP_SECONDS=$took
@@ -132,7 +133,10 @@ step() {
 finish() { record "$1" "$STEP_VERDICT" "$STEP_SECONDS" "${2:-}"; }
 
 # downgrade NAME NOTE: a step that exited 0 but whose output shows a failure
-downgrade() { STEP_VERDICT=FAILED; finish "$1" "$2"; }
+downgrade() {
+  STEP_VERDICT=FAILED
+  finish "$1" "$2"
+}
 
 dry() { record "$1" dry-run 0 "${2:-needs the device}"; }
 
@@ -154,7 +158,10 @@ say "gpu_validate.sh: budget ${BUDGET}s, results in $OUT, scratch $W"
 # --- 1. the card, read-only, and a sampler for the whole run ---------------------------------------
 SMI=$OUT/nvidia-smi.txt
 SAMPLER=
-if [ "$FAKE" = 1 ]; then
+if ! wanted nvidia-smi; then
+  echo "not asked" >"$SMI"
+  record nvidia-smi not-asked 0
+elif [ "$FAKE" = 1 ]; then
   echo "dry run: nvidia-smi not queried" >"$SMI"
   dry nvidia-smi
 elif command -v nvidia-smi >/dev/null 2>&1; then
@@ -192,7 +199,9 @@ elif [ "$NWHEELS" -gt 0 ]; then
 else
   record wheels ok 0 "none in $WHEELS"
 fi
-if [ "$FAKE" = 1 ]; then
+if ! wanted project; then
+  record project not-asked 0
+elif [ "$FAKE" = 1 ]; then
   dry project "the dry run uses the project as installed"
 elif step project 120 380 "$SETUP_LOG" "$PY" -m pip install -q --no-index --no-deps \
   --no-build-isolation -e .; then
@@ -301,7 +310,9 @@ NCU_TXT=$OUT/ncu.txt
   fi
 } >>"$NCU_TXT"
 NCU=$(find_tool ncu) || NCU=
-if [ "$FAKE" = 1 ]; then
+if ! wanted ncu; then
+  record ncu not-asked 0
+elif [ "$FAKE" = 1 ]; then
   dry ncu
 elif [ -z "$NCU" ]; then
   record ncu MISSING 0 "ncu not found"
@@ -343,6 +354,10 @@ SAN=$OUT/sanitizer.log
 CSAN=$(find_tool compute-sanitizer) || CSAN=
 for tool in memcheck racecheck; do
   name=san-$tool
+  if ! wanted "$name"; then
+    record "$name" not-asked 0
+    continue
+  fi
   if [ "$FAKE" = 1 ]; then
     # the driver itself still runs, on the fake
     if step "$name" 60 60 "$SAN" "$PY" benchmarks/gpu_smoke.py small "$W/san-$tool"; then
@@ -364,7 +379,9 @@ done
 
 # --- 9. the benchmark behind its correctness gate ------------------------------------------------
 BL=$OUT/bench.log
-if [ "$FAKE" = 1 ]; then
+if ! wanted bench-gpu; then
+  record bench-gpu not-asked 0
+elif [ "$FAKE" = 1 ]; then
   dry bench-gpu
 elif step bench-gpu 600 5 "$BL" "$PY" benchmarks/bench_gpu.py --check --size 4GiB \
   --chunk-sizes 4MiB,64KiB,16MiB --repeat 3 --json "$W/bench.json" --tmp "$W"; then
@@ -424,6 +441,14 @@ section() {
   section "bench_gpu.py (GB/s, x line rate)"
   awk '/^GB\/s \(x line rate\)/{on=1} on' "$BL" | sed 's/^/  /'
   grep -E 'correctness tests failed|^no GPU:' "$BL" | sed 's/^/  /'
+  if compgen -G "$W/why-*.txt" >/dev/null; then
+    section "why steps failed (the last lines of their output; the whole of it in the logs)"
+    for f in "$W"/why-*.txt; do
+      n=${f##*/why-}
+      echo "-- ${n%.txt}"
+      sed 's/^/  /' "$f"
+    done
+  fi
   section "files"
   echo "  $(find "$OUT" -maxdepth 1 -type f -printf '%f ')"
   echo
