@@ -432,6 +432,8 @@ section() {
   section "pytest -m gpu"
   [ -f "$W/junit.txt" ] && sed 's/^/  /' "$W/junit.txt"
   section "ncu beside the static model"
+  grep -E '^(metric \||gpu__time_duration\.sum|launch__grid_size|launch__block_size|launch__registers_per_thread|smsp__issue_active)' \
+    "$NCU_TXT" | sed 's/^/  /'
   sed -n '/^gcm_chunks, 128 MiB/,/^predicted busy =/p' "$NCU_TXT" | sed 's/^/  /'
   grep -E '^bound with the per-tile overhead' "$NCU_TXT" | sed 's/^/  static: /'
   section "compute-sanitizer"
