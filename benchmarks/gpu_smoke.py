@@ -73,11 +73,6 @@ def aes_options() -> tuple[str, ...]:
     return tuple(rt._NVRTC_OPTIONS)
 
 
-def aes_ctas_per_sm() -> int:
-    """CTAs per SM the runtime's persistent grid assumes for gcm_chunks."""
-    return int(rt._CTAS_PER_SM)
-
-
 def aes_widths() -> dict[str, int]:
     """CTA width of gcm_chunks per chunk size, as the runtime picks it."""
     return {label: rt._threads_for(cs) for label, cs in (("4 KiB", 4 * KiB), ("64 KiB+", 64 * KiB))}
@@ -182,8 +177,8 @@ def occupancy(cp: Any, kernels: dict[str, Any]) -> None:
             kernels["gcm_finalize"].kernel.ptr, 256, 0
         )
         p(
-            f"RESULT occupancy gcm_chunks: {', '.join(parts)}; the grid assumes "
-            f"{aes_ctas_per_sm()}; gcm_finalize {fin} CTAs/SM at 256 threads"
+            f"RESULT occupancy gcm_chunks: {', '.join(parts)} (the persistent grid is this "
+            f"times the SM count); gcm_finalize {fin} CTAs/SM at 256 threads"
         )
     except Exception as exc:  # noqa: BLE001 - informational (and absent on the fake)
         p(f"occupancy: not available ({type(exc).__name__}: {exc})")
@@ -288,10 +283,10 @@ def kernels_alone(cp: Any, data: np.ndarray[Any, Any], cs: int, reps: int, d2d: 
     resealed = cp.empty(int(host_records.size), dtype=cp.uint8)
     n = header.chunk_count
     status = cp.zeros(n, dtype=cp.uint32)
-    stream = cp.cuda.Stream(non_blocking=True)
     key = fmt.derive_chunk_key(dk, did)
     ok = True
     gcm = rt.GcmDevice(cp, 0, header, key)
+    stream = gcm.stream  # the device context's own stream: launches are ordered on it
     try:
 
         def poison(buf: Any) -> None:
@@ -299,10 +294,10 @@ def kernels_alone(cp: Any, data: np.ndarray[Any, Any], cs: int, reps: int, d2d: 
                 buf.fill(POISON)
 
         def open_all() -> None:
-            gcm.launch(stream, 0, n, records, out, status, seal=False)
+            gcm.launch(0, n, records, out, status, seal=False)
 
         def seal_all() -> None:
-            gcm.launch(stream, 0, n, plain, resealed, status, seal=True)
+            gcm.launch(0, n, plain, resealed, status, seal=True)
 
         opens: list[float] = []
         for i in range(reps + 1):  # the first run is the warm-up
@@ -334,7 +329,7 @@ def kernels_alone(cp: Any, data: np.ndarray[Any, Any], cs: int, reps: int, d2d: 
         tampered[bad_index * (cs + fmt.TAG_SIZE) + 5] ^= 1
         records_bad = cp.asarray(tampered)
         poison(out)
-        gcm.launch(stream, 0, n, records_bad, out, status, seal=False)
+        gcm.launch(0, n, records_bad, out, status, seal=False)
         stream.synchronize()
         flagged = np.flatnonzero(cp.asnumpy(status)).tolist()
         got = cp.asnumpy(out)
