@@ -123,7 +123,10 @@ def seal(
         typer.Argument(exists=True, dir_okay=False, readable=True, help="Plaintext file to seal."),
     ],
     output: Annotated[
-        Path, typer.Option("-o", "--output", dir_okay=False, help="Sealed dataset to write.")
+        Path,
+        typer.Option(
+            "-o", "--output", help="Sealed dataset to write (with --shards: a directory)."
+        ),
     ],
     key_file: Annotated[
         Path | None,
@@ -141,6 +144,15 @@ def seal(
         int | None,
         typer.Option("--threads", min=1, help="Worker threads (default: all CPUs)."),
     ] = None,
+    shards: Annotated[
+        int | None,
+        typer.Option(
+            "--shards",
+            min=1,
+            help="Split into N bound shards (-o is then a directory): a missing, reordered or "
+            "foreign shard is refused when the set is opened.",
+        ),
+    ] = None,
     force: ForceOption = False,
     fmt: FormatOption = OutputFormat.TEXT,
 ) -> None:
@@ -156,6 +168,11 @@ def seal(
         raise UsageError("seal needs --key-file (or GPUCC_KEY_FILE): the key that will open it")
     size = parse_size(chunk_size)
     check_chunk_size(size, chunk_size)
+    if shards is not None:
+        _seal_shards(dataset, output, key_file, size, shards, threads, force, fmt)
+        return
+    if output.is_dir():
+        raise UsageError(f"-o {output} is a directory (a directory takes --shards N)")
     check_output(output, dataset, key_file)
     with force_hint():  # before a key file is created for nothing
         refuse_existing(output, force=force)
@@ -200,4 +217,54 @@ def seal(
         f"{chunk_summary(header.chunk_count, header.plaintext_length, header.chunk_size)}, "
         f"dataset id {header.dataset_id.hex()}, in {seconds:.2f} s "
         f"({format_rate(header.plaintext_length, seconds)})"
+    )
+
+
+def _seal_shards(
+    dataset: Path,
+    out_dir: Path,
+    key_file: Path,
+    chunk_size: int,
+    shards: int,
+    threads: int | None,
+    force: bool,
+    fmt: OutputFormat,
+) -> None:
+    """``seal --shards N``: one dataset key, N files bound together by their headers."""
+    from gpucc.staging.format import key_id
+    from gpucc.staging.shards import seal_shards
+
+    if not out_dir.is_dir():
+        raise UsageError(f"with --shards, -o names an existing directory ({out_dir} is not one)")
+    kek = load_or_create_key_file(key_file)
+    started = time.perf_counter()
+    with force_hint(), byte_progress("sealing", dataset.stat().st_size) as progress:
+        result = seal_shards(
+            dataset,
+            out_dir,
+            shards,
+            kek=kek,
+            chunk_size=chunk_size,
+            threads=threads,
+            progress=progress,
+            force=force,
+        )
+    seconds = time.perf_counter() - started
+    if fmt is OutputFormat.JSON:
+        emit(
+            {
+                "schema": "gpucc.seal.shards/v1",
+                "input": str(dataset),
+                "set_id": result.set_id.hex(),
+                "shards": [str(p) for p in result.paths],
+                "chunks": list(result.chunk_counts),
+                "chunk_size": result.chunk_size,
+                "bytes": result.plaintext_length,
+                "key_id": key_id(kek).hex(),
+                "seconds": round(seconds, 6),
+            }
+        )
+    note(
+        f"sealed {format_size(result.plaintext_length)} into {len(result.paths)} bound shards "
+        f"in {out_dir} (set {result.set_id.hex()}) in {seconds:.2f} s"
     )

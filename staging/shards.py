@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpucc.gpuattest.errors import IntegrityError, MalformedInputError, UsageError
+from gpucc.gpuattest.files import refuse_existing
 
 from ._pipeline import ChunkFailure, run_chunks, window_for
 from .chunks import ChunkCipher, zero
@@ -152,13 +153,14 @@ def seal_shards(
     threads: int | None = None,
     stem: str | None = None,
     progress: ProgressCallback | None = None,
+    force: bool = False,
 ) -> ShardSetResult:
     """Seal the regular file ``src`` into ``n`` bound shards in ``out_dir``.
 
     The plaintext is cut at chunk boundaries; shard sizes differ by at most one chunk.
-    Shards are written to temporary names and renamed into place only once all of them are
-    complete and flushed: on error none is left behind (an existing shard of the same name
-    is replaced only then).
+    Shards are written to temporary names and put into place only once all of them are
+    complete and flushed: on error none is left behind. An existing file of a shard's name
+    is refused before anything is sealed, and replaced only with ``force``.
 
     Args:
         src: the plaintext file.
@@ -170,8 +172,10 @@ def seal_shards(
         threads: worker threads (default ``os.cpu_count()``).
         stem: file name stem (default: ``src``'s name without its suffix).
         progress: ``progress(done_bytes, total_bytes)`` over the whole plaintext.
+        force: replace existing files of the shards' names.
 
     Raises:
+        OutputExistsError: a shard's file exists and ``force`` is not set.
         UsageError: ``n`` out of range.
         MalformedDatasetError: ``chunk_size`` out of range.
         MalformedInputError: ``src`` is not a regular file or changed size while sealing.
@@ -197,6 +201,8 @@ def seal_shards(
                 f"{src} has {chunks} chunk(s) of {chunk_size} bytes: it splits into 1 to "
                 f"{min(chunks, MAX_SHARDS)} shards, not {n}"
             )
+        for index in range(n):
+            refuse_existing(shard_path(out_dir, stem, index, n), force=force)
         set_id = secrets.token_bytes(SET_ID_SIZE)
         key = dataset_key
         counts: list[int] = []
@@ -230,9 +236,15 @@ def seal_shards(
             raise MalformedInputError(f"{src} changed size while it was being sealed")
         for tmp, dst in written:
             try:
-                os.replace(tmp, dst)
+                if force:
+                    os.replace(tmp, dst)
+                else:  # link, then unlink: fails (EEXIST) rather than replace a new file
+                    os.link(tmp, dst)
+                    os.unlink(tmp)
+            except FileExistsError:
+                refuse_existing(dst)
             except OSError as exc:
-                raise io_error("rename onto", dst, exc) from None
+                raise io_error("put into place", dst, exc) from None
         _fsync_dir(out_dir)
         if key is None:  # pragma: no cover - plan_seal always returns a key
             raise UsageError("no dataset key")
