@@ -665,3 +665,126 @@ def test_sigterm_drains_the_request_in_flight(world: World) -> None:
         json.loads(x).get("event") for x in holder.log.read_text().splitlines() if x.startswith("{")
     ]
     assert events[0] == "start" and events[-1] == "stopped"
+
+
+# --- the GPU path ---------------------------------------------------------------------
+
+
+class _FakeDeviceArray:
+    """A device array stand-in that records when it is zeroed and read back."""
+
+    def __init__(self, data: np.ndarray[Any, Any], name: str, events: list[str]) -> None:
+        self.data = data
+        self.name = name
+        self.events = events
+        self.nbytes = data.nbytes
+
+    def fill(self, value: int) -> None:
+        self.events.append(f"scrub {self.name}")
+        self.data.fill(value)
+
+    def astype(self, dtype: Any) -> _FakeDeviceArray:
+        self.events.append(f"read back {self.name} on the device")
+        return _FakeDeviceArray(self.data.astype(np.uint8), self.name, [])
+
+    def sum(self) -> Any:
+        return np.uint64(np.count_nonzero(self.data))
+
+
+class _FakeGpuBackend:
+    name = "gpu"
+
+    def __init__(self, events: list[str]) -> None:
+        self.events = events
+
+    def stage_sealed(self, dataset: Any, dataset_key: bytes, *, threads: Any, progress: Any) -> Any:
+        from gpucc.staging.cpu import stage_cpu
+
+        name = dataset.path.stem
+        self.events.append(f"stage {name}")
+        return _FakeDeviceArray(stage_cpu(dataset, dataset_key), name, self.events)
+
+    def scrub(self, buf: Any) -> None:
+        buf.fill(0)
+
+
+def test_fake_device_ordering(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Per holder: attest, stage, train, then zero and read back every buffer on the device,
+    and only then the next holder."""
+    import gpucc.staging.api as api
+
+    events: list[str] = []
+    monkeypatch.setattr(api, "_gpu_backend", lambda gpus=None: _FakeGpuBackend(events))
+    plan = parse_plan(
+        {
+            "version": 1,
+            "device": "gpu",
+            "holders": [
+                {
+                    "id": n,
+                    "url": world.holders[n].url,
+                    "public_key": "sha256:" + key_id(world.holders[n].key),
+                    "datasets": [
+                        {"name": d, "path": str(p), "header_digest": h.hex()}
+                        for d, p, h, _ in world.holders[n].datasets
+                    ],
+                }
+                for n in ("a", "b")
+            ],
+        }
+    )
+
+    def collect(nonce: bytes) -> CollectedEvidence:
+        events.append("attest")
+        return world.collect(nonce)
+
+    def step(buffers: Any, state: Any, holder: str) -> None:
+        assert all(np.count_nonzero(b.data) for b in buffers.values())
+        events.append(f"train {holder}")
+
+    result = run_plan(plan, collect=collect, training_step=step)
+    assert events == [
+        "attest", "stage a-0", "stage a-1", "train a",
+        "scrub a-0", "read back a-0 on the device", "scrub a-1", "read back a-1 on the device",
+        "attest", "stage b-0", "train b", "scrub b-0", "read back b-0 on the device",
+    ]  # fmt: skip
+    assert [r.device for v in result.visits for r in v.receipts] == ["gpu"] * 3
+
+
+@pytest.mark.gpu
+def test_gpu_scrub_reads_back_zero_on_the_device(world: World) -> None:
+    pytest.importorskip("cupy")
+    from gpucc.staging import gpu
+
+    reason = gpu.unavailable_reason(0)
+    if reason is not None:
+        pytest.skip(reason)
+    staged = []
+    plan = parse_plan(
+        {
+            "version": 1,
+            "device": "gpu",
+            "holders": [
+                {
+                    "id": "a",
+                    "url": world.holders["a"].url,
+                    "public_key": "sha256:" + key_id(world.holders["a"].key),
+                    "datasets": [
+                        {"name": d, "path": str(p), "header_digest": h.hex()}
+                        for d, p, h, _ in world.holders["a"].datasets
+                    ],
+                }
+            ],
+        }
+    )
+    plain = {n: p for n, _, _, p in world.holders["a"].datasets}
+
+    def step(buffers: Any, state: Any, holder: str) -> None:
+        for name, buf in buffers.items():
+            assert bytes(buf.get()) == plain[name]
+
+    result = run_plan(
+        plan, collect=world.collect, training_step=step, on_staged=lambda h, n, b: staged.append(b)
+    )
+    assert [r.device for r in result.visits[0].receipts] == ["gpu", "gpu"]
+    assert all(int((b != 0).sum().item()) == 0 for b in staged)
