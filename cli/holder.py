@@ -199,6 +199,26 @@ def keygen(
 holder_app.command("keygen")(keygen)
 
 
+@holder_app.command("datasets")
+def datasets_cmd(
+    datasets: Annotated[
+        Path,
+        typer.Option(
+            "--datasets", exists=True, file_okay=False, help="Directory of sealed datasets (*.gcc)."
+        ),
+    ],
+) -> None:
+    """Print each sealed dataset's plan entry (name, path, header digest) as YAML."""
+    from gpucc.staging import open_sealed
+
+    found = sorted(datasets.glob("*.gcc"))
+    if not found:
+        raise UsageError(f"{datasets} holds no sealed dataset (*.gcc)")
+    for path in found:
+        digest = open_sealed(path).header_digest.hex()
+        sys.stdout.write(f"- name: {path.stem}\n  path: {path}\n  header_digest: {digest}\n")
+
+
 if __name__ == "__main__":  # pragma: no cover - the tests run the service this way
     from .boundary import run_app, wrap_commands
 
