@@ -788,3 +788,113 @@ def test_gpu_scrub_reads_back_zero_on_the_device(world: World) -> None:
     )
     assert [r.device for r in result.visits[0].receipts] == ["gpu", "gpu"]
     assert all(int((b != 0).sum().item()) == 0 for b in staged)
+
+
+# --- TLS and the command line's one-line errors -----------------------------------------
+
+
+def _self_signed(tmp: Path) -> tuple[Path, Path]:
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = dt.datetime.now(dt.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(hours=1))
+        .not_valid_after(now + dt.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = tmp / "tls.pem", tmp / "tls.key"
+    cert_path.write_bytes(cert.public_bytes(Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
+    key_path.chmod(0o600)
+    return cert_path, key_path
+
+
+def test_holder_over_tls(world: World, tmp_path: Path) -> None:
+    cert, key = _self_signed(tmp_path)
+    holder = _start(world, "tls", [12_345], "--tls-cert", str(cert), "--tls-key", str(key))
+    holder.url = holder.url.replace("http://", "https://")
+    world.holders["tls"] = holder
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            requests.get(holder.url + "/healthz", timeout=1, verify=str(cert))
+            break
+        except requests.RequestException:
+            assert holder.proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+    doc: dict[str, Any] = {
+        "version": 1,
+        "holders": [
+            {
+                "id": "tls",
+                "url": holder.url,
+                "public_key": "sha256:" + key_id(holder.key),
+                "tls_ca": str(cert),
+                "datasets": [
+                    {"name": d, "path": str(p), "header_digest": h.hex()}
+                    for d, p, h, _ in holder.datasets
+                ],
+            }
+        ],
+    }
+    result = run_plan(parse_plan(doc), collect=world.collect)
+    assert result.visits[0].bytes_staged == 12_345
+    del doc["holders"][0]["tls_ca"]  # the system's CAs do not know this certificate
+    _expect_nothing_staged(world, parse_plan(doc), HolderUnreachableError, "SSLError")
+
+
+def test_cli_errors_are_one_line(world: World, tmp_path: Path) -> None:
+    b = world.holders["b"]
+    plan = {
+        "version": 1,
+        "holders": [
+            {
+                "id": "gone",
+                "url": f"http://127.0.0.1:{free_port()}",
+                "public_key": "sha256:" + key_id(b.key),
+                "datasets": [
+                    {"name": d, "path": str(p), "header_digest": h.hex()}
+                    for d, p, h, _ in b.datasets
+                ],
+            }
+        ],
+    }
+    plan_file = tmp_path / "plan.yaml"
+    plan_file.write_text(json.dumps(plan))
+    run = subprocess.run(
+        [sys.executable, "-m", "gpucc.cli.travel", "run", str(plan_file), "--simulate", str(tmp_path / "sim")],
+        capture_output=True, text=True, check=False, timeout=120,
+    )  # fmt: skip
+    assert run.returncode == 3, run.stderr
+    assert "connection failed" in run.stderr and "Traceback" not in run.stderr
+    lines = [x for x in run.stderr.splitlines() if not x.startswith("gpucc: SIMULATED")]
+    assert len(lines) == 1
+    data, kek, key = b.datasets[0][1].parent, tmp_path / "k", tmp_path / "hk"
+    kek.write_bytes(b"")
+    key.write_bytes(b"")
+    serve_public = subprocess.run(
+        [sys.executable, "-m", "gpucc.cli.holder", "serve", "--datasets", str(data),
+         "--dataset-keys", str(kek), "--key", str(key), "--listen", "0.0.0.0:8443"],
+        capture_output=True, text=True, check=False, timeout=60,
+    )  # fmt: skip
+    assert serve_public.returncode == 2 and "--tls-cert" in serve_public.stderr

@@ -100,7 +100,11 @@ def _visit(
 ) -> tuple[dict[str, Any], int, tuple[ScrubReceipt, ...], str, str]:
     from gpucc.staging import open_sealed, plan_stage
 
-    client = HolderClient(holder.url, timeout=plan.timeout_s)
+    client = HolderClient(
+        holder.url,
+        timeout=plan.timeout_s,
+        verify_tls=str(holder.tls_ca) if holder.tls_ca is not None else True,
+    )
     started = clock()
     challenge = client.challenge()
     offer, host_key = create_offer(challenge, collect)

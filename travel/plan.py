@@ -13,6 +13,7 @@
       - id: hospital-a
         url: https://a.example:8443
         public_key: sha256:<64 hex>  # or the PEM public key
+        tls_ca: holder-ca.pem        # optional: trust this CA (or self-signed certificate)
         datasets:
           - name: a-train
             path: a-train.gcc
@@ -59,6 +60,7 @@ class HolderSpec:
     url: str
     pin: KeyPin
     datasets: tuple[DatasetSpec, ...]
+    tls_ca: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -118,7 +120,7 @@ def parse_plan(doc: Any, base: Path = Path(".")) -> Plan:
     seen: set[str] = set()
     for i, h in enumerate(holders_doc):
         where = f"holders[{i}]"
-        h = _keys(h, {"id", "url", "public_key", "datasets"}, set(), where)
+        h = _keys(h, {"id", "url", "public_key", "datasets"}, {"tls_ca"}, where)
         hid = _ident(h["id"], f"{where}.id")
         if hid in seen:
             raise PlanError(f"holder id {hid} appears twice")
@@ -150,7 +152,10 @@ def parse_plan(doc: Any, base: Path = Path(".")) -> Plan:
                     header_digest=digest,
                 )
             )
-        holders.append(HolderSpec(id=hid, url=url, pin=pin, datasets=tuple(datasets)))
+        tls_ca = base / _str(h["tls_ca"], f"{where}.tls_ca") if "tls_ca" in h else None
+        holders.append(
+            HolderSpec(id=hid, url=url, pin=pin, datasets=tuple(datasets), tls_ca=tls_ca)
+        )
     device = top.get("device", "cpu")
     if device not in ("cpu", "gpu", "auto"):
         raise PlanError("device must be cpu, gpu or auto")
