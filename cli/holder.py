@@ -129,6 +129,9 @@ def serve(
         float, typer.Option("--rate", min=0.1, help="Requests per second per client.")
     ] = 20.0,
     burst: Annotated[int, typer.Option("--burst", min=1, help="Burst per client.")] = 40,
+    body_timeout: Annotated[
+        float, typer.Option("--body-timeout-s", min=0.1, max=600, help="Request body limit, s.")
+    ] = 30.0,
     drain_s: Annotated[
         float, typer.Option("--drain-s", min=0, max=600, help="Graceful shutdown limit, s.")
     ] = 20.0,
@@ -169,6 +172,7 @@ def serve(
         max_request_bytes=max_request_kib * 1024,
         rate_per_s=rate,
         burst=burst,
+        body_timeout_s=body_timeout,
     )
     run_service(config, host=host, port=port, tls_cert=tls_cert, tls_key=tls_key, drain_s=drain_s)
 

@@ -180,7 +180,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         ("a", [70_001, 20_000], ()),
         ("b", [50_000], ()),
         ("c", [33_333], ()),
-        ("refuser", [5_000], ("--policy", str(policy))),
+        ("refuser", [5_000], ("--policy", str(policy), "--body-timeout-s", "1")),
         ("limited", [5_000], ("--rate", "0.1", "--burst", "3", "--max-request-kib", "64")),
     ]
     for name, sizes, extra in specs:
@@ -898,3 +898,49 @@ def test_cli_errors_are_one_line(world: World, tmp_path: Path) -> None:
         capture_output=True, text=True, check=False, timeout=60,
     )  # fmt: skip
     assert serve_public.returncode == 2 and "--tls-cert" in serve_public.stderr
+
+
+def test_slow_request_body_is_cut_off(world: World) -> None:
+    host, port = world.holders["refuser"].url.removeprefix("http://").split(":")
+    started = time.monotonic()
+    with socket.create_connection((host, int(port)), timeout=10) as conn:
+        conn.sendall(b"POST /v1/offer HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+        reply = conn.recv(4096)
+    assert reply.startswith(b"HTTP/1.1 408") and time.monotonic() - started < 5
+
+
+def test_holder_that_trickles_its_reply_is_cut_off(world: World) -> None:
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    stop = threading.Event()
+
+    def trickle() -> None:
+        listener.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            conn.recv(4096)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n")
+            with conn:
+                while not stop.is_set():
+                    try:
+                        conn.sendall(b" ")
+                    except OSError:
+                        break
+                    time.sleep(0.2)
+
+    thread = threading.Thread(target=trickle, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        started = time.monotonic()
+        plan = _plan(world, ["a"], url={"a": url}, timeout=1.0)
+        _expect_nothing_staged(world, plan, HolderUnreachableError, "did not answer within")
+        assert time.monotonic() - started < 3.5
+    finally:
+        stop.set()
+        thread.join()
+        listener.close()

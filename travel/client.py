@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +23,8 @@ class HolderClient:
 
     Attributes:
         url: the base URL (``http://127.0.0.1:8443`` or ``https://…``).
-        timeout: seconds to connect and, separately, to wait for each read.
+        timeout: seconds to connect, to wait for each read, and for the whole reply (a
+            reply trickled byte by byte is cut off after about twice this).
         verify_tls: ``True``, or a CA bundle path for a private TLS certificate.
     """
 
@@ -33,6 +35,7 @@ class HolderClient:
     def _post(self, path: str, body: bytes, limit: int) -> tuple[int, bytes]:
         import requests
 
+        started = time.monotonic()
         try:
             with requests.post(
                 self.url.rstrip("/") + path,
@@ -43,8 +46,21 @@ class HolderClient:
                 verify=self.verify_tls,
                 allow_redirects=False,
             ) as resp:
-                data = resp.raw.read(limit + 1, decode_content=True)
                 status = resp.status_code
+                parts: list[bytes] = []
+                size = 0
+                # read1 returns what has arrived; read(n) would wait for all n bytes
+                read = getattr(resp.raw, "read1", resp.raw.read)
+                # each read waits at most `timeout`; the whole reply must come within it too
+                while size <= limit:
+                    if time.monotonic() - started > self.timeout:
+                        raise requests.Timeout()
+                    part = read(min(65536, limit + 1 - size), decode_content=True)
+                    if not part:
+                        break
+                    parts.append(part)
+                    size += len(part)
+                data = b"".join(parts)
         except requests.Timeout:
             raise HolderUnreachableError(
                 f"holder {self.url} did not answer within {self.timeout:g} s"

@@ -75,6 +75,7 @@ class HolderConfig:
         max_request_bytes: larger request bodies are refused before parsing.
         rate_per_s, burst: each client's token bucket.
         max_outstanding: challenges kept at most (oldest evicted first).
+        body_timeout_s: a request body must arrive within this many seconds.
     """
 
     datasets: tuple[DatasetKey, ...] = field(repr=False)
@@ -85,6 +86,7 @@ class HolderConfig:
     rate_per_s: float = 20.0
     burst: int = 40
     max_outstanding: int = 10_000
+    body_timeout_s: float = 30.0
 
 
 class ChallengeRefused(Exception):  # noqa: N818 - an outcome, mapped to HTTP 409
@@ -262,11 +264,12 @@ def build_app(config: HolderConfig) -> Any:
     async def read_body(request: Request) -> bytes | None:
         chunks: list[bytes] = []
         size = 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > config.max_request_bytes:
-                return None
-            chunks.append(chunk)
+        async with asyncio.timeout(config.body_timeout_s):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > config.max_request_bytes:
+                    return None
+                chunks.append(chunk)
         return b"".join(chunks)
 
     def limited(request: Request) -> bool:
@@ -287,7 +290,10 @@ def build_app(config: HolderConfig) -> Any:
     async def offer(request: Request) -> Response:
         if limited(request):
             return refuse(request, 429, "rate-limited", "too many requests")
-        body = await read_body(request)
+        try:
+            body = await read_body(request)
+        except TimeoutError:
+            return refuse(request, 408, "timeout", "the request body did not arrive in time")
         if body is None:
             return refuse(request, 413, "too-large", "the request body is too large")
         try:
@@ -394,8 +400,12 @@ def serve(
     tls_cert: Path | None = None,
     tls_key: Path | None = None,
     drain_s: float = 20.0,
+    max_connections: int = 512,
 ) -> None:
-    """Run the service until SIGINT or SIGTERM; in-flight requests are drained first."""
+    """Run the service until SIGINT or SIGTERM; in-flight requests are drained first.
+
+    Beyond ``max_connections`` open connections and tasks, new requests get HTTP 503.
+    """
     import uvicorn
 
     handler = logging.StreamHandler()
@@ -419,6 +429,7 @@ def serve(
             timeout_keep_alive=5,
             timeout_graceful_shutdown=int(drain_s),
             h11_max_incomplete_event_size=16 * 1024,
+            limit_concurrency=max_connections,
             lifespan="off",
         )
     )

@@ -19,6 +19,7 @@ import binascii
 import hashlib
 import hmac
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -84,8 +85,15 @@ def load_signing_key(path: Path) -> ec.EllipticCurvePrivateKey:
     """Read a P-384 signing key that only its owner can access.
 
     Raises:
-        KeyFileError: missing, exposed, not a PEM private key, or not P-384.
+        KeyFileError: missing, owned by another user, exposed, not a PEM private key, or
+            not P-384.
     """
+    try:
+        owner = os.stat(path).st_uid
+    except OSError as exc:
+        raise KeyFileError(f"cannot open key file {path}: {exc.strerror}") from None
+    if owner != os.getuid():
+        raise KeyFileError(f"key file {path} is owned by another user")
     data = read_secret_file(path, _MAX_KEY_FILE)
     if len(data) > _MAX_KEY_FILE:
         raise KeyFileError(f"{path} is too large for a signing key")
