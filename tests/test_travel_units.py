@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -304,3 +305,12 @@ def test_scrub_receipt_and_a_scrub_that_does_not_zero() -> None:
 def test_canonical_json_is_stable() -> None:
     assert canonical_json({"b": 1, "a": "é"}) == b'{"a":"\\u00e9","b":1}'
     assert base64.b64decode(json.loads(ENVELOPE)["answer"]) == ANSWER
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="changing a file's owner needs root")
+def test_signing_key_owned_by_another_user_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "k.pem"
+    write_signing_key(path, generate_signing_key())
+    os.chown(path, 54321, -1)
+    with pytest.raises(KeyFileError, match="owned by another user"):
+        load_signing_key(path)
