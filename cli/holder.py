@@ -1,0 +1,230 @@
+"""``gpucc holder``: a data holder's key-release service (docs/TRAVEL.md).
+
+::
+
+    holder$ gpucc holder keygen --key holder.key --pub holder.pub.pem
+    holder$ gpucc holder serve --datasets data/ --dataset-keys data.key --key holder.key \\
+                --policy policy.yaml --listen 0.0.0.0:8443 --tls-cert c.pem --tls-key k.pem
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import ipaddress
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from gpucc.gpuattest.errors import UsageError
+
+from .options import CollateralOption, OfflineOption, PolicyOption, RimDirOption
+from .seal import note
+
+__all__ = ["holder_app", "keygen"]
+
+holder_app = typer.Typer(
+    help="Run a data holder's key-release service for travelling GPUs.",
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,
+)
+
+
+def _listen(text: str) -> tuple[str, int]:
+    host, sep, port_text = text.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise UsageError(f"--listen {text!r} must be HOST:PORT")
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        if host != "localhost":
+            raise UsageError(f"--listen {text!r}: HOST must be an IP address") from None
+    return host, int(port_text)
+
+
+def _is_loopback(host: str) -> bool:
+    return host == "localhost" or ipaddress.ip_address(host).is_loopback
+
+
+def _attester(
+    simulate_roots: Path | None,
+    policy: Path | None,
+    rim_dir: Path | None,
+    collateral: Path | None,
+    offline: bool,
+) -> Any:
+    from gpucc.gpuattest.policy import Policy, load_policy, parse_policy
+    from gpucc.travel.holder import directory_attester, make_attester
+
+    pol: Policy = load_policy(policy) if policy else Policy()
+    if simulate_roots is not None:
+        if policy is None:
+            pol = parse_policy({"ocsp": {"require": False}}, source="simulation default")
+        return directory_attester(simulate_roots, pol)
+    from gpucc.gpuattest.collateral import CompositeRimSource, DirectoryRimSource
+    from gpucc.gpuattest.netconfig import NetworkSettings, build_collateral
+    from gpucc.gpuattest.trust import TrustRoots
+
+    roots = TrustRoots.nvidia()
+    net_rims, ocsp = build_collateral(
+        NetworkSettings(bundle=collateral, offline=offline), roots=roots
+    )
+    local = [DirectoryRimSource(rim_dir)] if rim_dir is not None else []
+    return make_attester(
+        roots=roots,
+        rims=CompositeRimSource([*local, net_rims]),
+        ocsp=ocsp,
+        policy=pol,
+        clock=lambda: dt.datetime.now(dt.UTC),
+    )
+
+
+@holder_app.command("serve")
+def serve(
+    datasets: Annotated[
+        Path,
+        typer.Option(
+            "--datasets", exists=True, file_okay=False, help="Directory of sealed datasets (*.gcc)."
+        ),
+    ],
+    dataset_keys: Annotated[
+        Path,
+        typer.Option(
+            "--dataset-keys",
+            exists=True,
+            dir_okay=False,
+            help="Key file the datasets were sealed for (mode 0600).",
+        ),
+    ],
+    key: Annotated[
+        Path,
+        typer.Option(
+            "--key", exists=True, dir_okay=False, help="The holder's P-384 signing key (0600)."
+        ),
+    ],
+    policy: PolicyOption = None,
+    listen: Annotated[
+        str, typer.Option("--listen", help="HOST:PORT to listen on.")
+    ] = "127.0.0.1:8443",
+    tls_cert: Annotated[
+        Path | None, typer.Option("--tls-cert", exists=True, dir_okay=False)
+    ] = None,
+    tls_key: Annotated[Path | None, typer.Option("--tls-key", exists=True, dir_okay=False)] = None,
+    allow_plain_http: Annotated[
+        bool,
+        typer.Option("--allow-plain-http", help="Serve without TLS on a non-loopback address."),
+    ] = False,
+    rim_dir: RimDirOption = None,
+    collateral: CollateralOption = None,
+    offline: OfflineOption = False,
+    challenge_ttl: Annotated[
+        float, typer.Option("--challenge-ttl", min=1, max=3600, help="Challenge lifetime, s.")
+    ] = 120.0,
+    max_request_kib: Annotated[
+        int, typer.Option("--max-request-kib", min=4, max=8192, help="Largest request body.")
+    ] = 256,
+    rate: Annotated[
+        float, typer.Option("--rate", min=0.1, help="Requests per second per client.")
+    ] = 20.0,
+    burst: Annotated[int, typer.Option("--burst", min=1, help="Burst per client.")] = 40,
+    body_timeout: Annotated[
+        float, typer.Option("--body-timeout-s", min=0.1, max=600, help="Request body limit, s.")
+    ] = 30.0,
+    drain_s: Annotated[
+        float, typer.Option("--drain-s", min=0, max=600, help="Graceful shutdown limit, s.")
+    ] = 20.0,
+    simulate_roots: Annotated[
+        Path | None,
+        typer.Option(
+            "--simulate-roots",
+            hidden=True,
+            file_okay=False,
+            help="Trust a simulated GPU whose anchors and RIMs are in this directory.",
+        ),
+    ] = None,
+) -> None:
+    """Serve challenges and answer verified offers with signed, session-wrapped dataset keys.
+
+    A request body over --max-request-kib is refused before parsing; each challenge is
+    single-use and expires; SIGTERM stops accepting and drains requests in flight.
+    """
+    from gpucc.travel.holder import HolderConfig, load_datasets
+    from gpucc.travel.holder import serve as run_service
+    from gpucc.travel.signing import load_signing_key
+
+    host, port = _listen(listen)
+    if (tls_cert is None) != (tls_key is None):
+        raise UsageError("--tls-cert and --tls-key go together")
+    if tls_cert is None and not _is_loopback(host) and not allow_plain_http:
+        raise UsageError(
+            f"{host} is not a loopback address: give --tls-cert/--tls-key "
+            "(or --allow-plain-http behind a TLS proxy)"
+        )
+    if simulate_roots is not None:
+        note("SIMULATED GPU roots: for tests and demos only, this attests nothing real")
+    config = HolderConfig(
+        datasets=load_datasets(datasets, dataset_keys),
+        signing_key=load_signing_key(key),
+        attest=_attester(simulate_roots, policy, rim_dir, collateral, offline),
+        challenge_ttl=challenge_ttl,
+        max_request_bytes=max_request_kib * 1024,
+        rate_per_s=rate,
+        burst=burst,
+        body_timeout_s=body_timeout,
+    )
+    run_service(config, host=host, port=port, tls_cert=tls_cert, tls_key=tls_key, drain_s=drain_s)
+
+
+def keygen(
+    key: Annotated[
+        Path, typer.Option("--key", dir_okay=False, help="Private key to create (mode 0600).")
+    ],
+    pub: Annotated[Path, typer.Option("--pub", dir_okay=False, help="Public key PEM to write.")],
+) -> None:
+    """Make a P-384 signing key (never replaces a file); print its pin for the plan."""
+    from gpucc.gpuattest.errors import FileAccessError
+    from gpucc.travel.signing import generate_signing_key, key_id, public_pem, write_signing_key
+
+    if pub.exists():
+        raise FileAccessError(f"{pub} exists; it is never replaced")
+    signing = generate_signing_key()
+    write_signing_key(key, signing)
+    try:
+        with pub.open("xb") as fh:
+            fh.write(public_pem(signing))
+    except OSError as exc:
+        raise FileAccessError(f"cannot write {pub}: {exc.strerror or exc}") from None
+    sys.stdout.write(f"sha256:{key_id(signing)}\n")
+    note(f"wrote {key} (mode 0600) and {pub}; the line above is the pin for plan.yaml")
+
+
+holder_app.command("keygen")(keygen)
+
+
+@holder_app.command("datasets")
+def datasets_cmd(
+    datasets: Annotated[
+        Path,
+        typer.Option(
+            "--datasets", exists=True, file_okay=False, help="Directory of sealed datasets (*.gcc)."
+        ),
+    ],
+) -> None:
+    """Print each sealed dataset's plan entry (name, path, header digest) as YAML."""
+    from gpucc.staging import open_sealed
+
+    found = sorted(datasets.glob("*.gcc"))
+    if not found:
+        raise UsageError(f"{datasets} holds no sealed dataset (*.gcc)")
+    for path in found:
+        digest = open_sealed(path).header_digest.hex()
+        sys.stdout.write(f"- name: {path.stem}\n  path: {path}\n  header_digest: {digest}\n")
+
+
+if __name__ == "__main__":  # pragma: no cover - the tests run the service this way
+    from .boundary import run_app, wrap_commands
+
+    wrap_commands(holder_app)
+    sys.exit(run_app(holder_app))

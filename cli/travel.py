@@ -1,0 +1,133 @@
+"""``gpucc travel``: move one GPU through the data holders of a plan (docs/TRAVEL.md).
+
+::
+
+    gpucc travel keygen --key orchestrator.key --pub orchestrator.pub.pem
+    gpucc travel run plan.yaml
+    gpucc travel verify-log travel-log.jsonl --key orchestrator.pub.pem
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from .holder import keygen
+from .seal import note
+
+if TYPE_CHECKING:
+    from gpucc.staging.release import CollectedEvidence
+
+__all__ = ["travel_app"]
+
+travel_app = typer.Typer(
+    help="Visit data holders in turn: attest, stage, train, scrub, rotate, log.",
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,
+)
+travel_app.command("keygen")(keygen)
+
+
+def _simulated_collector(directory: Path) -> Callable[[bytes], CollectedEvidence]:
+    from cryptography.hazmat.primitives.serialization import Encoding
+
+    from gpucc.gpuattest.files import write_atomic
+    from gpucc.gpuattest.simulate import SimulatedGpu
+    from gpucc.staging.release import CollectedEvidence
+
+    gpu = SimulatedGpu.create(now=dt.datetime.now(dt.UTC))
+    (directory / "rims").mkdir(parents=True, exist_ok=True)
+    for rim_id, rim in gpu.rims.items():
+        write_atomic(directory / "rims" / f"{rim_id}.xml", rim)
+    write_atomic(directory / "rim_root.pem", gpu.roots.rim_root.public_bytes(Encoding.PEM))
+    write_atomic(directory / "device_root.pem", gpu.roots.device_root.public_bytes(Encoding.PEM))
+    return lambda nonce: CollectedEvidence.from_evidence_set(gpu.evidence(nonce))
+
+
+def _nvml_collector() -> Callable[[bytes], CollectedEvidence]:
+    from gpucc.staging.release import CollectedEvidence
+
+    def collect(nonce: bytes) -> CollectedEvidence:
+        from gpucc.gpuattest.nvml import collect_evidence
+
+        return CollectedEvidence.from_evidence_set(collect_evidence(nonce))
+
+    return collect
+
+
+@travel_app.command("run")
+def run(
+    plan_file: Annotated[
+        Path,
+        typer.Argument(exists=True, dir_okay=False, metavar="PLAN", help="The travel plan."),
+    ],
+    log: Annotated[
+        Path | None,
+        typer.Option("--log", dir_okay=False, help="Hand-over log (default: the plan's)."),
+    ] = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing log.")] = False,
+    simulate: Annotated[
+        Path | None,
+        typer.Option(
+            "--simulate",
+            hidden=True,
+            file_okay=False,
+            help="Use a simulated GPU; its anchors and RIMs are written to this directory.",
+        ),
+    ] = None,
+) -> None:
+    """Visit every holder of PLAN in order; stop at the first failure (nothing stays staged)."""
+    from gpucc.travel.orchestrator import run_plan
+    from gpucc.travel.plan import load_plan
+
+    plan = load_plan(plan_file)
+    if simulate is not None:
+        note("SIMULATED GPU: for tests and demos only, this attests nothing real")
+        collect = _simulated_collector(simulate)
+    else:
+        collect = _nvml_collector()
+    result = run_plan(plan, collect=collect, log_path=log, force=force)
+    for visit in result.visits:
+        note(
+            f"{visit.holder_id}: {visit.bytes_staged} bytes staged and scrubbed "
+            f"(read back zero), transcript {visit.transcript_hash[:16]}…"
+        )
+    where = f"; log {result.log_path}" if result.log_path else ""
+    sys.stdout.write(
+        f"visited {len(result.visits)} holder(s); model digest {result.model_digest}{where}\n"
+    )
+
+
+@travel_app.command("verify-log")
+def verify_log(
+    log_file: Annotated[
+        Path,
+        typer.Argument(exists=True, dir_okay=False, metavar="LOG", help="travel-log.jsonl"),
+    ],
+    key: Annotated[
+        Path,
+        typer.Option("--key", exists=True, dir_okay=False, help="The orchestrator's public key."),
+    ],
+) -> None:
+    """Check every entry's signature and the hash chain (exit 6 tampered, 4 malformed)."""
+    from gpucc.gpuattest.files import read_capped
+    from gpucc.travel.log import verify_log as check
+    from gpucc.travel.signing import load_public_key
+
+    summary = check(log_file, load_public_key(read_capped(key, 16 * 1024), str(key)))
+    sys.stdout.write(
+        f"log verified: {summary.entries} entries ({', '.join(summary.holders)}), "
+        f"head {summary.head}\n"
+    )
+
+
+if __name__ == "__main__":  # pragma: no cover
+    from .boundary import run_app, wrap_commands
+
+    wrap_commands(travel_app)
+    sys.exit(run_app(travel_app))

@@ -1,0 +1,125 @@
+"""The orchestrator's HTTP client for a holder service: bounded reads, timeouts, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from gpucc.staging.release import CHALLENGE_SIZE, Offer
+
+from .errors import HolderProtocolError, HolderRefusedError, HolderUnreachableError
+from .signing import MAX_ENVELOPE_BYTES, Envelope
+
+__all__ = ["HolderClient"]
+
+_MAX_SMALL_REPLY = 64 * 1024
+
+
+@dataclass(frozen=True)
+class HolderClient:
+    """One holder's service.
+
+    Attributes:
+        url: the base URL (``http://127.0.0.1:8443`` or ``https://…``).
+        timeout: seconds to connect, to wait for each read, and for the whole reply (a
+            reply trickled byte by byte is cut off after about twice this).
+        verify_tls: ``True``, or a CA bundle path for a private TLS certificate.
+    """
+
+    url: str
+    timeout: float = 30.0
+    verify_tls: bool | str = True
+
+    def _post(self, path: str, body: bytes, limit: int) -> tuple[int, bytes]:
+        import requests
+
+        started = time.monotonic()
+        try:
+            with requests.post(
+                self.url.rstrip("/") + path,
+                data=body,
+                headers={"content-type": "application/json"},
+                timeout=(min(self.timeout, 10.0), self.timeout),
+                stream=True,
+                verify=self.verify_tls,
+                allow_redirects=False,
+            ) as resp:
+                status = resp.status_code
+                parts: list[bytes] = []
+                size = 0
+                # read1 returns what has arrived; read(n) would wait for all n bytes
+                read = getattr(resp.raw, "read1", resp.raw.read)
+                # each read waits at most `timeout`; the whole reply must come within it too
+                while size <= limit:
+                    if time.monotonic() - started > self.timeout:
+                        raise requests.Timeout()
+                    part = read(min(65536, limit + 1 - size), decode_content=True)
+                    if not part:
+                        break
+                    parts.append(part)
+                    size += len(part)
+                data = b"".join(parts)
+        except requests.Timeout:
+            raise HolderUnreachableError(
+                f"holder {self.url} did not answer within {self.timeout:g} s"
+            ) from None
+        except requests.RequestException as exc:
+            kind = type(exc).__name__
+            raise HolderUnreachableError(f"holder {self.url}: connection failed ({kind})") from None
+        if len(data) > limit:
+            raise HolderUnreachableError(
+                f"holder {self.url} sent a reply larger than {limit} bytes"
+            )
+        return status, data
+
+    @staticmethod
+    def _error(status: int, data: bytes) -> str:
+        try:
+            doc: Any = json.loads(data)
+            message = str(doc.get("message", "")) if isinstance(doc, dict) else ""
+        except ValueError:
+            message = ""
+        return " ".join(message.split())[:300] or f"HTTP {status}"
+
+    def challenge(self) -> bytes:
+        """A fresh challenge from the holder.
+
+        Raises:
+            HolderUnreachableError: no proper answer.
+            HolderProtocolError: the holder refused (rate limit).
+        """
+        status, data = self._post("/v1/challenge", b"{}", _MAX_SMALL_REPLY)
+        if status != 200:
+            raise HolderProtocolError(
+                f"holder {self.url} refused a challenge: {self._error(status, data)}"
+            )
+        try:
+            doc = json.loads(data)
+            value = bytes.fromhex(doc["challenge"])
+        except (ValueError, KeyError, TypeError):
+            raise HolderUnreachableError(f"holder {self.url} sent a malformed challenge") from None
+        if len(value) != CHALLENGE_SIZE:
+            raise HolderUnreachableError(f"holder {self.url} sent a malformed challenge")
+        return value
+
+    def offer(self, offer: Offer) -> Envelope:
+        """Send ``offer``; the signed answer envelope (not yet verified).
+
+        Raises:
+            HolderUnreachableError: no proper answer in time.
+            HolderRefusedError: the holder did not trust the GPU (HTTP 403).
+            HolderProtocolError: another refusal (challenge used or unknown, rate limit, …).
+            MalformedEnvelopeError: a 200 reply that is not an envelope.
+        """
+        status, data = self._post("/v1/offer", offer.to_json(), MAX_ENVELOPE_BYTES)
+        if status == 403:
+            raise HolderRefusedError(
+                f"holder {self.url} refused the GPU: {self._error(status, data)}"
+            )
+        if status != 200:
+            raise HolderProtocolError(
+                f"holder {self.url} refused the offer (HTTP {status}): {self._error(status, data)}"
+            )
+        return Envelope.from_json(data)

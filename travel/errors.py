@@ -1,0 +1,85 @@
+"""Typed errors of GPU Travelling, each in a family of :mod:`gpucc.gpuattest.errors`.
+
+* :class:`HolderAuthenticationError` (integrity): an answer envelope whose signature or
+  pinned key does not check.
+* :class:`HolderRefusedError` (not trusted): the holder verified the GPU and refused it.
+* :class:`HolderProtocolError` (not trusted): the holder refused the exchange itself
+  (unknown, used or expired challenge, rate limit).
+* :class:`HolderUnreachableError` (network): no answer in time, a dropped connection, an
+  oversized or malformed HTTP reply.
+* :class:`DatasetDigestMismatchError` (integrity): a dataset is not the one the plan names.
+* :class:`ModelDigestMismatchError` (integrity): the model changed between two holders.
+* :class:`ScrubError` (integrity): a staged buffer did not read back as zero.
+* :class:`LogTamperedError` (integrity) and :class:`MalformedLogError` (malformed input):
+  the hand-over log.
+* :class:`PlanError` (malformed input): the travel plan.
+
+Messages never contain key material.
+"""
+
+from __future__ import annotations
+
+from gpucc.gpuattest.errors import (
+    IntegrityError,
+    MalformedInputError,
+    NetworkError,
+    NotTrustedError,
+)
+
+__all__ = [
+    "DatasetDigestMismatchError",
+    "HolderAuthenticationError",
+    "HolderProtocolError",
+    "HolderRefusedError",
+    "HolderUnreachableError",
+    "LogTamperedError",
+    "MalformedEnvelopeError",
+    "MalformedLogError",
+    "ModelDigestMismatchError",
+    "PlanError",
+    "ScrubError",
+]
+
+
+class HolderAuthenticationError(IntegrityError):
+    """The answer is not signed by the holder the plan pins."""
+
+
+class MalformedEnvelopeError(MalformedInputError):
+    """An answer envelope cannot be parsed."""
+
+
+class HolderRefusedError(NotTrustedError):
+    """The holder evaluated the GPU's evidence and refused it."""
+
+
+class HolderProtocolError(NotTrustedError):
+    """The holder refused the exchange (challenge unknown, used or expired; rate limited)."""
+
+
+class HolderUnreachableError(NetworkError):
+    """The holder's service did not answer properly in time."""
+
+
+class DatasetDigestMismatchError(IntegrityError):
+    """A sealed dataset's header digest is not the one the plan expects."""
+
+
+class ModelDigestMismatchError(IntegrityError):
+    """The model arriving at a holder is not the model that left the previous one."""
+
+
+class ScrubError(IntegrityError):
+    """A staged buffer did not read back as zeros after scrubbing."""
+
+
+class LogTamperedError(IntegrityError):
+    """A hand-over log entry's signature or hash chain does not check."""
+
+
+class MalformedLogError(MalformedInputError):
+    """A hand-over log cannot be parsed."""
+
+
+class PlanError(MalformedInputError):
+    """A travel plan has missing, unknown or invalid fields."""

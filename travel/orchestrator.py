@@ -1,0 +1,268 @@
+"""The orchestrator: visit each holder in turn, stage, train, scrub, rotate, log.
+
+Per holder, in order, failing closed at every step:
+
+1. a fresh challenge from that holder, and an offer with a fresh session key and GPU
+   evidence collected for the nonce bound to both;
+2. the holder's signed answer, checked against the key the plan pins, then against the
+   host's own offer (``staging.release.open_answer``);
+3. the model digest, which must equal the one taken when the GPU left the previous holder;
+4. each dataset's header digest checked against the plan, then staged (verified chunk by
+   chunk) with the key released by this session only;
+5. the training step, with the staged buffers and the model;
+6. every staged buffer zeroed and read back (on the device) as zeros, also when a step
+   above failed;
+7. the session dropped, the model digest taken, and a signed entry appended to the log.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import importlib
+from collections.abc import Callable, Mapping, MutableMapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from gpucc.gpuattest.errors import UsageError
+from gpucc.gpuattest.files import write_atomic
+from gpucc.staging.release import Answer, CollectedEvidence, create_offer, open_answer
+
+from .client import HolderClient
+from .errors import DatasetDigestMismatchError, ModelDigestMismatchError
+from .log import GENESIS, LOG_SCHEMA, entry_hash, sign_entry
+from .plan import HolderSpec, Plan
+from .signing import key_id, load_signing_key
+from .state import ScrubReceipt, model_digest, scrub_and_check
+
+__all__ = ["TrainingStep", "TravelResult", "Visit", "load_training_step", "run_plan"]
+
+#: ``step(buffers, model, holder_id)``: buffers maps dataset names to staged buffers.
+TrainingStep = Callable[[Mapping[str, Any], MutableMapping[str, Any], str], None]
+
+
+@dataclass(frozen=True)
+class Visit:
+    """One completed visit (what its log entry records)."""
+
+    holder_id: str
+    transcript_hash: str
+    evidence_digest: str
+    bytes_staged: int
+    receipts: tuple[ScrubReceipt, ...]
+    model_digest_in: str
+    model_digest_out: str
+    entry: bytes = field(repr=False)
+
+
+@dataclass(frozen=True)
+class TravelResult:
+    """The visits in order, the log written, and the final model digest."""
+
+    visits: tuple[Visit, ...]
+    log_path: Path | None
+    model_digest: str
+
+
+def load_training_step(spec: str) -> TrainingStep:
+    """Import ``module:function``.
+
+    Raises:
+        UsageError: not importable or not callable.
+    """
+    module_name, _, attr = spec.partition(":")
+    try:
+        step = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise UsageError(f"training step {spec} cannot be loaded: {type(exc).__name__}") from None
+    if not callable(step):
+        raise UsageError(f"training step {spec} is not callable")
+    return step  # type: ignore[no-any-return]
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+def _visit(
+    holder: HolderSpec,
+    *,
+    plan: Plan,
+    collect: Callable[[bytes], CollectedEvidence],
+    step: TrainingStep | None,
+    model: MutableMapping[str, Any],
+    expected_in: str | None,
+    on_staged: Callable[[str, str, Any], None] | None,
+    clock: Callable[[], dt.datetime],
+) -> tuple[dict[str, Any], int, tuple[ScrubReceipt, ...], str, str]:
+    from gpucc.staging import open_sealed, plan_stage
+
+    client = HolderClient(
+        holder.url,
+        timeout=plan.timeout_s,
+        verify_tls=str(holder.tls_ca) if holder.tls_ca is not None else True,
+    )
+    started = clock()
+    challenge = client.challenge()
+    offer, host_key = create_offer(challenge, collect)
+    envelope = client.offer(offer)
+    answer = Answer.from_json(envelope.answer)
+    envelope.verify(holder.pin, answer.transcript_hash)
+    session = open_answer(answer, host_key)
+    digest_in = model_digest(model)
+    if expected_in is not None and digest_in != expected_in:
+        raise ModelDigestMismatchError(
+            f"the model arriving at {holder.id} is not the model that left the previous holder"
+        )
+    for spec in holder.datasets:
+        actual = open_sealed(spec.path).header_digest
+        if actual != spec.header_digest:
+            raise DatasetDigestMismatchError(
+                f"dataset {spec.name} of {holder.id}: header digest {actual.hex()[:16]}… is not "
+                f"the plan's {spec.header_digest.hex()[:16]}…"
+            )
+    staged: list[tuple[str, Any, Any]] = []
+    receipts: list[ScrubReceipt] = []
+    try:
+        for spec in holder.datasets:
+            stage_plan = plan_stage(spec.path, key_for=session.dataset_key, device=plan.device)  # type: ignore[arg-type]
+            assert stage_plan.dataset is not None and stage_plan.dataset_key is not None
+            buf = stage_plan.backend.stage_sealed(
+                stage_plan.dataset, stage_plan.dataset_key, threads=None, progress=None
+            )
+            staged.append((spec.name, stage_plan.backend, buf))
+            if on_staged is not None:
+                on_staged(holder.id, spec.name, buf)
+        if step is not None:
+            step({name: buf for name, _, buf in staged}, model, holder.id)
+    finally:
+        # scrub everything staged, whatever happened; the first failure is reported
+        failure: BaseException | None = None
+        for name, backend, buf in staged:
+            try:
+                receipts.append(scrub_and_check(name, backend.name, buf, backend.scrub))
+            except BaseException as exc:  # keep scrubbing the others
+                failure = failure or exc
+        staged.clear()
+        if failure is not None:
+            raise failure
+    # rotate: the session key and the host key leave scope here, a new pair per holder
+    del session, host_key
+    digest_out = model_digest(model)
+    finished = clock()
+    entry = {
+        "holder_id": holder.id,
+        "holder_url": holder.url,
+        "holder_key_id": envelope.holder_key_id,
+        "evidence_digest": hashlib.sha256(offer.evidence_json).hexdigest(),
+        "transcript_hash": answer.transcript_hash.hex(),
+        "datasets": [
+            {"name": s.name, "header_digest": s.header_digest.hex(), "bytes": r.nbytes}
+            for s, r in zip(holder.datasets, receipts, strict=True)
+        ],
+        "bytes_staged": sum(r.nbytes for r in receipts),
+        "scrub": [r.to_dict() for r in receipts],
+        "session_rotated": True,
+        "model_digest_in": digest_in,
+        "model_digest_out": digest_out,
+        "started": started.isoformat(timespec="milliseconds"),
+        "finished": finished.isoformat(timespec="milliseconds"),
+    }
+    return entry, sum(r.nbytes for r in receipts), tuple(receipts), digest_in, digest_out
+
+
+def run_plan(
+    plan: Plan,
+    *,
+    collect: Callable[[bytes], CollectedEvidence],
+    training_step: TrainingStep | None = None,
+    model: MutableMapping[str, Any] | None = None,
+    signing_key: ec.EllipticCurvePrivateKey | None = None,
+    log_path: Path | None = None,
+    force: bool = False,
+    now: Callable[[], dt.datetime] | None = None,
+    on_staged: Callable[[str, str, Any], None] | None = None,
+    transit: Callable[[str, str, MutableMapping[str, Any]], None] | None = None,
+) -> TravelResult:
+    """Visit every holder of ``plan`` in order (see the module docstring).
+
+    Args:
+        plan: the parsed plan.
+        collect: ``collect(nonce)`` collects GPU evidence for ``nonce`` (NVML, or a
+            simulated GPU in tests).
+        training_step: the step to run per holder (default: the plan's entry point, or none).
+        model: the model state, a mapping of names to arrays (CPU or device); empty by default.
+        signing_key: the orchestrator's log key (default: the plan's key file).
+        log_path: where to write the log (default: the plan's); ``None`` in both: no log.
+        force: replace an existing log.
+        now: the clock for the log's times.
+        on_staged: called with (holder id, dataset name, buffer) after each dataset is staged.
+        transit: called with (from, to, model) between two visits (where the model travels).
+
+    Raises:
+        UsageError: the log exists (without ``force``), or no key to sign the log with.
+        HolderUnreachableError, HolderRefusedError, HolderProtocolError,
+        HolderAuthenticationError, ProtocolError, KeyUnwrapError,
+        DatasetDigestMismatchError, ModelDigestMismatchError, ScrubError, and staging's
+        errors: the visit failed; nothing it staged is left unscrubbed.
+    """
+    log_path = log_path or plan.log_path
+    if log_path is not None and log_path.exists() and not force:
+        raise UsageError(f"{log_path} exists; choose another log or replace it with --force")
+    if log_path is not None and signing_key is None:
+        if plan.key_path is None:
+            raise UsageError("the plan names no orchestrator key to sign the log with")
+        signing_key = load_signing_key(plan.key_path)
+    step = training_step
+    if step is None and plan.training_step is not None:
+        step = load_training_step(plan.training_step)
+    state: MutableMapping[str, Any] = model if model is not None else {}
+    clock = now or _now
+    lines: list[bytes] = []
+    visits: list[Visit] = []
+    prev = GENESIS
+    expected: str | None = None
+    for i, holder in enumerate(plan.holders):
+        if i and transit is not None:
+            transit(plan.holders[i - 1].id, holder.id, state)
+        body, nbytes, receipts, d_in, d_out = _visit(
+            holder,
+            plan=plan,
+            collect=collect,
+            step=step,
+            model=state,
+            expected_in=expected,
+            on_staged=on_staged,
+            clock=clock,
+        )
+        expected = d_out
+        line = b""
+        if signing_key is not None:
+            entry = {
+                "schema": LOG_SCHEMA,
+                "seq": i,
+                "prev": prev,
+                "orchestrator_key_id": key_id(signing_key),
+                **body,
+            }
+            line = sign_entry(signing_key, entry)
+            prev = entry_hash(line)
+            lines.append(line)
+            if log_path is not None:
+                write_atomic(log_path, b"".join(x + b"\n" for x in lines), mode=0o644)
+        visits.append(
+            Visit(
+                holder_id=holder.id,
+                transcript_hash=body["transcript_hash"],
+                evidence_digest=body["evidence_digest"],
+                bytes_staged=nbytes,
+                receipts=receipts,
+                model_digest_in=d_in,
+                model_digest_out=d_out,
+                entry=line,
+            )
+        )
+    return TravelResult(visits=tuple(visits), log_path=log_path, model_digest=model_digest(state))

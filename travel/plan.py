@@ -1,0 +1,192 @@
+"""The travel plan (``plan.yaml``): holders in visiting order, their pinned keys and datasets.
+
+::
+
+    version: 1
+    orchestrator:
+      key: orchestrator.key          # P-384 PKCS#8 PEM, mode 0600
+      log: travel-log.jsonl
+    training_step: mypackage.train:step   # optional: module:function
+    device: cpu                      # cpu, gpu or auto
+    timeout_s: 30
+    holders:
+      - id: hospital-a
+        url: https://a.example:8443
+        public_key: sha256:<64 hex>  # or the PEM public key
+        tls_ca: holder-ca.pem        # optional: trust this CA (or self-signed certificate)
+        datasets:
+          - name: a-train
+            path: a-train.gcc
+            header_digest: <64 hex>
+
+Relative paths are relative to the plan file.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpucc.gpuattest.errors import KeyFileError
+from gpucc.gpuattest.files import read_capped
+
+from .errors import PlanError
+from .signing import KeyPin
+
+__all__ = ["DatasetSpec", "HolderSpec", "Plan", "load_plan", "parse_plan"]
+
+_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+_MAX_PLAN = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    """A dataset the plan expects from a holder."""
+
+    name: str
+    path: Path
+    header_digest: bytes
+
+
+@dataclass(frozen=True)
+class HolderSpec:
+    """One holder to visit."""
+
+    id: str
+    url: str
+    pin: KeyPin
+    datasets: tuple[DatasetSpec, ...]
+    tls_ca: Path | None = None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A parsed plan."""
+
+    holders: tuple[HolderSpec, ...]
+    key_path: Path | None = None
+    log_path: Path | None = None
+    training_step: str | None = None
+    device: str = "cpu"
+    timeout_s: float = 30.0
+
+
+def _keys(doc: Any, required: set[str], optional: set[str], where: str) -> dict[str, Any]:
+    if not isinstance(doc, dict):
+        raise PlanError(f"{where} must be a mapping")
+    missing = sorted(required - doc.keys())
+    unknown = sorted(doc.keys() - required - optional)
+    if missing or unknown:
+        raise PlanError(f"{where}: missing keys {missing} or unknown keys {unknown}")
+    return doc
+
+
+def _str(value: Any, where: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise PlanError(f"{where} must be a non-empty string")
+    return value
+
+
+def _ident(value: Any, where: str) -> str:
+    text = _str(value, where)
+    if not _ID.match(text):
+        raise PlanError(f"{where} must be 1-64 letters, digits, '.', '_' or '-'")
+    return text
+
+
+def parse_plan(doc: Any, base: Path = Path(".")) -> Plan:
+    """A plan from its YAML document; paths are resolved against ``base``.
+
+    Raises:
+        PlanError: missing, unknown or invalid fields, duplicate ids.
+    """
+    top = _keys(
+        doc,
+        {"version", "holders"},
+        {"orchestrator", "training_step", "device", "timeout_s"},
+        "the plan",
+    )
+    if top["version"] != 1:
+        raise PlanError("the plan must say version: 1")
+    orch = _keys(top.get("orchestrator") or {}, set(), {"key", "log"}, "orchestrator")
+    holders_doc = top["holders"]
+    if not isinstance(holders_doc, list) or not 1 <= len(holders_doc) <= 256:
+        raise PlanError("holders must be a list of 1 to 256 holders")
+    holders = []
+    seen: set[str] = set()
+    for i, h in enumerate(holders_doc):
+        where = f"holders[{i}]"
+        h = _keys(h, {"id", "url", "public_key", "datasets"}, {"tls_ca"}, where)
+        hid = _ident(h["id"], f"{where}.id")
+        if hid in seen:
+            raise PlanError(f"holder id {hid} appears twice")
+        seen.add(hid)
+        url = _str(h["url"], f"{where}.url")
+        if not url.startswith(("http://", "https://")):
+            raise PlanError(f"{where}.url must be http:// or https://")
+        try:
+            pin = KeyPin.parse(_str(h["public_key"], f"{where}.public_key"), f"{where}.public_key")
+        except KeyFileError as exc:
+            raise PlanError(str(exc)) from None
+        if not isinstance(h["datasets"], list) or not h["datasets"]:
+            raise PlanError(f"{where}.datasets must be a non-empty list")
+        datasets = []
+        for j, d in enumerate(h["datasets"]):
+            dwhere = f"{where}.datasets[{j}]"
+            d = _keys(d, {"name", "path", "header_digest"}, set(), dwhere)
+            digest_text = _str(d["header_digest"], f"{dwhere}.header_digest").lower()
+            try:
+                digest = bytes.fromhex(digest_text)
+            except ValueError:
+                digest = b""
+            if len(digest) != 32:
+                raise PlanError(f"{dwhere}.header_digest must be 64 hex characters")
+            datasets.append(
+                DatasetSpec(
+                    name=_ident(d["name"], f"{dwhere}.name"),
+                    path=base / _str(d["path"], f"{dwhere}.path"),
+                    header_digest=digest,
+                )
+            )
+        tls_ca = base / _str(h["tls_ca"], f"{where}.tls_ca") if "tls_ca" in h else None
+        holders.append(
+            HolderSpec(id=hid, url=url, pin=pin, datasets=tuple(datasets), tls_ca=tls_ca)
+        )
+    device = top.get("device", "cpu")
+    if device not in ("cpu", "gpu", "auto"):
+        raise PlanError("device must be cpu, gpu or auto")
+    timeout = top.get("timeout_s", 30.0)
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout <= 3600:
+        raise PlanError("timeout_s must be a number of seconds in (0, 3600]")
+    step = top.get("training_step")
+    if step is not None and (not isinstance(step, str) or step.count(":") != 1):
+        raise PlanError("training_step must be module:function")
+    return Plan(
+        holders=tuple(holders),
+        key_path=base / _str(orch["key"], "orchestrator.key") if "key" in orch else None,
+        log_path=base / _str(orch["log"], "orchestrator.log") if "log" in orch else None,
+        training_step=step,
+        device=device,
+        timeout_s=float(timeout),
+    )
+
+
+def load_plan(path: Path) -> Plan:
+    """Read and parse a plan file.
+
+    Raises:
+        FileAccessError: unreadable.
+        PlanError: not YAML, too large, or invalid.
+    """
+    data = read_capped(path, _MAX_PLAN)
+    if len(data) > _MAX_PLAN:
+        raise PlanError(f"{path} is larger than {_MAX_PLAN} bytes")
+    try:
+        doc = yaml.safe_load(data)
+    except yaml.YAMLError as exc:
+        raise PlanError(f"{path} is not YAML: {' '.join(str(exc).split())[:200]}") from None
+    return parse_plan(doc, path.parent)

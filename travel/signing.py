@@ -1,0 +1,278 @@
+"""Long-term P-384 signing keys, canonical JSON and the holder's answer envelope.
+
+Holder and orchestrator each have a long-term ECDSA P-384 key (PKCS#8 PEM, mode 0600,
+refused when group or others have access). A key is named by its id: the SHA-256 of its
+SubjectPublicKeyInfo DER.
+
+The answer envelope (``schema: gpucc.holder-envelope/v1``) carries the protocol answer
+bytes unchanged and a signature over::
+
+    "gpucc/holder-answer/v1" || transcript_hash (48 bytes) || SHA-256(answer bytes)
+
+so a signature made for one session cannot be moved to another, nor to other answer bytes.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from gpucc.gpuattest.errors import KeyFileError
+from gpucc.staging.format import read_secret_file, write_secret_file
+
+from .errors import HolderAuthenticationError, MalformedEnvelopeError
+
+__all__ = [
+    "ENVELOPE_LABEL",
+    "ENVELOPE_SCHEMA",
+    "MAX_ENVELOPE_BYTES",
+    "Envelope",
+    "KeyPin",
+    "canonical_json",
+    "envelope_signing_input",
+    "generate_signing_key",
+    "key_id",
+    "load_public_key",
+    "load_signing_key",
+    "public_pem",
+    "sign_answer",
+    "write_signing_key",
+]
+
+ENVELOPE_SCHEMA = "gpucc.holder-envelope/v1"
+ENVELOPE_LABEL = b"gpucc/holder-answer/v1"
+MAX_ENVELOPE_BYTES = 6 * 1024 * 1024
+_MAX_KEY_FILE = 16 * 1024
+_CURVE = ec.SECP384R1()
+
+
+def canonical_json(doc: Any) -> bytes:
+    """Sorted keys, no whitespace, ASCII only: the bytes gpucc signs and hashes."""
+    return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
+
+
+def generate_signing_key() -> ec.EllipticCurvePrivateKey:
+    """A fresh P-384 signing key."""
+    return ec.generate_private_key(_CURVE)
+
+
+def write_signing_key(path: Path, key: ec.EllipticCurvePrivateKey) -> None:
+    """Write ``key`` as PKCS#8 PEM with mode 0600; an existing file is never replaced.
+
+    Raises:
+        KeyFileError: the file exists or cannot be written.
+    """
+    pem = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+    write_secret_file(path, pem)
+
+
+def load_signing_key(path: Path) -> ec.EllipticCurvePrivateKey:
+    """Read a P-384 signing key that only its owner can access.
+
+    Raises:
+        KeyFileError: missing, owned by another user, exposed, not a PEM private key, or
+            not P-384.
+    """
+    try:
+        owner = os.stat(path).st_uid
+    except OSError as exc:
+        raise KeyFileError(f"cannot open key file {path}: {exc.strerror}") from None
+    if owner != os.getuid():
+        raise KeyFileError(f"key file {path} is owned by another user")
+    data = read_secret_file(path, _MAX_KEY_FILE)
+    if len(data) > _MAX_KEY_FILE:
+        raise KeyFileError(f"{path} is too large for a signing key")
+    try:
+        key = serialization.load_pem_private_key(data, password=None)
+    except (ValueError, TypeError):
+        raise KeyFileError(f"{path} is not an unencrypted PEM private key") from None
+    if not isinstance(key, ec.EllipticCurvePrivateKey) or key.curve.name != _CURVE.name:
+        raise KeyFileError(f"{path} is not a P-384 key")
+    return key
+
+
+def public_pem(key: ec.EllipticCurvePrivateKey | ec.EllipticCurvePublicKey) -> bytes:
+    """The SubjectPublicKeyInfo PEM of a key."""
+    pub = key.public_key() if isinstance(key, ec.EllipticCurvePrivateKey) else key
+    return pub.public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+
+
+def _spki_der(key: ec.EllipticCurvePublicKey) -> bytes:
+    return key.public_bytes(
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+
+
+def key_id(key: ec.EllipticCurvePrivateKey | ec.EllipticCurvePublicKey) -> str:
+    """SHA-256 of the SubjectPublicKeyInfo DER, hex."""
+    pub = key.public_key() if isinstance(key, ec.EllipticCurvePrivateKey) else key
+    return hashlib.sha256(_spki_der(pub)).hexdigest()
+
+
+def _load_public_bytes(data: bytes, what: str) -> ec.EllipticCurvePublicKey:
+    try:
+        if data.lstrip().startswith(b"-----BEGIN"):
+            key = serialization.load_pem_public_key(data)
+        else:
+            key = serialization.load_der_public_key(data)
+    except (ValueError, TypeError):
+        raise KeyFileError(f"{what} is not a public key") from None
+    if not isinstance(key, ec.EllipticCurvePublicKey) or key.curve.name != _CURVE.name:
+        raise KeyFileError(f"{what} is not a P-384 public key")
+    return key
+
+
+def load_public_key(data: bytes, what: str = "the public key") -> ec.EllipticCurvePublicKey:
+    """A P-384 public key from PEM or DER SubjectPublicKeyInfo.
+
+    Raises:
+        KeyFileError: not a P-384 public key.
+    """
+    return _load_public_bytes(data, what)
+
+
+@dataclass(frozen=True)
+class KeyPin:
+    """What a plan pins for a holder: a key id (SHA-256 of its SPKI DER).
+
+    Built from a PEM public key or from ``sha256:<64 hex>``.
+    """
+
+    key_id: str
+
+    @classmethod
+    def parse(cls, text: str, what: str) -> KeyPin:
+        """From the plan's ``public_key`` field.
+
+        Raises:
+            KeyFileError: neither a PEM P-384 public key nor ``sha256:<64 hex>``.
+        """
+        stripped = text.strip()
+        if stripped.startswith("sha256:"):
+            value = stripped[len("sha256:") :].lower()
+            if len(value) != 64 or any(c not in "0123456789abcdef" for c in value):
+                raise KeyFileError(f"{what}: a sha256 pin is 64 hex characters")
+            return cls(value)
+        return cls(key_id(_load_public_bytes(stripped.encode(), what)))
+
+    def matches(self, other_key_id: str) -> bool:
+        """Constant-time comparison with another key id."""
+        return hmac.compare_digest(self.key_id.encode(), other_key_id.encode())
+
+
+def envelope_signing_input(transcript_hash: bytes, answer: bytes) -> bytes:
+    """``label || transcript_hash || SHA-256(answer)``: what the holder signs."""
+    if len(transcript_hash) != 48:
+        raise ValueError("a transcript hash is 48 bytes")
+    return ENVELOPE_LABEL + transcript_hash + hashlib.sha256(answer).digest()
+
+
+@dataclass(frozen=True)
+class Envelope:
+    """A signed answer.
+
+    Attributes:
+        answer: the protocol answer bytes (``gpucc.session-answer/v1`` JSON), unchanged.
+        holder_public_key: the signer's SPKI DER.
+        signature: DER ECDSA-P384-SHA384 over :func:`envelope_signing_input`.
+    """
+
+    answer: bytes = field(repr=False)
+    holder_public_key: bytes
+    signature: bytes
+
+    @property
+    def holder_key_id(self) -> str:
+        """SHA-256 of the signer's SPKI DER, hex."""
+        return hashlib.sha256(self.holder_public_key).hexdigest()
+
+    def to_json(self) -> bytes:
+        """The envelope document."""
+        return canonical_json(
+            {
+                "schema": ENVELOPE_SCHEMA,
+                "answer": base64.b64encode(self.answer).decode(),
+                "holder_public_key": base64.b64encode(self.holder_public_key).decode(),
+                "holder_key_id": self.holder_key_id,
+                "signature": base64.b64encode(self.signature).decode(),
+            }
+        )
+
+    @classmethod
+    def from_json(cls, data: bytes) -> Envelope:
+        """Parse strictly.
+
+        Raises:
+            MalformedEnvelopeError: too large, not JSON, missing or unknown keys, bad base64,
+                or a key id that does not name the enclosed key.
+        """
+        if len(data) > MAX_ENVELOPE_BYTES:
+            raise MalformedEnvelopeError("the answer envelope is too large")
+        try:
+            doc = json.loads(data)
+        except (ValueError, UnicodeDecodeError):
+            raise MalformedEnvelopeError("the answer envelope is not JSON") from None
+        keys = {"schema", "answer", "holder_public_key", "holder_key_id", "signature"}
+        if not isinstance(doc, dict) or set(doc) != keys or doc["schema"] != ENVELOPE_SCHEMA:
+            raise MalformedEnvelopeError("not a gpucc.holder-envelope/v1 document")
+        try:
+            fields = {
+                k: base64.b64decode(doc[k], validate=True)
+                for k in ("answer", "holder_public_key", "signature")
+            }
+        except (binascii.Error, ValueError, TypeError):
+            raise MalformedEnvelopeError(
+                "the answer envelope has a field that is not base64"
+            ) from None
+        env = cls(fields["answer"], fields["holder_public_key"], fields["signature"])
+        if not isinstance(doc["holder_key_id"], str) or doc["holder_key_id"] != env.holder_key_id:
+            raise MalformedEnvelopeError("the envelope's key id does not name its key")
+        return env
+
+    def verify(self, pin: KeyPin, transcript_hash: bytes) -> None:
+        """Check the signer against ``pin`` and the signature over ``transcript_hash``.
+
+        Raises:
+            HolderAuthenticationError: another key than the pinned one, or a bad signature.
+        """
+        if not pin.matches(self.holder_key_id):
+            raise HolderAuthenticationError(
+                f"the answer is signed by key {self.holder_key_id[:16]}…, not by the pinned "
+                f"holder key {pin.key_id[:16]}…"
+            )
+        try:
+            key = _load_public_bytes(self.holder_public_key, "the envelope key")
+            key.verify(
+                self.signature,
+                envelope_signing_input(transcript_hash, self.answer),
+                ec.ECDSA(hashes.SHA384()),
+            )
+        except (InvalidSignature, KeyFileError, ValueError):
+            raise HolderAuthenticationError(
+                "the answer's signature does not verify under the pinned holder key"
+            ) from None
+
+
+def sign_answer(key: ec.EllipticCurvePrivateKey, answer: bytes, transcript_hash: bytes) -> Envelope:
+    """The holder's signed envelope for ``answer`` (made for ``transcript_hash``)."""
+    signature = key.sign(envelope_signing_input(transcript_hash, answer), ec.ECDSA(hashes.SHA384()))
+    return Envelope(
+        answer=answer, holder_public_key=_spki_der(key.public_key()), signature=signature
+    )
