@@ -19,8 +19,15 @@ import typer
 
 from gpucc.gpuattest.errors import UsageError
 
-from .options import CollateralOption, OfflineOption, PolicyOption, RimDirOption
-from .seal import note
+from .options import (
+    CollateralOption,
+    FormatOption,
+    OfflineOption,
+    OutputFormat,
+    PolicyOption,
+    RimDirOption,
+)
+from .output import emit, note
 
 __all__ = ["holder_app", "keygen"]
 
@@ -144,6 +151,7 @@ def serve(
             help="Trust a simulated GPU whose anchors and RIMs are in this directory.",
         ),
     ] = None,
+    fmt: FormatOption = OutputFormat.TEXT,
 ) -> None:
     """Serve challenges and answer verified offers with signed, session-wrapped dataset keys.
 
@@ -182,6 +190,7 @@ def keygen(
         Path, typer.Option("--key", dir_okay=False, help="Private key to create (mode 0600).")
     ],
     pub: Annotated[Path, typer.Option("--pub", dir_okay=False, help="Public key PEM to write.")],
+    fmt: FormatOption = OutputFormat.TEXT,
 ) -> None:
     """Make a P-384 signing key (never replaces a file); print its pin for the plan."""
     from gpucc.gpuattest.errors import FileAccessError
@@ -196,8 +205,12 @@ def keygen(
             fh.write(public_pem(signing))
     except OSError as exc:
         raise FileAccessError(f"cannot write {pub}: {exc.strerror or exc}") from None
-    sys.stdout.write(f"sha256:{key_id(signing)}\n")
-    note(f"wrote {key} (mode 0600) and {pub}; the line above is the pin for plan.yaml")
+    pin = f"sha256:{key_id(signing)}"
+    if fmt is OutputFormat.JSON:
+        emit({"schema": "gpucc.keygen/v1", "key": str(key), "pub": str(pub), "pin": pin})
+    else:
+        sys.stdout.write(pin + "\n")
+    note(f"wrote {key} (mode 0600) and {pub}; its pin for plan.yaml is {pin}")
 
 
 holder_app.command("keygen")(keygen)
@@ -211,6 +224,7 @@ def datasets_cmd(
             "--datasets", exists=True, file_okay=False, help="Directory of sealed datasets (*.gcc)."
         ),
     ],
+    fmt: FormatOption = OutputFormat.TEXT,
 ) -> None:
     """Print each sealed dataset's plan entry (name, path, header digest) as YAML."""
     from gpucc.staging import open_sealed
@@ -218,9 +232,17 @@ def datasets_cmd(
     found = sorted(datasets.glob("*.gcc"))
     if not found:
         raise UsageError(f"{datasets} holds no sealed dataset (*.gcc)")
-    for path in found:
-        digest = open_sealed(path).header_digest.hex()
-        sys.stdout.write(f"- name: {path.stem}\n  path: {path}\n  header_digest: {digest}\n")
+    entries = [
+        {"name": p.stem, "path": str(p), "header_digest": open_sealed(p).header_digest.hex()}
+        for p in found
+    ]
+    if fmt is OutputFormat.JSON:
+        emit({"schema": "gpucc.holder.datasets/v1", "datasets": entries})
+        return
+    for e in entries:
+        sys.stdout.write(
+            f"- name: {e['name']}\n  path: {e['path']}\n  header_digest: {e['header_digest']}\n"
+        )
 
 
 if __name__ == "__main__":  # pragma: no cover - the tests run the service this way

@@ -36,6 +36,8 @@ def _register() -> None:
         ("gpucc.cli.session", "session_app", "session"),
         ("gpucc.cli.token", "token_app", "token"),
         ("gpucc.cli.model", "model_app", "model"),
+        ("gpucc.cli.holder", "holder_app", "holder"),
+        ("gpucc.cli.travel", "travel_app", "travel"),
     ):
         app.add_typer(getattr(importlib.import_module(module), attr), name=name)
     for module, attr, name in (

@@ -18,7 +18,9 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from .holder import keygen
-from .seal import note
+from .options import FormatOption, OutputFormat
+from .output import emit, note
+from .safety_options import ForceOption
 
 if TYPE_CHECKING:
     from gpucc.staging.release import CollectedEvidence
@@ -40,12 +42,15 @@ def _simulated_collector(directory: Path) -> Callable[[bytes], CollectedEvidence
     from gpucc.gpuattest.simulate import SimulatedGpu
     from gpucc.staging.release import CollectedEvidence
 
+    # DIR is the simulated GPU's own state: each run is a new simulated GPU and replaces it.
     gpu = SimulatedGpu.create(now=dt.datetime.now(dt.UTC))
     (directory / "rims").mkdir(parents=True, exist_ok=True)
     for rim_id, rim in gpu.rims.items():
-        write_atomic(directory / "rims" / f"{rim_id}.xml", rim)
-    write_atomic(directory / "rim_root.pem", gpu.roots.rim_root.public_bytes(Encoding.PEM))
-    write_atomic(directory / "device_root.pem", gpu.roots.device_root.public_bytes(Encoding.PEM))
+        write_atomic(directory / "rims" / f"{rim_id}.xml", rim, force=True)
+    roots = gpu.roots
+    write_atomic(directory / "rim_root.pem", roots.rim_root.public_bytes(Encoding.PEM), force=True)
+    device_root = roots.device_root.public_bytes(Encoding.PEM)
+    write_atomic(directory / "device_root.pem", device_root, force=True)
     return lambda nonce: CollectedEvidence.from_evidence_set(gpu.evidence(nonce))
 
 
@@ -70,7 +75,7 @@ def run(
         Path | None,
         typer.Option("--log", dir_okay=False, help="Hand-over log (default: the plan's)."),
     ] = None,
-    force: Annotated[bool, typer.Option("--force", help="Replace an existing log.")] = False,
+    force: ForceOption = False,
     simulate: Annotated[
         Path | None,
         typer.Option(
@@ -80,6 +85,7 @@ def run(
             help="Use a simulated GPU; its anchors and RIMs are written to this directory.",
         ),
     ] = None,
+    fmt: FormatOption = OutputFormat.TEXT,
 ) -> None:
     """Visit every holder of PLAN in order; stop at the first failure (nothing stays staged)."""
     from gpucc.travel.orchestrator import run_plan
@@ -97,6 +103,24 @@ def run(
             f"{visit.holder_id}: {visit.bytes_staged} bytes staged and scrubbed "
             f"(read back zero), transcript {visit.transcript_hash[:16]}…"
         )
+    if fmt is OutputFormat.JSON:
+        emit(
+            {
+                "schema": "gpucc.travel.run/v1",
+                "visits": [
+                    {
+                        "holder": v.holder_id,
+                        "bytes_staged": v.bytes_staged,
+                        "transcript_hash": v.transcript_hash,
+                        "evidence_digest": v.evidence_digest,
+                    }
+                    for v in result.visits
+                ],
+                "model_digest": result.model_digest,
+                "log": None if result.log_path is None else str(result.log_path),
+            }
+        )
+        return
     where = f"; log {result.log_path}" if result.log_path else ""
     sys.stdout.write(
         f"visited {len(result.visits)} holder(s); model digest {result.model_digest}{where}\n"
@@ -113,6 +137,7 @@ def verify_log(
         Path,
         typer.Option("--key", exists=True, dir_okay=False, help="The orchestrator's public key."),
     ],
+    fmt: FormatOption = OutputFormat.TEXT,
 ) -> None:
     """Check every entry's signature and the hash chain (exit 6 tampered, 4 malformed)."""
     from gpucc.gpuattest.files import read_capped
@@ -120,6 +145,16 @@ def verify_log(
     from gpucc.travel.signing import load_public_key
 
     summary = check(log_file, load_public_key(read_capped(key, 16 * 1024), str(key)))
+    if fmt is OutputFormat.JSON:
+        emit(
+            {
+                "schema": "gpucc.travel.verify-log/v1",
+                "entries": summary.entries,
+                "holders": list(summary.holders),
+                "head": summary.head,
+            }
+        )
+        return
     sys.stdout.write(
         f"log verified: {summary.entries} entries ({', '.join(summary.holders)}), "
         f"head {summary.head}\n"

@@ -28,6 +28,10 @@ COMMANDS = [
     ("model", "digest"),
     ("model", "verify"),
     ("model", "sign"),
+    ("holder", "serve"),
+    ("holder", "keygen"),
+    ("travel", "run"),
+    ("travel", "verify-log"),
 ]
 
 

@@ -34,6 +34,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from gpucc.gpuattest.errors import (
     CollateralUnavailableError,
+    EnvironmentProblemError,
     GpuccError,
     MalformedInputError,
     UsageError,
@@ -245,8 +246,24 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())[:500]
 
 
+def _require_web_stack() -> None:
+    """The holder service's optional dependencies, or a clear error naming the extra."""
+    import importlib.util
+
+    missing = [m for m in ("starlette", "uvicorn") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise EnvironmentProblemError(
+            f"the holder service needs {' and '.join(missing)}: pip install 'gpucc[holder]'"
+        )
+
+
 def build_app(config: HolderConfig) -> Any:
-    """The Starlette application for ``config``."""
+    """The Starlette application for ``config``.
+
+    Raises:
+        EnvironmentProblemError: Starlette is not installed (the ``holder`` extra).
+    """
+    _require_web_stack()
     from starlette.applications import Starlette
     from starlette.concurrency import run_in_threadpool
     from starlette.requests import Request
@@ -405,7 +422,11 @@ def serve(
     """Run the service until SIGINT or SIGTERM; in-flight requests are drained first.
 
     Beyond ``max_connections`` open connections and tasks, new requests get HTTP 503.
+
+    Raises:
+        EnvironmentProblemError: Starlette or Uvicorn is not installed (the ``holder`` extra).
     """
+    _require_web_stack()
     import uvicorn
 
     handler = logging.StreamHandler()

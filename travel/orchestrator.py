@@ -252,7 +252,11 @@ def run_plan(
             prev = entry_hash(line)
             lines.append(line)
             if log_path is not None:
-                write_atomic(log_path, b"".join(x + b"\n" for x in lines), mode=0o644)
+                # The first entry creates the log exclusively (or replaces one with --force);
+                # later entries replace this run's own log, whole, atomically.
+                replace = force or len(lines) > 1
+                data = b"".join(x + b"\n" for x in lines)
+                write_atomic(log_path, data, mode=0o644, force=replace, what="travel log")
         visits.append(
             Visit(
                 holder_id=holder.id,

@@ -19,7 +19,6 @@ import binascii
 import hashlib
 import hmac
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -71,7 +70,8 @@ def write_signing_key(path: Path, key: ec.EllipticCurvePrivateKey) -> None:
     """Write ``key`` as PKCS#8 PEM with mode 0600; an existing file is never replaced.
 
     Raises:
-        KeyFileError: the file exists or cannot be written.
+        OutputExistsError: the file exists.
+        FileAccessError: it cannot be written.
     """
     pem = key.private_bytes(
         serialization.Encoding.PEM,
@@ -88,13 +88,7 @@ def load_signing_key(path: Path) -> ec.EllipticCurvePrivateKey:
         KeyFileError: missing, owned by another user, exposed, not a PEM private key, or
             not P-384.
     """
-    try:
-        owner = os.stat(path).st_uid
-    except OSError as exc:
-        raise KeyFileError(f"cannot open key file {path}: {exc.strerror}") from None
-    if owner != os.getuid():
-        raise KeyFileError(f"key file {path} is owned by another user")
-    data = read_secret_file(path, _MAX_KEY_FILE)
+    data = read_secret_file(path, _MAX_KEY_FILE)  # owner and mode checked on the open file
     if len(data) > _MAX_KEY_FILE:
         raise KeyFileError(f"{path} is too large for a signing key")
     try:
