@@ -246,9 +246,9 @@ def kernels_alone(
 
 def run_checks() -> int:
     tests = [
-        "tests/test_kernel_harness.py",
-        "tests/test_gpu_pipeline.py",
-        "tests/test_gpu_staging.py",
+        "tests/unit/staging/test_kernel_harness.py",
+        "tests/unit/staging/test_gpu_pipeline.py",
+        "tests/gpu/test_gpu_staging.py",
     ]
     print("== correctness: " + " ".join(tests), flush=True)
     return subprocess.call([sys.executable, "-m", "pytest", "-q", "-rs", *tests], cwd=ROOT)

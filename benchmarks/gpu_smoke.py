@@ -22,7 +22,7 @@ only when everything it checked was right:
 * the copy ceilings: pinned host-to-device (32 MiB and 4 MiB copies), device-to-host, and
   device-to-device.
 
-``GV_FAKE=1`` runs everything that can run against ``tests/fake_cupy.py`` (small sizes, no
+``GV_FAKE=1`` runs everything that can run against ``tests/support/fake_cupy.py`` (small sizes, no
 NVRTC, no hash kernels): a dry run of this script's own flow on a machine without a GPU.
 """
 
@@ -43,7 +43,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))  # tests.fake_cupy for a dry run
+    sys.path.insert(0, str(ROOT))  # tests.support.fake_cupy for a dry run
 
 from gpucc.staging import _gpu_runtime as rt  # noqa: E402
 from gpucc.staging import format as fmt  # noqa: E402
@@ -94,9 +94,9 @@ def p(*parts: object) -> None:
 
 
 def load_cupy() -> Any:
-    """CuPy, or the fake of tests/fake_cupy.py put in the runtime's place for a dry run."""
+    """CuPy, or the fake of tests/support/fake_cupy.py put in the runtime's place for a dry run."""
     if FAKE:
-        from tests import fake_cupy
+        from tests.support import fake_cupy
 
         fake_cupy.reset(devices=1)
         rt.import_cupy, rt._modules = (lambda: fake_cupy), {}
@@ -376,7 +376,7 @@ def smoke(cubin: Path | None) -> int:
         if cubin is not None:
             write_cubin(cp, cubin)
     else:
-        p("dry run on tests/fake_cupy.py: no NVRTC, attributes or hash kernels")
+        p("dry run on tests/support/fake_cupy.py: no NVRTC, attributes or hash kernels")
         kernels = build(cp, "aesgcm", aes_source(), aes_options(), AES_KERNELS)
         if kernels is None:
             return 3

@@ -30,7 +30,7 @@
 # every step ran and passed.
 #
 # GV_FAKE=1: a dry run of this script's own flow on a machine without a GPU: the Python steps
-# run against tests/fake_cupy.py at small sizes, the steps that need the device are reported as
+# run against tests/support/fake_cupy.py at small sizes, the steps that need the device are reported as
 # "dry-run" and do not count; exit status 0 when every step that ran passed.
 #
 # Environment: OUT, GV_BUDGET_S (the budget), PYTHON (default python3), GV_FAKE.
@@ -244,10 +244,10 @@ fi
 
 # --- 5. the GPU test suite: every module with GPU tests ----------------------------------------
 PYT=$OUT/pytest.log
-mapfile -t GPU_TESTS < <(grep -lE 'pytest\.mark\.gpu|pytestmark = pytest\.mark\.gpu' tests/test_*.py)
+mapfile -t GPU_TESTS < <(grep -rlE --include='test_*.py' 'pytest\.mark\.gpu|pytestmark = pytest\.mark\.gpu' tests)
 if [ "$FAKE" = 1 ]; then
   PYENV=(env GPUCC_GPU_TESTS_ON_FAKE=1)
-  GPU_TESTS=(tests/test_gpu_staging.py) # the module that runs on the fake
+  GPU_TESTS=(tests/gpu/test_gpu_staging.py) # the module that runs on the fake
   ALLOW='set GPUCC_GPU_BIG=1|needs two GPUs'
 else
   PYENV=(env GPUCC_GPU_BIG=1)
@@ -418,7 +418,7 @@ section() {
   echo "gpucc GPU validation"
   echo "date: $(date -u +%FT%TZ)"
   echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown), $(git status --porcelain 2>/dev/null | wc -l | tr -d ' ') changed paths"
-  if [ "$FAKE" = 1 ]; then echo "mode: dry run (tests/fake_cupy.py)"; else echo "mode: device"; fi
+  if [ "$FAKE" = 1 ]; then echo "mode: dry run (tests/support/fake_cupy.py)"; else echo "mode: device"; fi
   echo "budget: ${BUDGET}s, elapsed $(($(now) - START))s"
   section "steps"
   printf '%-14s %-12s %6s  %s\n' step status time note

@@ -39,7 +39,8 @@ __all__ = [
 ]
 
 # --- kernel geometry, mirrored from staging/kernels/aesgcm_math.cuh ----------
-# tests/test_kernel_harness.py checks these against the header (harness command "layout").
+# tests/unit/staging/test_kernel_harness.py checks these against the header
+# (harness command "layout").
 
 #: Blocks per thread per tile (GCMK_K).
 _K = 4

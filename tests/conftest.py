@@ -1,0 +1,47 @@
+"""Fixtures shared across the suite: gpucc as a real process, and NVIDIA's bundled sample."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from gpucc.gpuattest.samples import Sample, nvidia_h100_sample
+
+#: Runs ``python -m gpucc ARGS`` in ``cwd`` (a clean environment: no GPUCC_*/NVAT_* variables
+#: from the caller; ``env`` adds to it) and checks that no traceback reached the user.
+GpuccRunner = Callable[..., subprocess.CompletedProcess[str]]
+
+
+def _run(
+    *args: str | Path, cwd: Path, env: dict[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("GPUCC_", "NVAT_"))}
+    base["COLUMNS"] = "200"
+    result = subprocess.run(
+        [sys.executable, "-m", "gpucc", *map(str, args)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=base | (env or {}),
+        check=False,
+    )
+    assert "Traceback" not in result.stderr and "Traceback" not in result.stdout
+    return result
+
+
+@pytest.fixture
+def run_gpucc() -> GpuccRunner:
+    """The gpucc command line, run as a separate process."""
+    return _run
+
+
+@pytest.fixture(scope="session")
+def nvidia_sample() -> Sample:
+    """NVIDIA's H100 sample (driver 545.00) as the package ships it."""
+    return nvidia_h100_sample()

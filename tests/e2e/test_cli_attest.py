@@ -1,0 +1,156 @@
+"""`gpucc attest` run as a real process: exit codes, stdout/stderr, JSON shape."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support.samples import (
+    HEAD_CHAIN,
+    HEAD_NONCE,
+    HEAD_REPORT,
+    SET_A_CHAIN,
+    SET_A_DRIVER_RIM,
+    SET_A_NONCE,
+    SET_A_PROD_VBIOS_RIM,
+    SET_A_REPORT,
+    SET_A_VBIOS_RIM,
+)
+
+GPUCC = shutil.which("gpucc", path=str(Path(sys.executable).parent)) or "gpucc"
+ENV = {k: v for k, v in os.environ.items() if not k.startswith(("GPUCC_", "NVAT_", "NV_"))}
+
+
+def gpucc(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [GPUCC, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**ENV, **(env or {})},
+        check=False,
+    )
+
+
+def no_traceback(proc: subprocess.CompletedProcess[str]) -> None:
+    assert "Traceback" not in proc.stderr and "Traceback" not in proc.stdout
+
+
+@pytest.fixture
+def ocsp_optional(tmp_path: Path) -> Path:
+    path = tmp_path / "policy.yaml"
+    path.write_text("ocsp:\n  require: false\n")
+    return path
+
+
+def set_a_args(policy: Path, vbios: Path = SET_A_VBIOS_RIM) -> list[str]:
+    return [
+        "attest",
+        "--evidence", str(SET_A_REPORT),
+        "--cert-chain", str(SET_A_CHAIN),
+        "--nonce", SET_A_NONCE,
+        "--driver-rim", str(SET_A_DRIVER_RIM),
+        "--vbios-rim", str(vbios),
+        "--policy", str(policy),
+        "--offline",
+    ]  # fmt: skip
+
+
+def test_set_a_trusted_in_2024_json(ocsp_optional: Path) -> None:
+    proc = gpucc(*set_a_args(ocsp_optional), "--at", "2024-01-01T00:00:00Z", "--format", "json")
+    no_traceback(proc)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["verdict"] == "trusted" and doc["trusted"] is True
+    assert doc["gpus"][0]["claims"]["measres"] == "success"
+    assert doc["verified_at"] == "2024-01-01T00:00:00Z"
+
+
+def test_set_a_now_not_trusted_text(ocsp_optional: Path) -> None:
+    proc = gpucc(*set_a_args(ocsp_optional))
+    no_traceback(proc)
+    assert proc.returncode == 1
+    assert "NOT TRUSTED" in proc.stdout and "HCC RIM L4 Signer" in proc.stdout
+
+
+def test_prod_vbios_mismatch_exit_1(ocsp_optional: Path) -> None:
+    proc = gpucc(
+        *set_a_args(ocsp_optional, SET_A_PROD_VBIOS_RIM), "--at", "1704067200", "--format", "json"
+    )
+    assert proc.returncode == 1
+    mism = json.loads(proc.stdout)["gpus"][0]["mismatches"]
+    assert sorted(m["index"] for m in mism) == [1, 2, 3, 9]
+
+
+def test_head_sample_without_rims_exit_3() -> None:
+    proc = gpucc(
+        "attest", "--evidence", str(HEAD_REPORT), "--cert-chain", str(HEAD_CHAIN),
+        "--nonce", HEAD_NONCE, "--offline", "--format", "json",
+    )  # fmt: skip
+    no_traceback(proc)
+    assert proc.returncode == 3, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["verdict"] == "undecided"
+    checks = {c["id"]: c["status"] for c in doc["gpus"][0]["checks"]}
+    assert checks["device-chain"] == checks["fwid"] == checks["report-signature"] == "pass"
+    assert doc["gpus"][0]["claims"]["measres"] == "not-run"
+
+
+def test_sample_flag_and_env_fallbacks() -> None:
+    proc = gpucc("attest", "--sample", "--offline", env={"GPUCC_AT": "2024-01-01T00:00:00Z"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "TRUSTED" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (["attest", "--evidence", str(SET_A_REPORT)], 4, "not evidence JSON"),
+        (["attest", "--sample", "--nonce", "xyz"], 4, "64 hex"),
+        (["attest", "--sample", "--at", "yesterday"], 2, "--at"),
+        (["attest", "--bogus"], 2, "No such option"),
+        (["attest", "--offline"], 5, "NVML"),
+        (["evidence", "collect", "-o", "x.json"], 5, "NVML"),
+    ],
+)
+def test_errors_are_one_line_with_documented_codes(
+    args: list[str], code: int, message: str
+) -> None:
+    proc = gpucc(*args)
+    no_traceback(proc)
+    assert proc.returncode == code, proc.stderr
+    assert message in proc.stderr
+    assert proc.stdout == ""
+
+
+def test_truncated_report_file_exit_4(tmp_path: Path, ocsp_optional: Path) -> None:
+    bad = tmp_path / "r.hex"
+    bad.write_text(SET_A_REPORT.read_text().strip()[:-40])
+    args = set_a_args(ocsp_optional)
+    args[2] = str(bad)
+    proc = gpucc(*args)
+    no_traceback(proc)
+    assert proc.returncode == 4
+    assert proc.stderr.startswith("gpucc: error:") and proc.stderr.count("\n") == 1
+
+
+def test_malformed_policy_exit_4(tmp_path: Path) -> None:
+    pol = tmp_path / "p.yaml"
+    pol.write_text("ocsp:\n  requir: false\n")
+    proc = gpucc("attest", "--sample", "--policy", str(pol))
+    assert proc.returncode == 4 and "ocsp.requir" in proc.stderr
+
+
+def test_demo_runs_every_step() -> None:
+    proc = gpucc("demo", "--size-mib", "2")
+    no_traceback(proc)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = " ".join(proc.stdout.split())
+    assert "TRUSTED" in out and "bytes identical: True" in out
+    assert "caught: chunk" in out and "failed authentication" in out

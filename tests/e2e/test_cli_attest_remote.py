@@ -1,0 +1,132 @@
+"""``gpucc attest --verifier remote`` against a loopback NRAS, and ``--sign-eat``, as processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from tests.support.netfixtures import NOW, make_node, serve
+from tests.support.nras import FakeNras, NrasPki
+
+SAMPLE_NONCE = "4cff7f5380ead8fad8ec2c531c110aca4302a88f603792801a8ca29ee151af2e"
+AT = NOW.isoformat().replace("+00:00", "Z")
+
+
+def gpucc(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUCC_", "NVAT_"))}
+    result = subprocess.run(
+        [sys.executable, "-m", "gpucc", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env | {"COLUMNS": "120"},
+        check=False,
+    )
+    assert "Traceback" not in result.stderr
+    return result
+
+
+@pytest.fixture(scope="module")
+def pki() -> NrasPki:
+    root = make_node("Remote Test Root", None, ca=True)
+    ca = make_node("Remote Test CA", root, ca=True, path_length=0)
+    other = make_node("Remote Other Root", None, ca=True)
+    return NrasPki(
+        root,
+        ca,
+        make_node("Remote NRAS signer", ca, ca=False),
+        other,
+        make_node("Remote other signer", other, ca=False),
+    )
+
+
+@pytest.fixture
+def nras(pki: NrasPki) -> Iterator[FakeNras]:
+    fake = FakeNras(pki)
+    with serve(fake) as server:
+        fake.url = server.url
+        yield fake
+
+
+def remote(nras: FakeNras, tmp_path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    return gpucc(
+        "attest", "--sample", "--verifier", "remote", "--nras-url", nras.url,
+        "--at", AT, *extra, cwd=tmp_path,
+    )  # fmt: skip
+
+
+def test_a_good_remote_answer_is_trusted_in_the_attest_document(
+    nras: FakeNras, tmp_path: Path
+) -> None:
+    result = remote(nras, tmp_path, "--format", "json")
+    assert result.returncode == 0, result.stderr
+    doc: dict[str, Any] = json.loads(result.stdout)
+    assert doc["schema"] == "gpucc.attest/v1" and doc["verifier"] == "remote"
+    assert doc["trusted"] is True and doc["exit_code"] == 0
+    assert doc["nonce"] == SAMPLE_NONCE
+    assert doc["gpus"][0]["claims"]["measres"] == "success"
+    assert doc["remote"]["key_anchor"] == "tls"  # no NRAS root is pinned: said, not hidden
+
+
+def test_a_remote_not_trusted_answer_exits_1(nras: FakeNras, tmp_path: Path) -> None:
+    nras.device_extra = {"measres": "fail"}
+    nras.overall_extra = {"x-nvidia-overall-att-result": False}
+    result = remote(nras, tmp_path)
+    assert result.returncode == 1
+    assert "NOT TRUSTED" in result.stdout
+
+
+def test_a_forged_answer_is_not_trusted_and_names_the_check(nras: FakeNras, tmp_path: Path) -> None:
+    nras.signing_key = ec.generate_private_key(ec.SECP384R1())
+    result = remote(nras, tmp_path, "--format", "json")
+    assert result.returncode == 1
+    error = json.loads(result.stdout)["error"]
+    assert error["kind"] == "not-trusted" and "signature check failed" in error["message"]
+
+
+def test_a_failing_service_is_collateral_unavailable_never_a_verdict(tmp_path: Path) -> None:
+    result = gpucc(
+        "attest", "--sample", "--verifier", "remote", "--nras-url", "http://127.0.0.1:9",
+        "--at", AT, "--timeout", "1", cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 3, result.stderr
+
+
+def test_sign_eat_writes_a_result_that_token_verify_accepts(tmp_path: Path) -> None:
+    key = ec.generate_private_key(ec.SECP384R1())
+    pem = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+    fd = os.open(tmp_path / "eat.key", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    os.write(fd, pem)
+    os.close(fd)
+    (tmp_path / "eat.pub").write_bytes(
+        key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
+    args = ("attest", "--sample", "--offline", "--at", "2024-01-01T00:00:00Z")
+    signed = gpucc(*args, "--sign-eat", "eat.key", "-o", "result.jwt", cwd=tmp_path)
+    assert signed.returncode == 0, signed.stderr
+    assert "signed result" in signed.stderr
+    again = gpucc(*args, "--sign-eat", "eat.key", "-o", "result.jwt", cwd=tmp_path)
+    assert again.returncode == 8  # an existing output is not replaced without --force
+    checked = gpucc(
+        "token", "verify", "result.jwt", "--key", "eat.pub", "--nonce", SAMPLE_NONCE,
+        "--at", "2024-01-01T00:10:00Z", cwd=tmp_path,
+    )  # fmt: skip
+    assert checked.returncode == 0, checked.stderr
+    lonely = gpucc(*args, "--sign-eat", "eat.key", cwd=tmp_path)
+    assert lonely.returncode == 2

@@ -1,0 +1,29 @@
+"""Paths and constants for NVIDIA's real sample data (tests/data/nvidia-samples)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "nvidia-samples"
+SET_A = DATA / "set-a-h100-545.00"
+HEAD = DATA / "h100-550.90.07"
+PROD = DATA / "vbios-rims-prod"
+
+SET_A_REPORT = SET_A / "attestation-report.hex"
+SET_A_CHAIN = SET_A / "cert-chain.pem"
+SET_A_DRIVER_RIM = SET_A / "driver-rim-545.00.swidtag"
+SET_A_VBIOS_RIM = SET_A / "vbios-rim-1010_0200_882_96005E0001-test.swidtag"
+SET_A_PROD_VBIOS_RIM = PROD / "1010_0200_882_96005E0001_PROD.swidtag"
+SET_A_NONCE = "4cff7f5380ead8fad8ec2c531c110aca4302a88f603792801a8ca29ee151af2e"
+HEAD_REPORT = HEAD / "attestation-report.hex"
+HEAD_CHAIN = HEAD / "cert-chain.pem"
+HEAD_NONCE = "931d8dd0add203ac3d8b4fbde75e115278eefcdceac5b87671a748f32364dfcb"
+
+# Inside every set-A certificate's validity (attestation.md §14.3).
+IN_WINDOW = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
+
+
+def report_bytes(path: Path) -> bytes:
+    """The binary report from a hex sample file."""
+    return bytes.fromhex(path.read_text().strip())

@@ -1,0 +1,257 @@
+"""RequestsFetcher against real local servers: every failure is a one-line NetworkError."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gpucc import __version__
+from gpucc.cli.exitcodes import exit_code_for
+from gpucc.gpuattest._internal.transport import (
+    MAX_REDIRECTS,
+    HttpStatusError,
+    RequestsFetcher,
+    safe_url,
+)
+from gpucc.gpuattest.errors import (
+    CollateralUnavailableError,
+    NetworkError,
+    OfflineError,
+    UsageError,
+)
+from tests.support.netfixtures import Reply, Seen, free_port, self_signed_tls, serve
+
+KEY = "nvapi-SECRET-service-key-0123456789"
+
+
+@pytest.fixture(autouse=True)
+def _no_proxy_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in (
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "ALL_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "all_proxy",
+    ):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+
+
+@pytest.fixture
+def fetcher() -> Iterator[RequestsFetcher]:
+    with RequestsFetcher(timeout=(0.5, 0.5), retries=2, backoff=0.01) as f:
+        yield f
+
+
+def ok(body: bytes = b"hello") -> Reply:
+    return Reply(200, body)
+
+
+def assert_one_line_network_error(exc: BaseException) -> None:
+    assert isinstance(exc, NetworkError)
+    assert exit_code_for(exc) == 3
+    text = exc.diagnostics()
+    assert "\n" not in text
+    assert KEY not in text
+    assert "Traceback" not in text
+
+
+def test_get_returns_body_with_user_agent_and_identity_encoding(fetcher: RequestsFetcher) -> None:
+    with serve(lambda seen: ok()) as srv:
+        assert fetcher.get(srv.url + "/x", max_bytes=100) == b"hello"
+        headers = srv.seen[0].headers
+    assert headers["User-Agent"] == f"gpucc/{__version__}"
+    assert headers["Accept-Encoding"] == "identity"
+    assert "Authorization" not in headers
+
+
+def test_post_sends_body_and_content_type(fetcher: RequestsFetcher) -> None:
+    with serve(lambda seen: ok(seen.body[::-1])) as srv:
+        got = fetcher.post(srv.url, b"abc", content_type="application/ocsp-request", max_bytes=10)
+        seen = srv.seen[0]
+    assert got == b"cba"
+    assert seen.method == "POST"
+    assert seen.headers["Content-Type"] == "application/ocsp-request"
+
+
+def test_bearer_key_is_sent_only_as_authorization_header(fetcher: RequestsFetcher) -> None:
+    with serve(lambda seen: ok()) as srv:
+        fetcher.get(srv.url + "/p", max_bytes=10, bearer=KEY)
+        seen = srv.seen[0]
+    assert seen.headers["Authorization"] == f"Bearer {KEY}"
+    assert KEY not in seen.path
+    assert KEY not in repr(fetcher)
+
+
+def test_bearer_key_never_in_error_text(fetcher: RequestsFetcher) -> None:
+    with serve(lambda seen: Reply(500, KEY.encode())) as srv:
+        with pytest.raises(HttpStatusError) as info:
+            fetcher.get(srv.url + "/p", max_bytes=10, bearer=KEY)
+    assert_one_line_network_error(info.value)
+    assert KEY not in str(info.value)
+
+
+def test_bearer_key_refused_over_plain_http_to_remote_host(fetcher: RequestsFetcher) -> None:
+    with pytest.raises(UsageError) as info:
+        fetcher.get("http://collateral.example/v1/rim/X", max_bytes=10, bearer=KEY)
+    assert KEY not in str(info.value)
+
+
+def test_bearer_key_dropped_when_redirected_to_another_host(fetcher: RequestsFetcher) -> None:
+    with serve(lambda seen: ok(b"landed")) as target:
+        port = target.url.rsplit(":", 1)[1]
+        # 127.0.0.1 -> localhost is a change of host: requests strips Authorization.
+        redirect = Reply(302, headers={"Location": f"http://localhost:{port}/there"})
+        with serve(lambda seen: redirect) as origin:
+            assert fetcher.get(origin.url + "/here", max_bytes=10, bearer=KEY) == b"landed"
+            assert origin.seen[0].headers["Authorization"] == f"Bearer {KEY}"
+        assert "Authorization" not in target.seen[0].headers
+
+
+def test_offline_raises_without_touching_the_network() -> None:
+    with serve(lambda seen: ok()) as srv:
+        offline = RequestsFetcher(offline=True)
+        with pytest.raises(OfflineError) as info:
+            offline.get(srv.url, max_bytes=10)
+        with pytest.raises(OfflineError):
+            offline.post(srv.url, b"x", content_type="a/b", max_bytes=10)
+        assert srv.count == 0
+    assert isinstance(info.value, CollateralUnavailableError)
+    assert exit_code_for(info.value) == 3
+
+
+def test_5xx_is_retried_then_succeeds(fetcher: RequestsFetcher) -> None:
+    calls: list[int] = []
+
+    def flaky(seen: Seen) -> Reply:
+        calls.append(1)
+        return Reply(503, b"busy") if len(calls) <= 2 else ok(b"finally")
+
+    with serve(flaky) as srv:
+        assert fetcher.get(srv.url, max_bytes=100) == b"finally"
+        assert srv.count == 3
+
+
+def test_5xx_retries_are_bounded(fetcher: RequestsFetcher) -> None:
+    with serve(lambda seen: Reply(500, b"down")) as srv:
+        with pytest.raises(HttpStatusError) as info:
+            fetcher.get(srv.url + "/r", max_bytes=100)
+        assert srv.count == 3  # the first attempt and two retries
+    assert info.value.status == 500
+    assert "HTTP 500" in str(info.value)
+    assert_one_line_network_error(info.value)
+
+
+def test_4xx_is_not_retried(fetcher: RequestsFetcher) -> None:
+    with serve(lambda seen: Reply(404, b"no")) as srv:
+        with pytest.raises(HttpStatusError) as info:
+            fetcher.get(srv.url, max_bytes=100)
+        assert srv.count == 1
+    assert info.value.status == 404
+
+
+def test_accepted_statuses_are_the_callers_choice(fetcher: RequestsFetcher) -> None:
+    with serve(lambda seen: Reply(202, b"later")) as srv:
+        assert fetcher.get(srv.url, max_bytes=100, accept=(200, 202)) == b"later"
+        with pytest.raises(HttpStatusError):
+            fetcher.get(srv.url, max_bytes=100)
+
+
+def test_slow_answer_hits_the_read_timeout_without_retry(fetcher: RequestsFetcher) -> None:
+    with serve(lambda seen: Reply(200, b"late", delay=1.5)) as srv:
+        start = time.monotonic()
+        with pytest.raises(NetworkError) as info:
+            fetcher.get(srv.url, max_bytes=100)
+        elapsed = time.monotonic() - start
+        assert srv.count == 1
+    assert elapsed < 1.4
+    assert "read timeout" in str(info.value)
+    assert_one_line_network_error(info.value)
+
+
+def test_connection_refused(fetcher: RequestsFetcher) -> None:
+    with pytest.raises(NetworkError) as info:
+        fetcher.get(f"http://127.0.0.1:{free_port()}/x", max_bytes=10)
+    assert "connection refused" in str(info.value)
+    assert_one_line_network_error(info.value)
+
+
+def test_dns_failure(fetcher: RequestsFetcher, monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_dns(*args: object, **kwargs: object) -> list[object]:
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    # The resolver, not requests, is replaced: urllib3's own error path runs for real.
+    monkeypatch.setattr(socket, "getaddrinfo", no_dns)
+    with pytest.raises(NetworkError) as info:
+        fetcher.get("http://rim.attestation.invalid/v1/rim/X", max_bytes=10)
+    assert "cannot be resolved" in str(info.value)
+    assert_one_line_network_error(info.value)
+
+
+def test_tls_failure_with_untrusted_certificate(
+    fetcher: RequestsFetcher, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("REQUESTS_CA_BUNDLE", raising=False)
+    monkeypatch.delenv("CURL_CA_BUNDLE", raising=False)
+    with serve(lambda seen: ok(), tls=self_signed_tls(tmp_path)) as srv:
+        assert srv.url.startswith("https://")
+        with pytest.raises(NetworkError) as info:
+            fetcher.get(srv.url + "/x", max_bytes=10, bearer=KEY)
+        assert srv.count == 0
+    assert "TLS" in str(info.value)
+    assert_one_line_network_error(info.value)
+
+
+def test_redirect_loop_stops_after_the_limit(fetcher: RequestsFetcher) -> None:
+    with serve(lambda seen: Reply(302, headers={"Location": seen.path})) as srv:
+        with pytest.raises(NetworkError) as info:
+            fetcher.get(srv.url + "/loop", max_bytes=10)
+        assert srv.count == MAX_REDIRECTS + 1
+    assert "redirects" in str(info.value)
+    assert_one_line_network_error(info.value)
+
+
+@pytest.mark.parametrize("no_length", [False, True], ids=["content-length", "read-until-close"])
+def test_oversized_body_is_refused(fetcher: RequestsFetcher, no_length: bool) -> None:
+    with serve(lambda seen: Reply(200, b"x" * 300_000, no_length=no_length)) as srv:
+        with pytest.raises(NetworkError) as info:
+            fetcher.get(srv.url, max_bytes=100_000)
+    assert "exceeds 100000 bytes" in str(info.value)
+    assert_one_line_network_error(info.value)
+
+
+def test_constructor_ceiling_caps_callers(fetcher: RequestsFetcher) -> None:
+    small = RequestsFetcher(timeout=(0.5, 0.5), max_bytes=10)
+    with serve(lambda seen: ok(b"y" * 11)) as srv, pytest.raises(NetworkError):
+        small.get(srv.url, max_bytes=1_000)
+
+
+def test_proxy_from_environment_is_used(
+    fetcher: RequestsFetcher, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with serve(lambda seen: ok(b"via proxy")) as proxy:
+        monkeypatch.setenv("HTTP_PROXY", proxy.url)
+        monkeypatch.setenv("NO_PROXY", "")
+        with RequestsFetcher(timeout=(0.5, 0.5), retries=0) as via_env:
+            got = via_env.get("http://rim.collateral.test/v1/rim/ABC", max_bytes=100)
+        assert got == b"via proxy"
+        # A forward proxy receives the absolute URL.
+        assert proxy.seen[0].path == "http://rim.collateral.test/v1/rim/ABC"
+
+
+@pytest.mark.parametrize("url", ["ftp://127.0.0.1/x", "file:///etc/passwd", "not a url", "http://"])
+def test_unsupported_urls_are_network_errors(fetcher: RequestsFetcher, url: str) -> None:
+    with pytest.raises(NetworkError) as info:
+        fetcher.get(url, max_bytes=10)
+    assert_one_line_network_error(info.value)
+
+
+def test_safe_url_drops_credentials() -> None:
+    assert safe_url("https://user:pw@host.example/a?b=1") == "https://host.example/a?b=1"
+    with pytest.raises(ValueError):
+        RequestsFetcher(retries=-1)

@@ -1,0 +1,318 @@
+"""GPU Travelling without processes: the documented vectors, the log chain, the challenge
+store, the rate limiter, plan parsing and scrub receipts."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from gpucc.gpuattest.errors import KeyFileError
+from gpucc.gpuattest.files import OutputExistsError
+from gpucc.travel.errors import (
+    HolderAuthenticationError,
+    LogTamperedError,
+    MalformedEnvelopeError,
+    MalformedLogError,
+    PlanError,
+    ScrubError,
+)
+from gpucc.travel.holder import ChallengeRefused, ChallengeStore, RateLimiter
+from gpucc.travel.log import (
+    GENESIS,
+    LOG_SCHEMA,
+    entry_hash,
+    entry_signing_input,
+    sign_entry,
+    verify_log,
+    verify_log_lines,
+)
+from gpucc.travel.plan import parse_plan
+from gpucc.travel.signing import (
+    Envelope,
+    KeyPin,
+    canonical_json,
+    envelope_signing_input,
+    generate_signing_key,
+    key_id,
+    load_public_key,
+    load_signing_key,
+    public_pem,
+    sign_answer,
+    write_signing_key,
+)
+from gpucc.travel.state import model_digest, scrub_and_check
+from tests.support.paths import ROOT
+
+DOCS = (ROOT / "docs" / "TRAVEL.md").read_text()
+
+# --- vectors (docs/TRAVEL.md, "Test vectors") ------------------------------------------
+
+HOLDER_SCALAR = b"\x33" * 48
+HOLDER_KEY_ID = "4072712ca47af65a9baef4352f0f1f74cbc7c5e281f12412b7ee40256bde3bee"
+TRANSCRIPT_HASH = bytes.fromhex(
+    "96ac37295595283c299cf2376495e683b93528e96d264c8757ef8eb232d56749"
+    "c7de24a5a938b9a562499cee90600fb6"
+)
+ANSWER = b'{"schema":"gpucc.session-answer/v1"}'
+SIGNING_INPUT = (
+    "67707563632f686f6c6465722d616e737765722f7631"
+    "96ac37295595283c299cf2376495e683b93528e96d264c8757ef8eb232d56749"
+    "c7de24a5a938b9a562499cee90600fb6"
+    "8799497cad6db6f4ad205ec8cf4d726f35dccdcc2a5666c6c21bc3bf3ef704fa"
+)
+ENVELOPE = (
+    '{"answer":"eyJzY2hlbWEiOiJncHVjYy5zZXNzaW9uLWFuc3dlci92MSJ9",'
+    '"holder_key_id":"4072712ca47af65a9baef4352f0f1f74cbc7c5e281f12412b7ee40256bde3bee",'
+    '"holder_public_key":"MHYwEAYHKoZIzj0CAQYFK4EEACIDYgAEs0uMBjFVcCHdXaeWSw9kVEOpaaGvng4zwevR6RI9'
+    'Mp7X8HueN9aySZc1HaNlbeUyvh0yjnAAXA51n5MyDbvMC2TAxtXXwhIvo2SfIO7wV5XAcCR7yH2BrtumsDzyRN3T",'
+    '"schema":"gpucc.holder-envelope/v1",'
+    '"signature":"MGYCMQC66zA7asHph5oFEZXgefFOCq9f95IAc8GiKJr9dbLjys0RnhUIuGSS3gwTpkWAKu4CMQClW7R+'
+    'tZYMY8H+KvDwHOAjp9g+y6t75Eae3+aTqN7uKJalxFMxup7FYUsKbuxdsSg="}'
+)
+ORCH_SCALAR = b"\x44" * 48
+ORCH_KEY_ID = "27307e132ac9018293a1c31513e8098ac63a144fb4fe60fa1c33967d5a919e7d"
+LOG_LINE_1 = (
+    '{"holder_id":"a","prev":"' + "0" * 64 + '","schema":"gpucc.travel-log/v1","seq":0,'
+    '"signature":"MGUCMQDdkJtcuQT/PJiS9Rc4jD29ckRVvCDXrcx1lzwRq/RjrV4OpvtH+2CDUmQBzvIYVpoCMGdfWSAuv'
+    'XtxdopgKfEjGNdkE+YwYj+FCm9qzUtTG9CiifEsFEefdBqnWeS+cAapOw==","transcript_hash":"'
+    + "11" * 48
+    + '"}'
+)
+LOG_HASH_1 = "0fa36cbd0609af9cdf0997ba9c5f317cc27ef00c81328dbceee7e378fc9cf2bd"
+LOG_LINE_2 = (
+    '{"holder_id":"b","prev":"0fa36cbd0609af9cdf0997ba9c5f317cc27ef00c81328dbceee7e378fc9cf2bd",'
+    '"schema":"gpucc.travel-log/v1","seq":1,'
+    '"signature":"MGUCMHDiRy4dgFyRxn+jcp/4cPRcORDiRb97ko66JXenMsxM66Ts2BDM+OIX9YUjzUszVQIxAP24/UtLG'
+    'XcaDrg1mtjRlGGcRTZ1Q4QHHfPiIlr4A47IdNtZ2TAt18JY2/1KF7g/8A==","transcript_hash":"'
+    + "22" * 48
+    + '"}'
+)
+LOG_HASH_2 = "b4af249c0d19b28997299882d14a1a22ccdad6ff8c08275fb569f49ad7f7c8d7"
+
+
+def _key(scalar: bytes) -> ec.EllipticCurvePrivateKey:
+    return ec.derive_private_key(int.from_bytes(scalar, "big"), ec.SECP384R1())
+
+
+def test_envelope_vector() -> None:
+    holder = _key(HOLDER_SCALAR)
+    assert key_id(holder) == HOLDER_KEY_ID
+    assert envelope_signing_input(TRANSCRIPT_HASH, ANSWER).hex() == SIGNING_INPUT
+    assert SIGNING_INPUT[:44] == b"gpucc/holder-answer/v1".hex()
+    assert SIGNING_INPUT[-64:] == hashlib.sha256(ANSWER).hexdigest()
+    env = Envelope.from_json(ENVELOPE.encode())
+    assert env.answer == ANSWER and env.holder_key_id == HOLDER_KEY_ID
+    env.verify(KeyPin(HOLDER_KEY_ID), TRANSCRIPT_HASH)
+    env.verify(KeyPin.parse(public_pem(holder).decode(), "pin"), TRANSCRIPT_HASH)
+    with pytest.raises(HolderAuthenticationError):
+        env.verify(KeyPin(HOLDER_KEY_ID), bytes(48))  # another session's transcript
+    # a fresh signature over the same input verifies too (ECDSA signatures are randomised)
+    sign_answer(holder, ANSWER, TRANSCRIPT_HASH).verify(KeyPin(HOLDER_KEY_ID), TRANSCRIPT_HASH)
+    for value in (HOLDER_KEY_ID, SIGNING_INPUT[:64], ENVELOPE[:80]):
+        assert value in DOCS.replace("\n", "")
+
+
+def test_log_vector() -> None:
+    orch = _key(ORCH_SCALAR)
+    assert key_id(orch) == ORCH_KEY_ID
+    lines = [LOG_LINE_1.encode(), LOG_LINE_2.encode()]
+    assert entry_hash(lines[0]) == LOG_HASH_1 and entry_hash(lines[1]) == LOG_HASH_2
+    summary = verify_log_lines(lines, orch.public_key())
+    assert summary.entries == 2 and summary.head == LOG_HASH_2 and summary.holders == ("a", "b")
+    body = {k: v for k, v in json.loads(LOG_LINE_1).items() if k != "signature"}
+    assert entry_signing_input(body) == b"gpucc/travel-log/v1\x00" + canonical_json(body)
+    for value in (ORCH_KEY_ID, LOG_HASH_1, LOG_HASH_2, LOG_LINE_1[:60]):
+        assert value in DOCS
+
+
+def _log(key: ec.EllipticCurvePrivateKey, n: int) -> list[bytes]:
+    lines: list[bytes] = []
+    prev = GENESIS
+    for i in range(n):
+        line = sign_entry(key, {"schema": LOG_SCHEMA, "seq": i, "prev": prev, "holder_id": f"h{i}"})
+        prev = entry_hash(line)
+        lines.append(line)
+    return lines
+
+
+def _resign(key: ec.EllipticCurvePrivateKey, line: bytes, **change: Any) -> bytes:
+    doc = json.loads(line)
+    doc.pop("signature")
+    doc.update(change)
+    return sign_entry(key, doc)
+
+
+def test_log_tampering(tmp_path: Path) -> None:
+    key = generate_signing_key()
+    lines = _log(key, 3)
+    pub = key.public_key()
+    assert verify_log_lines(lines, pub).entries == 3
+    edited = json.loads(lines[1])
+    edited["holder_id"] = "mallory"
+    cases = {
+        "edited": [lines[0], canonical_json(edited), lines[2]],
+        "removed": [lines[0], lines[2]],
+        "reordered": [lines[1], lines[0], lines[2]],
+        "re-signed by another key": [lines[0], _resign(generate_signing_key(), lines[1]), lines[2]],
+        "re-signed, chain broken": [lines[0], _resign(key, lines[1], prev=GENESIS), lines[2]],
+        "not canonical": [lines[0], json.dumps(json.loads(lines[1])).encode(), lines[2]],
+    }
+    for name, case in cases.items():
+        with pytest.raises(LogTamperedError):
+            verify_log_lines(case, pub)
+            pytest.fail(name)
+    path = tmp_path / "log.jsonl"
+    path.write_bytes(b"\n".join(lines))  # the last line cut off
+    with pytest.raises(MalformedLogError):
+        verify_log(path, pub)
+    path.write_bytes(b'{"schema":"other"}\n')
+    with pytest.raises(MalformedLogError):
+        verify_log(path, pub)
+
+
+def test_envelope_parsing_is_strict() -> None:
+    doc = json.loads(ENVELOPE)
+    for bad in (
+        b"[]",
+        b"not json",
+        json.dumps({**doc, "extra": 1}).encode(),
+        json.dumps({**doc, "signature": "***"}).encode(),
+        json.dumps({**doc, "holder_key_id": "00" * 32}).encode(),
+    ):
+        with pytest.raises(MalformedEnvelopeError):
+            Envelope.from_json(bad)
+
+
+def test_signing_key_files(tmp_path: Path) -> None:
+    key = generate_signing_key()
+    path = tmp_path / "k.pem"
+    write_signing_key(path, key)
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert key_id(load_signing_key(path)) == key_id(key)
+    with pytest.raises(OutputExistsError):
+        write_signing_key(path, key)  # never replaced
+    path.chmod(0o640)
+    with pytest.raises(KeyFileError):
+        load_signing_key(path)
+    p256 = tmp_path / "p256.pem"
+    from cryptography.hazmat.primitives import serialization
+
+    p256.write_bytes(
+        ec.generate_private_key(ec.SECP256R1()).private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    p256.chmod(0o600)
+    with pytest.raises(KeyFileError, match="P-384"):
+        load_signing_key(p256)
+    with pytest.raises(KeyFileError):
+        load_public_key(b"-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----\n")
+    with pytest.raises(KeyFileError):
+        KeyPin.parse("sha256:xyz", "pin")
+
+
+def test_challenge_store_one_time_and_expiry() -> None:
+    now = [0.0]
+    store = ChallengeStore(ttl=10, limit=3, clock=lambda: now[0])
+    c, ttl = store.issue()
+    assert len(c) == 32 and ttl == 10
+    store.consume(c)
+    with pytest.raises(ChallengeRefused, match="already used"):
+        store.consume(c)
+    with pytest.raises(ChallengeRefused, match="unknown"):
+        store.consume(bytes(32))
+    late, _ = store.issue()
+    now[0] = 11.0
+    with pytest.raises(ChallengeRefused, match="expired"):
+        store.consume(late)
+    issued = [store.issue()[0] for _ in range(5)]  # bounded: the oldest are dropped
+    with pytest.raises(ChallengeRefused):
+        store.consume(issued[0])
+    store.consume(issued[-1])
+
+
+def test_rate_limiter() -> None:
+    limiter = RateLimiter(rate=0.001, burst=2)
+    assert [limiter.allow("x") for _ in range(3)] == [True, True, False]
+    assert limiter.allow("y")
+
+
+def _plan_doc(**change: Any) -> dict[str, Any]:
+    holder = {
+        "id": "a",
+        "url": "https://a.example:8443",
+        "public_key": "sha256:" + "ab" * 32,
+        "datasets": [{"name": "d", "path": "d.gcc", "header_digest": "cd" * 32}],
+    }
+    doc: dict[str, Any] = {"version": 1, "holders": [holder]}
+    doc.update(change)
+    return doc
+
+
+def test_plan_parsing(tmp_path: Path) -> None:
+    plan = parse_plan(_plan_doc(orchestrator={"key": "o.key", "log": "l.jsonl"}), tmp_path)
+    assert plan.holders[0].datasets[0].path == tmp_path / "d.gcc"
+    assert plan.log_path == tmp_path / "l.jsonl" and plan.device == "cpu"
+    holder = _plan_doc()["holders"][0]
+    bad: list[dict[str, Any]] = [
+        _plan_doc(version=2),
+        _plan_doc(extra=1),
+        _plan_doc(holders=[]),
+        _plan_doc(holders=[holder, holder]),
+        _plan_doc(holders=[{**holder, "url": "ftp://x"}]),
+        _plan_doc(holders=[{**holder, "public_key": "nonsense"}]),
+        _plan_doc(holders=[{**holder, "id": "../x"}]),
+        _plan_doc(
+            holders=[{**holder, "datasets": [{"name": "d", "path": "p", "header_digest": "00"}]}]
+        ),
+        _plan_doc(device="tpu"),
+        _plan_doc(timeout_s=0),
+        _plan_doc(training_step="no-colon"),
+    ]
+    for doc in bad:
+        with pytest.raises(PlanError):
+            parse_plan(doc)
+
+
+def test_model_digest_covers_names_shapes_dtypes_and_bytes() -> None:
+    base = {"w": np.zeros((2, 3), dtype=np.float32), "b": np.ones(3, dtype=np.float32)}
+    d = model_digest(base)
+    assert d == model_digest({"b": base["b"].copy(), "w": base["w"].copy()})
+    assert d != model_digest({**base, "w": base["w"].reshape(3, 2)})
+    assert d != model_digest({**base, "w": base["w"].astype(np.float64)})
+    assert d != model_digest({"w2": base["w"], "b": base["b"]})
+    changed = {k: v.copy() for k, v in base.items()}
+    changed["b"][1] = 2.0
+    assert d != model_digest(changed)
+
+
+def test_scrub_receipt_and_a_scrub_that_does_not_zero() -> None:
+    buf = np.frombuffer(b"secret data", dtype=np.uint8).copy()
+    receipt = scrub_and_check("d", "cpu", buf, lambda b: b.fill(0))
+    assert receipt.to_dict() == {"name": "d", "device": "cpu", "bytes": 11, "nonzero": 0}
+    with pytest.raises(ScrubError, match="11 bytes read back non-zero"):
+        scrub_and_check("d", "cpu", np.full(11, 7, dtype=np.uint8), lambda b: None)
+
+
+def test_canonical_json_is_stable() -> None:
+    assert canonical_json({"b": 1, "a": "é"}) == b'{"a":"\\u00e9","b":1}'
+    assert base64.b64decode(json.loads(ENVELOPE)["answer"]) == ANSWER
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="changing a file's owner needs root")
+def test_signing_key_owned_by_another_user_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "k.pem"
+    write_signing_key(path, generate_signing_key())
+    os.chown(path, 54321, -1)
+    with pytest.raises(KeyFileError, match="owned by uid"):
+        load_signing_key(path)
