@@ -99,6 +99,7 @@ def attest(
         typer.Option(
             "--evidence",
             "--gpu-evidence-file",
+            rich_help_panel="Evidence",
             envvar="GPUCC_EVIDENCE",
             exists=True,
             dir_okay=False,
@@ -111,6 +112,7 @@ def attest(
         Path | None,
         typer.Option(
             "--cert-chain",
+            rich_help_panel="Evidence",
             envvar="GPUCC_CERT_CHAIN",
             exists=True,
             dir_okay=False,
@@ -121,6 +123,7 @@ def attest(
         str | None,
         typer.Option(
             "--nonce",
+            rich_help_panel="Evidence",
             envvar="GPUCC_NONCE",
             help="Expected nonce (64 hex). Required by the default policy for file evidence.",
         ),
@@ -128,11 +131,25 @@ def attest(
     rim_dir: RimDirOption = None,
     driver_rim: Annotated[
         Path | None,
-        typer.Option("--driver-rim", envvar="GPUCC_DRIVER_RIM", exists=True, dir_okay=False),
+        typer.Option(
+            "--driver-rim",
+            rich_help_panel="Collateral",
+            help="The driver RIM (SWID XML) to use instead of fetching it.",
+            envvar="GPUCC_DRIVER_RIM",
+            exists=True,
+            dir_okay=False,
+        ),
     ] = None,
     vbios_rim: Annotated[
         Path | None,
-        typer.Option("--vbios-rim", envvar="GPUCC_VBIOS_RIM", exists=True, dir_okay=False),
+        typer.Option(
+            "--vbios-rim",
+            rich_help_panel="Collateral",
+            help="The VBIOS RIM (SWID XML) to use instead of fetching it.",
+            envvar="GPUCC_VBIOS_RIM",
+            exists=True,
+            dir_okay=False,
+        ),
     ] = None,
     policy: PolicyOption = None,
     at: AtOption = None,
@@ -141,6 +158,7 @@ def attest(
         bool,
         typer.Option(
             "--sample",
+            rich_help_panel="Evidence",
             help="Verify the bundled NVIDIA H100 sample (set A, driver 545.00) with its RIMs "
             "and nonce.",
         ),
@@ -305,6 +323,7 @@ def collect(
         str | None,
         typer.Option(
             "--nonce",
+            rich_help_panel="Evidence",
             help="32-byte nonce as 64 hex, chosen by the verifier (e.g. from 'gpucc session "
             "challenge'); random if omitted. 'gpucc attest' needs the same value as --nonce.",
         ),

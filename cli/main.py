@@ -14,6 +14,7 @@ import typer
 
 from . import attest as _attest
 from .boundary import run_app, wrap_commands
+from .examples import add_examples
 
 app = typer.Typer(
     name="gpucc",
@@ -21,7 +22,7 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,
     pretty_exceptions_enable=False,
-    add_completion=False,
+    add_completion=True,
 )
 app.command("attest")(_attest.attest)
 app.add_typer(_attest.evidence_app, name="evidence")
@@ -46,6 +47,7 @@ def _register() -> None:
         ("gpucc.cli.demo", "demo", "demo"),
     ):
         app.command(name)(getattr(importlib.import_module(module), attr))
+    add_examples(app)
     wrap_commands(app)
 
 

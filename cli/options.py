@@ -60,6 +60,7 @@ RimUrlOption = Annotated[
     str | None,
     typer.Option(
         "--rim-url",
+        rich_help_panel="Network",
         envvar=["GPUCC_RIM_URL", "NVAT_RIM_SERVICE_BASE_URL"],
         help="RIM service base URL (default NVIDIA's).",
     ),
@@ -68,6 +69,7 @@ OcspUrlOption = Annotated[
     str | None,
     typer.Option(
         "--ocsp-url",
+        rich_help_panel="Network",
         envvar=["GPUCC_OCSP_URL", "NVAT_OCSP_BASE_URL"],
         help="OCSP responder URL (default NVIDIA's).",
     ),
@@ -76,6 +78,7 @@ ServiceKeyOption = Annotated[
     str | None,
     typer.Option(
         "--service-key",
+        rich_help_panel="Network",
         envvar=["NV_ATTESTATION_SERVICE_KEY", "NVIDIA_ATTESTATION_SERVICE_KEY"],
         help="NVIDIA service key (prefer the environment variable: argv is visible).",
         show_default=False,
@@ -83,16 +86,37 @@ ServiceKeyOption = Annotated[
     ),
 ]
 NoOcspNonceOption = Annotated[
-    bool, typer.Option("--no-ocsp-nonce", help="Do not send OCSP nonces (caching proxies).")
+    bool,
+    typer.Option(
+        "--no-ocsp-nonce",
+        rich_help_panel="Network",
+        help="Do not send OCSP nonces (caching proxies).",
+    ),
 ]
 CacheDirOption = Annotated[
-    Path | None, typer.Option("--cache-dir", envvar="GPUCC_CACHE_DIR", file_okay=False)
+    Path | None,
+    typer.Option(
+        "--cache-dir",
+        rich_help_panel="Collateral",
+        help="Collateral cache (default: the user cache directory).",
+        envvar="GPUCC_CACHE_DIR",
+        file_okay=False,
+    ),
 ]
 NoCacheOption = Annotated[
-    bool, typer.Option("--no-cache", help="Neither read nor write the cache.")
+    bool,
+    typer.Option(
+        "--no-cache", rich_help_panel="Collateral", help="Neither read nor write the cache."
+    ),
 ]
 TimeoutOption = Annotated[
-    float, typer.Option("--timeout", min=0.1, help="Network timeout per request, seconds.")
+    float,
+    typer.Option(
+        "--timeout",
+        rich_help_panel="Network",
+        min=0.1,
+        help="Network timeout per request, seconds.",
+    ),
 ]
 
 
@@ -102,6 +126,7 @@ RimDirOption = Annotated[
     Path | None,
     typer.Option(
         "--rim-dir",
+        rich_help_panel="Collateral",
         envvar="GPUCC_RIM_DIR",
         exists=True,
         file_okay=False,
@@ -110,12 +135,20 @@ RimDirOption = Annotated[
 ]
 PolicyOption = Annotated[
     Path | None,
-    typer.Option("--policy", envvar="GPUCC_POLICY", exists=True, dir_okay=False),
+    typer.Option(
+        "--policy",
+        rich_help_panel="Policy and time",
+        help="Appraisal policy (YAML); the strict default when omitted.",
+        envvar="GPUCC_POLICY",
+        exists=True,
+        dir_okay=False,
+    ),
 ]
 CollateralOption = Annotated[
     Path | None,
     typer.Option(
         "--collateral",
+        rich_help_panel="Collateral",
         envvar="GPUCC_COLLATERAL",
         exists=True,
         dir_okay=False,
@@ -123,11 +156,20 @@ CollateralOption = Annotated[
     ),
 ]
 OfflineOption = Annotated[
-    bool, typer.Option("--offline", envvar="GPUCC_OFFLINE", help="Never use the network.")
+    bool,
+    typer.Option(
+        "--offline",
+        rich_help_panel="Collateral",
+        envvar="GPUCC_OFFLINE",
+        help="Never use the network.",
+    ),
 ]
 AtOption = Annotated[
     str | None,
     typer.Option(
-        "--at", envvar="GPUCC_AT", help="Verify as of this time (ISO 8601 or Unix seconds)."
+        "--at",
+        rich_help_panel="Policy and time",
+        envvar="GPUCC_AT",
+        help="Verify as of this time (ISO 8601 or Unix seconds).",
     ),
 ]

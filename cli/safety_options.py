@@ -18,6 +18,7 @@ ForceOption = Annotated[
     bool,
     typer.Option(
         "--force",
+        rich_help_panel="Output",
         help="Replace the output file if it exists (never a file this command reads).",
     ),
 ]

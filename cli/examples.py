@@ -1,0 +1,67 @@
+"""Examples shown at the end of each command's --help (each one a command that works)."""
+
+from __future__ import annotations
+
+import typer
+
+EXAMPLES: dict[str, tuple[str, ...]] = {
+    "attest": (
+        "gpucc attest --sample --at 2024-01-01T00:00:00Z",
+        "gpucc attest --evidence evidence.json --nonce HEX --collateral bundle.json --offline",
+        "gpucc attest -f json > attest.json    # local GPUs, fresh nonce",
+    ),
+    "evidence collect": ("gpucc evidence collect -o evidence.json --nonce HEX",),
+    "collateral fetch": ("gpucc collateral fetch --evidence evidence.json -o bundle.json",),
+    "collateral show": ("gpucc collateral show bundle.json",),
+    "seal": (
+        "gpucc seal data.bin -o data.gcc --key-file data.key",
+        "gpucc seal data.bin -o shards/ --key-file data.key --shards 8",
+    ),
+    "stage": (
+        "gpucc stage data.gcc --key-file data.key",
+        "gpucc stage data.gcc --key-file data.key --device gpu -f json",
+    ),
+    "session challenge": ("gpucc session challenge > challenge.hex",),
+    "session offer": (
+        "gpucc session offer --challenge HEX -o offer.json --host-key host.key",
+        "gpucc session offer --challenge HEX -o offer.json --host-key host.key --simulate sim",
+    ),
+    "session answer": (
+        "gpucc session answer offer.json --challenge HEX --dataset data.gcc "
+        "--key-file data.key -o answer.json",
+    ),
+    "session accept": ("gpucc session accept answer.json --host-key host.key",),
+    "session local": (
+        "gpucc session local data.gcc --key-file data.key -o answer.json --host-key host.key",
+    ),
+    "demo": ("gpucc demo", "gpucc demo -f json"),
+    "token verify": ("gpucc token verify result.jwt --key eat.pub --nonce HEX",),
+    "model digest": ("gpucc model digest ./model --hash blake3 -o manifest.json",),
+    "model verify": (
+        "gpucc model verify ./model --signature model.sig --public-key pub.pem",
+        "gpucc model verify ./model --manifest manifest.json --device gpu",
+    ),
+    "model sign": ("gpucc model sign ./model --private-key key.pem --signature model.sig",),
+    "holder serve": (
+        "gpucc holder serve --datasets data/ --dataset-keys data.key --key holder.key "
+        "--policy policy.yaml --listen 127.0.0.1:8443",
+    ),
+    "holder keygen": ("gpucc holder keygen --key holder.key --pub holder.pub",),
+    "holder datasets": ("gpucc holder datasets --datasets data/",),
+    "travel run": ("gpucc travel run plan.yaml",),
+    "travel verify-log": ("gpucc travel verify-log travel-log.jsonl --key orchestrator.pub",),
+    "travel keygen": ("gpucc travel keygen --key orchestrator.key --pub orchestrator.pub",),
+}
+
+
+def add_examples(app: typer.Typer, prefix: str = "") -> None:
+    """Set each command's epilog to its examples (commands without any keep theirs)."""
+    for info in app.registered_commands:
+        name = info.name or (info.callback.__name__.replace("_", "-") if info.callback else "")
+        path = f"{prefix} {name}".strip()
+        examples = EXAMPLES.get(path)
+        if examples and not info.epilog:
+            info.epilog = "Examples:\n\n" + "\n\n".join(f"  {e}" for e in examples)
+    for group in app.registered_groups:
+        if group.typer_instance is not None:
+            add_examples(group.typer_instance, f"{prefix} {group.name or ''}".strip())
