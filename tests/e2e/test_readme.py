@@ -87,10 +87,6 @@ SKIPPED_INLINE = {
     ),
     "gpucc attest --format json": "a description of the option, with no evidence to verify",
     "gpucc evidence collect -o FILE [--nonce HEX]": "a synopsis, and it needs a GPU",
-    "gpucc attest --sample --offline": (
-        "names the process the performance table times; the sample's RIM signer has expired "
-        "since, so the example to run is the one with --at 2024-01-01T00:00:00Z"
-    ),
 }
 
 
