@@ -26,8 +26,6 @@ import datetime as dt
 import hashlib
 import hmac
 import json
-import os
-import stat
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -40,6 +38,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from .errors import KeyFileError, UsageError
+from .files import read_capped, read_secret
 from .jws import (
     DEFAULT_CLOCK_SKEW,
     MalformedTokenError,
@@ -382,29 +381,11 @@ def _verify_one(
 
 
 def _read_key_file(path: Path, *, private: bool) -> bytes:
-    flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
-    try:
-        fd = os.open(path, flags)
-    except OSError as exc:
-        raise KeyFileError(f"cannot read key file {path}: {exc.strerror}") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise KeyFileError(f"key file {path} is not a regular file")
-        if private:
-            if st.st_uid != os.geteuid():
-                raise KeyFileError(f"signing key {path} is not owned by the current user")
-            if st.st_mode & 0o077:
-                raise KeyFileError(
-                    f"signing key {path} has mode {stat.S_IMODE(st.st_mode):04o}; it must be "
-                    f"readable by its owner only (chmod 600 {path})"
-                )
-        with os.fdopen(os.dup(fd), "rb") as fh:
-            data = fh.read(MAX_KEY_FILE_BYTES + 1)
-    except OSError as exc:
-        raise KeyFileError(f"cannot read key file {path}: {exc.strerror}") from None
-    finally:
-        os.close(fd)
+    """A key file's bytes; a private key must also be the caller's alone (0600 or 0400)."""
+    if private:
+        data = read_secret(path, MAX_KEY_FILE_BYTES, what="signing key", exposed=KeyFileError)
+    else:
+        data = read_capped(path, MAX_KEY_FILE_BYTES, what="key file")
     if len(data) > MAX_KEY_FILE_BYTES:
         raise KeyFileError(f"key file {path} is larger than {MAX_KEY_FILE_BYTES} bytes")
     return data

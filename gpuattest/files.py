@@ -178,6 +178,22 @@ def read_capped(path: PathLike, limit: int, *, what: str = "file") -> bytes:
     return _read_fd(open_regular(path, what=what), Path(path), what, limit)
 
 
+def read_secret(
+    path: PathLike,
+    limit: int,
+    *,
+    what: str = "key file",
+    exposed: Callable[[str], GpuccError] = FileAccessError,
+) -> bytes:
+    """Read at most ``limit + 1`` bytes of a secret file checked by :func:`open_secret`.
+
+    Raises:
+        SpecialFileError, FileAccessError: as :func:`open_secret`, or unreadable.
+        GpuccError: from ``exposed``: wrong owner, or group/other permission bits.
+    """
+    return _read_fd(open_secret(path, what=what, exposed=exposed), Path(path), what, limit)
+
+
 def read_regular(path: PathLike, limit: int, *, what: str = "file") -> bytes:
     """:func:`read_capped`, refusing a file longer than ``limit`` with a one-line error.
 

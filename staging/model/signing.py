@@ -25,8 +25,6 @@ import binascii
 import hashlib
 import hmac
 import json
-import os
-import stat
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -39,6 +37,7 @@ from cryptography.x509 import verification
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from gpucc.gpuattest.errors import KeyFileError
+from gpucc.gpuattest.files import read_secret
 
 from .errors import MalformedManifestError, SignatureError
 from .manifest import MAX_MANIFEST_SIZE, Manifest, _loads, _object, _string
@@ -89,28 +88,7 @@ def key_hint(key: ec.EllipticCurvePublicKey) -> str:
 
 
 def _read_private(path: Path) -> bytes:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0))
-    except OSError as exc:
-        raise KeyFileError(f"cannot open private key {path}: {exc.strerror}") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise KeyFileError(f"private key {path} is not a regular file")
-        mode = stat.S_IMODE(st.st_mode)
-        if mode & 0o077:
-            raise KeyFileError(
-                f"private key {path} is accessible by group or others (mode {mode:04o}); "
-                f"run: chmod 600 {path}"
-            )
-        if st.st_uid != os.geteuid():
-            raise KeyFileError(f"private key {path} is not owned by the current user")
-        with os.fdopen(os.dup(fd), "rb") as fh:
-            data = fh.read(MAX_KEY_SIZE + 1)
-    except OSError as exc:
-        raise KeyFileError(f"cannot read private key {path}: {exc.strerror}") from None
-    finally:
-        os.close(fd)
+    data = read_secret(path, MAX_KEY_SIZE, what="private key", exposed=KeyFileError)
     if len(data) > MAX_KEY_SIZE:
         raise KeyFileError(f"private key {path} is too large to be a key")
     return data

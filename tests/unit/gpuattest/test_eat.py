@@ -33,7 +33,8 @@ from gpucc.gpuattest.eat import (
     sign_result_claims,
     verify_eat,
 )
-from gpucc.gpuattest.errors import KeyFileError, UsageError
+from gpucc.gpuattest.errors import FileAccessError, KeyFileError, UsageError
+from gpucc.gpuattest.files import SpecialFileError
 from gpucc.gpuattest.jws import MalformedTokenError, TokenCheckError, b64url_decode
 from tests.support.paths import ROOT
 
@@ -411,8 +412,9 @@ def test_private_key_file_rules(tmp_path: Path, key: ec.EllipticCurvePrivateKey)
         assert secret not in str(info.value)
     link = tmp_path / "link.pem"
     link.symlink_to(good)
-    with pytest.raises(KeyFileError):
+    with pytest.raises(SpecialFileError) as linked:  # refused, never followed (exit 8)
         load_private_key_pem(link)
+    assert exit_code_for(linked.value) == 8
     with pytest.raises(KeyFileError, match="encrypted"):
         load_private_key_pem(
             _write_key(
@@ -430,9 +432,9 @@ def test_private_key_file_rules(tmp_path: Path, key: ec.EllipticCurvePrivateKey)
     junk.chmod(0o600)
     with pytest.raises(KeyFileError, match="not a PEM private key"):
         load_private_key_pem(junk)
-    with pytest.raises(KeyFileError, match="cannot read"):
+    with pytest.raises(FileAccessError, match="does not exist"):
         load_private_key_pem(tmp_path / "absent.pem")
-    with pytest.raises(KeyFileError, match="regular file"):
+    with pytest.raises(SpecialFileError, match="directory"):
         load_private_key_pem(tmp_path)
 
 
@@ -440,7 +442,7 @@ def test_private_key_file_rules(tmp_path: Path, key: ec.EllipticCurvePrivateKey)
 def test_private_key_owned_by_someone_else(tmp_path: Path, key: ec.EllipticCurvePrivateKey) -> None:
     path = _write_key(tmp_path / "k.pem", key)
     os.chown(path, 65534, 65534)
-    with pytest.raises(KeyFileError, match="not owned"):
+    with pytest.raises(KeyFileError, match="owned by uid"):
         load_private_key_pem(path)
 
 
