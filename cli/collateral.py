@@ -248,7 +248,10 @@ def _fetch_document(output: Path, bundle: Any, result: Any, *, gpus: int) -> dic
 @collateral_app.command("show")
 def show(
     bundle_path: Annotated[
-        Path, typer.Argument(exists=True, dir_okay=False, help="Bundle file to describe.")
+        Path,
+        typer.Argument(
+            metavar="BUNDLE", exists=True, dir_okay=False, help="Bundle file to describe."
+        ),
     ],
     fmt: FormatOption = OutputFormat.TEXT,
 ) -> None:

@@ -51,7 +51,10 @@ class Device(enum.StrEnum):
 ModelArg = Annotated[
     Path,
     typer.Argument(
-        exists=True, help="Model directory (or a single model file).", show_default=False
+        metavar="MODEL",
+        exists=True,
+        help="Model directory (or a single model file).",
+        show_default=False,
     ),
 ]
 HashOption = Annotated[

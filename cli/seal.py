@@ -120,7 +120,13 @@ def load_or_create_key_file(path: Path) -> bytes:
 def seal(
     dataset: Annotated[
         Path,
-        typer.Argument(exists=True, dir_okay=False, readable=True, help="Plaintext file to seal."),
+        typer.Argument(
+            metavar="DATASET",
+            exists=True,
+            dir_okay=False,
+            readable=True,
+            help="Plaintext file to seal.",
+        ),
     ],
     output: Annotated[
         Path,

@@ -480,7 +480,9 @@ def accept(
 def local(
     datasets: Annotated[
         list[Path],
-        typer.Argument(exists=True, dir_okay=False, help="Sealed datasets to release."),
+        typer.Argument(
+            metavar="DATASET...", exists=True, dir_okay=False, help="Sealed datasets to release."
+        ),
     ],
     key_file: KeyFileOption,
     output: Annotated[

@@ -47,6 +47,7 @@ def stage(
     dataset: Annotated[
         Path,
         typer.Argument(
+            metavar="DATASET",
             exists=True,
             dir_okay=False,
             readable=True,

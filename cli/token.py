@@ -25,7 +25,12 @@ token_app = typer.Typer(
 def verify(
     result: Annotated[
         Path,
-        typer.Argument(exists=True, dir_okay=False, help="The result (detached EAT JSON or JWT)."),
+        typer.Argument(
+            metavar="RESULT",
+            exists=True,
+            dir_okay=False,
+            help="The result (detached EAT JSON or JWT).",
+        ),
     ],
     key: Annotated[
         Path,
