@@ -21,6 +21,7 @@ import pytest
 
 from gpucc.cli.exitcodes import exit_code_for
 from gpucc.gpuattest.errors import UsageError
+from gpucc.staging import _gpu_kat as kat
 from gpucc.staging import _gpu_pipeline, gpu
 from gpucc.staging import _gpu_runtime as rt
 from gpucc.staging import dataset as dataset_mod
@@ -51,7 +52,7 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     monkeypatch.setattr(rt, "_modules", {})
     # Multi-tile known-answer chunks of 3 tiles keep every test's kernel load cheap; the real
     # shape (300 tiles) runs in test_production_known_answers_shape_and_once_per_device_and_width.
-    monkeypatch.setattr(rt, "_KAT_TILES", 3)
+    monkeypatch.setattr(kat, "_KAT_TILES", 3)
     yield fake_cupy
     fake_cupy.reset()
 
@@ -431,22 +432,22 @@ def test_the_production_kernels_are_checked_at_load(fake: Any, bug: str) -> None
 def test_production_known_answers_shape_and_once_per_device_and_width(
     fake: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(rt, "_KAT_TILES", 300)
+    monkeypatch.setattr(kat, "_KAT_TILES", 300)
     fake.Config.launches = []
     gpu.require_gpu(0)
     grid = fake.Config.sm_count * fake.Config.occupancy
     chunks = [x for x in fake.Config.launches if x[0] == "gcm_chunks"]
     # Clean and tampered: 16 KiB chunks, and chunks of 300 tiles, on the persistent grid.
     assert chunks == [("gcm_chunks", (grid,), (256,))] * 4
-    assert rt._kat_shapes(256, grid) == [(16 * 1024, grid + 3), (300 * 16 * 1024 - 80, 3)]
-    assert rt._kat_shapes(64, grid) == [(4096, grid + 3)]
-    for cs, count in rt._kat_shapes(256, grid):
-        case = rt._kat_case(cs, count)
+    assert kat._kat_shapes(256, grid) == [(16 * 1024, grid + 3), (300 * 16 * 1024 - 80, 3)]
+    assert kat._kat_shapes(64, grid) == [(4096, grid + 3)]
+    for cs, count in kat._kat_shapes(256, grid):
+        case = kat._kat_case(cs, count)
         header = case.header
         assert rt._tiles(cs, 1024) * (count - 1) + 1 > grid  # CTAs loop back for more items
         assert header.chunk_length(header.chunk_count - 1) % 16  # a partial final block
         assert case.flip_ciphertext[0] != case.flip_tag[0]
-        assert rt._kat_case(cs, count) is case  # computed once per shape
+        assert kat._kat_case(cs, count) is case  # computed once per shape
     # A first use at another width checks that width first, once per device.
     dataset, dk = _sealed(tmp_path, _data(3 * CS))
     for device, runs in ((0, 2), (0, 0), (1, 6)):  # device 1: width 256 at load, then 64
