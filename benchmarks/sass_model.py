@@ -1,4 +1,4 @@
-"""Static throughput model of the GCM kernel from its machine code: no GPU needed.
+"""Static throughput model of the GCM and hash kernels from their machine code: no GPU needed.
 
 Compiles ``staging/kernels/aesgcm.cu`` for ``sm_90`` (``nvcc -cubin``), disassembles the cubin
 (``nvdisasm``: next to nvcc, on PATH, or from the ``nvidia-cuda-nvdisasm`` wheel), finds the
@@ -7,6 +7,8 @@ instructions by execution pipe and prints, for an H100 SXM, the throughput each 
 were the only limit, plus the issue limit. The smallest is the kernel's modelled bound::
 
     python benchmarks/sass_model.py [--json] [--kernel gcm_chunks] [--min-gbps 300]
+    python benchmarks/sass_model.py --kernel sha256_shards     # or blake3_chunks
+    python benchmarks/sass_model.py --all                      # all three
 
 It is a model, not a measurement: it assumes every pipe can be kept 100% busy, ignores latency,
 occupancy, DRAM and scheduling, and rests on the per-pipe rates printed beside the numbers. Each
@@ -28,6 +30,19 @@ What is counted
   thread handles per tile (``GCMK_K`` in the source), so ``per block = loop + tile / K``. The
   path takes the branches of thread 0 too (it writes the tile share), so it is an upper bound
   for the other threads.
+
+The model-digest kernels (``KERNELS`` lists each kernel's source, input bytes per iteration and
+loop rule) hash one 64-byte message block per loop iteration and thread:
+
+* ``sha256_shards`` (``sha256.cu``): one thread per shard, a loop over the shard's whole 64-byte
+  blocks; ``blake3_chunks`` (``blake3.cu``): one thread per 1 KiB chunk, a loop over its 16
+  blocks (one compression each).
+* The steady-state loop is the loop whose path (same rules as above) holds a global load of 32
+  bits or wider (the aligned message block) and the most instructions. The unaligned byte-wise
+  path, the padding blocks of SHA-256 and the per-thread set-up (BLAKE3's search for the
+  chunk's input, the chaining value's store) are outside it and not counted, so the bound is
+  that of long shards and full chunks.
+* ``GB/s = SMs x clock x lanes/clk/SM / slots per iteration x 64 B``.
 """
 
 from __future__ import annotations
@@ -189,6 +204,45 @@ def _uniform_address(operands: str) -> bool:
     """The memory operand uses no vector register (only uniform registers and immediates)."""
     m = re.search(r"\[([^\]]*)\]", operands)
     return m is not None and re.search(r"(?<!\w)R\d+", m.group(1)) is None
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelSpec:
+    """What the model needs to know about one kernel."""
+
+    name: str
+    source: Path
+    bytes_per_iteration: int  # input bytes one thread consumes per steady-state iteration
+    loop_rule: str  # "vector-load-store" (gcm) or "widest-word-load" (the hash kernels)
+    per_tile: bool  # model the enclosing loop's overhead, shared by K iterations
+
+
+KERNELS: dict[str, KernelSpec] = {
+    s.name: s
+    for s in (
+        KernelSpec(
+            "gcm_chunks",
+            SOURCE,
+            BLOCK_BYTES,
+            "vector-load-store",
+            True,
+        ),
+        KernelSpec(
+            "sha256_shards",
+            ROOT / "staging" / "kernels" / "sha256.cu",
+            64,
+            "widest-word-load",
+            False,
+        ),
+        KernelSpec(
+            "blake3_chunks",
+            ROOT / "staging" / "kernels" / "blake3.cu",
+            64,
+            "widest-word-load",
+            False,
+        ),
+    )
+}
 
 
 # --- disassembly ----------------------------------------------------------------------------
@@ -440,11 +494,17 @@ def count(instrs: Iterable[Instr]) -> Counts:
     return Counts(n, by_pipe, slots, dict(sorted(by_opcode.items(), key=lambda kv: -kv[1])))
 
 
-def bound_gbps(slots_per_block: float, lanes_per_clk: int, ghz: float, sms: int) -> float | None:
+def bound_gbps(
+    slots_per_block: float,
+    lanes_per_clk: int,
+    ghz: float,
+    sms: int,
+    block_bytes: int = BLOCK_BYTES,
+) -> float | None:
     if lanes_per_clk == 0 or slots_per_block <= 0:
         return None
     blocks_per_s = sms * ghz * 1e9 * lanes_per_clk / slots_per_block
-    return blocks_per_s * BLOCK_BYTES / 1e9
+    return blocks_per_s * block_bytes / 1e9
 
 
 @dataclasses.dataclass
@@ -454,9 +514,11 @@ class KernelModel:
     loop: Counts
     tile: Counts
     ptxas: dict[str, int]
+    block_bytes: int = BLOCK_BYTES  # input bytes per loop iteration
+    per_tile: bool = True  # the tile overhead is modelled (False: the loop alone)
 
     def per_block(self, amortized: bool) -> dict[str, float]:
-        """Pipe slots (and 'issue': instructions) per 16-byte block."""
+        """Pipe slots (and 'issue': instructions) per iteration (``block_bytes`` of input)."""
         extra = 1.0 / self.k if amortized else 0.0
         out = {p: self.loop.slots[p] + extra * self.tile.slots[p] for p in PIPES}
         out["issue"] = self.loop.instructions + extra * self.tile.instructions
@@ -468,8 +530,8 @@ class KernelModel:
         best: tuple[float, str, float] | None = None  # (boost GB/s, pipe, base GB/s)
         for pipe in (*PIPES.values(), ISSUE):
             need, lanes = per[pipe.name], pipe.lanes_per_clk
-            boost = bound_gbps(need, lanes, machine.boost_ghz, machine.sms)
-            base = bound_gbps(need, lanes, machine.base_ghz, machine.sms)
+            boost = bound_gbps(need, lanes, machine.boost_ghz, machine.sms, self.block_bytes)
+            base = bound_gbps(need, lanes, machine.base_ghz, machine.sms, self.block_bytes)
             rows.append(
                 {
                     "pipe": pipe.name,
@@ -491,7 +553,7 @@ class KernelModel:
         }
 
     def to_json(self, machine: Machine = H100_SXM) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "kernel": self.kernel,
             "arch": ARCH,
             "machine": dataclasses.asdict(machine),
@@ -502,6 +564,10 @@ class KernelModel:
             "steady_state": self.bounds(amortized=False, machine=machine),
             "amortized": self.bounds(amortized=True, machine=machine),
         }
+        if self.block_bytes != BLOCK_BYTES or not self.per_tile:
+            out["bytes_per_iteration"] = self.block_bytes
+            out["tile_modelled"] = self.per_tile
+        return out
 
 
 def _round(x: float | None) -> float | None:
@@ -537,7 +603,7 @@ _PTXAS_ENTRY = re.compile(r"Compiling entry function '(\w+)'")
 _PTXAS_PROPS = re.compile(
     r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads"
 )
-_PTXAS_REGS = re.compile(r"Used (\d+) registers.*?(\d+) bytes smem")
+_PTXAS_REGS = re.compile(r"Used (\d+) registers(?:.*?(\d+) bytes smem)?")
 
 
 def parse_ptxas(log: str) -> dict[str, dict[str, int]]:
@@ -558,7 +624,9 @@ def parse_ptxas(log: str) -> dict[str, dict[str, int]]:
             )
         m = _PTXAS_REGS.search(line)
         if m:
-            out[current].update(registers=int(m.group(1)), smem=int(m.group(2)))
+            out[current]["registers"] = int(m.group(1))
+            if m.group(2) is not None:  # absent when the kernel uses no shared memory
+                out[current]["smem"] = int(m.group(2))
     return out
 
 
@@ -581,7 +649,47 @@ def blocks_per_thread(source: Path) -> int:
     return int(m.group(1)) if m else 4
 
 
+def _has_word_global_load(b: Block) -> bool:
+    """A global load of 32 bits or wider (not byte-wide)."""
+    return any(
+        ins.opcode.split(".", 1)[0] == "LDG"
+        and re.search(r"\.(U8|S8|U16|S16)\b", ins.opcode) is None
+        for ins in b.instrs
+    )
+
+
+def model_hash_kernel(sass: str, spec: KernelSpec, ptxas: dict[str, int]) -> KernelModel:
+    """The loop whose steady path holds a word-wide global load and the most instructions."""
+    funcs = parse_functions(sass)
+    if spec.name not in funcs:
+        raise ValueError(f"{spec.name} not in the disassembly (found: {', '.join(sorted(funcs))})")
+    blocks = build_cfg(funcs[spec.name])
+    loops = natural_loops(blocks)
+    best: list[Instr] | None = None
+    for lp in loops:
+        nested = [other for other in loops if other.body < lp.body]
+        try:
+            path = longest_path(blocks, lp, nested)
+        except ValueError:
+            continue
+        on_path = {id(ins) for ins in path}
+        loads = any(
+            _has_word_global_load(b) and all(id(ins) in on_path for ins in b.instrs)
+            for b in (blocks[i] for i in lp.body)
+        )
+        if loads and (best is None or len(path) > len(best)):
+            best = path
+    if best is None:
+        raise ValueError(f"{spec.name}: no loop with a 32-bit or wider global load")
+    return KernelModel(
+        spec.name, 1, count(best), count([]), ptxas, spec.bytes_per_iteration, per_tile=False
+    )
+
+
 def model_kernel(sass: str, kernel: str, k: int, ptxas: dict[str, int]) -> KernelModel:
+    spec = KERNELS.get(kernel)
+    if spec is not None and spec.loop_rule == "widest-word-load":
+        return model_hash_kernel(sass, spec, ptxas)
     funcs = parse_functions(sass)
     if kernel not in funcs:
         raise ValueError(f"{kernel} not in the disassembly (found: {', '.join(sorted(funcs))})")
@@ -618,10 +726,13 @@ def disassemble(cubin: Path, nvdisasm: str) -> str:
 
 
 def run_model(
-    source: Path = SOURCE, kernel: str = "gcm_chunks", cubin: Path | None = None
+    source: Path | None = None, kernel: str = "gcm_chunks", cubin: Path | None = None
 ) -> KernelModel:
-    """Model ``kernel`` as nvcc builds it from ``source``, or as found in a prebuilt ``cubin``
-    (for example what NVRTC built at run time; ptxas' report is then unknown)."""
+    """Model ``kernel`` as nvcc builds it from ``source`` (default: the kernel's own file in
+    ``KERNELS``), or as found in a prebuilt ``cubin`` (for example what NVRTC built at run time;
+    ptxas' report is then unknown)."""
+    if source is None:
+        source = KERNELS[kernel].source if kernel in KERNELS else SOURCE
     nvcc = find_nvcc()
     if nvcc is None and cubin is None:
         raise FileNotFoundError("nvcc is not installed")
@@ -646,12 +757,23 @@ def _fmt(x: float | None) -> str:
 
 
 def render(model: KernelModel, machine: Machine = H100_SXM) -> str:
+    nbytes = model.block_bytes
+    if model.per_tile:
+        loop_line = (
+            f"steady-state loop: {model.loop.instructions} instructions per {nbytes}-byte block; "
+            f"per-tile overhead: {model.tile.instructions} per thread per tile of K={model.k} "
+            "blocks"
+        )
+    else:
+        loop_line = (
+            f"steady-state loop: {model.loop.instructions} instructions per {nbytes}-byte block; "
+            "per-thread set-up and tail outside the loop: not counted"
+        )
     lines = [
         f"Static model of {model.kernel} ({ARCH}, {machine.name}: {machine.sms} SMs, "
         f"{machine.boost_ghz} GHz boost / {machine.base_ghz} GHz base). Not a measurement.",
         f"ptxas: {model.ptxas}",
-        f"steady-state loop: {model.loop.instructions} instructions per 16-byte block; "
-        f"per-tile overhead: {model.tile.instructions} per thread per tile of K={model.k} blocks",
+        loop_line,
         "top opcodes in the loop: "
         + ", ".join(f"{op} {n}" for op, n in list(model.loop.by_opcode.items())[:12]),
         "",
@@ -672,12 +794,25 @@ def render(model: KernelModel, machine: Machine = H100_SXM) -> str:
         "",
         f"bound, steady-state loop only: {steady['gbps_boost']:.0f} GB/s at boost, "
         f"{steady['gbps_base']:.0f} at base ({steady['limiter']}-limited)",
-        f"bound with the per-tile overhead: {amort['gbps_boost']:.0f} GB/s at boost, "
-        f"{amort['gbps_base']:.0f} at base ({amort['limiter']}-limited)",
-        "",
-        "instr: thread-instructions per block in the loop; slots: pipe slots they take; "
-        "+tile/K: slots with the per-tile overhead shared by K blocks (the GB/s columns use it).",
-        "GB/s = SMs x clock x lanes/clk/SM / slots per block x 16 B of text.",
+    ]
+    if model.per_tile:
+        lines += [
+            f"bound with the per-tile overhead: {amort['gbps_boost']:.0f} GB/s at boost, "
+            f"{amort['gbps_base']:.0f} at base ({amort['limiter']}-limited)",
+            "",
+            "instr: thread-instructions per block in the loop; slots: pipe slots they take; "
+            "+tile/K: slots with the per-tile overhead shared by K blocks (the GB/s columns use "
+            "it).",
+            "GB/s = SMs x clock x lanes/clk/SM / slots per block x 16 B of text.",
+        ]
+    else:
+        lines += [
+            "",
+            "instr: thread-instructions per block in the loop; slots: pipe slots they take; "
+            "+tile/K: the same (no per-tile overhead is modelled).",
+            f"GB/s = SMs x clock x lanes/clk/SM / slots per block x {nbytes} B of message.",
+        ]
+    lines += [
         f"clocks: {machine.clock_note}.",
         "rates:",
         *(f"  {p.name:<8} {p.source}" for p in (*PIPES.values(), ISSUE)),
@@ -687,37 +822,50 @@ def render(model: KernelModel, machine: Machine = H100_SXM) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    ap.add_argument("--source", type=Path, default=SOURCE)
+    ap.add_argument(
+        "--source", type=Path, default=None, help="default: the kernel's own file (see KERNELS)"
+    )
     ap.add_argument(
         "--cubin", type=Path, default=None, help="model this prebuilt cubin instead of compiling"
     )
-    ap.add_argument("--kernel", default="gcm_chunks")
+    ap.add_argument("--kernel", default="gcm_chunks", help=f"one of: {', '.join(KERNELS)}")
+    ap.add_argument("--all", action="store_true", help="model every kernel in KERNELS")
     ap.add_argument("--json", action="store_true", help="print the model as JSON")
     ap.add_argument(
         "--min-gbps",
         type=float,
         default=None,
-        help="exit 1 if the bound with per-tile overhead at boost clock is below this",
+        help="exit 1 if the bound with per-tile overhead at boost clock is below this (with "
+        "--all: for any kernel)",
     )
     args = ap.parse_args(argv)
+    if args.all and (args.source is not None or args.cubin is not None):
+        print("sass_model: --all builds every kernel from its own source", file=sys.stderr)
+        return 2
+    names = list(KERNELS) if args.all else [args.kernel]
+    models: list[KernelModel] = []
     try:
-        model = run_model(args.source, args.kernel, args.cubin)
+        for name in names:
+            models.append(run_model(args.source, name, args.cubin))
     except (FileNotFoundError, RuntimeError, ValueError) as exc:
         print(f"sass_model: {exc}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps(model.to_json(), indent=2))
+        data = [m.to_json() for m in models]
+        print(json.dumps(data if args.all else data[0], indent=2))
     else:
-        print(render(model))
-    bound = model.bounds(amortized=True)["gbps_boost"]
-    if args.min_gbps is not None and bound < args.min_gbps:
-        print(
-            f"sass_model: modelled bound of {args.kernel} is {bound:.0f} GB/s, "
-            f"below {args.min_gbps:.0f}",
-            file=sys.stderr,
-        )
-        return 1
-    return 0
+        print("\n\n".join(render(m) for m in models))
+    status = 0
+    for model in models:
+        bound = model.bounds(amortized=True)["gbps_boost"]
+        if args.min_gbps is not None and bound < args.min_gbps:
+            print(
+                f"sass_model: modelled bound of {model.kernel} is {bound:.0f} GB/s, "
+                f"below {args.min_gbps:.0f}",
+                file=sys.stderr,
+            )
+            status = 1
+    return status
 
 
 if __name__ == "__main__":

@@ -179,3 +179,73 @@ def test_a_prebuilt_cubin_gives_the_same_model(
     model = sass_model.run_model(cubin=cubin)
     assert model.loop == real_model.loop and model.tile == real_model.tile
     assert model.ptxas == {}
+
+
+# --- the model-digest kernels ----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def hash_models() -> dict[str, sass_model.KernelModel]:
+    _require_tools()
+    return {name: sass_model.run_model(kernel=name) for name in ("sha256_shards", "blake3_chunks")}
+
+
+def _check_hash_loop(model: sass_model.KernelModel) -> None:
+    loop = model.loop
+    assert sum(loop.by_pipe.values()) == loop.instructions == sum(loop.by_opcode.values())
+    assert loop.by_pipe["other"] == 0, loop.by_opcode
+    # The aligned 64-byte message block: sixteen 32-bit loads, no byte loads, no stores.
+    assert loop.by_opcode.get("LDG") == 16 and loop.slots["global"] == 16
+    assert loop.by_opcode.get("STG") is None
+    assert model.ptxas.get("spill_stores") == 0 and model.ptxas.get("spill_loads") == 0
+    assert model.ptxas.get("registers", 0) > 0
+    assert model.block_bytes == 64 and not model.per_tile
+    steady, amort = model.bounds(amortized=False), model.bounds(amortized=True)
+    assert steady == amort  # nothing outside the loop is modelled
+    assert 0 < steady["gbps_base"] < steady["gbps_boost"]
+
+
+@pytest.mark.nvcc
+def test_model_of_sha256_shards_is_structurally_sane(
+    hash_models: dict[str, sass_model.KernelModel],
+) -> None:
+    model = hash_models["sha256_shards"]
+    _check_hash_loop(model)
+    ops = model.loop.by_opcode
+    # 64 rounds (Sigma0, Sigma1: three rotates each) and 48 schedule words (sigma0, sigma1:
+    # two rotates each): at least 64 x 6 + 48 x 4 funnel shifts, and rounds of several ALU ops.
+    assert ops.get("SHF", 0) >= 64 * 6 + 48 * 4
+    assert model.loop.by_pipe["alu"] >= 64 * 12
+    assert model.bounds(amortized=False)["limiter"] == "alu"
+
+
+@pytest.mark.nvcc
+def test_model_of_blake3_chunks_is_structurally_sane(
+    hash_models: dict[str, sass_model.KernelModel],
+) -> None:
+    model = hash_models["blake3_chunks"]
+    _check_hash_loop(model)
+    ops = model.loop.by_opcode
+    # 7 rounds x 8 G functions, each with four rotates (SHF or PRMT), four XORs and six adds.
+    g = 7 * 8
+    assert ops.get("SHF", 0) + ops.get("PRMT", 0) >= 4 * g
+    assert ops.get("LOP3", 0) >= 4 * g
+    assert model.loop.by_pipe["alu"] + model.loop.by_pipe["fma"] >= 12 * g
+    # One compression per iteration, not the whole chunk (16 compressions) unrolled.
+    assert model.loop.instructions < 2 * 14 * g
+    assert model.bounds(amortized=False)["limiter"] == "alu"
+
+
+@pytest.mark.nvcc
+def test_hash_tables_and_all(capsys: pytest.CaptureFixture[str]) -> None:
+    _require_tools()
+    assert sass_model.main(["--kernel", "sha256_shards"]) == 0
+    table = capsys.readouterr().out
+    assert "per 64-byte block" in table and "x 64 B of message" in table
+    assert sass_model.main(["--all", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [d["kernel"] for d in data] == list(sass_model.KERNELS)
+    assert "bytes_per_iteration" not in data[0]  # gcm_chunks' JSON is as before
+    assert data[1]["bytes_per_iteration"] == data[2]["bytes_per_iteration"] == 64
+    assert sass_model.main(["--all", "--min-gbps", "1e9"]) == 1
+    assert capsys.readouterr().err.count("below") == 3
