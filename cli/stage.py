@@ -6,7 +6,7 @@ import enum
 import time
 from functools import partial
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 
@@ -15,6 +15,9 @@ from gpucc.gpuattest.errors import UsageError
 from .options import FormatOption, OutputFormat
 from .output import emit, format_rate, note
 from .seal import byte_progress, check_chunk_size, chunk_summary, format_size, parse_size
+
+if TYPE_CHECKING:
+    from gpucc.staging.model.manifest import Manifest
 
 __all__ = ["Device", "stage"]
 
@@ -41,6 +44,33 @@ def _session_key(answer_path: Path, host_key_path: Path, header_digest: bytes) -
     answer = Answer.from_json(read_capped(answer_path, MAX_ANSWER_BYTES))
     session = open_answer(answer, HostKey.read(host_key_path))
     return session.dataset_key(header_digest)
+
+
+def _trusted_manifest(
+    manifest: Path | None, signature: Path | None, public_key: Path | None, resource: str | None
+) -> Manifest | None:
+    """The manifest to check the staged bytes against: read, or taken from a bundle whose
+    signature verified first. Read before anything is staged, so a bad one stages nothing."""
+    from gpucc.gpuattest.files import read_capped
+    from gpucc.staging.model.api import load_manifest, staged_resource
+    from gpucc.staging.model.signing import MAX_BUNDLE_SIZE, load_public_key, verify_bundle
+
+    if manifest is not None and signature is not None:
+        raise UsageError("give --manifest or --signature, not both")
+    if (signature is None) != (public_key is None):
+        raise UsageError("--signature and --public-key go together")
+    if signature is not None and public_key is not None:
+        trusted = verify_bundle(
+            read_capped(signature, MAX_BUNDLE_SIZE), load_public_key(public_key)
+        )
+    elif manifest is not None:
+        trusted = load_manifest(manifest)
+    else:
+        if resource is not None:
+            raise UsageError("--resource goes with --manifest or --signature")
+        return None
+    staged_resource(trusted, resource)
+    return trusted
 
 
 def stage(
@@ -101,6 +131,37 @@ def stage(
         str,
         typer.Option("--chunk-size", help="Chunk size for a plaintext input (4KiB-256MiB)."),
     ] = "4MiB",
+    manifest: Annotated[
+        Path | None,
+        typer.Option(
+            "--manifest",
+            exists=True,
+            dir_okay=False,
+            help="Model manifest: verify the staged bytes against it before they are used.",
+        ),
+    ] = None,
+    signature: Annotated[
+        Path | None,
+        typer.Option(
+            "--signature",
+            exists=True,
+            dir_okay=False,
+            help="Signed model manifest (with --public-key), checked before its digests are used.",
+        ),
+    ] = None,
+    public_key: Annotated[
+        Path | None,
+        typer.Option(
+            "--public-key", exists=True, dir_okay=False, help="PEM EC key for --signature."
+        ),
+    ] = None,
+    resource: Annotated[
+        str | None,
+        typer.Option(
+            "--resource",
+            help="The manifest file the dataset holds (default: the manifest's only file).",
+        ),
+    ] = None,
     output: FormatOption = OutputFormat.TEXT,
 ) -> None:
     """Decrypt and verify DATASET chunk by chunk into memory, then scrub it.
@@ -113,6 +174,7 @@ def stage(
     """
     from gpucc import staging
     from gpucc.staging.errors import StageKeyArgumentsError
+    from gpucc.staging.model.api import require_verified, verify_staged
 
     if device is Device.CPU and gpus > 1:
         raise UsageError("--gpus needs --device gpu or auto")
@@ -120,6 +182,9 @@ def stage(
     check_chunk_size(size, chunk_size)
     if (session is None) != (host_key is None):
         raise UsageError("--session and --host-key go together")
+    trusted = _trusted_manifest(manifest, signature, public_key, resource)
+    if trusted is not None and gpus > 1:
+        raise UsageError("--manifest checks one buffer: stage a model on one GPU (--gpus 1)")
 
     released = None
     if session is not None and host_key is not None:
@@ -163,9 +228,17 @@ def stage(
         with plan.run(threads=threads, progress=progress) as buf:
             seconds = time.perf_counter() - started
             staged = header.plaintext_length
+            checked = None
+            if trusted is not None:
+                # Hash the staged buffer itself, while it is still held: the bytes that
+                # verify are the bytes the caller would use. On any failure the buffer is
+                # zeroed by run() on the way out.
+                checked = verify_staged(buf, trusted, resource, threads=threads)
         # The API zeroes the buffer on exit; check it where that is cheap to see.
         parts = [s.array for s in buf] if isinstance(buf, list) else [buf]
         scrubbed = not any(bool(p.any()) for p in parts)
+    if checked is not None:
+        summary["model"] = checked.to_json()
     summary.update(
         bytes=staged,
         chunks=header.chunk_count,
@@ -179,9 +252,20 @@ def stage(
     )
     if output is OutputFormat.JSON:
         emit(summary)
+    if checked is not None and not checked.ok:
+        for problem in checked.problems:
+            note(f"model {problem.kind}: {problem.name}")
+        note(f"buffer {'scrubbed' if scrubbed else 'released'}; nothing staged is kept")
+        require_verified(checked)
     what = "sealed dataset" if plan.sealed else "plaintext (sealed in transit)"
     note(
         f"staged {format_size(staged)} of {what} {dataset} on {plan.device}: "
         f"{chunk_summary(header.chunk_count, staged, header.chunk_size)} verified "
         f"in {seconds:.3f} s ({format_rate(staged, seconds)}); buffer scrubbed"
     )
+    if checked is not None:
+        note(
+            f"verified in the staged buffer: {checked.summary()} "
+            f"({checked.serialization.resource_algorithm}, "
+            f"subject sha256 {checked.subject_digest})"
+        )

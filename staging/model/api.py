@@ -8,11 +8,14 @@ are value objects and failures typed errors.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from gpucc.gpuattest.errors import UsageError
 
-from .digest_cpu import hash_items
+from .digest_cpu import default_threads, hash_items, new_hasher
 from .errors import ModelMismatchError, ModelTreeError
 from .manifest import MAX_MANIFEST_SIZE, Manifest, Resource, Serialization, VerificationResult
 from .serialize import model_name, plan_items, relative_ignores, walk_model
@@ -23,7 +26,9 @@ __all__ = [
     "load_manifest",
     "make_serialization",
     "require_verified",
+    "staged_resource",
     "verify_model",
+    "verify_staged",
 ]
 
 DEVICES = ("cpu", "gpu", "auto")
@@ -148,3 +153,103 @@ def require_verified(result: VerificationResult) -> None:
     """Raise :class:`ModelMismatchError` (exit 6) unless every resource matched."""
     if not result.ok:
         raise ModelMismatchError(result)
+
+
+def staged_resource(trusted: Manifest, resource: str | None = None) -> str:
+    """The file of ``trusted`` that a staged buffer holds: ``resource`` when given (it must be
+    a path the manifest lists), else the manifest's only file.
+
+    Raises:
+        UsageError: ``resource`` is not in the manifest, or the manifest lists several files
+            and none was chosen.
+    """
+    paths = sorted({r.path for r in trusted.resources})
+    if resource is not None:
+        if resource not in paths:
+            listed = ", ".join(repr(p) for p in paths[:5]) + (" ..." if len(paths) > 5 else "")
+            raise UsageError(
+                f"resource {resource!r} is not in the manifest of {trusted.model_name!r} "
+                f"(it lists {listed or 'nothing'})"
+            )
+        return resource
+    if len(paths) != 1:
+        raise UsageError(
+            f"the manifest of {trusted.model_name!r} lists {len(paths)} files: "
+            "name the one that was staged (--resource)"
+        )
+    return paths[0]
+
+
+def _host_bytes(buffer: Any) -> memoryview:
+    """A flat byte view of a contiguous host buffer (no copy)."""
+    try:
+        view = memoryview(buffer)
+    except TypeError:
+        raise UsageError("the staged buffer is not a host buffer or a GPU array") from None
+    if not view.c_contiguous:
+        raise UsageError("the staged buffer is not contiguous")
+    return view.cast("B") if view.format != "B" or view.ndim != 1 else view
+
+
+def _host_resources(
+    view: memoryview, name: str, trusted: Manifest, threads: int | None
+) -> list[Resource]:
+    ser = trusted.serialization
+    algorithm = ser.resource_algorithm
+    workers = threads or default_threads()
+    if ser.shard_size is None:
+        hasher = new_hasher(ser.hash_type, threads=workers)
+        hasher.update(view)
+        return [Resource(name, algorithm, hasher.digest())]
+    size = ser.shard_size
+    ranges = [(s, min(s + size, len(view))) for s in range(0, len(view), size)]
+
+    def digest(span: tuple[int, int]) -> bytes:
+        hasher = new_hasher(ser.hash_type)
+        hasher.update(view[span[0] : span[1]])
+        return hasher.digest()
+
+    with ThreadPoolExecutor(max_workers=min(workers, max(len(ranges), 1))) as pool:
+        found = list(pool.map(digest, ranges))
+    return [
+        Resource(f"{name}:{s}:{e}", algorithm, d) for (s, e), d in zip(ranges, found, strict=True)
+    ]
+
+
+def verify_staged(
+    buffer: Any,
+    trusted: Manifest,
+    resource: str | None = None,
+    *,
+    threads: int | None = None,
+) -> VerificationResult:
+    """Check the bytes of a staged buffer against the manifest entry of the file it holds.
+
+    The digests are computed over ``buffer`` itself (a host buffer such as the NumPy array
+    of CPU staging, or a CuPy array on the GPU, hashed there), so the verified bytes are the
+    bytes in use. ``resource`` names the file (see :func:`staged_resource`); the manifest's
+    other files are not part of this check. Every shard of that file is compared in constant
+    time: a shard of the manifest the buffer does not reach is ``missing``, bytes past the
+    last shard are ``extra``, and a differing shard is a ``mismatch``.
+    :func:`require_verified` turns a failed result into :class:`ModelMismatchError`.
+
+    Raises:
+        UsageError: see :func:`staged_resource`; a buffer that is neither contiguous host
+            memory nor a GPU array.
+        HashUnavailableError: BLAKE3 without the ``blake3`` package.
+        GpuStagingUnavailableError: a GPU array and GPU digests are not usable.
+    """
+    name = staged_resource(trusted, resource)
+    ser = trusted.serialization
+    expected = Manifest(
+        trusted.model_name, ser, tuple(r for r in trusted.resources if r.path == name)
+    )
+    if hasattr(buffer, "__cuda_array_interface__"):
+        from . import digest_gpu
+
+        result = digest_gpu.verify_device_buffers({name: buffer}, expected)
+    else:
+        resources = _host_resources(_host_bytes(buffer), name, trusted, threads)
+        result = expected.compare(Manifest.build(trusted.model_name, ser, resources))
+    # Report the subject of the whole manifest: the one a signature covers.
+    return replace(result, subject_digest=trusted.subject_digest.hex())
