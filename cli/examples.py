@@ -20,6 +20,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "stage": (
         "gpucc stage data.gcc --key-file data.key",
         "gpucc stage data.gcc --key-file data.key --device gpu -f json",
+        "gpucc stage model.gcc --key-file model.key --manifest model.manifest.json",
     ),
     "session challenge": ("gpucc session challenge > challenge.hex",),
     "session offer": (
