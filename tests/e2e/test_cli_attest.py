@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.support.cli import gpucc
 from tests.support.samples import (
     HEAD_CHAIN,
     HEAD_NONCE,
@@ -22,20 +20,6 @@ from tests.support.samples import (
     SET_A_REPORT,
     SET_A_VBIOS_RIM,
 )
-
-GPUCC = shutil.which("gpucc", path=str(Path(sys.executable).parent)) or "gpucc"
-ENV = {k: v for k, v in os.environ.items() if not k.startswith(("GPUCC_", "NVAT_", "NV_"))}
-
-
-def gpucc(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [GPUCC, *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**ENV, **(env or {})},
-        check=False,
-    )
 
 
 def no_traceback(proc: subprocess.CompletedProcess[str]) -> None:

@@ -26,8 +26,9 @@ from gpucc.gpuattest.report import AttestationReport
 from gpucc.gpuattest.result import AttestationResult, Verdict
 from gpucc.gpuattest.simulate import build_report
 from gpucc.gpuattest.verifier import verify
-from tests.e2e.test_cli_attest import gpucc, no_traceback
+from tests.e2e.test_cli_attest import no_traceback
 from tests.support import netfixtures as nf
+from tests.support.cli import gpucc
 from tests.support.rimpki import RimPki, sign_rim
 from tests.support.samples import (
     SET_A_CHAIN,

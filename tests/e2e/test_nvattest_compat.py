@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import base64
 import json
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
+from tests.support.cli import gpucc
 from tests.support.samples import (
     SET_A_CHAIN,
     SET_A_DRIVER_RIM,
@@ -18,20 +15,6 @@ from tests.support.samples import (
     SET_A_VBIOS_RIM,
     report_bytes,
 )
-
-GPUCC = shutil.which("gpucc", path=str(Path(sys.executable).parent)) or "gpucc"
-ENV = {k: v for k, v in os.environ.items() if not k.startswith(("GPUCC_", "NVAT_", "NV_"))}
-
-
-def gpucc(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [GPUCC, *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**ENV, **(env or {})},
-        check=False,
-    )
 
 
 def nvattest_evidence(tmp_path: Path) -> Path:

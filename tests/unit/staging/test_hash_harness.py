@@ -24,6 +24,7 @@ import blake3
 import pytest
 
 from gpucc.staging.model import digest_gpu
+from tests.support.nvcc import build_harness
 from tests.support.paths import ROOT
 
 pytestmark = pytest.mark.nvcc
@@ -61,19 +62,9 @@ class Harness:
 
 @pytest.fixture(scope="session")
 def harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Harness]:
-    if NVCC is None:
-        pytest.skip("nvcc is not installed")
-    sources = [KERNELS / "hash_harness.cu", KERNELS / "hash_math.cuh"]
-    digest = hashlib.sha256(b"".join(p.read_bytes() for p in sources)).hexdigest()[:16]
-    exe = tmp_path_factory.mktemp("hash_harness") / f"hash-harness-{digest}"
-    result = subprocess.run(
-        [NVCC, "-x", "cu", "-std=c++17", "-O2", "-o", str(exe), str(KERNELS / "hash_harness.cu")],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
+    exe = build_harness(
+        tmp_path_factory, KERNELS / "hash_harness.cu", KERNELS / "hash_math.cuh", "hash-harness"
     )
-    assert result.returncode == 0, result.stderr
     yield Harness(exe)
 
 

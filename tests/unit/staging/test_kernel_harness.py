@@ -15,7 +15,6 @@ Random inputs are fresh on every run; the seed is printed (set ``GPUCC_TEST_SEED
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import random
@@ -32,6 +31,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from gpucc.staging import _gpu_runtime as gpu
 from gpucc.staging import format as fmt
+from tests.support.nvcc import build_harness
 from tests.support.paths import DATA, ROOT
 
 pytestmark = pytest.mark.nvcc
@@ -53,19 +53,9 @@ def _seed() -> int:
 
 @pytest.fixture(scope="session")
 def harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Harness]:
-    if NVCC is None:
-        pytest.skip("nvcc is not installed")
-    sources = [KERNELS / "harness.cu", KERNELS / "aesgcm_math.cuh"]
-    digest = hashlib.sha256(b"".join(p.read_bytes() for p in sources)).hexdigest()[:16]
-    exe = tmp_path_factory.mktemp("harness") / f"harness-{digest}"
-    result = subprocess.run(
-        [NVCC, "-x", "cu", "-std=c++17", "-O2", "-o", str(exe), str(KERNELS / "harness.cu")],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
+    exe = build_harness(
+        tmp_path_factory, KERNELS / "harness.cu", KERNELS / "aesgcm_math.cuh", "harness"
     )
-    assert result.returncode == 0, result.stderr
     yield Harness(exe)
 
 

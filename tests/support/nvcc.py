@@ -1,0 +1,31 @@
+"""Building the nvcc host harnesses once per session (cached by their sources' digest)."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+NVCC = shutil.which("nvcc")
+
+
+def build_harness(
+    tmp_path_factory: pytest.TempPathFactory, source: Path, header: Path, name: str
+) -> Path:
+    """Compile ``source`` (which includes ``header``) for the host; skip cleanly without nvcc."""
+    if NVCC is None:
+        pytest.skip("nvcc is not installed")
+    digest = hashlib.sha256(source.read_bytes() + header.read_bytes()).hexdigest()[:16]
+    exe = tmp_path_factory.mktemp(name) / f"{name}-{digest}"
+    result = subprocess.run(
+        [NVCC, "-x", "cu", "-std=c++17", "-O2", "-o", str(exe), str(source)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return exe
