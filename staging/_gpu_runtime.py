@@ -147,8 +147,12 @@ class _Kernels:
     chunks: Any
     finalize: Any
     selftest: Any
+    msgs: Any
+    msgs_finalize: Any
     sm_count: int
     grids: dict[int, int] = field(default_factory=dict)
+    #: Persistent grid of gcm_msgs, set once the message-batch known answers passed.
+    msgs_grid: int = 0
 
 
 #: Known answers checked on each device right after the kernels are built (McGrew & Viega,
@@ -315,6 +319,8 @@ def _build(cupy: Any, device_id: int, sm_count: int) -> _Kernels:
             chunks=module.get_function("gcm_chunks"),
             finalize=module.get_function("gcm_finalize"),
             selftest=module.get_function("gcm_selftest"),
+            msgs=module.get_function("gcm_msgs"),
+            msgs_finalize=module.get_function("gcm_msgs_finalize"),
             sm_count=sm_count,
         )
     except GpuStagingUnavailableError as exc:  # the packaged source itself is damaged
@@ -329,8 +335,11 @@ def _build(cupy: Any, device_id: int, sm_count: int) -> _Kernels:
         ) from None
 
 
-def _persistent_grid(cupy: Any, kernels: _Kernels, device_id: int, width: int) -> int:
-    """CTAs of gcm_chunks in the persistent grid at ``width`` threads: occupancy x SMs.
+def _persistent_grid(
+    cupy: Any, kernels: _Kernels, device_id: int, width: int, *, name: str = "gcm_chunks"
+) -> int:
+    """CTAs of gcm_chunks (or ``name``) in the persistent grid at ``width`` threads:
+    occupancy x SMs.
 
     The occupancy is what the driver reports for the built kernel (registers, static shared
     memory and the CTA width decide it), not an assumption.
@@ -339,18 +348,19 @@ def _persistent_grid(cupy: Any, kernels: _Kernels, device_id: int, width: int) -
         GpuKernelError: the driver cannot say, or says that no CTA fits on an SM.
     """
     try:
-        handle = int(kernels.chunks.kernel.ptr)
+        kernel = kernels.chunks if name == "gcm_chunks" else kernels.msgs
+        handle = int(kernel.kernel.ptr)
         per_sm = int(cupy.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(handle, width, 0))
     except Exception as exc:  # noqa: BLE001 - CUDADriverError, an API difference, ...
         raise GpuKernelError(
-            f"the occupancy of gcm_chunks at {width} threads is unknown on CUDA device "
+            f"the occupancy of {name} at {width} threads is unknown on CUDA device "
             f"{device_id}: {_one_line(exc)}",
             device_id=device_id,
             stage="occupancy",
         ) from None
     if per_sm < 1:
         raise GpuKernelError(
-            f"gcm_chunks at {width} threads cannot be resident on CUDA device {device_id} "
+            f"{name} at {width} threads cannot be resident on CUDA device {device_id} "
             f"(the driver reports {per_sm} CTAs per SM: too many registers or too much "
             f"shared memory in this build)",
             device_id=device_id,

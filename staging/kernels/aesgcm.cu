@@ -1,6 +1,7 @@
 // aesgcm.cu -- gpucc's AES-256-GCM kernels for sealed datasets (format v1, docs/FORMAT.md).
 //
-// Three kernels, launched by staging/gpu.py through cupy.RawModule:
+// Launched by staging/gpu.py (datasets) and staging/gpu_messages.py (message batches) through
+// cupy.RawModule:
 //
 //   gcm_setup     one CTA per key: round keys, H, the powers of H and of G = H^CT, H^n.
 //   gcm_chunks    the fused pass: AES-256-CTR and the GHASH shares of many chunks in one launch.
@@ -9,6 +10,9 @@
 //   gcm_finalize  one CTA per chunk: combines the chunk's tile shares, computes the tag, writes it
 //                 (sealing) or compares it in constant time (opening), writes a status word, and
 //                 zeroes the plaintext of a chunk whose tag failed.
+//   gcm_msgs, gcm_msgs_finalize
+//                 the same two passes over a batch of independent messages, each with its own
+//                 key context, nonce, AAD and buffers (the encrypted gradient exchange).
 //
 // The arithmetic and the work decomposition live in aesgcm_math.cuh, shared with the host
 // harness (harness.cu) that CI runs without a GPU. See docs/GPU.md for the design.
@@ -58,6 +62,25 @@ struct CtxPowers {
     __device__ __forceinline__ gf128 operator()(int i) const {
         const u32 off = ctx_thread_power_offset(GCMK_K, T, static_cast<u32>(i), t);
         const uint4 v = __ldg(reinterpret_cast<const uint4*>(ctx + off));
+        gf128 r;
+        r.w[0] = v.x;
+        r.w[1] = v.y;
+        r.w[2] = v.z;
+        r.w[3] = v.w;
+        return r;
+    }
+};
+
+// The same, for a context at word offset `base` of an array of contexts (the array pointer stays
+// a kernel parameter, so only the offset takes a register).
+struct CtxPowersAt {
+    const u32* ctxs;
+    u32 base;
+    u32 T;
+    u32 t;
+    __device__ __forceinline__ gf128 operator()(int i) const {
+        const u32 off = base + ctx_thread_power_offset(GCMK_K, T, static_cast<u32>(i), t);
+        const uint4 v = __ldg(reinterpret_cast<const uint4*>(ctxs + off));
         gf128 r;
         r.w[0] = v.x;
         r.w[1] = v.y;
@@ -260,6 +283,144 @@ extern "C" __global__ void __launch_bounds__(kCombineThreads)
         }
         for (u64 i = (vecs << 4) + t; i < m.len; i += blockDim.x) {
             m.dst[i] = 0u;
+        }
+    }
+    if (t == 0u) {
+        for (int w = 0; w < GCMK_MAX_WARPS; ++w) {
+            red[w][0] = red[w][1] = red[w][2] = red[w][3] = 0u;
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Message batches (gradient exchange): many messages under many keys in one launch pair.
+
+__device__ __forceinline__ MsgBatch make_msg_batch(const u8* src, u8* dst, const u32* desc,
+                                                   const u8* aad, u32 nmsgs, u32 encrypt,
+                                                   u32 ct) {
+    MsgBatch b;
+    b.src = src;
+    b.dst = dst;
+    b.desc = desc;
+    b.aad = aad;
+    b.nmsgs = nmsgs;
+    b.encrypt = encrypt;
+    b.ct = ct;
+    return b;
+}
+
+// The fused CTR + GHASH pass over a message batch: gcm_chunks' persistent grid, with the round
+// keys reloaded into shared memory when a work item's key differs from the previous one (every
+// thread of a CTA works on the same item, so the reload and its barrier are uniform).
+// ctxs: one key context of ctx_words(K * blockDim.x) words per key, built by gcm_setup.
+// items: the work items of the batch (the sum of the messages' tiles). Launch: blockDim = T
+// (a multiple of 32, <= 256), any grid.
+extern "C" __global__ void __launch_bounds__(GCMK_MAX_THREADS, 4)
+    gcm_msgs(const u8* __restrict__ src, u8* __restrict__ dst, const u32* __restrict__ ctxs,
+             u32* __restrict__ partials, const u32* __restrict__ desc, const u8* __restrict__ aad,
+             u32 nmsgs, u64 items, u32 encrypt) {
+    __shared__ u32 table[256 * 32];
+    __shared__ u32 rk[kAesRoundKeyWords];
+    __shared__ u32 red[2][GCMK_MAX_WARPS][4];
+    __shared__ u32 msg;     // the current item's message
+    __shared__ u32 loaded;  // the key whose round keys are in rk
+
+    const u32 T = blockDim.x, t = threadIdx.x;
+    const u32 ct = GCMK_K * T;
+    const u32 words = ctx_words(ct);
+    const MsgBatch b = make_msg_batch(src, dst, desc, aad, nmsgs, encrypt, ct);
+
+    build_bank_table(table);
+    if (t == 0u) {
+        loaded = 0xffffffffu;
+    }
+    __syncthreads();
+    const BankTable te = bank_table(table);
+    u32 parity = 0;
+    for (u64 q = blockIdx.x; q < items; q += gridDim.x) {
+        // One thread finds the item's message; the barrier that publishes it also orders every
+        // read of the previous item's round keys (and of `msg`) before the writes below.
+        const u32 before = loaded;
+        if (t == 0u) {
+            msg = msg_of_item(b, q);
+        }
+        __syncthreads();
+        const u32 m = msg;
+        const u32 key = msg_desc(b, m)[kMsgKey];
+        const u32 base = key * words;  // word offset of the key's context (host-checked < 2^32)
+        if (key != before) {  // uniform: every thread of the CTA is on the same item
+            for (u32 i = t; i < static_cast<u32>(kAesRoundKeyWords); i += T) {
+                rk[i] = ctxs[base + kCtxRoundKeys + i];
+            }
+            if (t == 0u) {
+                loaded = key;
+            }
+            __syncthreads();
+        }
+        const CtxPowersAt hp{ctxs, base, T, t};
+        const GcmMessage g = msg_message(b, m);
+        const u64 tile = q - msg_first_item(b, m);
+        const gf128 share =
+            gcm_tile_thread<GCMK_K>(g, b.encrypt != 0u, tile, msg_tiles(b, m), T, t, rk, te, hp);
+        const gf128 sum = cta_xor(share, red[parity]);
+        if (t == 0u) {
+#pragma unroll
+            for (int w = 0; w < 4; ++w) {
+                partials[4ull * q + w] = sum.w[w];
+            }
+        }
+        parity ^= 1u;
+    }
+
+    __syncthreads();
+    for (u32 i = t; i < static_cast<u32>(kAesRoundKeyWords); i += T) {
+        rk[i] = 0u;
+    }
+    for (u32 i = t; i < 2u * GCMK_MAX_WARPS * 4u; i += T) {
+        (&red[0][0][0])[i] = 0u;
+    }
+}
+
+// Tags and verdicts of a message batch. Launch: one CTA per message, kCombineThreads threads.
+// ct: K * (the blockDim of gcm_msgs). status: one word per message, 0 = authentic (or sealed),
+// 1 = tag mismatch (that message's output is zeroed here).
+extern "C" __global__ void __launch_bounds__(kCombineThreads)
+    gcm_msgs_finalize(const u8* __restrict__ src, u8* __restrict__ dst,
+                      const u32* __restrict__ ctxs, const u32* __restrict__ partials,
+                      const u32* __restrict__ desc, const u8* __restrict__ aad,
+                      u32* __restrict__ status, u32 nmsgs, u32 encrypt, u32 ct) {
+    __shared__ u32 table[256];
+    __shared__ u32 red[GCMK_MAX_WARPS][4];
+    __shared__ u32 failed;
+
+    const MsgBatch b = make_msg_batch(src, dst, desc, aad, nmsgs, encrypt, ct);
+    const u32 m = blockIdx.x;
+    const u32 t = threadIdx.x;
+    const u32* ctx = ctxs + static_cast<u64>(msg_desc(b, m)[kMsgKey]) * ctx_words(ct);
+    build_plain_table(table);
+
+    const BatchPartials parts{partials, msg_first_item(b, m)};
+    const CtxGPowers gpow{ctx, ct};
+    const gf128 share = gcm_combine_thread(parts, msg_tiles(b, m), blockDim.x, t, gpow);
+    const gf128 gc = cta_xor(share, red);  // includes the barrier that publishes `table`
+
+    if (t == 0u) {
+        const PlainTable te{table};
+        const u32 bad = finalize_message(b, m, gc, ctx, te);
+        status[m] = bad;
+        failed = bad;
+    }
+    __syncthreads();
+    if (failed != 0u && encrypt == 0u) {
+        const GcmMessage g = msg_message(b, m);
+        const u64 vecs = g.len >> 4;
+        uint4 zero;
+        zero.x = zero.y = zero.z = zero.w = 0u;
+        for (u64 v = t; v < vecs; v += blockDim.x) {
+            reinterpret_cast<uint4*>(g.dst)[v] = zero;
+        }
+        for (u64 i = (vecs << 4) + t; i < g.len; i += blockDim.x) {
+            g.dst[i] = 0u;
         }
     }
     if (t == 0u) {

@@ -883,6 +883,106 @@ GCMK_HD u32 finalize_chunk(const Batch& b, u32 local, const gf128& gc, const u32
     return tag_mismatch(tag, batch_tag_ptr(b, local)) != 0u ? 1u : 0u;
 }
 
+// ---------------------------------------------------------------------------------------------
+// A launch over a batch of independent messages (the gradient exchange of docs/DDP.md): every
+// message has its own key (an index into an array of key contexts built by gcm_setup), its own
+// 96-bit nonce and AAD, and its own place in the batch's input and output buffers. The nonce and
+// AAD are computed by the host from the message schedule; nothing of them comes from the wire.
+//
+// Descriptor: kMsgWords 32-bit words per message, u64 fields as (low word, high word).
+// ---------------------------------------------------------------------------------------------
+
+constexpr u32 kMsgWords = 16;
+constexpr u32 kMsgSrc = 0;      // u64: byte offset of the input text from the batch's src
+constexpr u32 kMsgDst = 2;      // u64: byte offset of the output text from the batch's dst
+constexpr u32 kMsgTag = 4;      // u64: byte offset of the tag, from dst (sealing) or src (opening)
+constexpr u32 kMsgLen = 6;      // u64: text length in bytes
+constexpr u32 kMsgItem = 8;     // u64: the message's first work item (tiles of earlier messages)
+constexpr u32 kMsgKey = 10;     // index of the message's key context
+constexpr u32 kMsgIv = 11;      // 3 words: the 12 nonce bytes as little-endian words
+constexpr u32 kMsgAad = 14;     // byte offset of the message's AAD in the batch's AAD bytes
+constexpr u32 kMsgAadLen = 15;  // AAD length in bytes
+
+struct MsgBatch {
+    const u8* src;    // sealing: plaintexts; opening: ciphertexts (and their tags)
+    u8* dst;          // sealing: ciphertexts and tags; opening: plaintexts
+    const u32* desc;  // nmsgs descriptors
+    const u8* aad;    // the AAD bytes of all messages
+    u32 nmsgs;
+    u32 encrypt;      // 1: seal, 0: open
+    u32 ct;           // blocks per tile (K * T), as the key contexts were built for
+};
+
+GCMK_HD u64 msg_u64(const u32* d, u32 off) {
+    return static_cast<u64>(d[off]) | (static_cast<u64>(d[off + 1u]) << 32);
+}
+
+GCMK_HD const u32* msg_desc(const MsgBatch& b, u32 m) { return b.desc + kMsgWords * m; }
+
+GCMK_HD u64 msg_first_item(const MsgBatch& b, u32 m) { return msg_u64(msg_desc(b, m), kMsgItem); }
+
+GCMK_HD u64 msg_tiles(const MsgBatch& b, u32 m) {
+    return gcm_tiles(msg_u64(msg_desc(b, m), kMsgLen), b.ct);
+}
+
+// The message holding work item q: the last m with first_item(m) <= q (first items never
+// decrease; a message without text has no items and shares its first item with the next one).
+GCMK_HD u32 msg_of_item(const MsgBatch& b, u64 q) {
+    u32 lo = 0u, hi = b.nmsgs;
+    while (hi - lo > 1u) {
+        const u32 mid = lo + ((hi - lo) >> 1);
+        if (msg_first_item(b, mid) <= q) {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    return lo;
+}
+
+GCMK_HD GcmMessage msg_message(const MsgBatch& b, u32 m) {
+    const u32* d = msg_desc(b, m);
+    GcmMessage g;
+    g.src = b.src + msg_u64(d, kMsgSrc);
+    g.dst = b.dst + msg_u64(d, kMsgDst);
+    const u32 iv[3] = {d[kMsgIv], d[kMsgIv + 1u], d[kMsgIv + 2u]};
+    gcm_j0_from_iv96(iv, g.j0);
+    g.len = msg_u64(d, kMsgLen);
+    return g;
+}
+
+GCMK_HD const u8* msg_tag_ptr(const MsgBatch& b, u32 m) {
+    const u64 off = msg_u64(msg_desc(b, m), kMsgTag);
+    return b.encrypt ? static_cast<const u8*>(b.dst) + off : b.src + off;
+}
+
+// Finalize one message (one thread), as finalize_chunk does for a sealed-format chunk: the AAD is
+// the message's own bytes and H^n is computed here (message lengths vary within a batch).
+// ctx: the message's key context. Returns 1 when an opened tag mismatches.
+GCMK_HD_TEMPLATE
+template <class Tab>
+GCMK_HD u32 finalize_message(const MsgBatch& b, u32 m, const gf128& gc, const u32* ctx,
+                             const Tab& te) {
+    const u32* d = msg_desc(b, m);
+    const GcmMessage g = msg_message(b, m);
+    const gf128 h = ctx_load(ctx, kCtxH);
+    const gf128 hn = gf_pow(h, gcm_text_blocks(g.len));
+    const u64 aad_len = d[kMsgAadLen];
+    const gf128 ga = gcm_ghash_bytes(b.aad + d[kMsgAad], aad_len, gf_zero(), h);
+    u32 ekj0[4];
+    aes256_encrypt(ctx + kCtxRoundKeys, g.j0, ekj0, te);
+    u32 tag[4];
+    gcm_tag_words(gc, ga, aad_len, g.len, h, hn, ekj0, tag);
+    if (b.encrypt) {
+        u8* dst = const_cast<u8*>(msg_tag_ptr(b, m));
+        for (int i = 0; i < 16; ++i) {
+            dst[i] = static_cast<u8>(tag[i >> 2] >> (8 * (i & 3)));
+        }
+        return 0u;
+    }
+    return tag_mismatch(tag, msg_tag_ptr(b, m)) != 0u ? 1u : 0u;
+}
+
 }  // namespace gcmk
 
 #endif  // GPUCC_AESGCM_MATH_CUH

@@ -18,6 +18,11 @@
 //   batch enc|dec K T FT KEY PREFIX DIGEST CHUNK_SIZE TOTAL LAST_LEN FIRST NCHUNKS INPUT
 //                                               -> OUTPUT STATUS,...: a whole emulated launch of
 //                                                  gcm_setup + gcm_chunks + gcm_finalize
+//   msgs enc|dec K T FT KEYS N (KEY IV AAD TEXT [TAG])...
+//                                               -> per message OUTPUT TAG|STATUS, then stray=N:
+//                                                  gcm_setup per key + gcm_msgs +
+//                                                  gcm_msgs_finalize (stray: output bytes
+//                                                  outside the messages that lost their poison)
 //
 // The emulation runs the same __host__ __device__ functions as the kernels, in loops instead of
 // threads; the CTA and warp reductions are XORs, which the loops do directly.
@@ -309,6 +314,133 @@ std::string cmd_batch_k(bool enc, u32 T, u32 FT, const std::vector<u8>& key, u32
     return to_hex(out) + " " + status;
 }
 
+// One message of a "msgs" command: key index, nonce, AAD, text, and the tag when opening.
+struct HostMsg {
+    u32 key;
+    std::vector<u8> iv, aad, text, tag;
+};
+
+// A whole emulated launch of gcm_setup (per key) + gcm_msgs + gcm_msgs_finalize. The messages'
+// texts go into one input buffer at 16-byte aligned offsets with a gap before each (their tags
+// after them when opening), the outputs into one poisoned output buffer laid out the same way.
+// The work items are visited last to first, as a persistent grid may.
+template <int K>
+std::string cmd_msgs_k(bool enc, u32 T, u32 FT, const std::vector<std::vector<u8>>& keys,
+                       const std::vector<HostMsg>& msgs, const HostTable& te) {
+    const u32 ct = static_cast<u32>(K) * T;
+    const u32 words = ctx_words(ct);
+    std::vector<u32> ctxs(words * keys.size());
+    for (size_t k = 0; k < keys.size(); ++k) {
+        u32* ctx = ctxs.data() + words * k;
+        setup_key_schedule(keys[k].data(), ctx, te);
+        for (u32 t = 0; t < 5; ++t) {
+            setup_powers(ctx, ct, 0, 0, t, 5);
+        }
+    }
+    const u32 n = static_cast<u32>(msgs.size());
+    std::vector<u32> desc(kMsgWords * n);
+    std::vector<u8> aad;
+    u64 in_at = 0, out_at = 0, item = 0;
+    auto put64 = [&](u32 m, u32 off, u64 v) {
+        desc[kMsgWords * m + off] = static_cast<u32>(v);
+        desc[kMsgWords * m + off + 1] = static_cast<u32>(v >> 32);
+    };
+    auto align16 = [](u64 v) { return (v + 15ull) & ~15ull; };
+    for (u32 m = 0; m < n; ++m) {
+        const HostMsg& h = msgs[m];
+        const u64 len = h.text.size();
+        in_at = align16(in_at) + 16ull * (m % 3);  // gaps of 0, 16, 32 bytes
+        out_at = align16(out_at) + 16ull * ((m + 1) % 3);
+        put64(m, kMsgSrc, in_at);
+        put64(m, kMsgDst, out_at);
+        put64(m, kMsgTag, (enc ? out_at : in_at) + len);
+        put64(m, kMsgLen, len);
+        put64(m, kMsgItem, item);
+        desc[kMsgWords * m + kMsgKey] = h.key;
+        for (int w = 0; w < 3; ++w) {
+            desc[kMsgWords * m + kMsgIv + w] = load_le32(h.iv.data() + 4 * w);
+        }
+        desc[kMsgWords * m + kMsgAad] = static_cast<u32>(aad.size());
+        desc[kMsgWords * m + kMsgAadLen] = static_cast<u32>(h.aad.size());
+        aad.insert(aad.end(), h.aad.begin(), h.aad.end());
+        aad.resize(aad.size() + (m % 2));  // bytes between AADs that no message may read
+        in_at += len + (enc ? 0 : 16);
+        out_at += len + (enc ? 16 : 0);
+        item += gcm_tiles(len, ct);
+    }
+    std::vector<u8> in(in_at + 1, 0x5c), out(out_at + 1, 0xa5);
+    for (u32 m = 0; m < n; ++m) {
+        const u64 at = msg_u64(desc.data() + kMsgWords * m, kMsgSrc);
+        std::memcpy(in.data() + at, msgs[m].text.data(), msgs[m].text.size());
+        if (!enc) {
+            std::memcpy(in.data() + at + msgs[m].text.size(), msgs[m].tag.data(), 16);
+        }
+    }
+    aad.push_back(0);  // never an empty vector
+    MsgBatch b;
+    b.src = in.data();
+    b.dst = out.data();
+    b.desc = desc.data();
+    b.aad = aad.data();
+    b.nmsgs = n;
+    b.encrypt = enc ? 1u : 0u;
+    b.ct = ct;
+    std::vector<u32> partials(4 * (item + 1));
+    for (u64 q = item; q-- > 0;) {
+        const u32 m = msg_of_item(b, q);
+        const u32* ctx = ctxs.data() + words * msg_desc(b, m)[kMsgKey];
+        const GcmMessage g = msg_message(b, m);
+        gf128 share = gf_zero();
+        for (u32 t = 0; t < T; ++t) {
+            struct {
+                const u32* ctx;
+                u32 T, t;
+                gf128 operator()(int i) const {
+                    return ctx_load(ctx, ctx_thread_power_offset(K, T, static_cast<u32>(i), t));
+                }
+            } hp{ctx, T, t};
+            share = gf_xor(share, gcm_tile_thread<K>(g, enc, q - msg_first_item(b, m),
+                                                     msg_tiles(b, m), T, t, ctx + kCtxRoundKeys,
+                                                     te, hp));
+        }
+        for (int w = 0; w < 4; ++w) {
+            partials[4 * q + w] = share.w[w];
+        }
+    }
+    std::string result;
+    for (u32 m = 0; m < n; ++m) {
+        const u32* ctx = ctxs.data() + words * msg_desc(b, m)[kMsgKey];
+        const BatchPartials parts{partials.data(), msg_first_item(b, m)};
+        gf128 gc = gf_zero();
+        for (u32 t = 0; t < FT; ++t) {
+            gc = gf_xor(gc, gcm_combine_thread(parts, msg_tiles(b, m), FT, t,
+                                               CtxGPowers{ctx, ct}));
+        }
+        const u32 bad = finalize_message(b, m, gc, ctx, te);
+        const GcmMessage g = msg_message(b, m);
+        if (bad != 0u && !enc) {
+            std::memset(g.dst, 0, g.len);
+        }
+        result += (m ? " " : "") + to_hex(g.dst, g.len) + " ";
+        result += enc ? to_hex(msg_tag_ptr(b, m), 16) : std::to_string(bad);
+    }
+    // Every output byte outside the messages' texts (and tags) keeps its poison.
+    std::vector<u8> mine(out.size(), 0);
+    for (u32 m = 0; m < n; ++m) {
+        const u32* d = msg_desc(b, m);
+        const u64 len = msg_u64(d, kMsgLen);
+        std::memset(mine.data() + msg_u64(d, kMsgDst), 1, len);
+        if (enc) {
+            std::memset(mine.data() + msg_u64(d, kMsgTag), 1, 16);
+        }
+    }
+    size_t stray = 0;
+    for (size_t i = 0; i < out.size(); ++i) {
+        stray += (mine[i] == 0 && out[i] != 0xa5) ? 1 : 0;
+    }
+    return result + " stray=" + std::to_string(stray);
+}
+
 u32 parse_u32(const std::string& s) { return static_cast<u32>(std::stoul(s, nullptr, 0)); }
 u64 parse_u64(const std::string& s) { return static_cast<u64>(std::stoull(s, nullptr, 0)); }
 
@@ -318,7 +450,8 @@ std::string run(const std::vector<std::string>& a, const HostTable& te) {
     if (cmd == "layout" && a.size() == 1) {
         return "ctx_hpow=" + std::to_string(kCtxHPow) + " combine_threads=" +
                std::to_string(kCombineThreads) + " ctx_words_1024=" +
-               std::to_string(ctx_words(1024)) + " aad_bytes=" + std::to_string(kFormatAadBytes);
+               std::to_string(ctx_words(1024)) + " aad_bytes=" + std::to_string(kFormatAadBytes) +
+               " msg_words=" + std::to_string(kMsgWords);
     }
     if (cmd == "sbox" && a.size() == 1) {
         u8 s[256];
@@ -399,6 +532,40 @@ std::string run(const std::vector<std::string>& a, const HostTable& te) {
                                           first, nchunks, z, te);
             case 4: return cmd_batch_k<4>(enc, T, FT, x, prefix, y, chunk_size, total, last_len,
                                           first, nchunks, z, te);
+            default: return "error K";
+        }
+    }
+    if (cmd == "msgs" && a.size() >= 7) {
+        // msgs enc|dec K T FT KEYS(hex, 32 bytes each) N then, per message:
+        //   KEY_INDEX IV AAD TEXT (and TAG when opening)
+        const bool enc = a[1] == "enc";
+        const u32 K = parse_u32(a[2]), T = parse_u32(a[3]), FT = parse_u32(a[4]);
+        if (!from_hex(a[5], x) || x.empty() || x.size() % 32 != 0) {
+            return "error keys";
+        }
+        std::vector<std::vector<u8>> keys;
+        for (size_t k = 0; k < x.size(); k += 32) {
+            keys.emplace_back(x.begin() + k, x.begin() + k + 32);
+        }
+        const u32 n = parse_u32(a[6]);
+        const size_t per = enc ? 4 : 5;
+        if (n == 0 || a.size() != 7 + per * n || T == 0 || FT == 0 || FT > kCombineThreads) {
+            return "error geometry";
+        }
+        std::vector<HostMsg> msgs(n);
+        for (u32 m = 0; m < n; ++m) {
+            const size_t at = 7 + per * m;
+            HostMsg& h = msgs[m];
+            h.key = parse_u32(a[at]);
+            if (h.key >= keys.size() || !from_hex(a[at + 1], h.iv) || h.iv.size() != 12 ||
+                !from_hex(a[at + 2], h.aad) || !from_hex(a[at + 3], h.text) ||
+                (!enc && (!from_hex(a[at + 4], h.tag) || h.tag.size() != 16))) {
+                return "error message";
+            }
+        }
+        switch (K) {
+            case 1: return cmd_msgs_k<1>(enc, T, FT, keys, msgs, te);
+            case 4: return cmd_msgs_k<4>(enc, T, FT, keys, msgs, te);
             default: return "error K";
         }
     }

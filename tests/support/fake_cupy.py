@@ -64,6 +64,8 @@ class Config:
     grid_loop_broken = False
     #: gcm_finalize passes every chunk (a broken tag comparison).
     finalize_accepts_all = False
+    #: gcm_msgs_finalize passes every message (a broken tag comparison).
+    msgs_accept_all = False
     done_probability = 0.5
     launches: list[tuple[str, tuple[int, ...], tuple[int, ...]]] = []  # noqa: RUF012
     occupancy_calls: list[tuple[str, int, int]] = []  # noqa: RUF012
@@ -76,6 +78,7 @@ def reset(devices: int = 1, seed: int = 0) -> None:
     Config.occupancy = 3
     Config.grid_loop_broken = False
     Config.finalize_accepts_all = False
+    Config.msgs_accept_all = False
     Config.done_probability = 0.5
     Config.launches = []
     Config.occupancy_calls = []
@@ -409,7 +412,14 @@ class RawModule:
             raise CompileException(Config.compile_error + "\n(more lines)")
         assert '#include "' not in code, "NVRTC gets no include path: inline the header"
         self.signatures = _parse_signatures(code)
-        assert set(self.signatures) == {"gcm_setup", "gcm_chunks", "gcm_finalize", "gcm_selftest"}
+        assert set(self.signatures) == {
+            "gcm_setup",
+            "gcm_chunks",
+            "gcm_finalize",
+            "gcm_selftest",
+            "gcm_msgs",
+            "gcm_msgs_finalize",
+        }
 
     def get_function(self, name: str) -> Kernel:
         return Kernel(name, self.signatures[name])
@@ -609,7 +619,101 @@ def _fake_selftest(
     tag_out._a[:16] = np.frombuffer(enc.tag, dtype=np.uint8)
 
 
+def _messages(desc: ndarray, aad: ndarray, nmsgs: Any, ctxs: ndarray) -> list[dict[str, Any]]:
+    """The descriptors of a message batch (kMsgWords = 16 words each), decoded."""
+    words = 72 + 4 * 1024 + 4 * 257
+    d = desc._a.reshape(-1)
+    assert d.size == 16 * int(nmsgs)
+    out = []
+    for i in range(int(nmsgs)):
+        w = [int(x) for x in d[16 * i : 16 * (i + 1)]]
+
+        def u64(k: int, w: list[int] = w) -> int:
+            return w[k] | (w[k + 1] << 32)
+
+        key = w[10]
+        assert (key + 1) * words <= ctxs.size
+        out.append(
+            {
+                "src": u64(0),
+                "dst": u64(2),
+                "tag": u64(4),
+                "len": u64(6),
+                "item": u64(8),
+                "key": ctxs._a[words * key : words * key + 8].tobytes(),
+                "nonce": np.array(w[11:14], dtype="<u4").tobytes(),
+                "aad": aad._a[w[14] : w[14] + w[15]].tobytes(),
+            }
+        )
+    return out
+
+
+def _fake_msgs(
+    grid: Any,
+    block: Any,
+    src: ndarray,
+    dst: ndarray,
+    ctxs: ndarray,
+    partials: ndarray,
+    desc: ndarray,
+    aad: ndarray,
+    nmsgs: Any,
+    items: Any,
+    encrypt: Any,
+) -> None:
+    """CTR output of every message, before anything is verified (as the real kernel)."""
+    assert block == (256,) and 1 <= grid[0] <= int(items)
+    item = 0
+    for m in _messages(desc, aad, nmsgs, ctxs):
+        assert m["item"] == item and m["src"] % 16 == 0 and m["dst"] % 16 == 0
+        item += _ceil(_ceil(m["len"], 16), 1024)
+        ctr = Cipher(algorithms.AES(m["key"]), modes.CTR(m["nonce"] + (2).to_bytes(4, "big")))
+        data = src._a[m["src"] : m["src"] + m["len"]].tobytes()
+        out = ctr.encryptor().update(data)
+        dst._a[m["dst"] : m["dst"] + m["len"]] = np.frombuffer(out, dtype=np.uint8)
+    assert item == int(items) and partials.size >= 4 * item
+
+
+def _fake_msgs_finalize(
+    grid: Any,
+    block: Any,
+    src: ndarray,
+    dst: ndarray,
+    ctxs: ndarray,
+    partials: ndarray,
+    desc: ndarray,
+    aad: ndarray,
+    status: ndarray,
+    nmsgs: Any,
+    encrypt: Any,
+    ct: Any,
+) -> None:
+    assert grid == (int(nmsgs),) and block == (256,) and int(ct) == 1024
+    assert status.size == int(nmsgs)
+    for i, m in enumerate(_messages(desc, aad, nmsgs, ctxs)):
+        aead = AESGCM(m["key"])
+        n = m["len"]
+        if encrypt:
+            pt = src._a[m["src"] : m["src"] + n].tobytes()
+            tag = aead.encrypt(m["nonce"], pt, m["aad"])[-16:]
+            dst._a[m["tag"] : m["tag"] + 16] = np.frombuffer(tag, dtype=np.uint8)
+            status._a[i] = 0
+            continue
+        sealed = (
+            src._a[m["src"] : m["src"] + n].tobytes() + src._a[m["tag"] : m["tag"] + 16].tobytes()
+        )
+        try:
+            if not Config.msgs_accept_all:
+                aead.decrypt(m["nonce"], sealed, m["aad"])
+            status._a[i] = 0
+        except InvalidTag:
+            status._a[i] = 1
+            dst._a[m["dst"] : m["dst"] + n] = 0
+
+
 _IMPLS: dict[str, Callable[..., None]] = {
+    "gcm_msgs": _fake_msgs,
+    "gcm_msgs_finalize": _fake_msgs_finalize,
     "gcm_selftest": _fake_selftest,
     "gcm_setup": _fake_setup,
     "gcm_chunks": _fake_chunks,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import shutil
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -29,3 +30,28 @@ def build_harness(
     )
     assert result.returncode == 0, result.stderr
     return exe
+
+
+class Harness:
+    """Sends command lines to a harness binary (one process per batch of commands)."""
+
+    def __init__(self, exe: Path) -> None:
+        self.exe = exe
+
+    def run(self, commands: Sequence[str]) -> list[str]:
+        result = subprocess.run(
+            [str(self.exe)],
+            input="\n".join(commands) + "\n",
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=True,
+        )
+        lines = result.stdout.splitlines()
+        assert len(lines) == len(commands), result.stderr
+        for cmd, line in zip(commands, lines, strict=True):
+            assert not line.startswith("error"), f"{cmd[:80]} -> {line}"
+        return lines
+
+    def one(self, command: str) -> str:
+        return self.run([command])[0]

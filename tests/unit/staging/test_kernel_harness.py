@@ -21,7 +21,6 @@ import random
 import re
 import shutil
 import subprocess
-from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +30,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from gpucc.staging import _gpu_runtime as gpu
 from gpucc.staging import format as fmt
-from tests.support.nvcc import build_harness
+from tests.support.nvcc import Harness
 from tests.support.paths import DATA, ROOT
 
 pytestmark = pytest.mark.nvcc
@@ -49,39 +48,6 @@ def _seed() -> int:
 
 
 # --- building and driving the harness -------------------------------------------------------
-
-
-@pytest.fixture(scope="session")
-def harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Harness]:
-    exe = build_harness(
-        tmp_path_factory, KERNELS / "harness.cu", KERNELS / "aesgcm_math.cuh", "harness"
-    )
-    yield Harness(exe)
-
-
-class Harness:
-    """Sends command lines to the harness binary (one process per batch of commands)."""
-
-    def __init__(self, exe: Path) -> None:
-        self.exe = exe
-
-    def run(self, commands: Sequence[str]) -> list[str]:
-        result = subprocess.run(
-            [str(self.exe)],
-            input="\n".join(commands) + "\n",
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=True,
-        )
-        lines = result.stdout.splitlines()
-        assert len(lines) == len(commands), result.stderr
-        for cmd, line in zip(commands, lines, strict=True):
-            assert not line.startswith("error"), f"{cmd[:80]} -> {line}"
-        return lines
-
-    def one(self, command: str) -> str:
-        return self.run([command])[0]
 
 
 def _h(data: bytes) -> str:
@@ -559,12 +525,20 @@ def test_kernels_compile_for_sm90_without_spills(tmp_path: Path) -> None:
     report = _ptxas_report(KERNELS / "aesgcm.cu", KERNELS, tmp_path / "aesgcm.cubin")
     print(report)
     funcs = _functions(report)
-    assert set(funcs) == {"gcm_setup", "gcm_chunks", "gcm_finalize", "gcm_selftest"}
+    assert set(funcs) == {
+        "gcm_setup",
+        "gcm_chunks",
+        "gcm_finalize",
+        "gcm_selftest",
+        "gcm_msgs",
+        "gcm_msgs_finalize",
+    }
     for name, props in funcs.items():
         assert props["spill_stores"] == 0 and props["spill_loads"] == 0, (name, props)
         assert props["stack"] == 0, (name, props)
     # __launch_bounds__(256, 4): 4 CTAs of 256 threads per SM need <= 64 registers.
     assert funcs["gcm_chunks"]["registers"] <= 64
+    assert funcs["gcm_msgs"]["registers"] <= 64
 
 
 def test_the_source_cupy_compiles_is_the_same_kernel(tmp_path: Path) -> None:
@@ -592,5 +566,12 @@ def test_the_source_cupy_compiles_is_the_same_kernel(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     ptx = (tmp_path / "k.ptx").read_text()
-    for name in ("gcm_setup", "gcm_chunks", "gcm_finalize", "gcm_selftest"):
+    for name in (
+        "gcm_setup",
+        "gcm_chunks",
+        "gcm_finalize",
+        "gcm_selftest",
+        "gcm_msgs",
+        "gcm_msgs_finalize",
+    ):
         assert f".entry {name}(" in ptx
