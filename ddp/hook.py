@@ -16,6 +16,11 @@ suppressed or forged on the wire fails authentication too.
 ``optimizer.step()`` is never reached, so no unverified gradient is applied. A peer that
 stops answering makes the collectives fail after the process group's timeout.
 
+Buckets on a CUDA device are sealed and opened there by the GPU message kernels
+(:class:`gpucc.ddp.crypt.DeviceCrypt`): plaintext gradients never leave the GPU; with NCCL the
+sealed frames go over the wire from device memory, with gloo they are copied to the host
+first. The device's verdict words are read once per step, at the last bucket.
+
 Gloo's point-to-point operations return no futures, so the hook works synchronously and
 returns a completed future (communication does not overlap the backward pass).
 """
@@ -31,7 +36,15 @@ from torch._C._distributed_c10d import GradBucket
 
 from gpucc.gpuattest.errors import UsageError
 
-from .algorithms import Exchange, Tamper, all_to_all_reduce, exchange_verdicts, ring_reduce
+from .algorithms import (
+    Exchange,
+    Tamper,
+    all_to_all_reduce,
+    exchange_verdicts,
+    piece_elements,
+    ring_reduce,
+)
+from .crypt import DeviceCrypt, HostCrypt
 from .errors import GradientAuthenticationError, PeerAuthenticationError
 from .keys import GroupKeys
 
@@ -94,6 +107,10 @@ class EncryptedAllReduce:
             as long as every rank runs their steps in the same order.
         algorithm: ``auto`` (:func:`choose_algorithm`), ``ring`` or ``a2a``.
         process_group: the group the keys were established for (None: default).
+        device_crypto: None (default): buckets on a CUDA device are sealed on that device,
+            CPU buckets on the host. True: always the GPU kernels (a CPU bucket then needs a
+            CuPy that can address host memory, as the test stand-in does). False: never;
+            a CUDA bucket is then refused rather than copied to the host in plaintext.
         tamper: test-only fault injection on received frames.
     """
 
@@ -103,6 +120,7 @@ class EncryptedAllReduce:
         *,
         algorithm: Algorithm = "auto",
         process_group: ProcessGroup | None = None,
+        device_crypto: bool | None = None,
         tamper: Tamper | None = None,
     ) -> None:
         if algorithm not in ("auto", "ring", "a2a"):
@@ -111,9 +129,12 @@ class EncryptedAllReduce:
         self.algorithm: Algorithm = algorithm
         self.process_group = process_group
         self.tamper = tamper
+        self.device_crypto = device_crypto
         self.stats = HookStats()
         self._position: tuple[int, int] | None = None
         self._failures: list[GradientAuthenticationError] = []
+        self._host = HostCrypt(keys)
+        self._device: DeviceCrypt | None = None
 
     def __repr__(self) -> str:
         return f"EncryptedAllReduce(keys={self.keys!r}, algorithm={self.algorithm!r})"
@@ -126,34 +147,35 @@ class EncryptedAllReduce:
                 bucket, when any rank rejected a message of the step.
         """
         t0 = time.perf_counter()
-        if flat.device.type != "cpu":
-            raise UsageError(
-                "encrypted all-reduce runs on CPU tensors only: the device GCM kernels "
-                "have no entry point for per-message nonces and associated data yet "
-                "(see docs/DDP.md); gradients are not copied to the host in plaintext"
-            )
+        crypt = self._crypt(flat)
         if flat.dim() != 1 or not flat.is_contiguous():
             raise UsageError("a bucket must be a contiguous 1-D tensor")
+        if isinstance(crypt, DeviceCrypt) and flat.data_ptr() % 16:
+            raise UsageError("a bucket sealed on the GPU must start on a 16-byte boundary")
         if self._position is None:
             self._position = self.keys.claim_step()
         epoch, step = self._position
         size = self.keys.world_size
         nbytes = flat.numel() * flat.element_size()
         algo = self.algorithm if self.algorithm != "auto" else choose_algorithm(nbytes, size)
-        per_piece = -(-flat.numel() // size) * flat.element_size()
+        per_piece = piece_elements(flat.numel(), flat.element_size(), size) * flat.element_size()
         if algo == "ring":
             self.keys.charge(invocations=2 * (size - 1), nbytes=2 * (size - 1) * per_piece)
         else:
             self.keys.charge(invocations=2, nbytes=2 * per_piece)
         flat.div_(size)
+        wire = self._wire(flat)
         ex = Exchange(
             keys=self.keys,
+            crypt=crypt,
             group=self.process_group,
+            wire=wire,
             epoch=epoch,
             step=step,
             bucket=bucket,
             tamper=self.tamper,
         )
+        seconds = crypt.seconds
         try:
             (ring_reduce if algo == "ring" else all_to_all_reduce)(flat, ex)
         except BaseException:
@@ -161,19 +183,24 @@ class EncryptedAllReduce:
             # step from the keys, so no (key, nonce) pair is ever used twice.
             self._position = None
             self._failures = []
+            crypt.discard()
             flat.zero_()
             raise
         self._failures.extend(ex.failures)
         self.stats.buckets += 1
         self.stats.sealed_bytes += ex.sealed_bytes
-        self.stats.crypto_seconds += ex.crypto_seconds
+        self.stats.crypto_seconds += crypt.seconds - seconds
         if last:
             self._position = None
             failures, self._failures = self._failures, []
+            if self._device is not None:
+                failures.extend(self._device.collect())  # the one wait for device verdicts
             self.keys.charge(invocations=1, nbytes=1)
             verdict = Exchange(
                 keys=self.keys,
+                crypt=self._host,
                 group=self.process_group,
+                wire=wire,
                 epoch=epoch,
                 step=step,
                 bucket=0,
@@ -190,6 +217,37 @@ class EncryptedAllReduce:
         else:
             self.stats.hook_seconds += time.perf_counter() - t0
         return flat
+
+    def _crypt(self, flat: torch.Tensor) -> HostCrypt | DeviceCrypt:
+        if flat.device.type not in ("cpu", "cuda"):
+            raise UsageError(
+                f"a bucket on a {flat.device.type} device: encrypted all-reduce takes CPU "
+                "and CUDA tensors"
+            )
+        on_device = flat.is_cuda if self.device_crypto is None else self.device_crypto
+        if flat.is_cuda and not on_device:
+            raise UsageError(
+                "device_crypto=False with a CUDA bucket: gradients are not copied to the "
+                "host in plaintext; leave device_crypto unset to seal them on the GPU"
+            )
+        if not on_device:
+            return self._host
+        if self._device is None:
+            self._device = DeviceCrypt(self.keys)
+        return self._device
+
+    def _wire(self, flat: torch.Tensor) -> torch.device | None:
+        """Where the backend takes tensors: the GPU for NCCL, the host otherwise."""
+        import torch.distributed as dist
+
+        backend = str(dist.get_backend(self.process_group)).lower()
+        return flat.device if backend == "nccl" else torch.device("cpu")
+
+    def close(self) -> None:
+        """Zero the device copies of the keys (if any); the state can be used again."""
+        if self._device is not None:
+            self._device.close()
+            self._device = None
 
 
 def encrypted_allreduce_hook(

@@ -86,6 +86,7 @@ class KeyUsage:
 @dataclass
 class _Edge:
     aead: AESGCM = field(repr=False)
+    key: bytes = field(repr=False)
     usage: KeyUsage = field(default_factory=KeyUsage)
 
 
@@ -182,7 +183,7 @@ class GroupKeys:
                     world_size=self.world_size,
                     epoch=epoch,
                 )
-                edges[(s, r)] = _Edge(AESGCM(key))
+                edges[(s, r)] = _Edge(AESGCM(key), key)
         self._edges = edges
         self._epoch = epoch
         self._next_step = 0
@@ -246,6 +247,31 @@ class GroupKeys:
         u.invocations += 1
         u.bytes += msg.length
         return edge
+
+    def reserve(self, msg: MessageId, *, sending: bool) -> None:
+        """Count one message sealed (``sending``) or opened elsewhere, as :meth:`seal_into`
+        and :meth:`open_into` do: the GPU path seals and opens with :meth:`edge_keys` on the
+        device and accounts for every message here first.
+
+        Raises:
+            KeyUsageExceededError: the key reached its hard limit.
+            UsageError: this rank is not the message's sender (or receiver).
+        """
+        if (msg.sender if sending else msg.receiver) != self.rank:
+            raise UsageError("a rank seals only messages it sends and opens those sent to it")
+        self._edge(msg)
+
+    def edge_keys(self) -> dict[tuple[int, int], bytes]:
+        """This rank's directed keys of the current epoch, by (sender, receiver).
+
+        Key material: for :class:`gpucc.staging.gpu_messages.DeviceKeyring` only, never for
+        logs or files.
+        """
+        return {pair: edge.key for pair, edge in self._edges.items()}
+
+    def failure(self, msg: MessageId) -> GradientAuthenticationError:
+        """The typed error for a message of ``msg``'s position that did not open here."""
+        return self._failure(msg)
 
     def seal(self, msg: MessageId, plaintext: bytes | memoryview) -> bytes:
         """``ciphertext || tag`` of one message this rank sends."""

@@ -183,14 +183,30 @@ class DeviceKeyring:
         """Seal ``messages``: texts from ``src`` to ``dst``, tags into ``dst``."""
         self._launch(messages, src, dst, None, seal=True)
 
-    def open(self, messages: Sequence[DeviceMessage], src: Any, dst: Any, status: Any) -> None:
+    def open(
+        self, messages: Sequence[DeviceMessage], src: Any, dst: Any, status: Any = None
+    ) -> Any:
         """Open ``messages``: texts and tags from ``src``, texts to ``dst``; one uint32
-        verdict per message into ``status`` (0 authentic, 1 rejected and its text zeroed)."""
-        self._launch(messages, src, dst, status, seal=False)
+        verdict per message into ``status`` (0 authentic, 1 rejected and its text zeroed).
+
+        Returns ``status`` (a new device array when None was given). Its words are written
+        on :attr:`stream`: read them after that stream (``status.get()`` inside it).
+        """
+        return self._launch(messages, src, dst, status, seal=False)
+
+    def use_stream(self, stream: Any) -> None:
+        """Launch on ``stream`` from now on, ordered after everything queued so far."""
+        if int(stream.ptr) == int(self.stream.ptr):
+            return
+        with self.cupy.cuda.Device(self.device_id):
+            done = self.cupy.cuda.Event(disable_timing=True)
+            done.record(self.stream)
+            stream.wait_event(done)
+        self.stream = stream
 
     def _launch(
         self, messages: Sequence[DeviceMessage], src: Any, dst: Any, status: Any, *, seal: bool
-    ) -> None:
+    ) -> Any:
         if self.ctxs is None:
             raise UsageError("the keyring is closed")
         if not 1 <= len(messages) <= MAX_MESSAGES:
@@ -252,6 +268,7 @@ class DeviceKeyring:
             )
             # Descriptors stay referenced until the next launch on this stream is queued.
             self._keep = (desc, aad, status)
+        return status
 
     def close(self) -> None:
         """Zero the key contexts and the GHASH scratch, after the launches that use them."""

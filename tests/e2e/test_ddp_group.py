@@ -191,9 +191,18 @@ def describe(exc: BaseException) -> dict[str, Any]:
 
 
 def run_attack(
-    keys: GroupKeys, algorithm: str, tamper: TamperFn | None, start: int | None = None
+    keys: GroupKeys,
+    algorithm: str,
+    tamper: TamperFn | None,
+    start: int | None = None,
+    **options: Any,
 ) -> dict[str, Any]:
-    state = EncryptedAllReduce(keys, algorithm=algorithm, tamper=tamper)  # type: ignore[arg-type]
+    state = EncryptedAllReduce(
+        keys,
+        algorithm=algorithm,  # type: ignore[arg-type]
+        tamper=tamper,
+        **options,
+    )
     ddp, opt = make_ddp(state)
     first_step = keys._next_step if start is None else start
     for step in range(STEPS):

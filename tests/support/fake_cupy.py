@@ -351,6 +351,13 @@ def asarray(a: Any) -> ndarray:
     return ndarray(np.array(a, copy=True), _current_device())
 
 
+def from_dlpack(obj: Any) -> ndarray:
+    """A view (no copy) of a host tensor's memory, standing in for device memory."""
+    a = obj.numpy() if hasattr(obj, "numpy") else np.from_dlpack(obj)
+    assert a.flags.writeable and a.flags.c_contiguous
+    return ndarray(a, _current_device())
+
+
 def asnumpy(a: ndarray) -> np.ndarray[Any, Any]:
     result: np.ndarray[Any, Any] = a.get()
     return result

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import struct
+from typing import Any
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -271,29 +272,29 @@ def test_open_into_zeroes_its_output_when_the_tag_fails() -> None:
     assert out == bytes(8)
 
 
-def _refuses(device: str) -> None:
+def _refuses(device: str, match: str, **options: Any) -> None:
     import torch
 
     from gpucc.ddp import EncryptedAllReduce
 
     a, _ = _pair()
-    state = EncryptedAllReduce(a)
-    with pytest.raises(UsageError, match="CPU tensors only"):
+    state = EncryptedAllReduce(a, **options)
+    with pytest.raises(UsageError, match=match):
         state.allreduce(torch.zeros(8, device=device), 0, last=True)
     assert a.claim_step() == (0, 0)  # nothing was consumed
 
 
-def test_buckets_off_the_cpu_are_refused() -> None:
-    _refuses("meta")
+def test_buckets_off_the_cpu_and_cuda_are_refused() -> None:
+    _refuses("meta", "takes CPU and CUDA tensors")
 
 
 @pytest.mark.gpu
-def test_cuda_buckets_are_refused_rather_than_copied_to_the_host() -> None:
+def test_cuda_buckets_are_never_copied_to_the_host_in_plaintext() -> None:
     import torch
 
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
-    _refuses("cuda")
+    _refuses("cuda", "not copied to the host in plaintext", device_crypto=False)
 
 
 def test_a_step_broken_mid_way_is_never_resumed_with_the_same_nonces() -> None:
