@@ -20,13 +20,15 @@
 #   pytest-gpu     GPUCC_GPU_BIG=1 pytest -m gpu over every module with GPU tests; a test
 #                  skipped because the kernels are unusable is a failure here
 #   bench-model    benchmarks/bench_model.py with its GPU rows (which must be there)
+#   bench-ddp      benchmarks/bench_ddp_gpu.py: gradient sealing (message kernels) on DDP-shaped
+#                  batches beside the device copy ceiling
 #   ncu            Nsight Compute on gcm_chunks / gcm_finalize, beside the static model
 #   san-memcheck   compute-sanitizer memcheck on a small staging run
 #   san-racecheck  compute-sanitizer racecheck on the same run
 #   bench-gpu      benchmarks/bench_gpu.py --check --size 4GiB (gate, then the table)
 #
 # Results in $OUT (default ./gpu-validate-out): summary.txt (printed last), nvidia-smi.txt,
-# smoke.log, pytest.log, ncu.txt, sanitizer.log, bench.log, model.log. Exit status 0 only when
+# smoke.log, pytest.log, ncu.txt, sanitizer.log, bench.log, model.log, ddp.log. Exit status 0 only when
 # every step ran and passed.
 #
 # GV_FAKE=1: a dry run of this script's own flow on a machine without a GPU: the Python steps
@@ -248,10 +250,11 @@ mapfile -t GPU_TESTS < <(grep -rlE --include='test_*.py' 'pytest\.mark\.gpu|pyte
 if [ "$FAKE" = 1 ]; then
   PYENV=(env GPUCC_GPU_TESTS_ON_FAKE=1)
   GPU_TESTS=(tests/gpu/test_gpu_staging.py) # the module that runs on the fake
-  ALLOW='set GPUCC_GPU_BIG=1|needs two GPUs'
+  ALLOW='set GPUCC_GPU_BIG=1|needs two GPUs|PyTorch'
 else
   PYENV=(env GPUCC_GPU_BIG=1)
-  ALLOW='needs two GPUs'
+  # a CUDA build of PyTorch is too large to carry: its DDP test may skip
+  ALLOW='needs two GPUs|PyTorch is not installed|PyTorch build has no CUDA'
 fi
 if step pytest-gpu 200 240 "$PYT" "${PYENV[@]}" "$PY" -m pytest -m gpu -p no:cacheprovider -rs \
   --durations=15 --junitxml="$W/pytest.xml" "${GPU_TESTS[@]}"; then
@@ -279,6 +282,20 @@ if step bench-model 90 200 "$ML" "$PY" benchmarks/bench_model.py "${MODEL_ARGS[@
     downgrade bench-model "no GPU rows: the hash kernels were not usable"
   else
     finish bench-model
+  fi
+fi
+
+# --- 6b. gradient sealing: the message kernels on DDP-shaped batches -----------------------------
+DL=$OUT/ddp.log
+if ! wanted bench-ddp; then
+  record bench-ddp not-asked 0
+elif [ "$FAKE" = 1 ]; then
+  dry bench-ddp
+elif step bench-ddp 90 180 "$DL" "$PY" benchmarks/bench_ddp_gpu.py --json "$W/ddp.json"; then
+  if [ "$STEP_VERDICT" = ok ] && grep -q '^no GPU:' "$DL"; then
+    downgrade bench-ddp "$(grep -m 1 '^no GPU:' "$DL")"
+  else
+    finish bench-ddp
   fi
 fi
 

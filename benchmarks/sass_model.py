@@ -228,6 +228,13 @@ KERNELS: dict[str, KernelSpec] = {
             True,
         ),
         KernelSpec(
+            "gcm_msgs",
+            SOURCE,
+            BLOCK_BYTES,
+            "vector-load-store",
+            True,
+        ),
+        KernelSpec(
             "sha256_shards",
             ROOT / "staging" / "kernels" / "sha256.cu",
             64,

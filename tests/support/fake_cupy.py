@@ -351,6 +351,15 @@ def asarray(a: Any) -> ndarray:
     return ndarray(np.array(a, copy=True), _current_device())
 
 
+def copyto(dst: ndarray, src: ndarray) -> None:
+    """A device-to-device copy, queued on the current stream."""
+    stream = get_current_stream()
+    d, s = dst._a, src._a
+    with _lock:
+        _use(stream, [dst, src], "copyto")
+        stream.enqueue(lambda: np.copyto(d, s))
+
+
 def from_dlpack(obj: Any) -> ndarray:
     """A view (no copy) of a host tensor's memory, standing in for device memory."""
     a = obj.numpy() if hasattr(obj, "numpy") else np.from_dlpack(obj)
