@@ -1,9 +1,16 @@
-"""Encrypted DDP vs plain DDP on gloo: per-iteration time, crypto share, bytes sealed.
+"""Encrypted DDP vs plain DDP: per-iteration time, crypto share, bytes sealed.
 
-Run ``python benchmarks/bench_ddp.py`` (it forks its own gloo ranks for each world size)
+Run ``python benchmarks/bench_ddp.py`` (it starts its own gloo ranks for each world size)
 or under torchrun, one world size per launch::
 
     torchrun --nproc-per-node 2 benchmarks/bench_ddp.py --json
+    torchrun --nproc-per-node 4 benchmarks/bench_ddp.py --device cuda   # NCCL, GPU sealing
+
+With ``--device cuda`` every rank trains on its own GPU (``cuda:LOCAL_RANK``, or the rank
+modulo the GPUs present), the backend is NCCL unless ``--backend gloo`` is given, the buckets
+are sealed and opened on the GPU, and each iteration ends with a device synchronisation;
+``crypto`` is then the host time of the launches (the GPU kernels' own rates are in
+``benchmarks/bench_ddp_gpu.py``).
 
 For every model size, bucket size and world size it reports the median iteration time
 (forward, backward with the all-reduce, optimizer step) of plain DDP and of the encrypted
@@ -83,9 +90,9 @@ def make_model(layers: int, width: int) -> torch.nn.Module:
     return torch.nn.Sequential(*mods)
 
 
-def time_iterations(ddp: DDP, width: int, iters: int) -> list[float]:
+def time_iterations(ddp: DDP, width: int, iters: int, device: torch.device) -> list[float]:
     opt = torch.optim.SGD(ddp.parameters(), lr=1e-3)
-    x = torch.randn(8, width)
+    x = torch.randn(8, width, device=device)
     times = []
     for i in range(iters + 2):  # two warm-up iterations (DDP rebuilds buckets after one)
         dist.barrier()
@@ -94,33 +101,48 @@ def time_iterations(ddp: DDP, width: int, iters: int) -> list[float]:
         loss = ddp(x).square().mean()
         loss.backward()
         opt.step()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
         if i >= 2:
             times.append(time.perf_counter() - t0)
     return times
 
 
+def rank_device(args: argparse.Namespace) -> torch.device:
+    if args.device != "cuda":
+        return torch.device("cpu")
+    local = int(os.environ.get("LOCAL_RANK", dist.get_rank()))
+    index = local % torch.cuda.device_count()
+    torch.cuda.set_device(index)
+    return torch.device("cuda", index)
+
+
 def run_rank(args: argparse.Namespace) -> list[dict[str, Any]]:
     torch.set_num_threads(1)
+    device = rank_device(args)
     keys = bench_keys()
     rows = []
     for model_name in args.models:
         layers, width = MODELS[model_name]
         for bucket_mb in args.bucket_mb:
-            plain = DDP(make_model(layers, width), bucket_cap_mb=bucket_mb)
-            base = statistics.median(time_iterations(plain, width, args.iters))
+            plain = DDP(make_model(layers, width).to(device), bucket_cap_mb=bucket_mb)
+            base = statistics.median(time_iterations(plain, width, args.iters, device))
             params = sum(p.numel() for p in plain.parameters())
             for algorithm in args.algorithms:
                 state = EncryptedAllReduce(keys, algorithm=algorithm)
-                enc = DDP(make_model(layers, width), bucket_cap_mb=bucket_mb)
+                enc = DDP(make_model(layers, width).to(device), bucket_cap_mb=bucket_mb)
                 enc.register_comm_hook(state, encrypted_allreduce_hook)
-                time_iterations(enc, width, 0)
+                time_iterations(enc, width, 0, device)
                 state.stats.reset()
-                times = time_iterations(enc, width, args.iters)
+                times = time_iterations(enc, width, args.iters, device)
                 t = statistics.median(times)
                 mean = statistics.fmean(times)
                 n = max(1, state.stats.steps)
+                state.close()
                 rows.append(
                     {
+                        "device": device.type,
+                        "backend": str(dist.get_backend()),
                         "world_size": dist.get_world_size(),
                         "model": model_name,
                         "params": params,
@@ -139,11 +161,19 @@ def run_rank(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 def worker(rank: int, size: int, port: int, args: argparse.Namespace, out: str) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=size, timeout=dt.timedelta(seconds=300))
+    dist.init_process_group(
+        backend_for(args), rank=rank, world_size=size, timeout=dt.timedelta(seconds=300)
+    )
     rows = run_rank(args)
     if rank == 0:
         Path(out).write_text(json.dumps(rows))
     dist.destroy_process_group()
+
+
+def backend_for(args: argparse.Namespace) -> str:
+    if args.backend:
+        return str(args.backend)
+    return "nccl" if args.device == "cuda" else "gloo"
 
 
 def spawn(size: int, args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -151,7 +181,7 @@ def spawn(size: int, args: argparse.Namespace) -> list[dict[str, Any]]:
         s.bind(("127.0.0.1", 0))
         port = int(s.getsockname()[1])
     out = Path(f"/tmp/bench_ddp_{os.getpid()}_{size}.json")
-    ctx = mp.get_context("fork")
+    ctx = mp.get_context("spawn") if args.device == "cuda" else mp.get_context("fork")
     procs = [ctx.Process(target=worker, args=(r, size, port, args, str(out))) for r in range(size)]
     for p in procs:
         p.start()
@@ -187,10 +217,12 @@ def main() -> None:
     ap.add_argument("--algorithms", nargs="+", default=["a2a", "ring"])
     ap.add_argument("--iters", type=int, default=5)
     ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    ap.add_argument("--backend", choices=["gloo", "nccl"], help="default: nccl on cuda, else gloo")
     args = ap.parse_args()
     ceiling = aes_gcm_ceiling()
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # under torchrun
-        dist.init_process_group("gloo", timeout=dt.timedelta(seconds=300))
+        dist.init_process_group(backend_for(args), timeout=dt.timedelta(seconds=300))
         rows = run_rank(args)
         rank = dist.get_rank()
         dist.destroy_process_group()

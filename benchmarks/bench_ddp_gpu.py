@@ -68,14 +68,14 @@ def batch(nbytes: int, pieces: int) -> tuple[list[DeviceMessage], list[DeviceMes
 
 
 def time_ms(cp: Any, stream: Any, work: Any, repeat: int) -> float:
-    times = []
+    times: list[float] = []
     for _ in range(repeat + 1):
         start, stop = cp.cuda.Event(), cp.cuda.Event()
         start.record(stream)
         work()
         stop.record(stream)
         stop.synchronize()
-        times.append(cp.cuda.get_elapsed_time(start, stop))
+        times.append(float(cp.cuda.get_elapsed_time(start, stop)))
     return statistics.median(times[1:])  # the first run warms up
 
 
@@ -100,7 +100,10 @@ def measure(cp: Any, device: int, nbytes: int, pieces: int, repeat: int) -> dict
         ok = not verdicts.any() and cp.asnumpy(back).tobytes() == cp.asnumpy(plain).tobytes()
     if not ok:
         raise SystemExit("the opened bucket differs from the sealed one: kernels are wrong")
-    gbs = lambda ms: plain_len / (ms * 1e-3) / 1e9  # noqa: E731
+
+    def gbs(ms: float) -> float:
+        return plain_len / (ms * 1e-3) / 1e9
+
     return {
         "bucket_bytes": nbytes,
         "messages": pieces,
