@@ -182,3 +182,32 @@ def test_keys_are_checked(fake: Any) -> None:
     with pytest.raises(UsageError, match="1 to"):
         DeviceKeyring([])
     assert gm.MAX_KEYS * rt._ctx_words(gm._CT) < 1 << 32  # the kernel's u32 context offsets
+
+
+def test_the_gradient_sealing_benchmark_runs_end_to_end(
+    fake: Any, capsys: pytest.CaptureFixture[str], tmp_path: Any
+) -> None:
+    """benchmarks/bench_ddp_gpu.py against the stand-in: its flow and its own check, not
+    its numbers."""
+    import importlib.util
+    import json
+
+    from tests.support.paths import ROOT
+
+    spec = importlib.util.spec_from_file_location(
+        "bench_ddp_gpu", ROOT / "benchmarks" / "bench_ddp_gpu.py"
+    )
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    out = tmp_path / "ddp.json"
+    assert (
+        bench.main(["--buckets", "1MB", "--ranks", "2,4", "--repeat", "1", "--json", str(out)]) == 0
+    )
+    rows = json.loads(out.read_text())
+    assert [(r["shape"], r["messages"]) for r in rows] == [
+        ("a2a N=2", 1),
+        ("a2a N=4", 3),
+        ("one message", 1),
+    ]
+    assert "seal+open" in capsys.readouterr().out
