@@ -15,7 +15,8 @@ each over the bytes that batch protects, ``seal+open`` over the bucket's bytes t
 batches of one message of 1/N; ``one message`` rows give that shape at the whole bucket.
 
 The target (docs/DDP.md): sealing and opening a 25 MB bucket at 200 GB/s or more each.
-Without a usable GPU it prints why and exits 0.
+Without a usable GPU it prints why and exits 0. ``GV_FAKE=1`` runs it against
+``tests/support/fake_cupy.py`` (a dry run of its flow; the numbers mean nothing).
 """
 
 from __future__ import annotations
@@ -30,9 +31,13 @@ from typing import Any
 
 import numpy as np
 
-from gpucc.staging import _gpu_runtime as rt
-from gpucc.staging.errors import GpuKernelError
-from gpucc.staging.gpu_messages import DeviceKeyring, DeviceMessage
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))  # tests.support.fake_cupy for a dry run
+
+from gpucc.staging import _gpu_runtime as rt  # noqa: E402
+from gpucc.staging.errors import GpuKernelError  # noqa: E402
+from gpucc.staging.gpu_messages import DeviceKeyring, DeviceMessage  # noqa: E402
 
 MB = 10**6
 
@@ -124,6 +129,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", type=int, default=0)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
+    if os.environ.get("GV_FAKE") == "1":
+        from tests.support import fake_cupy
+
+        fake_cupy.reset(devices=1)
+        rt.import_cupy, rt._modules = (lambda: fake_cupy), {}
+        print("dry run on tests/support/fake_cupy.py: these numbers mean nothing")
     try:
         reason = rt.unavailable_reason(args.device)
     except GpuKernelError as exc:

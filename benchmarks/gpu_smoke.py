@@ -59,7 +59,14 @@ POISON = 0xA5
 
 # --- names taken from the runtime: the one place to update when the runtime changes -------------
 
-AES_KERNELS = ("gcm_setup", "gcm_chunks", "gcm_finalize", "gcm_selftest")
+AES_KERNELS = (
+    "gcm_setup",
+    "gcm_chunks",
+    "gcm_finalize",
+    "gcm_selftest",
+    "gcm_msgs",
+    "gcm_msgs_finalize",
+)
 HASH_KERNELS = ("sha256_shards", "blake3_chunks", "blake3_parents")
 HASH_OPTIONS = ("-std=c++17",)  # the options digest_gpu._kernels builds with
 
@@ -176,9 +183,13 @@ def occupancy(cp: Any, kernels: dict[str, Any]) -> None:
         fin = driver.occupancyMaxActiveBlocksPerMultiprocessor(
             kernels["gcm_finalize"].kernel.ptr, 256, 0
         )
+        msgs = driver.occupancyMaxActiveBlocksPerMultiprocessor(
+            kernels["gcm_msgs"].kernel.ptr, 256, 0
+        )
         p(
             f"RESULT occupancy gcm_chunks: {', '.join(parts)} (the persistent grid is this "
-            f"times the SM count); gcm_finalize {fin} CTAs/SM at 256 threads"
+            f"times the SM count); gcm_finalize {fin} CTAs/SM at 256 threads; gcm_msgs "
+            f"{msgs} CTAs/SM at 256 threads"
         )
     except Exception as exc:  # noqa: BLE001 - informational (and absent on the fake)
         p(f"occupancy: not available ({type(exc).__name__}: {exc})")

@@ -287,11 +287,9 @@ fi
 
 # --- 6b. gradient sealing: the message kernels on DDP-shaped batches -----------------------------
 DL=$OUT/ddp.log
-if ! wanted bench-ddp; then
-  record bench-ddp not-asked 0
-elif [ "$FAKE" = 1 ]; then
-  dry bench-ddp
-elif step bench-ddp 90 180 "$DL" "$PY" benchmarks/bench_ddp_gpu.py --json "$W/ddp.json"; then
+DDP_ARGS=()
+[ "$FAKE" = 1 ] && DDP_ARGS=(--buckets "1MB,4MB" --ranks "2,4" --repeat 1)
+if step bench-ddp 90 180 "$DL" "$PY" benchmarks/bench_ddp_gpu.py "${DDP_ARGS[@]}" --json "$W/ddp.json"; then
   if [ "$STEP_VERDICT" = ok ] && grep -q '^no GPU:' "$DL"; then
     downgrade bench-ddp "$(grep -m 1 '^no GPU:' "$DL")"
   else
@@ -457,6 +455,8 @@ section() {
   grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|SMALL RUN OK|Error' "$SAN" | head -n 12 | sed 's/^/  /'
   section "model hashing (bench_model.py)"
   sed -n '/^operation/,/^###/p' "$ML" | grep -v '^###' | sed 's/^/  /'
+  section "gradient sealing (bench_ddp_gpu.py, GB/s)"
+  sed -n '/^  *bucket/,/^GB\/s of plaintext/p' "$DL" | sed 's/^/  /'
   section "bench_gpu.py (GB/s, x line rate)"
   awk '/^GB\/s \(x line rate\)/{on=1} on' "$BL" | sed 's/^/  /'
   grep -E 'correctness tests failed|^no GPU:' "$BL" | sed 's/^/  /'

@@ -33,6 +33,7 @@ STEPS = [
     "smoke",
     "pytest-gpu",
     "bench-model",
+    "bench-ddp",
     "ncu",
     "san-memcheck",
     "san-racecheck",
@@ -47,6 +48,7 @@ FILES = {
     "sanitizer.log",
     "bench.log",
     "model.log",
+    "ddp.log",
 }
 
 
@@ -107,7 +109,8 @@ def test_dry_run_flow_and_summary(tmp_path: Path) -> None:
 
     for section in ("device", "smoke: builds, known answers, ceilings, kernels alone",
                     "pytest -m gpu", "ncu beside the static model", "compute-sanitizer",
-                    "model hashing (bench_model.py)", "bench_gpu.py (GB/s, x line rate)", "files"):  # fmt: skip
+                    "model hashing (bench_model.py)", "gradient sealing (bench_ddp_gpu.py, GB/s)",
+                    "bench_gpu.py (GB/s, x line rate)", "files"):  # fmt: skip
         assert f"== {section}" in lines, section
     assert "  known answers aesgcm: ok" in summary
     for cs in ("64 KiB", "1 MiB"):
@@ -117,6 +120,7 @@ def test_dry_run_flow_and_summary(tmp_path: Path) -> None:
     assert "passed, 0 failed, 0 errors" in summary
     assert "skipped x1 (allowed): set GPUCC_GPU_BIG=1" in summary
     assert summary.count("SMALL RUN OK") == 2
+    assert "a2a N=4" in summary  # the gradient sealing table, from the dry run
 
 
 def test_only_some_steps(tmp_path: Path) -> None:
