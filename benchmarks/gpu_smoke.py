@@ -59,14 +59,7 @@ POISON = 0xA5
 
 # --- names taken from the runtime: the one place to update when the runtime changes -------------
 
-AES_KERNELS = (
-    "gcm_setup",
-    "gcm_chunks",
-    "gcm_finalize",
-    "gcm_selftest",
-    "gcm_msgs",
-    "gcm_msgs_finalize",
-)
+AES_KERNELS = rt.KERNEL_NAMES
 HASH_KERNELS = ("sha256_shards", "blake3_chunks", "blake3_parents")
 HASH_OPTIONS = ("-std=c++17",)  # the options digest_gpu._kernels builds with
 

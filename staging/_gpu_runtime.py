@@ -131,6 +131,16 @@ def _log_lines(text: str, limit: int = GpuKernelError.LOG_LINES) -> tuple[str, .
     return tuple((errors or lines)[:limit])
 
 
+#: The kernels of aesgcm.cu, as the runtime looks them up.
+KERNEL_NAMES = (
+    "gcm_setup",
+    "gcm_chunks",
+    "gcm_finalize",
+    "gcm_selftest",
+    "gcm_msgs",
+    "gcm_msgs_finalize",
+)
+
 #: Options for NVRTC. CuPy adds the architecture of the current device (sm_90 on an H100).
 _NVRTC_OPTIONS = ("-std=c++17", f"-DGCMK_K={_K}")
 

@@ -149,6 +149,52 @@ __device__ __forceinline__ gf128 cta_xor(gf128 v, u32 (*red)[4]) {
     return r;
 }
 
+// Thread 0 stores the CTA's GHASH share of work item q (after the CTA reduction).
+__device__ __forceinline__ void store_share(const gf128& share, u32 (*red)[4], u32* partials,
+                                            u64 q) {
+    const gf128 sum = cta_xor(share, red);
+    if (threadIdx.x == 0u) {
+#pragma unroll
+        for (int w = 0; w < 4; ++w) {
+            partials[4ull * q + w] = sum.w[w];
+        }
+    }
+}
+
+// Leave no key material or GHASH shares in shared memory for later kernels to find.
+// red_words: the double-buffered reduction scratch, 2 * GCMK_MAX_WARPS * 4 words.
+__device__ __forceinline__ void scrub_shared(u32* rk, u32* red_words) {
+    __syncthreads();
+    for (u32 i = threadIdx.x; i < static_cast<u32>(kAesRoundKeyWords); i += blockDim.x) {
+        rk[i] = 0u;
+    }
+    for (u32 i = threadIdx.x; i < 2u * GCMK_MAX_WARPS * 4u; i += blockDim.x) {
+        red_words[i] = 0u;
+    }
+}
+
+// The whole CTA zeroes len bytes at dst (16-byte aligned): a text whose tag failed.
+__device__ __forceinline__ void cta_zero(u8* dst, u64 len) {
+    const u64 vecs = len >> 4;
+    uint4 zero;
+    zero.x = zero.y = zero.z = zero.w = 0u;
+    for (u64 v = threadIdx.x; v < vecs; v += blockDim.x) {
+        reinterpret_cast<uint4*>(dst)[v] = zero;
+    }
+    for (u64 i = (vecs << 4) + threadIdx.x; i < len; i += blockDim.x) {
+        dst[i] = 0u;
+    }
+}
+
+// Thread 0 clears a finalize kernel's reduction scratch (GHASH shares).
+__device__ __forceinline__ void clear_red(u32 (*red)[4]) {
+    if (threadIdx.x == 0u) {
+        for (int w = 0; w < GCMK_MAX_WARPS; ++w) {
+            red[w][0] = red[w][1] = red[w][2] = red[w][3] = 0u;
+        }
+    }
+}
+
 __device__ __forceinline__ Batch make_batch(const u8* in, u8* out, u64 first_chunk,
                                             u64 total_chunks, u64 last_len, u32 nchunks,
                                             u32 chunk_size, u32 id_prefix, u32 encrypt,
@@ -220,24 +266,11 @@ extern "C" __global__ void __launch_bounds__(GCMK_MAX_THREADS, 4)
         const gf128 share = gcm_tile_thread<GCMK_K>(m, b.encrypt != 0u, tile,
                                                     batch_chunk_tiles(b, local), T, t, rk, te, hp);
         // Double-buffered reduction scratch: one barrier per item is enough.
-        const gf128 sum = cta_xor(share, red[parity]);
-        if (t == 0u) {
-#pragma unroll
-            for (int w = 0; w < 4; ++w) {
-                partials[4ull * q + w] = sum.w[w];
-            }
-        }
+        store_share(share, red[parity], partials, q);
         parity ^= 1u;
     }
 
-    // Leave no key material or GHASH shares in shared memory for later kernels to find.
-    __syncthreads();
-    for (u32 i = t; i < static_cast<u32>(kAesRoundKeyWords); i += T) {
-        rk[i] = 0u;
-    }
-    for (u32 i = t; i < 2u * GCMK_MAX_WARPS * 4u; i += T) {
-        (&red[0][0][0])[i] = 0u;
-    }
+    scrub_shared(rk, &red[0][0][0]);
 }
 
 // Tags and verdicts. Launch: one CTA per chunk of the batch, kCombineThreads (256) threads.
@@ -275,21 +308,9 @@ extern "C" __global__ void __launch_bounds__(kCombineThreads)
     if (failed != 0u && encrypt == 0u) {
         // Never leave unverified plaintext behind: zero the whole chunk on the device.
         const GcmMessage m = batch_message(b, local);
-        const u64 vecs = m.len >> 4;
-        uint4 zero;
-        zero.x = zero.y = zero.z = zero.w = 0u;
-        for (u64 v = t; v < vecs; v += blockDim.x) {
-            reinterpret_cast<uint4*>(m.dst)[v] = zero;
-        }
-        for (u64 i = (vecs << 4) + t; i < m.len; i += blockDim.x) {
-            m.dst[i] = 0u;
-        }
+        cta_zero(m.dst, m.len);
     }
-    if (t == 0u) {
-        for (int w = 0; w < GCMK_MAX_WARPS; ++w) {
-            red[w][0] = red[w][1] = red[w][2] = red[w][3] = 0u;
-        }
-    }
+    clear_red(red);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -362,23 +383,11 @@ extern "C" __global__ void __launch_bounds__(GCMK_MAX_THREADS, 4)
         const u64 tile = q - msg_first_item(b, m);
         const gf128 share =
             gcm_tile_thread<GCMK_K>(g, b.encrypt != 0u, tile, msg_tiles(b, m), T, t, rk, te, hp);
-        const gf128 sum = cta_xor(share, red[parity]);
-        if (t == 0u) {
-#pragma unroll
-            for (int w = 0; w < 4; ++w) {
-                partials[4ull * q + w] = sum.w[w];
-            }
-        }
+        store_share(share, red[parity], partials, q);
         parity ^= 1u;
     }
 
-    __syncthreads();
-    for (u32 i = t; i < static_cast<u32>(kAesRoundKeyWords); i += T) {
-        rk[i] = 0u;
-    }
-    for (u32 i = t; i < 2u * GCMK_MAX_WARPS * 4u; i += T) {
-        (&red[0][0][0])[i] = 0u;
-    }
+    scrub_shared(rk, &red[0][0][0]);
 }
 
 // Tags and verdicts of a message batch. Launch: one CTA per message, kCombineThreads threads.
@@ -413,21 +422,9 @@ extern "C" __global__ void __launch_bounds__(kCombineThreads)
     __syncthreads();
     if (failed != 0u && encrypt == 0u) {
         const GcmMessage g = msg_message(b, m);
-        const u64 vecs = g.len >> 4;
-        uint4 zero;
-        zero.x = zero.y = zero.z = zero.w = 0u;
-        for (u64 v = t; v < vecs; v += blockDim.x) {
-            reinterpret_cast<uint4*>(g.dst)[v] = zero;
-        }
-        for (u64 i = (vecs << 4) + t; i < g.len; i += blockDim.x) {
-            g.dst[i] = 0u;
-        }
+        cta_zero(g.dst, g.len);
     }
-    if (t == 0u) {
-        for (int w = 0; w < GCMK_MAX_WARPS; ++w) {
-            red[w][0] = red[w][1] = red[w][2] = red[w][3] = 0u;
-        }
-    }
+    clear_red(red);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -520,8 +517,5 @@ extern "C" __global__ void __launch_bounds__(64)
             tag_out[i] = static_cast<u8>(tag[i >> 2] >> (8 * (i & 3)));
         }
     }
-    __syncthreads();
-    for (u32 i = t; i < static_cast<u32>(kAesRoundKeyWords); i += T) {
-        rk[i] = 0u;
-    }
+    scrub_shared(rk, &red[0][0][0]);
 }

@@ -232,6 +232,16 @@ std::string cmd_tiled_k(bool enc, u32 T, u32 FT, const std::vector<u8>& key,
     return to_hex(out) + " " + to_hex(tb, 16);
 }
 
+// Thread t's powers of H, from a key context built by setup_powers (as CtxPowers on the GPU).
+template <int K>
+struct CtxHostPowers {
+    const u32* ctx;
+    u32 T, t;
+    gf128 operator()(int i) const {
+        return ctx_load(ctx, ctx_thread_power_offset(K, T, static_cast<u32>(i), t));
+    }
+};
+
 template <int K>
 std::string cmd_batch_k(bool enc, u32 T, u32 FT, const std::vector<u8>& key, u32 prefix,
                         const std::vector<u8>& digest, u32 chunk_size, u64 total, u64 last_len,
@@ -281,13 +291,7 @@ std::string cmd_batch_k(bool enc, u32 T, u32 FT, const std::vector<u8>& key, u32
         const GcmMessage m = batch_message(b, local);
         gf128 share = gf_zero();
         for (u32 t = 0; t < T; ++t) {
-            struct {
-                const u32* ctx;
-                u32 T, t;
-                gf128 operator()(int i) const {
-                    return ctx_load(ctx, ctx_thread_power_offset(K, T, static_cast<u32>(i), t));
-                }
-            } hp{ctx.data(), T, t};
+            const CtxHostPowers<K> hp{ctx.data(), T, t};
             share = gf_xor(share, gcm_tile_thread<K>(m, enc, tile, batch_chunk_tiles(b, local), T,
                                                      t, ctx.data() + kCtxRoundKeys, te, hp));
         }
@@ -392,13 +396,7 @@ std::string cmd_msgs_k(bool enc, u32 T, u32 FT, const std::vector<std::vector<u8
         const GcmMessage g = msg_message(b, m);
         gf128 share = gf_zero();
         for (u32 t = 0; t < T; ++t) {
-            struct {
-                const u32* ctx;
-                u32 T, t;
-                gf128 operator()(int i) const {
-                    return ctx_load(ctx, ctx_thread_power_offset(K, T, static_cast<u32>(i), t));
-                }
-            } hp{ctx, T, t};
+            const CtxHostPowers<K> hp{ctx, T, t};
             share = gf_xor(share, gcm_tile_thread<K>(g, enc, q - msg_first_item(b, m),
                                                      msg_tiles(b, m), T, t, ctx + kCtxRoundKeys,
                                                      te, hp));

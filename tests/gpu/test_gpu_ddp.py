@@ -32,8 +32,8 @@ import numpy as np
 import pytest
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from gpucc.staging import gpu
 from gpucc.staging.gpu_messages import DeviceKeyring, DeviceMessage
+from tests.support.gpu import real_cupy
 from tests.support.paths import ROOT
 
 pytestmark = pytest.mark.gpu
@@ -43,21 +43,7 @@ SENTINEL = 0xA5
 
 @pytest.fixture(scope="module")
 def cp() -> Iterator[Any]:
-    try:
-        cupy = importlib.import_module("cupy")
-    except ImportError as exc:
-        pytest.skip(f"could not import cupy: {exc}")
-    if gpu.gpu_count() == 0:
-        pytest.skip("CuPy sees no CUDA device (no driver, or no GPU)")
-    yield cupy
-
-
-@pytest.fixture
-def rng() -> np.random.Generator:
-    env = os.environ.get("GPUCC_TEST_SEED")
-    seed = int(env) if env else int.from_bytes(os.urandom(8), "big")
-    print(f"GPUCC_TEST_SEED={seed}")
-    return np.random.default_rng(seed)
+    yield real_cupy()
 
 
 def _batch(

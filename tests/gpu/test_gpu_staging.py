@@ -47,6 +47,7 @@ from gpucc.staging.errors import (
     MalformedDatasetError,
 )
 from gpucc.staging.seal import seal_bytes
+from tests.support.gpu import real_cupy
 from tests.support.paths import DATA
 
 pytestmark = pytest.mark.gpu
@@ -77,21 +78,7 @@ def cp() -> Iterator[Any]:
         finally:
             rt.import_cupy, rt._modules = saved
         return
-    try:
-        cupy = importlib.import_module("cupy")
-    except ImportError as exc:  # not installed, or a CuPy without its CUDA libraries
-        pytest.skip(f"could not import cupy: {exc}")
-    if gpu.gpu_count() == 0:
-        pytest.skip("CuPy sees no CUDA device (no driver, or no GPU)")
-    yield cupy
-
-
-@pytest.fixture
-def rng() -> np.random.Generator:
-    env = os.environ.get("GPUCC_TEST_SEED")
-    seed = int(env) if env else int.from_bytes(os.urandom(8), "big")
-    print(f"GPUCC_TEST_SEED={seed}")
-    return np.random.default_rng(seed)
+    yield real_cupy()
 
 
 def _bytes(rng: np.random.Generator, n: int) -> bytes:

@@ -28,8 +28,10 @@ from __future__ import annotations
 
 import ctypes
 import itertools
+import os
 import random
 import re
+import sys
 import threading
 import time
 import weakref
@@ -85,6 +87,20 @@ def reset(devices: int = 1, seed: int = 0) -> None:
     _rng.seed(seed)
     _devices.clear()
     _uses.clear()
+
+
+def install(monkeypatch: Any, *, devices: int = 1, seed: int | None = None) -> Any:
+    """Reset this module and put it in the GPU runtime's place for one test (a random seed,
+    printed, unless one is given); returns the module."""
+    from gpucc.staging import _gpu_runtime
+
+    if seed is None:
+        seed = int.from_bytes(os.urandom(4), "big")
+        print(f"fake_cupy seed={seed}")
+    reset(devices=devices, seed=seed)
+    monkeypatch.setattr(_gpu_runtime, "import_cupy", lambda: sys.modules[__name__])
+    monkeypatch.setattr(_gpu_runtime, "_modules", {})
+    return sys.modules[__name__]
 
 
 class StreamRaceError(AssertionError):
@@ -428,14 +444,9 @@ class RawModule:
             raise CompileException(Config.compile_error + "\n(more lines)")
         assert '#include "' not in code, "NVRTC gets no include path: inline the header"
         self.signatures = _parse_signatures(code)
-        assert set(self.signatures) == {
-            "gcm_setup",
-            "gcm_chunks",
-            "gcm_finalize",
-            "gcm_selftest",
-            "gcm_msgs",
-            "gcm_msgs_finalize",
-        }
+        from gpucc.staging._gpu_runtime import KERNEL_NAMES
+
+        assert set(self.signatures) == set(KERNEL_NAMES)
 
     def get_function(self, name: str) -> Kernel:
         return Kernel(name, self.signatures[name])

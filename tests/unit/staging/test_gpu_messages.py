@@ -26,12 +26,7 @@ from tests.support import fake_cupy
 
 @pytest.fixture
 def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    seed = int.from_bytes(os.urandom(4), "big")
-    print(f"fake_cupy seed={seed}")
-    fake_cupy.reset(devices=2, seed=seed)
-    monkeypatch.setattr(rt, "import_cupy", lambda: fake_cupy)
-    monkeypatch.setattr(rt, "_modules", {})
-    yield fake_cupy
+    yield fake_cupy.install(monkeypatch, devices=2)
     fake_cupy.reset()
 
 

@@ -45,11 +45,7 @@ SENTINEL = 0xA5
 
 @pytest.fixture
 def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    seed = int.from_bytes(os.urandom(4), "big")
-    print(f"fake_cupy seed={seed}")
-    fake_cupy.reset(devices=3, seed=seed)
-    monkeypatch.setattr(rt, "import_cupy", lambda: fake_cupy)
-    monkeypatch.setattr(rt, "_modules", {})
+    fake_cupy.install(monkeypatch, devices=3)
     # Multi-tile known-answer chunks of 3 tiles keep every test's kernel load cheap; the real
     # shape (300 tiles) runs in test_production_known_answers_shape_and_once_per_device_and_width.
     monkeypatch.setattr(kat, "_KAT_TILES", 3)

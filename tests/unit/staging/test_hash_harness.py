@@ -24,7 +24,7 @@ import blake3
 import pytest
 
 from gpucc.staging.model import digest_gpu
-from tests.support.nvcc import build_harness
+from tests.support.nvcc import Harness, build_harness
 from tests.support.paths import ROOT
 
 pytestmark = pytest.mark.nvcc
@@ -38,26 +38,6 @@ def _seed() -> int:
     seed = int(env) if env else int.from_bytes(os.urandom(8), "big")
     print(f"GPUCC_TEST_SEED={seed}")
     return seed
-
-
-class Harness:
-    def __init__(self, exe: Path) -> None:
-        self.exe = exe
-
-    def run(self, commands: Sequence[str]) -> list[str]:
-        result = subprocess.run(
-            [str(self.exe)],
-            input="\n".join(commands) + "\n",
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=True,
-        )
-        lines = result.stdout.splitlines()
-        assert len(lines) == len(commands), result.stderr
-        for cmd, line in zip(commands, lines, strict=True):
-            assert not line.startswith("error"), f"{cmd[:80]} -> {line}"
-        return lines
 
 
 @pytest.fixture(scope="session")

@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 import torch
 
-from gpucc.staging import _gpu_runtime as rt
 from gpucc.staging import seal_file
 from gpucc.staging import torch_dataset as td
 from gpucc.staging.errors import ChunkAuthenticationError
@@ -30,9 +29,7 @@ DATA = b"".join(hashlib.sha256(i.to_bytes(4, "little")).digest() for i in range(
 
 @pytest.fixture
 def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    fake_cupy.reset(devices=1, seed=5)
-    monkeypatch.setattr(rt, "import_cupy", lambda: fake_cupy)
-    monkeypatch.setattr(rt, "_modules", {})
+    fake_cupy.install(monkeypatch, seed=5)
     monkeypatch.setattr(torch.utils.dlpack, "from_dlpack", lambda a: torch.from_numpy(a._a))
     yield fake_cupy
     fake_cupy.reset()
