@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from gpucc.gpuattest.samples import Sample, nvidia_h100_sample
+from tests.support.cli import run_cli
 
 #: Runs ``python -m gpucc ARGS`` in ``cwd`` (a clean environment: no GPUCC_*/NVAT_* variables
 #: from the caller; ``env`` adds to it) and checks that no traceback reached the user.
@@ -20,19 +19,7 @@ GpuccRunner = Callable[..., subprocess.CompletedProcess[str]]
 def _run(
     *args: str | Path, cwd: Path, env: dict[str, str] | None = None, timeout: float = 120
 ) -> subprocess.CompletedProcess[str]:
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("GPUCC_", "NVAT_"))}
-    base["COLUMNS"] = "200"
-    result = subprocess.run(
-        [sys.executable, "-m", "gpucc", *map(str, args)],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=base | (env or {}),
-        check=False,
-    )
-    assert "Traceback" not in result.stderr and "Traceback" not in result.stdout
-    return result
+    return run_cli(*args, cwd=cwd, env=env, timeout=timeout, module=True)
 
 
 @pytest.fixture

@@ -9,44 +9,20 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import stat
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from gpucc.staging.format import HEADER_SIZE, PREFIX_SIZE, TAG_SIZE
+from tests.support.cli import run_cli
 
 CS = 4096
 
 
-def _gpucc() -> str:
-    beside = Path(sys.executable).with_name("gpucc")
-    found = str(beside) if beside.exists() else shutil.which("gpucc")
-    if found is None:
-        pytest.fail("the gpucc console script is not installed (pip install -e .)")
-    return found
-
-
-GPUCC = _gpucc()
-
-
 def run(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUCC_")}
-    env["COLUMNS"] = "200"
-    result = subprocess.run(
-        [GPUCC, *map(str, args)],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-        check=False,
-    )
-    assert "Traceback" not in result.stderr and "Traceback" not in result.stdout
-    return result
+    return run_cli(*args, cwd=cwd)
 
 
 def _one_error_line(result: subprocess.CompletedProcess[str], *fragments: str) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import importlib
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -19,36 +18,14 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from tests.support.cli import run_cli
 from tests.unit.staging.test_model_library import make_model, ms_statement
 
 model_signing: Any = importlib.import_module("model_signing")
 
 
-def _gpucc() -> str:
-    beside = Path(sys.executable).with_name("gpucc")
-    found = str(beside) if beside.exists() else shutil.which("gpucc")
-    if found is None:
-        pytest.fail("the gpucc console script is not installed (pip install -e .)")
-    return found
-
-
-GPUCC = _gpucc()
-
-
 def run(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUCC_")}
-    env["COLUMNS"] = "200"
-    result = subprocess.run(
-        [GPUCC, "model", *map(str, args)],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-        check=False,
-    )
-    assert "Traceback" not in result.stderr and "Traceback" not in result.stdout
-    return result
+    return run_cli("model", *args, cwd=cwd)
 
 
 def error_line(result: subprocess.CompletedProcess[str], code: int, *fragments: str) -> str:

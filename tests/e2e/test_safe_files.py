@@ -18,7 +18,6 @@ import shutil
 import signal
 import stat
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -40,39 +39,16 @@ from gpucc.gpuattest.files import (
 )
 from gpucc.gpuattest.ocsp_response import CertId
 from gpucc.staging import release
-
-
-def _gpucc() -> str:
-    beside = Path(sys.executable).with_name("gpucc")
-    found = str(beside) if beside.exists() else shutil.which("gpucc")
-    if found is None:
-        pytest.fail("the gpucc console script is not installed (pip install -e .)")
-    return found
-
-
-GPUCC = _gpucc()
+from tests.support.cli import ENV, GPUCC, run_cli
 
 
 def _env(work: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUCC_")}
-    env["COLUMNS"] = "200"
-    env["GPUCC_STATE_DIR"] = str(work / "state")
-    return env
+    return {**ENV, "COLUMNS": "200", "GPUCC_STATE_DIR": str(work / "state")}
 
 
 def run(*args: str | Path, cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     """Run gpucc; a hang fails the test (the timeout), a traceback too."""
-    result = subprocess.run(
-        [GPUCC, *map(str, args)],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=_env(cwd),
-        check=False,
-    )
-    assert "Traceback" not in result.stderr and "Traceback" not in result.stdout
-    return result
+    return run_cli(*args, cwd=cwd, timeout=timeout, env={"GPUCC_STATE_DIR": str(cwd / "state")})
 
 
 def _one_error_line(result: subprocess.CompletedProcess[str], *fragments: str) -> str:

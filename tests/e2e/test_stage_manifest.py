@@ -8,9 +8,7 @@ Real processes throughout: the model is sealed with ``gpucc seal``, described wi
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +21,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from gpucc.gpuattest.errors import UsageError
 from gpucc.staging.model.api import load_manifest, require_verified, verify_staged
 from gpucc.staging.model.errors import ModelMismatchError
+from tests.support.cli import run_cli
 
 SCHEMA = Path(__file__).parents[2] / "cli" / "schemas" / "gpucc.stage.v1.json"
 MODEL_SIZE = 300_000
@@ -30,19 +29,7 @@ SHARD = 65_536
 
 
 def gpucc(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUCC_")}
-    env["COLUMNS"] = "200"
-    result = subprocess.run(
-        [sys.executable, "-m", "gpucc", *map(str, args)],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-        check=False,
-    )
-    assert "Traceback" not in result.stderr and "Traceback" not in result.stdout
-    return result
+    return run_cli(*args, cwd=cwd, module=True)
 
 
 def ok(result: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:

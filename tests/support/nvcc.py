@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 import shutil
 import subprocess
 from collections.abc import Sequence
@@ -55,3 +56,34 @@ class Harness:
 
     def one(self, command: str) -> str:
         return self.run([command])[0]
+
+
+def ptxas_functions(source: Path, out: Path) -> dict[str, dict[str, int]]:
+    """Build ``source`` for sm_90 with ``ptxas -v`` (cwd: its folder, for its includes) and
+    return, per kernel: ``registers``, ``stack``, ``spill_stores``, ``spill_loads``."""
+    if NVCC is None:
+        pytest.skip("nvcc is not installed")
+    result = subprocess.run(
+        [NVCC, "-arch=sm_90", "-cubin", "-Xptxas", "-v", "-std=c++17", "-o", str(out), str(source)],
+        cwd=source.parent,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    report = result.stdout + result.stderr
+    print(report)
+    funcs: dict[str, dict[str, int]] = {}
+    current = ""
+    for line in report.splitlines():
+        if m := re.search(r"Function properties for (\w+)", line):
+            current = m.group(1)
+            funcs[current] = {}
+        elif m := re.search(
+            r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", line
+        ):
+            funcs[current].update(stack=int(m[1]), spill_stores=int(m[2]), spill_loads=int(m[3]))
+        elif m := re.search(r"Used (\d+) registers", line):
+            funcs[current]["registers"] = int(m[1])
+    return funcs

@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import os
 import random
-import re
 import shutil
 import subprocess
 from collections.abc import Iterator, Sequence
@@ -24,7 +23,7 @@ import blake3
 import pytest
 
 from gpucc.staging.model import digest_gpu
-from tests.support.nvcc import Harness, build_harness
+from tests.support.nvcc import Harness, build_harness, ptxas_functions
 from tests.support.paths import ROOT
 
 pytestmark = pytest.mark.nvcc
@@ -134,34 +133,6 @@ def test_blake3_chunk_counter_and_root_flag(harness: Harness) -> None:
 # --- the CUDA kernels themselves -----------------------------------------------------------------
 
 
-def _ptxas(source: Path, out: Path) -> dict[str, dict[str, int]]:
-    assert NVCC is not None
-    result = subprocess.run(
-        [NVCC, "-arch=sm_90", "-cubin", "-Xptxas", "-v", "-std=c++17", "-o", str(out), str(source)],
-        cwd=KERNELS,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    report = result.stdout + result.stderr
-    print(report)
-    funcs: dict[str, dict[str, int]] = {}
-    current = ""
-    for line in report.splitlines():
-        if m := re.search(r"Function properties for (\w+)", line):
-            current = m.group(1)
-            funcs[current] = {}
-        elif m := re.search(
-            r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", line
-        ):
-            funcs[current].update(stack=int(m[1]), stores=int(m[2]), loads=int(m[3]))
-        elif m := re.search(r"Used (\d+) registers", line):
-            funcs[current]["registers"] = int(m[1])
-    return funcs
-
-
 @pytest.mark.parametrize(
     ("source", "kernels"),
     [("sha256.cu", {"sha256_shards"}), ("blake3.cu", {"blake3_chunks", "blake3_parents"})],
@@ -169,12 +140,11 @@ def _ptxas(source: Path, out: Path) -> dict[str, dict[str, int]]:
 def test_kernels_compile_for_sm90_without_spills(
     tmp_path: Path, source: str, kernels: set[str]
 ) -> None:
-    if NVCC is None:
-        pytest.skip("nvcc is not installed")
-    funcs = _ptxas(KERNELS / source, tmp_path / "k.cubin")
+    funcs = ptxas_functions(KERNELS / source, tmp_path / "k.cubin")
     assert set(funcs) == kernels
     for name, props in funcs.items():
-        assert props["stores"] == 0 and props["loads"] == 0 and props["stack"] == 0, (name, props)
+        assert props["spill_stores"] == 0 and props["spill_loads"] == 0, (name, props)
+        assert props["stack"] == 0, (name, props)
         # __launch_bounds__(128): at most 255 registers, and we stay well under it.
         assert props["registers"] <= 128, (name, props)
 

@@ -18,11 +18,9 @@ from __future__ import annotations
 import json
 import os
 import random
-import re
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Any
 
 import pytest
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
@@ -30,7 +28,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from gpucc.staging import _gpu_runtime as gpu
 from gpucc.staging import format as fmt
-from tests.support.nvcc import Harness
+from tests.support.nvcc import Harness, ptxas_functions
 from tests.support.paths import DATA, ROOT
 
 pytestmark = pytest.mark.nvcc
@@ -488,43 +486,8 @@ def test_emulated_launch_flags_and_zeroes_each_tampered_chunk(harness: Harness) 
 # --- the CUDA kernels themselves -----------------------------------------------------------------
 
 
-def _ptxas_report(source: Path, cwd: Path, out: Path) -> str:
-    assert NVCC is not None
-    result = subprocess.run(
-        [NVCC, "-arch=sm_90", "-cubin", "-Xptxas", "-v", "-std=c++17", "-o", str(out), str(source)],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    return result.stdout + result.stderr
-
-
-def _functions(report: str) -> dict[str, dict[str, Any]]:
-    """Per kernel: registers, stack frame, spill stores/loads, from ptxas -v."""
-    out: dict[str, dict[str, Any]] = {}
-    current = ""
-    for line in report.splitlines():
-        if m := re.search(r"Function properties for (\w+)", line):
-            current = m.group(1)
-            out[current] = {}
-        elif m := re.search(
-            r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", line
-        ):
-            out[current].update(stack=int(m[1]), spill_stores=int(m[2]), spill_loads=int(m[3]))
-        elif m := re.search(r"Used (\d+) registers", line):
-            out[current]["registers"] = int(m[1])
-    return out
-
-
 def test_kernels_compile_for_sm90_without_spills(tmp_path: Path) -> None:
-    if NVCC is None:
-        pytest.skip("nvcc is not installed")
-    report = _ptxas_report(KERNELS / "aesgcm.cu", KERNELS, tmp_path / "aesgcm.cubin")
-    print(report)
-    funcs = _functions(report)
+    funcs = ptxas_functions(KERNELS / "aesgcm.cu", tmp_path / "aesgcm.cubin")
     assert set(funcs) == set(gpu.KERNEL_NAMES)
     for name, props in funcs.items():
         assert props["spill_stores"] == 0 and props["spill_loads"] == 0, (name, props)
