@@ -30,6 +30,7 @@ __all__ = [
     "OutputExistsError",
     "SpecialFileError",
     "exclusive_output",
+    "fsync_dir",
     "open_regular",
     "open_secret",
     "read_capped",
@@ -248,7 +249,8 @@ def refuse_existing(path: PathLike, *, force: bool = False) -> None:
         raise _exists_error(Path(path))
 
 
-def _fsync_dir(directory: Path) -> None:
+def fsync_dir(directory: Path) -> None:
+    """Flush a directory's entries (a rename or a new file in it) to disk; best effort."""
     try:
         fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
@@ -325,7 +327,7 @@ def exclusive_output(
             os.close(fd)
         with contextlib.suppress(OSError):
             os.unlink(tmp)
-    _fsync_dir(directory)
+    fsync_dir(directory)
 
 
 def write_all(fd: int, data: bytes | memoryview, offset: int | None = None) -> None:

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpucc.gpuattest.errors import IntegrityError, MalformedInputError, UsageError
-from gpucc.gpuattest.files import refuse_existing
+from gpucc.gpuattest.files import fsync_dir, refuse_existing, write_all
 
 from ._pipeline import ChunkFailure, run_chunks, window_for
 from .chunks import ChunkCipher, zero
@@ -245,7 +245,7 @@ def seal_shards(
                 refuse_existing(dst)
             except OSError as exc:
                 raise io_error("put into place", dst, exc) from None
-        _fsync_dir(out_dir)
+        fsync_dir(out_dir)
         if key is None:  # pragma: no cover - plan_seal always returns a key
             raise UsageError("no dataset key")
         return ShardSetResult(
@@ -284,7 +284,7 @@ def _write_part(
     try:
         try:
             os.ftruncate(out_fd, header.file_size)
-            _write_all(out_fd, memoryview(prefix), 0)
+            write_all(out_fd, memoryview(prefix), 0)
         except OSError as exc:
             raise io_error("write", tmp, exc) from None
         size = header.chunk_size
@@ -304,7 +304,7 @@ def _write_part(
                 raise io_error("read", src, exc) from None
             cipher.encrypt_into(index, pt, ct)
             try:
-                _write_all(out_fd, ct, header.chunk_offset(index))
+                write_all(out_fd, ct, header.chunk_offset(index))
             except OSError as exc:
                 raise io_error("write", tmp, exc) from None
 
@@ -328,24 +328,6 @@ def _write_part(
             raise io_error("write", tmp, exc) from None
     finally:
         os.close(out_fd)
-
-
-def _write_all(fd: int, data: memoryview, offset: int) -> None:
-    done = 0
-    while done < len(data):
-        done += os.pwrite(fd, data[done:], offset + done)
-
-
-def _fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    except OSError:
-        return
-    try:
-        with contextlib.suppress(OSError):
-            os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 @dataclass(frozen=True)
