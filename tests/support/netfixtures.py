@@ -235,6 +235,10 @@ class Reply:
     delay: float = 0.0
     # Omit Content-Length and close the connection after the body.
     no_length: bool = False
+    # Send the body one byte every ``drip`` seconds (the headers too with ``drip_headers``),
+    # until it is sent or the client goes away.
+    drip: float = 0.0
+    drip_headers: bool = False
 
 
 @dataclass(frozen=True)
@@ -282,6 +286,9 @@ class _RequestHandler(BaseHTTPRequestHandler):
         try:
             if reply.delay:
                 time.sleep(reply.delay)
+            if reply.drip:
+                self._drip(reply)
+                return
             self.send_response(reply.status)
             for name, value in reply.headers.items():
                 self.send_header(name, value)
@@ -295,6 +302,21 @@ class _RequestHandler(BaseHTTPRequestHandler):
             self.wfile.flush()
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
+
+    def _drip(self, reply: Reply) -> None:
+        self.close_connection = True
+        head = [f"HTTP/1.1 {reply.status} Dripping"]
+        head += [f"{name}: {value}" for name, value in reply.headers.items()]
+        head += [f"Content-Length: {len(reply.body)}", "Connection: close", "", ""]
+        head_bytes = "\r\n".join(head).encode("latin-1")
+        if not reply.drip_headers:
+            self.wfile.write(head_bytes)
+            head_bytes = b""
+        data = head_bytes + reply.body
+        for i in range(len(data)):
+            self.wfile.write(data[i : i + 1])
+            self.wfile.flush()
+            time.sleep(reply.drip)
 
     def do_GET(self) -> None:
         self._serve()

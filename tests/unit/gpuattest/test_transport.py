@@ -14,6 +14,8 @@ from gpucc.cli.exitcodes import exit_code_for
 from gpucc.gpuattest._internal.transport import (
     MAX_REDIRECTS,
     HttpStatusError,
+    OriginGuard,
+    RedirectRefusedError,
     RequestsFetcher,
     safe_url,
 )
@@ -214,6 +216,167 @@ def test_redirect_loop_stops_after_the_limit(fetcher: RequestsFetcher) -> None:
         assert srv.count == MAX_REDIRECTS + 1
     assert "redirects" in str(info.value)
     assert_one_line_network_error(info.value)
+
+
+# --- the whole-call deadline ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        Reply(200, b"x" * 500, drip=0.2),
+        Reply(200, b"x" * 500, drip=0.2, no_length=True),
+        Reply(200, b"x" * 50, headers={"X-Pad": "p" * 400}, drip=0.2, drip_headers=True),
+    ],
+    ids=["body", "body-until-close", "headers"],
+)
+def test_a_dripped_answer_ends_at_the_deadline(reply: Reply) -> None:
+    # Each byte comes well within the read timeout: only the whole-call deadline ends it.
+    with (
+        RequestsFetcher(timeout=(0.5, 2.0), retries=2, total_timeout=1.0) as slow,
+        serve(lambda seen: reply) as srv,
+    ):
+        start = time.monotonic()
+        with pytest.raises(NetworkError) as info:
+            slow.get(srv.url, max_bytes=10_000)
+        elapsed = time.monotonic() - start
+        assert srv.count == 1  # not retried
+    assert "within the deadline of 1 s" in str(info.value)
+    assert_one_line_network_error(info.value)
+    assert elapsed < 1.8  # the drip would take 100 s
+
+
+def test_the_deadline_bounds_retries_and_their_backoff() -> None:
+    with (
+        RequestsFetcher(timeout=(0.5, 0.5), retries=3, backoff=5.0, total_timeout=1.0) as f,
+        serve(lambda seen: Reply(503, b"busy")) as srv,
+    ):
+        start = time.monotonic()
+        with pytest.raises(NetworkError) as info:
+            f.get(srv.url, max_bytes=100)
+        elapsed = time.monotonic() - start
+    assert "deadline" in str(info.value) or "HTTP 503" in str(info.value)
+    assert elapsed < 1.8  # the backoff alone would sleep 10 s, then 20 s
+
+
+def test_a_deadline_shuts_what_it_watches_and_only_until_it_ends() -> None:
+    from gpucc.gpuattest._internal.deadline import Deadline
+
+    a, b = socket.socketpair()
+    with a, b:
+        a.settimeout(5.0)
+        with Deadline(0.3) as deadline:
+            deadline.watch(a)
+            start = time.monotonic()
+            assert a.recv(1) == b""  # blocked until the timer shut the connection down
+            assert deadline.expired() and time.monotonic() - start < 2.0
+    c, d = socket.socketpair()
+    with c, d:
+        with Deadline(0.1) as deadline:
+            deadline.watch(c)
+        time.sleep(0.3)  # the deadline has ended: its timer must not touch c
+        c.sendall(b"x")
+        assert d.recv(1) == b"x"
+
+
+def test_answers_within_the_deadline_are_read() -> None:
+    with (
+        RequestsFetcher(timeout=(0.5, 0.5), retries=0, total_timeout=1.0) as f,
+        serve(lambda seen: Reply(200, b"quick", delay=0.3)) as srv,
+    ):
+        for _ in range(3):
+            assert f.get(srv.url, max_bytes=100) == b"quick"
+
+
+# --- redirects and their origin ---------------------------------------------------------
+
+
+def test_a_guard_refuses_a_redirect_to_another_port_before_following_it(
+    fetcher: RequestsFetcher,
+) -> None:
+    with serve(lambda seen: ok(b"elsewhere")) as other:
+        redirect = Reply(302, headers={"Location": other.url + "/keys"})
+        with serve(lambda seen: redirect) as origin:
+            guard = OriginGuard(origin.url + "/keys")
+            with pytest.raises(RedirectRefusedError) as info:
+                fetcher.get(origin.url + "/keys", max_bytes=100, guard=guard)
+            assert fetcher.get(origin.url + "/keys", max_bytes=100) == b"elsewhere"  # unguarded
+            allowed = OriginGuard(origin.url + "/keys", [other.url])
+            assert fetcher.get(origin.url + "/keys", max_bytes=100, guard=allowed) == b"elsewhere"
+            assert allowed.final_origin == other.url and guard.final_origin == origin.url
+        assert other.count == 2  # the refused redirect was never followed
+    assert other.url in str(info.value)
+    assert_one_line_network_error(info.value)
+
+
+@pytest.mark.parametrize(
+    "location",
+    ["/moved", "moved", "//127.0.0.1:{port}/moved", "http://127.0.0.1:{port}/moved"],
+)
+def test_a_guard_follows_same_origin_redirects(fetcher: RequestsFetcher, location: str) -> None:
+    def handler(seen: Seen) -> Reply:
+        if seen.path.endswith("/moved"):
+            return ok(b"here")
+        return Reply(301, headers={"Location": location.format(port=port)})
+
+    with serve(handler) as srv:
+        port = srv.url.rsplit(":", 1)[1]
+        guard = OriginGuard(srv.url + "/a/b")
+        assert fetcher.get(srv.url + "/a/b", max_bytes=100, guard=guard, bearer=KEY) == b"here"
+        assert all(s.headers["Authorization"] == f"Bearer {KEY}" for s in srv.seen)
+        assert guard.final_origin == srv.url
+
+
+@pytest.mark.parametrize(
+    "location",
+    [
+        "https://127.0.0.1:{port}/moved",  # scheme
+        "http://localhost:{port}/moved",  # host
+        "http://127.0.0.1:1/moved",  # port
+        "ftp://127.0.0.1:{port}/moved",
+        "file:///etc/passwd",
+        "http://[::1/moved",
+        "http://127.0.0.1:99999/moved",
+    ],
+)
+def test_a_guard_refuses_any_other_origin(fetcher: RequestsFetcher, location: str) -> None:
+    with serve(lambda seen: Reply(302, headers={"Location": location.format(port=port)})) as srv:
+        port = srv.url.rsplit(":", 1)[1]
+        with pytest.raises(NetworkError) as info:
+            fetcher.get(srv.url, max_bytes=100, guard=OriginGuard(srv.url))
+        assert srv.count == 1
+    assert_one_line_network_error(info.value)
+
+
+@pytest.mark.parametrize("follow", [True, False], ids=["followed", "refused"])
+def test_a_redirect_body_is_never_read(follow: bool) -> None:
+    # Read, this body would take 100 s; the deadline would end the call with an error.
+    there = "/there" if follow else "http://localhost:1/there"
+    endless = Reply(302, b"z" * 500, headers={"Location": there}, drip=0.2)
+
+    def handler(seen: Seen) -> Reply:
+        return ok(b"there") if seen.path == "/there" else endless
+
+    with (
+        RequestsFetcher(timeout=(0.5, 2.0), retries=0, total_timeout=1.0) as f,
+        serve(handler) as srv,
+    ):
+        if follow:
+            assert f.get(srv.url + "/here", max_bytes=100) == b"there"
+        else:
+            with pytest.raises(RedirectRefusedError):
+                f.get(srv.url + "/here", max_bytes=100, guard=OriginGuard(srv.url))
+
+
+def test_a_post_redirected_with_303_becomes_a_get(fetcher: RequestsFetcher) -> None:
+    def handler(seen: Seen) -> Reply:
+        if seen.path == "/result":
+            return ok(seen.method.encode())
+        return Reply(303, headers={"Location": "/result"})
+
+    with serve(handler) as srv:
+        assert fetcher.post(srv.url, b"{}", content_type="a/b", max_bytes=100) == b"GET"
+        assert "Content-Type" not in srv.seen[1].headers
 
 
 @pytest.mark.parametrize("no_length", [False, True], ids=["content-length", "read-until-close"])
