@@ -75,10 +75,18 @@ class OriginGuard:
     Args:
         url: the URL asked for; its origin is always allowed.
         allowed: further origins (already normalised, see :func:`parse_origin`).
+
+    Raises:
+        NetworkError: ``url`` is not an absolute http(s) URL (as the HTTP layer says).
     """
 
     def __init__(self, url: str, allowed: Iterable[str] = ()) -> None:
-        self.origin = origin_of(url)
+        try:
+            self.origin = origin_of(url)
+        except ValueError:
+            raise NetworkError(
+                "invalid URL: only http and https URLs with a host and a valid port are supported"
+            ) from None
         self.allowed = frozenset({self.origin, *allowed})
         self.url = url
 

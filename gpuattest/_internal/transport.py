@@ -53,6 +53,7 @@ from .origins import OriginGuard, RedirectRefusedError, origin_of
 __all__ = [
     "DEFAULT_CONNECT_TIMEOUT",
     "DEFAULT_READ_TIMEOUT",
+    "DEFAULT_TOTAL_TIMEOUT",
     "DEFAULT_USER_AGENT",
     "MAX_REDIRECTS",
     "Fetcher",
@@ -447,6 +448,10 @@ class RequestsFetcher:
             raise NetworkError(f"invalid URL {shown}") from None
         if parts.scheme not in ("http", "https") or not host:
             raise NetworkError(f"invalid URL {shown}: only http and https URLs are supported")
+        try:
+            origin_of(url)
+        except ValueError:
+            raise NetworkError(f"invalid URL {shown}: bad port") from None
         if bearer and plain_http_to_remote(url):
             raise UsageError(
                 f"refusing to send the service key over plain http to {host}; use an https URL"
