@@ -27,7 +27,7 @@ _DEFAULT_PORTS = {"http": 80, "https": 443}
 class RedirectRefusedError(NetworkError):
     """A redirect led to an origin the request may not leave for (collateral unavailable)."""
 
-    hint = "the service redirected elsewhere; name that origin explicitly to follow it"
+    hint = "if that origin is genuine, name it (gpucc attest --nras-allow-origin) to follow it"
 
 
 def origin_of(url: str) -> str:
