@@ -412,7 +412,7 @@ class RequestsFetcher:
                 stream=True,
                 allow_redirects=False,
             )
-            location = session.get_redirect_target(response)
+            location = response.headers.get("Location")
             if response.status_code not in _REDIRECT_STATUSES or location is None:
                 return response
             response.close()
@@ -430,13 +430,20 @@ class RequestsFetcher:
 
     @staticmethod
     def _redirect_url(current: str, location: str, shown: str) -> str:
-        """The absolute http(s) URL a ``Location`` names, relative to ``current``."""
+        """The absolute http(s) URL a ``Location`` header names, relative to ``current``.
+
+        The header arrives decoded as Latin-1; its bytes are read as UTF-8 (as browsers
+        do), and what is not UTF-8, is empty or is not http(s) is refused.
+        """
         from requests.utils import requote_uri
 
         try:
-            target = urljoin(current, requote_uri(location.strip()))
+            text = location.encode("latin-1").decode("utf-8").strip()
+            if not text:
+                raise ValueError("empty")
+            target = urljoin(current, requote_uri(text))
             origin_of(target)
-        except ValueError:
+        except (UnicodeError, ValueError):
             raise NetworkError(f"{shown}: redirected to an unusable URL") from None
         return target
 
@@ -537,6 +544,10 @@ class RequestsFetcher:
             return "the response body was cut off or malformed"
         if isinstance(exc, requests.exceptions.ContentDecodingError):
             return "the response body cannot be decoded"
+        if _first(exc, http.client.HTTPException) or isinstance(
+            exc, requests.exceptions.InvalidHeader
+        ):
+            return "the answer is not valid HTTP (status line or headers malformed or too large)"
         if isinstance(exc, requests.exceptions.RetryError):
             return "the service kept failing after retries"
         os_error = _first(exc, OSError)

@@ -17,6 +17,7 @@ import datetime as dt
 import functools
 import hashlib
 import json
+import socket
 import ssl
 import threading
 import time
@@ -364,10 +365,50 @@ def serve(handler: Handler, *, tls: ssl.SSLContext | None = None) -> Iterator[Lo
         thread.join(timeout=5)
 
 
+@contextmanager
+def serve_raw(handler: Callable[[socket.socket], None]) -> Iterator[str]:
+    """Give every connection to 127.0.0.1 (an ephemeral port) to ``handler``, which speaks
+    whatever bytes it likes (for answers ``http.server`` cannot send); yields the base URL."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+
+    def run(conn: socket.socket) -> None:
+        with conn:
+            try:
+                handler(conn)
+            except OSError:
+                pass  # the client went away
+
+    def accept() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=run, args=(conn,), daemon=True).start()
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        listener.close()  # (a blocked accept() may need a moment to notice)
+
+
+def read_request_head(conn: socket.socket) -> bytes:
+    """Read a request up to the end of its headers (the body, if any, is left unread)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        more = conn.recv(4096)
+        if not more:
+            break
+        data += more
+    return data
+
+
 def free_port() -> int:
     """A port nothing listens on (bound, then released)."""
-    import socket
-
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]

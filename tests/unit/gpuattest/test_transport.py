@@ -25,7 +25,15 @@ from gpucc.gpuattest.errors import (
     OfflineError,
     UsageError,
 )
-from tests.support.netfixtures import Reply, Seen, free_port, self_signed_tls, serve
+from tests.support.netfixtures import (
+    Reply,
+    Seen,
+    free_port,
+    read_request_head,
+    self_signed_tls,
+    serve,
+    serve_raw,
+)
 
 KEY = "nvapi-SECRET-service-key-0123456789"
 
@@ -288,6 +296,46 @@ def test_answers_within_the_deadline_are_read() -> None:
             assert f.get(srv.url, max_bytes=100) == b"quick"
 
 
+def test_an_endless_stream_of_interim_answers_ends_at_the_deadline() -> None:
+    # http.client skips "100 Continue" answers in a loop of its own: only the deadline ends it.
+    def flood(conn: socket.socket) -> None:
+        read_request_head(conn)
+        while True:
+            conn.sendall(b"HTTP/1.1 100 Continue\r\n\r\n" * 50)
+            time.sleep(0.01)
+
+    with (
+        RequestsFetcher(timeout=(0.5, 2.0), retries=0, total_timeout=1.0) as f,
+        serve_raw(flood) as url,
+        pytest.raises(NetworkError) as info,
+    ):
+        f.get(url, max_bytes=100)
+    assert "within the deadline of 1 s" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        b"HTTP/1.1 200 OK\r\nX-Big: " + b"a" * 70_000 + b"\r\nContent-Length: 2\r\n\r\nok",
+        b"HTTP/1.1 200 OK\r\n" + b"".join(b"X-%d: a\r\n" % i for i in range(150)) + b"\r\nok",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 3\r\n\r\nhello",
+        b"HTTP/1.1 99999999999 OK\r\nContent-Length: 2\r\n\r\nok",
+        b"\x00\x01 not http at all\r\n\r\n",
+    ],
+    ids=["huge-header", "many-headers", "two-lengths", "bad-status", "not-http"],
+)
+def test_an_answer_that_is_not_http_is_named_so(fetcher: RequestsFetcher, answer: bytes) -> None:
+    def send(conn: socket.socket) -> None:
+        read_request_head(conn)
+        conn.sendall(answer)
+        time.sleep(0.5)
+
+    with serve_raw(send) as url, pytest.raises(NetworkError) as info:
+        fetcher.get(url, max_bytes=100)
+    assert "not valid HTTP" in str(info.value)
+    assert_one_line_network_error(info.value)
+
+
 # --- redirects and their origin ---------------------------------------------------------
 
 
@@ -345,6 +393,16 @@ def test_a_guard_refuses_any_other_origin(fetcher: RequestsFetcher, location: st
         with pytest.raises(NetworkError) as info:
             fetcher.get(srv.url, max_bytes=100, guard=OriginGuard(srv.url))
         assert srv.count == 1
+    assert_one_line_network_error(info.value)
+
+
+@pytest.mark.parametrize("location", ["http://\xff\xfe\x1b[31m/", "", "   "])
+def test_an_unusable_location_is_a_network_error(fetcher: RequestsFetcher, location: str) -> None:
+    with serve(lambda seen: Reply(302, headers={"Location": location})) as srv:
+        with pytest.raises(NetworkError) as info:
+            fetcher.get(srv.url, max_bytes=100)
+        assert srv.count == 1
+    assert "redirected to an unusable URL" in str(info.value)
     assert_one_line_network_error(info.value)
 
 
