@@ -1,5 +1,6 @@
 """Remote verification against hostile loopback servers: the key set's origin holds across
-redirects, and every NRAS and key-set answer ends within the whole-call deadline."""
+redirects, every NRAS and key-set answer ends within the whole-call deadline, and claims
+that are not plain JSON are refused."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from gpucc.gpuattest._internal.transport import RedirectRefusedError, RequestsFe
 from gpucc.gpuattest.errors import NetworkError, UsageError
 from gpucc.gpuattest.evidence import EvidenceSet, GpuEvidence
 from gpucc.gpuattest.jwks import JwksClient, JwksDiskCache, RemoteServiceError
+from gpucc.gpuattest.jws import TokenCheckError
 from gpucc.gpuattest.netconfig import NetworkSettings
 from gpucc.gpuattest.nras import JWKS_PATH, NrasClient, RemoteVerdict, build_nras_client
 from tests.support.netfixtures import NOW, LocalServer, Reply, Seen, serve
@@ -205,3 +207,31 @@ def test_build_nras_client_takes_the_deadline_and_the_origins(
     assert fetcher.total_timeout == 7.5
     with pytest.raises(UsageError):
         build_nras_client(settings.__class__(deadline=0), roots=[], nras_url=fake.url)
+
+
+# --- claims that are not plain JSON ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("claim", ["exp", "nbf", "iat"])
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+def test_non_finite_times_are_refused(
+    nras: tuple[FakeNras, LocalServer], claim: str, value: float
+) -> None:
+    # Python's json reads NaN and Infinity; a NaN exp compares false with everything, so
+    # it would pass as "not expired". RFC 8259 has no such numbers: the answer is malformed.
+    fake, _ = nras
+    fake.overall_extra = {claim: value}
+    with pytest.raises(RemoteServiceError) as info:
+        attest(fake)
+    assert exit_code_for(info.value) == 3 and "not JSON" in str(info.value)
+
+
+@pytest.mark.parametrize("value", [10**400, "1700000000", True])
+def test_times_that_are_no_date_are_refused(
+    nras: tuple[FakeNras, LocalServer], value: object
+) -> None:
+    fake, _ = nras
+    fake.overall_extra = {"exp": value}
+    with pytest.raises(TokenCheckError) as info:
+        attest(fake)
+    assert info.value.check == "exp" and "not a NumericDate" in str(info.value)
