@@ -318,9 +318,10 @@ class NrasClient:
             raise TokenCheckError("device-token", f"NRAS sent no token for {', '.join(missing)}")
         unexpected = sorted(set(device_tokens) - set(expected))
         if unexpected:
+            names = ", ".join(repr(name[:32]) for name in unexpected[:4])
+            more = f" and {len(unexpected) - 4} more" if len(unexpected) > 4 else ""
             raise TokenCheckError(
-                "device-token",
-                f"NRAS sent tokens for {', '.join(unexpected)}, not in the evidence",
+                "device-token", f"NRAS sent tokens for {names}{more}, not in the evidence"
             )
         if len(set(device_tokens.values())) != len(device_tokens):
             raise TokenCheckError("device-token", "NRAS sent one token for several GPUs")

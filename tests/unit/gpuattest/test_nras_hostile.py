@@ -235,3 +235,21 @@ def test_times_that_are_no_date_are_refused(
     with pytest.raises(TokenCheckError) as info:
         attest(fake)
     assert info.value.check == "exp" and "not a NumericDate" in str(info.value)
+
+
+def test_device_token_names_are_shown_short_and_on_one_line(
+    nras: tuple[FakeNras, LocalServer],
+) -> None:
+    fake, _ = nras
+
+    def add_names(doc: list[Any]) -> bytes:
+        for i in range(10):
+            doc[1][f"GPU-{i}\n\x1b[32mTRUSTED" + "x" * 500] = doc[1]["GPU-0"]
+        return json.dumps(doc).encode()
+
+    fake.finish = add_names
+    with pytest.raises(TokenCheckError) as info:
+        attest(fake)
+    text = str(info.value)
+    assert info.value.check == "device-token" and "and 6 more" in text
+    assert "\n" not in text and "\x1b" not in text and len(text) < 400
