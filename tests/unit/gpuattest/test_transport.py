@@ -396,6 +396,27 @@ def test_a_guard_refuses_any_other_origin(fetcher: RequestsFetcher, location: st
     assert_one_line_network_error(info.value)
 
 
+def test_a_downgrade_from_https_to_http_is_refused_or_loses_the_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tls = self_signed_tls(tmp_path)
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(tmp_path / "tls.pem"))
+    with serve(lambda seen: ok(b"plain")) as plain:
+        down = Reply(302, headers={"Location": plain.url + "/keys"})
+        with (
+            serve(lambda seen: down, tls=tls) as secure,
+            RequestsFetcher(timeout=(0.5, 0.5), retries=0) as f,
+        ):
+            with pytest.raises(RedirectRefusedError):
+                f.get(
+                    secure.url + "/keys", max_bytes=100, guard=OriginGuard(secure.url), bearer=KEY
+                )
+            assert plain.count == 0
+            assert f.get(secure.url + "/keys", max_bytes=100, bearer=KEY) == b"plain"  # unguarded
+            assert secure.seen[-1].headers["Authorization"] == f"Bearer {KEY}"
+        assert "Authorization" not in plain.seen[0].headers
+
+
 @pytest.mark.parametrize("location", ["http://\xff\xfe\x1b[31m/", "", "   "])
 def test_an_unusable_location_is_a_network_error(fetcher: RequestsFetcher, location: str) -> None:
     with serve(lambda seen: Reply(302, headers={"Location": location})) as srv:
