@@ -256,7 +256,6 @@ class RequestsFetcher:
 
         session = _session_class()()
         session.trust_env = self._trust_env
-        session.max_redirects = MAX_REDIRECTS
         session.headers["User-Agent"] = self.user_agent
         retry = DeadlineRetry(
             total=self.retries,
@@ -522,8 +521,6 @@ class RequestsFetcher:
             exc, urllib3.exceptions.ReadTimeoutError
         ):
             return f"no answer within the read timeout of {read:g} s"
-        if isinstance(exc, requests.exceptions.TooManyRedirects):
-            return f"more than {MAX_REDIRECTS} redirects"
         if isinstance(exc, requests.exceptions.ProxyError):
             return "the proxy refused or could not be reached"
         if isinstance(exc, requests.exceptions.SSLError) or _first(exc, ssl.SSLError):
