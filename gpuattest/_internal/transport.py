@@ -17,8 +17,8 @@ implementation, :class:`RequestsFetcher`, sits on ``requests`` with:
 * proxies from ``HTTP_PROXY``/``HTTPS_PROXY``/``NO_PROXY`` (requests'
   ``trust_env``), and the CA bundle from ``REQUESTS_CA_BUNDLE``;
 * a streaming read with a hard size cap (``Content-Length`` is checked first,
-  then the bytes actually received), with ``Accept-Encoding: identity`` so
-  that no compressed body is inflated in memory;
+  then the bytes actually received), with ``Accept-Encoding: identity``; a body
+  compressed anyway is inflated a chunk at a time and the cap counts inflated bytes;
 * every failure turned into a one-line :class:`~gpuattest.errors.NetworkError`
   (exit 3). The service key is only ever sent as ``Authorization: Bearer``; it
   never appears in messages, logs or reprs, and it is refused over plain HTTP

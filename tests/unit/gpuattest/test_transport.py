@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import time
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -465,6 +466,17 @@ def test_oversized_body_is_refused(fetcher: RequestsFetcher, no_length: bool) ->
             fetcher.get(srv.url, max_bytes=100_000)
     assert "exceeds 100000 bytes" in str(info.value)
     assert_one_line_network_error(info.value)
+
+
+def test_a_compression_bomb_stops_at_the_cap(fetcher: RequestsFetcher) -> None:
+    # 64 MiB of zeros in about 64 KiB of gzip, sent although identity was asked for.
+    packer = zlib.compressobj(9, zlib.DEFLATED, 31)
+    bomb = b"".join(packer.compress(bytes(1 << 20)) for _ in range(64)) + packer.flush()
+    reply = Reply(200, bomb, headers={"Content-Encoding": "gzip"})
+    with serve(lambda seen: reply) as srv, pytest.raises(NetworkError) as info:
+        fetcher.get(srv.url, max_bytes=1 << 20)
+    assert "exceeds 1048576 bytes" in str(info.value)
+    assert srv.seen[0].headers["Accept-Encoding"] == "identity"
 
 
 def test_constructor_ceiling_caps_callers(fetcher: RequestsFetcher) -> None:
