@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,18 +26,7 @@ AT = NOW.isoformat().replace("+00:00", "Z")
 
 
 def gpucc(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUCC_", "NVAT_"))}
-    result = subprocess.run(
-        [sys.executable, "-m", "gpucc", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env | {"COLUMNS": "120"},
-        check=False,
-    )
-    assert "Traceback" not in result.stderr
-    return result
+    return run_cli(*args, cwd=cwd, module=True)
 
 
 @pytest.fixture(scope="module")
