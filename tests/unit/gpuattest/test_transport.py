@@ -291,7 +291,7 @@ def test_a_deadline_shuts_what_it_watches_and_only_until_it_ends() -> None:
 def test_answers_within_the_deadline_are_read() -> None:
     with (
         RequestsFetcher(timeout=(0.5, 0.5), retries=0, total_timeout=1.0) as f,
-        serve(lambda seen: Reply(200, b"quick", delay=0.3)) as srv,
+        serve(lambda seen: Reply(200, b"quick", delay=0.15)) as srv,
     ):
         for _ in range(3):
             assert f.get(srv.url, max_bytes=100) == b"quick"
