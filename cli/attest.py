@@ -15,6 +15,7 @@ from .options import (
     AtOption,
     CacheDirOption,
     CollateralOption,
+    DeadlineOption,
     FormatOption,
     NoCacheOption,
     NoOcspNonceOption,
@@ -172,6 +173,7 @@ def attest(
     collateral: CollateralOption = None,
     offline: OfflineOption = False,
     timeout: TimeoutOption = 10.0,
+    deadline: DeadlineOption = 60.0,
     verifier: Annotated[
         Verifier,
         typer.Option(
@@ -187,6 +189,17 @@ def attest(
         typer.Option(
             "--nras-url",
             help="NRAS base URL (default NVIDIA's; env NVAT_NRAS_BASE_URL).",
+            rich_help_panel="Remote verification and signed results",
+        ),
+    ] = None,
+    nras_allow_origin: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--nras-allow-origin",
+            metavar="ORIGIN",
+            envvar="GPUCC_NRAS_ALLOW_ORIGIN",
+            help="Let NRAS or its key set redirect to this origin (https://host[:port]); "
+            "repeatable. Otherwise only the NRAS URL's own origin may answer.",
             rich_help_panel="Remote verification and signed results",
         ),
     ] = None,
@@ -269,9 +282,18 @@ def attest(
         bundle=collateral,
         offline=offline,
         timeout=timeout,
+        deadline=deadline,
     )
     if verifier is Verifier.REMOTE:
-        _attest_remote(ev, expected, settings, nras_url=nras_url, now=now, output=output)
+        _attest_remote(
+            ev,
+            expected,
+            settings,
+            nras_url=nras_url,
+            origins=nras_allow_origin or [],
+            now=now,
+            output=output,
+        )
     rims, ocsp = _collateral(_rim_source(rim_dir, driver_rim, vbios_rim), settings)
     result = verify(
         ev, expected_nonce=expected, roots=roots, now=now, rims=rims, ocsp=ocsp, policy=pol
@@ -296,6 +318,7 @@ def _attest_remote(
     settings: NetworkSettings,
     *,
     nras_url: str | None,
+    origins: list[str],
     now: dt.datetime,
     output: OutputFormat,
 ) -> None:
@@ -307,7 +330,7 @@ def _attest_remote(
 
     if expected is None:
         raise UsageError("remote verification needs the nonce the evidence carries (--nonce)")
-    verdict = verify_remote(ev, expected, settings, nras_url=nras_url, now=now)
+    verdict = verify_remote(ev, expected, settings, nras_url=nras_url, origins=origins, now=now)
     document = remote_document(verdict, ev)
     if output is OutputFormat.JSON:
         emit(document)

@@ -30,12 +30,18 @@ def verify_remote(
     settings: NetworkSettings,
     *,
     nras_url: str | None,
+    origins: list[str],
     now: dt.datetime,
 ) -> RemoteVerdict:
-    """Ask NRAS and check its answer (every token, the key set, the nonce, the digests)."""
+    """Ask NRAS and check its answer (every token, the key set, the nonce, the digests).
+
+    Redirects may lead only to the NRAS URL's origin and to ``origins``.
+    """
     from gpucc.gpuattest.nras import build_nras_client
 
-    client = build_nras_client(settings, roots=[], nras_url=nras_url, environ=os.environ)
+    client = build_nras_client(
+        settings, roots=[], nras_url=nras_url, environ=os.environ, allowed_origins=origins
+    )
     return client.attest(evidence, nonce, now=now)
 
 
@@ -78,7 +84,7 @@ def remote_text(verdict: RemoteVerdict) -> list[str]:
     anchor = (
         "key set chained to a pinned root"
         if verdict.key_anchor == "x5c-chain"
-        else "key set trusted for its TLS origin (no pinned NRAS root)"
+        else f"key set trusted for its TLS origin {verdict.key_origin} (no pinned NRAS root)"
     )
     lines = [
         f"remote verifier {verdict.url} (issuer {verdict.issuer}, key {verdict.kid}; {anchor})",

@@ -13,6 +13,7 @@ from .exitcodes import COLLATERAL
 from .logs import STATE
 from .options import (
     CacheDirOption,
+    DeadlineOption,
     FormatOption,
     NoCacheOption,
     NoOcspNonceOption,
@@ -117,6 +118,7 @@ def fetch(
     cache_dir: CacheDirOption = None,
     no_cache: NoCacheOption = False,
     timeout: TimeoutOption = 10.0,
+    deadline: DeadlineOption = 60.0,
     force: ForceOption = False,
     fmt: FormatOption = OutputFormat.TEXT,
 ) -> None:
@@ -159,6 +161,7 @@ def fetch(
         cache_dir=cache_dir,
         use_cache=not no_cache,
         timeout=timeout,
+        deadline=deadline,
     )
     fetcher = build_fetcher(settings)
     rims, ocsp = network_sources(settings, fetcher)

@@ -118,6 +118,17 @@ TimeoutOption = Annotated[
         help="Network timeout per request, seconds.",
     ),
 ]
+DeadlineOption = Annotated[
+    float,
+    typer.Option(
+        "--deadline",
+        rich_help_panel="Network",
+        min=0.1,
+        envvar="GPUCC_DEADLINE",
+        help="Longest one network request may take, from connecting to the last byte of the "
+        "answer, retries and redirects included; seconds.",
+    ),
+]
 
 
 # --- attestation options shared by `attest` and the session commands ------------------

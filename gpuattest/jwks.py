@@ -18,6 +18,11 @@ omitted from ``x5c``. Without pinned roots the key is trusted because it came
 over TLS from the configured host; a JWKS URL over plain http to anything but a
 loopback address is then refused.
 
+The set is fetched from the configured origin only: a redirect to another scheme,
+host or port is refused (:class:`~gpuattest._internal.origins.RedirectRefusedError`,
+exit 3) unless that origin was named (``allowed_origins``), so a redirect cannot move
+the anchor silently. The set, and every key in it, records the origin that served it.
+
 With pinned roots, a :class:`JwksDiskCache` keeps the set between runs until it
 expires; every key read from it is chain-checked again before use.
 
@@ -37,7 +42,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -46,6 +51,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from ._internal.files import write_atomic
+from ._internal.origins import OriginGuard, origin_of, parse_origin
 from ._internal.transport import Fetcher, plain_http_to_remote, safe_url
 from .chain import validate_chain
 from .errors import CollateralUnavailableError
@@ -88,19 +94,22 @@ class SigningKey:
         kid: the key id tokens name.
         public_key: the P-384 public key.
         chain: the ``x5c`` certificates, leaf first (empty when the JWK has none).
+        origin: the origin that served the key set (``https://host[:port]``).
     """
 
     kid: str
     public_key: ec.EllipticCurvePublicKey = field(repr=False)
     chain: tuple[x509.Certificate, ...] = field(default=(), repr=False)
+    origin: str = ""
 
 
 @dataclass(frozen=True)
 class KeySet:
-    """A parsed JWKS: usable keys by ``kid``, and why the others are unusable."""
+    """A parsed JWKS: usable keys by ``kid``, why the others are unusable, who served it."""
 
     keys: Mapping[str, SigningKey]
     unusable: Mapping[str, str]
+    origin: str = ""
 
 
 def _b64_certs(value: object) -> tuple[x509.Certificate, ...]:
@@ -117,7 +126,7 @@ def _b64_certs(value: object) -> tuple[x509.Certificate, ...]:
     return tuple(certs)
 
 
-def _parse_key(jwk: Mapping[str, object], kid: str) -> SigningKey:
+def _parse_key(jwk: Mapping[str, object], kid: str, origin: str) -> SigningKey:
     """One JWK to a :class:`SigningKey`; ValueError says why it is unusable."""
     if jwk.get("kty") != "EC" or jwk.get("crv") != "P-384":
         raise ValueError("not an EC P-384 key")
@@ -143,7 +152,7 @@ def _parse_key(jwk: Mapping[str, object], kid: str) -> SigningKey:
         chain = _b64_certs(jwk["x5c"])
         if _spki(chain[0].public_key()) != _spki(public_key):
             raise ValueError("x5c[0] does not hold the key given by x and y")
-    return SigningKey(kid=kid, public_key=public_key, chain=chain)
+    return SigningKey(kid=kid, public_key=public_key, chain=chain, origin=origin)
 
 
 def _spki(key: object) -> bytes:
@@ -154,8 +163,8 @@ def _spki(key: object) -> bytes:
     )
 
 
-def parse_jwks(data: bytes, source: str = "key set") -> KeySet:
-    """Parse a JWKS document.
+def parse_jwks(data: bytes, source: str = "key set", origin: str = "") -> KeySet:
+    """Parse a JWKS document that ``origin`` served.
 
     Raises:
         RemoteServiceError: not JSON, no ``keys`` list, too many keys, a key
@@ -183,10 +192,10 @@ def parse_jwks(data: bytes, source: str = "key set") -> KeySet:
         if kid in keys or kid in unusable:
             raise RemoteServiceError(f"{source} holds kid {kid[:64]!r} twice")
         try:
-            keys[kid] = _parse_key(entry, kid)
+            keys[kid] = _parse_key(entry, kid, origin)
         except ValueError as exc:
             unusable[kid] = " ".join(str(exc).split())[:160]
-    return KeySet(keys=keys, unusable=unusable)
+    return KeySet(keys=keys, unusable=unusable, origin=origin)
 
 
 def check_key_chain(key: SigningKey, roots: Sequence[x509.Certificate], now: dt.datetime) -> None:
@@ -231,8 +240,9 @@ def _der(cert: x509.Certificate) -> bytes:
 class JwksDiskCache:
     """Key sets on disk, ``<directory>/jwks/<sha256 of the URL>.json``, self-checking.
 
-    An entry holds the raw JWKS bytes, their SHA-256, the URL and an expiry; one
-    that is corrupt, for another URL or expired is deleted and reported as a miss.
+    An entry holds the raw JWKS bytes, their SHA-256, the URL, the origin that served
+    them and an expiry; one that is corrupt, for another URL, without an origin or
+    expired is deleted and reported as a miss.
     What is read is parsed again and, since :class:`JwksClient` uses this cache
     only with pinned roots, every key is chain-checked again before use: the
     cache is an optimisation, never a source of trust. Writes are atomic, 0600,
@@ -248,8 +258,9 @@ class JwksDiskCache:
     def _path(self, url: str) -> Path:
         return self.directory / "jwks" / f"{hashlib.sha256(url.encode()).hexdigest()}.json"
 
-    def get(self, url: str, *, wall: float) -> tuple[bytes, float] | None:
-        """(JWKS bytes, expiry as Unix seconds) when an intact entry for ``url`` is fresh."""
+    def get(self, url: str, *, wall: float) -> tuple[bytes, float, str] | None:
+        """(JWKS bytes, expiry as Unix seconds, origin) when an intact entry for ``url``
+        is fresh."""
         path = self._path(url)
         try:
             with path.open("rb") as fh:
@@ -264,7 +275,7 @@ class JwksDiskCache:
         return entry
 
     @staticmethod
-    def _decode(raw: bytes, url: str) -> tuple[bytes, float] | None:
+    def _decode(raw: bytes, url: str) -> tuple[bytes, float, str] | None:
         if len(raw) > _MAX_CACHE_ENTRY:
             return None
         try:
@@ -278,7 +289,8 @@ class JwksDiskCache:
         ):
             return None
         data, digest, expires = doc.get("data"), doc.get("sha256"), doc.get("expires")
-        if not (isinstance(data, str) and isinstance(digest, str)):
+        origin = doc.get("origin")
+        if not (isinstance(data, str) and isinstance(digest, str) and isinstance(origin, str)):
             return None
         if isinstance(expires, bool) or not isinstance(expires, int | float):
             return None
@@ -288,10 +300,11 @@ class JwksDiskCache:
             return None
         if hashlib.sha256(payload).hexdigest() != digest:
             return None
-        return payload, float(expires)
+        return payload, float(expires), origin
 
-    def put(self, url: str, data: bytes, *, expires: float) -> None:
-        """Store ``data`` for ``url`` until ``expires`` (Unix seconds); best effort."""
+    def put(self, url: str, data: bytes, *, expires: float, origin: str | None = None) -> None:
+        """Store ``data`` for ``url``, served by ``origin`` (default: the URL's), until
+        ``expires`` (Unix seconds); best effort."""
         if not 0 < len(data) <= MAX_JWKS_BYTES:
             return
         doc = {
@@ -299,6 +312,7 @@ class JwksDiskCache:
             "kind": "jwks",
             "version": 1,
             "url": url,
+            "origin": origin if origin is not None else origin_of(url),
             "expires": expires,
             "sha256": hashlib.sha256(data).hexdigest(),
             "data": base64.b64encode(data).decode("ascii"),
@@ -325,9 +339,13 @@ class JwksClient:
         clock: a monotonic clock in seconds (tests inject one).
         disk: an on-disk cache shared between runs; used only with pinned roots.
         wall_clock: Unix time in seconds, for the disk cache's expiry.
+        allowed_origins: origins (``https://host[:port]``) besides the URL's own that
+            the set may be redirected to.
 
     Raises:
-        RemoteServiceError: (at construction) no roots and a plain-http URL to a remote host.
+        RemoteServiceError: (at construction) no roots and a plain-http URL, or allowed
+            origin, to a remote host.
+        UsageError: (at construction) an allowed origin that is not an origin.
     """
 
     def __init__(
@@ -341,11 +359,14 @@ class JwksClient:
         clock: Callable[[], float] = time.monotonic,
         disk: JwksDiskCache | None = None,
         wall_clock: Callable[[], float] = time.time,
+        allowed_origins: Iterable[str] = (),
     ) -> None:
-        if not roots and plain_http_to_remote(url):
-            raise RemoteServiceError(
-                f"refusing key set {safe_url(url)} over plain http without pinned roots"
-            )
+        self.allowed_origins = tuple(parse_origin(o) for o in allowed_origins)
+        for where in (url, *self.allowed_origins):
+            if not roots and plain_http_to_remote(where):
+                raise RemoteServiceError(
+                    f"refusing key set from {safe_url(where)} over plain http without pinned roots"
+                )
         self.url = url
         self.roots = tuple(roots)
         self.ttl = ttl
@@ -365,20 +386,24 @@ class JwksClient:
         """Fetch and parse the set now, replacing the cached one.
 
         Raises:
-            NetworkError: the service could not be reached or answered an error status.
+            NetworkError: the service could not be reached, answered an error status, or
+                redirected to an origin not allowed (RedirectRefusedError).
             RemoteServiceError: the answer is not a usable JWKS.
         """
+        guard = OriginGuard(self.url, self.allowed_origins)
         body = self._fetcher.get(
             self.url,
             max_bytes=MAX_JWKS_BYTES,
             headers={"Accept": "application/json"},
             bearer=self._service_key,
+            guard=guard,
         )
-        keys = parse_jwks(body, f"key set {safe_url(self.url)}")
+        origin = guard.final_origin
+        keys = parse_jwks(body, f"key set {safe_url(self.url)}", origin)
         with self._lock:
             self._cached = (self._clock() + self.ttl, keys)
         if self._disk is not None:
-            self._disk.put(self.url, body, expires=self._wall() + self.ttl)
+            self._disk.put(self.url, body, expires=self._wall() + self.ttl, origin=origin)
         return keys
 
     def _from_disk(self) -> KeySet | None:
@@ -388,9 +413,9 @@ class JwksClient:
         entry = self._disk.get(self.url, wall=wall)
         if entry is None:
             return None
-        body, expires = entry
+        body, expires, origin = entry
         try:
-            keys = parse_jwks(body, "cached key set")
+            keys = parse_jwks(body, "cached key set", origin)
         except RemoteServiceError:
             return None
         with self._lock:

@@ -29,6 +29,7 @@ import datetime as dt
 import hashlib
 import hmac
 import json
+import math
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -123,9 +124,17 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def _no_constants(name: str) -> Any:
+    # Python reads NaN, Infinity and -Infinity; JSON (RFC 8259) has no such numbers, and a
+    # NaN time compares false with everything (an "exp" that never expires).
+    raise ValueError(f"{name} is not a JSON number")
+
+
 def _json_object(data: bytes, what: str) -> dict[str, Any]:
     try:
-        value = json.loads(data.decode("utf-8"), object_pairs_hook=_no_duplicates)
+        value = json.loads(
+            data.decode("utf-8"), object_pairs_hook=_no_duplicates, parse_constant=_no_constants
+        )
     except RecursionError:
         raise MalformedTokenError(f"{what} is nested too deeply") from None
     except (UnicodeDecodeError, ValueError) as exc:
@@ -239,9 +248,13 @@ def _numeric(claims: Mapping[str, Any], name: str, what: str) -> float | None:
     value = claims.get(name)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    try:
+        seconds = float(value) if isinstance(value, int | float) else math.nan
+    except OverflowError:  # an integer of hundreds of digits
+        seconds = math.nan
+    if isinstance(value, bool) or not math.isfinite(seconds):
         raise TokenCheckError(name, f"{what}: '{name}' is not a NumericDate")
-    return float(value)
+    return seconds
 
 
 def check_times(
@@ -379,7 +392,7 @@ def parse_detached(data: bytes | str, what: str = "detached EAT") -> tuple[str, 
     """
     try:
         text = data.decode("utf-8") if isinstance(data, bytes) else data
-        doc = json.loads(text, object_pairs_hook=_no_duplicates)
+        doc = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constants)
     except (UnicodeDecodeError, ValueError, RecursionError):
         raise MalformedTokenError(f"{what} is not JSON") from None
     if not (isinstance(doc, list) and len(doc) == 2):

@@ -35,6 +35,7 @@ from ._internal.transport import (
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_READ_TIMEOUT,
     DEFAULT_RETRIES,
+    DEFAULT_TOTAL_TIMEOUT,
     Fetcher,
     RequestsFetcher,
 )
@@ -78,6 +79,8 @@ class NetworkSettings:
         bundle: a collateral bundle to answer from first.
         offline: never touch the network.
         timeout: read timeout per request, seconds (connect: at most 5 s).
+        deadline: the longest one request may take, seconds: connect, headers and
+            body, retries and redirects together.
         retries: retries on connection errors and 5xx answers.
         clock_skew: tolerance on OCSP thisUpdate/nextUpdate.
     """
@@ -92,6 +95,7 @@ class NetworkSettings:
     bundle: Path | None = None
     offline: bool = False
     timeout: float = DEFAULT_READ_TIMEOUT
+    deadline: float = DEFAULT_TOTAL_TIMEOUT
     retries: int = DEFAULT_RETRIES
     clock_skew: dt.timedelta = DEFAULT_CLOCK_SKEW
 
@@ -106,15 +110,18 @@ def build_fetcher(settings: NetworkSettings) -> RequestsFetcher:
     """The HTTP layer for ``settings`` (offline when asked).
 
     Raises:
-        UsageError: a timeout or retry count that makes no sense.
+        UsageError: a timeout, deadline or retry count that makes no sense.
     """
-    if not settings.timeout > 0 or settings.retries < 0:
-        raise UsageError("the network timeout must be positive and retries not negative")
+    if not settings.timeout > 0 or not settings.deadline > 0 or settings.retries < 0:
+        raise UsageError(
+            "the network timeout and deadline must be positive and retries not negative"
+        )
     connect = min(DEFAULT_CONNECT_TIMEOUT, settings.timeout)
     return RequestsFetcher(
         timeout=(connect, settings.timeout),
         retries=settings.retries,
         offline=settings.offline,
+        total_timeout=settings.deadline,
     )
 
 

@@ -20,6 +20,10 @@ only when every check holds:
 * there is exactly one device token per GPU in the evidence (``GPU-0`` ... ``GPU-n-1``),
   each listed in the overall ``submods`` with the SHA-256 of its compact text.
 
+The evidence is posted to, and the key set fetched from, the configured origin only: a
+redirect to another scheme, host or port is refused (exit 3) unless that origin is named
+(``allowed_origins``); the verdict says which origin served the key set (``key_origin``).
+
 Outcomes are kept apart:
 
 * the service could not be reached, answered an error status, or answered
@@ -39,16 +43,17 @@ import base64
 import datetime as dt
 import json
 import types
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from cryptography import x509
 
+from ._internal.origins import OriginGuard, parse_origin
 from ._internal.transport import Fetcher, safe_url
 from .errors import MalformedEvidenceError, UsageError
 from .evidence import EvidenceSet
-from .jwks import JwksClient, JwksDiskCache, RemoteServiceError
+from .jwks import JwksClient, JwksDiskCache, RemoteServiceError, SigningKey
 from .jws import (
     DEFAULT_CLOCK_SKEW,
     MalformedTokenError,
@@ -130,6 +135,8 @@ class RemoteVerdict:
         verified_at: the verification time the checks used.
         key_anchor: ``x5c-chain`` when keys were checked to pinned roots,
             ``tls`` when the key set was trusted for coming over TLS from the service.
+        key_origin: the origin (``https://host[:port]``) that served the key set
+            holding the overall token's key.
     """
 
     trusted: bool
@@ -143,6 +150,7 @@ class RemoteVerdict:
     url: str
     verified_at: dt.datetime
     key_anchor: str
+    key_origin: str = ""
 
     def detached_eat(self) -> list[Any]:
         """The answer in NVIDIA's detached-EAT shape, as received."""
@@ -158,6 +166,7 @@ class RemoteVerdict:
             "issuer": self.issuer,
             "kid": self.kid,
             "key_anchor": self.key_anchor,
+            "key_origin": self.key_origin,
             "nonce": self.nonce.hex(),
             "verified_at": self.verified_at.isoformat().replace("+00:00", "Z"),
             "overall_claims": json.loads(json.dumps(dict(self.overall_claims))),
@@ -196,6 +205,11 @@ class NrasClient:
         clock_skew: tolerance on ``exp``/``nbf``/``iat``.
         claims_version: the claims version asked for.
         allow_hold: ask NRAS to accept OCSP ``certificateHold`` (its own header).
+        allowed_origins: origins besides the base URL's that the attest request may be
+            redirected to (the key set has its own, see :class:`JwksClient`).
+
+    Raises:
+        UsageError: an allowed origin that is not an origin.
     """
 
     def __init__(
@@ -209,7 +223,9 @@ class NrasClient:
         clock_skew: dt.timedelta = DEFAULT_CLOCK_SKEW,
         claims_version: str = CLAIMS_VERSION,
         allow_hold: bool = False,
+        allowed_origins: Iterable[str] = (),
     ) -> None:
+        self.allowed_origins = tuple(parse_origin(o) for o in allowed_origins)
         self.base_url = base_url.rstrip("/")
         self.url = self.base_url + ATTEST_GPU_PATH
         self.issuer = issuer if issuer is not None else self.base_url
@@ -258,8 +274,8 @@ class NrasClient:
         """Post ``evidence`` with ``nonce`` and return the checked verdict.
 
         Raises:
-            NetworkError, OfflineError: the service could not be reached or answered
-                an error status (exit 3).
+            NetworkError, OfflineError: the service could not be reached, answered
+                an error status or redirected to an origin not allowed (exit 3).
             RemoteServiceError: the answer is not a detached EAT, or the key set is
                 unusable (exit 3).
             TokenCheckError: a token failed a check (exit 1), the check named.
@@ -276,6 +292,7 @@ class NrasClient:
             max_bytes=MAX_NRAS_RESPONSE_BYTES,
             headers=headers,
             bearer=self._service_key,
+            guard=OriginGuard(self.url, self.allowed_origins),
         )
         return self.check_answer(answer, gpu_count=len(evidence.gpus), nonce=nonce, now=now)
 
@@ -294,16 +311,17 @@ class NrasClient:
                 read_header(token, "an NRAS token")
         except MalformedTokenError as exc:
             raise RemoteServiceError(str(exc)) from None
-        overall, kid = self._verify(overall_token, "overall token", nonce, now, need_nonce=True)
+        overall, key = self._verify(overall_token, "overall token", nonce, now, need_nonce=True)
         expected = [f"GPU-{i}" for i in range(gpu_count)]
         missing = [name for name in expected if name not in device_tokens]
         if missing:
             raise TokenCheckError("device-token", f"NRAS sent no token for {', '.join(missing)}")
         unexpected = sorted(set(device_tokens) - set(expected))
         if unexpected:
+            names = ", ".join(repr(name[:32]) for name in unexpected[:4])
+            more = f" and {len(unexpected) - 4} more" if len(unexpected) > 4 else ""
             raise TokenCheckError(
-                "device-token",
-                f"NRAS sent tokens for {', '.join(unexpected)}, not in the evidence",
+                "device-token", f"NRAS sent tokens for {names}{more}, not in the evidence"
             )
         if len(set(device_tokens.values())) != len(device_tokens):
             raise TokenCheckError("device-token", "NRAS sent one token for several GPUs")
@@ -311,9 +329,9 @@ class NrasClient:
         gpus: list[RemoteGpuResult] = []
         for name in expected:
             token = device_tokens[name]
-            claims, gpu_kid = self._verify(token, f"{name} token", nonce, now, need_nonce=False)
+            claims, gpu_key = self._verify(token, f"{name} token", nonce, now, need_nonce=False)
             gpus.append(
-                RemoteGpuResult(name=name, claims=_freeze(claims), token=token, kid=gpu_kid)
+                RemoteGpuResult(name=name, claims=_freeze(claims), token=token, kid=gpu_key.kid)
             )
         result = overall.get(_OVERALL_RESULT)
         if not isinstance(result, bool):
@@ -328,18 +346,19 @@ class NrasClient:
             overall_result=result,
             nonce=nonce,
             issuer=self.issuer,
-            kid=kid,
+            kid=key.kid,
             overall_claims=_freeze(overall),
             overall_token=overall_token,
             gpus=tuple(gpus),
             url=self.url,
             verified_at=now,
             key_anchor="x5c-chain" if self.jwks.roots else "tls",
+            key_origin=key.origin,
         )
 
     def _verify(
         self, token: str, what: str, nonce: bytes, now: dt.datetime, *, need_nonce: bool
-    ) -> tuple[dict[str, Any], str]:
+    ) -> tuple[dict[str, Any], SigningKey]:
         try:
             header = read_header(token, what)
             require_es384(header, what)
@@ -359,7 +378,7 @@ class NrasClient:
             check_nonce(claims, nonce, what)
         if not claims:
             raise TokenCheckError("claims", f"{what}: no claims")
-        return claims, kid
+        return claims, key
 
 
 def build_nras_client(
@@ -372,6 +391,7 @@ def build_nras_client(
     issuer: str | None = None,
     allow_hold: bool = False,
     clock_skew: dt.timedelta = DEFAULT_CLOCK_SKEW,
+    allowed_origins: Sequence[str] = (),
 ) -> NrasClient:
     """An :class:`NrasClient` for ``settings``.
 
@@ -382,10 +402,14 @@ def build_nras_client(
     ``settings.use_cache``, the key set is also cached on disk in the cache
     directory (``jwks/``) until it expires. ``clock_skew``
     is the token-time tolerance (``settings.clock_skew`` is OCSP's, not used here).
+    Both requests stay on the base URL's origin unless redirected to one of
+    ``allowed_origins`` (``https://host[:port]``, named by the user).
 
     Raises:
-        UsageError: a timeout or retry count that makes no sense.
-        RemoteServiceError: no roots and a plain-http key-set URL to a remote host.
+        UsageError: a timeout or retry count that makes no sense, or an allowed
+            origin that is not an origin.
+        RemoteServiceError: no roots and a plain-http key-set URL, or allowed origin,
+            to a remote host.
     """
     env = environ if environ is not None else {}
     base = (nras_url or env.get(NRAS_URL_ENV) or DEFAULT_NRAS_BASE_URL).strip().rstrip("/")
@@ -397,6 +421,7 @@ def build_nras_client(
         roots=roots,
         service_key=settings.service_key,
         disk=JwksDiskCache(cache.directory) if cache is not None and roots else None,
+        allowed_origins=allowed_origins,
     )
     return NrasClient(
         fetcher=fetch,
@@ -406,4 +431,5 @@ def build_nras_client(
         service_key=settings.service_key,
         clock_skew=clock_skew,
         allow_hold=allow_hold,
+        allowed_origins=allowed_origins,
     )

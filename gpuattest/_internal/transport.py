@@ -3,19 +3,22 @@
 :class:`Fetcher` is the seam the RIM and OCSP clients are given; the production
 implementation, :class:`RequestsFetcher`, sits on ``requests`` with:
 
-* explicit timeouts (connect, read) plus a total deadline for reading a body,
-  so a server that drips one byte per read timeout cannot hold us forever;
+* explicit timeouts (connect, read) plus a deadline on the whole call (connect, TLS,
+  headers, body, retries and redirects together; see :mod:`._internal.deadline`), so a
+  server that drips one byte per read timeout cannot hold us for ever;
 * urllib3 ``Retry`` with exponential backoff on connection errors and on
   HTTP 500/502/503/504, bounded in count; read timeouts are not retried (a slow
   service would otherwise cost several full read timeouts) and ``Retry-After``
   is ignored (a server must not be able to make us sleep for hours);
-* at most :data:`MAX_REDIRECTS` redirects (requests drops ``Authorization`` when
-  a redirect leaves the host or changes the scheme);
+* at most :data:`MAX_REDIRECTS` redirects, followed here rather than by requests, so that
+  a redirect's body is never read, ``Authorization`` is sent to the first origin only,
+  and a caller can keep a request on its origin (an
+  :class:`~gpuattest._internal.origins.OriginGuard`);
 * proxies from ``HTTP_PROXY``/``HTTPS_PROXY``/``NO_PROXY`` (requests'
   ``trust_env``), and the CA bundle from ``REQUESTS_CA_BUNDLE``;
 * a streaming read with a hard size cap (``Content-Length`` is checked first,
-  then the bytes actually received), with ``Accept-Encoding: identity`` so
-  that no compressed body is inflated in memory;
+  then the bytes actually received), with ``Accept-Encoding: identity``; a body
+  compressed anyway is inflated a chunk at a time and the cap counts inflated bytes;
 * every failure turned into a one-line :class:`~gpuattest.errors.NetworkError`
   (exit 3). The service key is only ever sent as ``Authorization: Bearer``; it
   never appears in messages, logs or reprs, and it is refused over plain HTTP
@@ -28,11 +31,10 @@ before anything touches the network.
 from __future__ import annotations
 
 import ipaddress
-import time
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from types import TracebackType
-from typing import TYPE_CHECKING, Protocol
-from urllib.parse import urlsplit, urlunsplit
+from typing import TYPE_CHECKING, Any, Protocol
+from urllib.parse import urljoin, urlsplit, urlunsplit
 
 if TYPE_CHECKING:  # imported lazily at run time: they cost ~85 ms of start-up
     import requests
@@ -46,14 +48,18 @@ from ..errors import (
     ServiceAccessDeniedError,
     UsageError,
 )
+from .origins import OriginGuard, RedirectRefusedError, origin_of
 
 __all__ = [
     "DEFAULT_CONNECT_TIMEOUT",
     "DEFAULT_READ_TIMEOUT",
+    "DEFAULT_TOTAL_TIMEOUT",
     "DEFAULT_USER_AGENT",
     "MAX_REDIRECTS",
     "Fetcher",
     "HttpStatusError",
+    "OriginGuard",
+    "RedirectRefusedError",
     "RequestsFetcher",
     "ServiceAccessDeniedError",
     "plain_http_to_remote",
@@ -67,8 +73,8 @@ DEFAULT_READ_TIMEOUT = 10.0
 # the first, with backoff 0, 2b, 4b seconds, keeps a dead service to well under a minute.
 DEFAULT_RETRIES = 3
 DEFAULT_BACKOFF = 0.5
-# Upper bound for one whole call (headers + body); a per-read timeout alone does not bound a
-# server that keeps sending a byte just before every timeout.
+# Upper bound for one whole call (connect, headers and body, retries and redirects included);
+# a per-read timeout alone does not bound a server that sends a byte just before every timeout.
 DEFAULT_TOTAL_TIMEOUT = 60.0
 MAX_REDIRECTS = 3
 # No collateral document comes anywhere near this; callers pass tighter caps per call.
@@ -76,6 +82,7 @@ DEFAULT_MAX_BYTES = 16 * 1024 * 1024
 DEFAULT_USER_AGENT = f"gpucc/{__version__}"
 
 _RETRY_STATUSES = frozenset({500, 502, 503, 504})
+_REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 _CHUNK = 64 * 1024
 
 
@@ -90,6 +97,7 @@ class Fetcher(Protocol):
         accept: Collection[int] = (200,),
         headers: Mapping[str, str] | None = None,
         bearer: str | None = None,
+        guard: OriginGuard | None = None,
     ) -> bytes:
         """GET ``url`` and return the body.
 
@@ -99,10 +107,13 @@ class Fetcher(Protocol):
             accept: HTTP statuses that count as success.
             headers: extra request headers.
             bearer: a service key, sent as ``Authorization: Bearer``.
+            guard: where redirects may lead (None: anywhere over http(s)); it records
+                where the answer came from.
 
         Raises:
             HttpStatusError: any status outside ``accept`` (after retries for 5xx).
-            NetworkError: timeout, connection, DNS, TLS, redirect or size failure.
+            RedirectRefusedError: a redirect the guard refused.
+            NetworkError: timeout, deadline, connection, DNS, TLS, redirect or size failure.
             OfflineError: the fetcher is offline.
             UsageError: a service key would go over plain HTTP to a remote host.
         """
@@ -118,6 +129,7 @@ class Fetcher(Protocol):
         accept: Collection[int] = (200,),
         headers: Mapping[str, str] | None = None,
         bearer: str | None = None,
+        guard: OriginGuard | None = None,
     ) -> bytes:
         """POST ``body`` to ``url`` and return the answer; same errors as :meth:`get`."""
         ...
@@ -180,6 +192,22 @@ def _one_line(text: str, limit: int = 120) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def _session_class() -> type[requests.Session]:
+    import requests
+
+    class Session(requests.Session):
+        """A session that leaves redirects to :meth:`RequestsFetcher._follow`.
+
+        requests looks at a redirect even with ``allow_redirects=False`` (to offer the
+        next request), reading the redirect's whole body, inflated, without a cap.
+        """
+
+        def resolve_redirects(self, *args: Any, **kwargs: Any) -> Iterator[Any]:
+            yield from ()
+
+    return Session
+
+
 class RequestsFetcher:
     """:class:`Fetcher` on a ``requests.Session`` with retries, caps and typed errors.
 
@@ -223,18 +251,17 @@ class RequestsFetcher:
     def _get_session(self) -> requests.Session:
         if self._session is not None:
             return self._session
-        import requests
-        import requests.adapters
-        from urllib3.util.retry import Retry
 
-        session = requests.Session()
+        from .deadline import DeadlineRetry, WatchedAdapter
+
+        session = _session_class()()
         session.trust_env = self._trust_env
-        session.max_redirects = MAX_REDIRECTS
         session.headers["User-Agent"] = self.user_agent
-        retry = Retry(
+        retry = DeadlineRetry(
             total=self.retries,
             connect=self.retries,
             read=0,
+            redirect=0,
             status=self.retries,
             other=0,
             allowed_methods=frozenset({"GET", "POST"}),  # OCSP POSTs are safe to repeat
@@ -244,7 +271,7 @@ class RequestsFetcher:
             raise_on_status=False,
             respect_retry_after_header=False,
         )
-        adapter = requests.adapters.HTTPAdapter(max_retries=retry)
+        adapter = WatchedAdapter(max_retries=retry)
         session.mount("http://", adapter)
         session.mount("https://", adapter)
         self._session = session
@@ -280,9 +307,10 @@ class RequestsFetcher:
         accept: Collection[int] = (200,),
         headers: Mapping[str, str] | None = None,
         bearer: str | None = None,
+        guard: OriginGuard | None = None,
     ) -> bytes:
         """GET ``url``; see :meth:`Fetcher.get`."""
-        return self._request("GET", url, None, None, max_bytes, accept, headers, bearer)
+        return self._request("GET", url, None, None, max_bytes, accept, headers, bearer, guard)
 
     def post(
         self,
@@ -294,9 +322,12 @@ class RequestsFetcher:
         accept: Collection[int] = (200,),
         headers: Mapping[str, str] | None = None,
         bearer: str | None = None,
+        guard: OriginGuard | None = None,
     ) -> bytes:
         """POST ``body``; see :meth:`Fetcher.post`."""
-        return self._request("POST", url, body, content_type, max_bytes, accept, headers, bearer)
+        return self._request(
+            "POST", url, body, content_type, max_bytes, accept, headers, bearer, guard
+        )
 
     # -- internals ---------------------------------------------------------
 
@@ -310,12 +341,15 @@ class RequestsFetcher:
         accept: Collection[int],
         headers: Mapping[str, str] | None,
         bearer: str | None,
+        guard: OriginGuard | None,
     ) -> bytes:
         shown = safe_url(url)
         if self.offline:
             raise OfflineError(f"running offline: not contacting {shown}")
         import requests
         import urllib3.exceptions
+
+        from .deadline import Deadline, DeadlineExceeded
 
         self._check_url(url, shown, bearer)
         limit = min(max_bytes, self.max_bytes)
@@ -326,28 +360,91 @@ class RequestsFetcher:
             send["Content-Type"] = content_type
         if bearer:
             send["Authorization"] = f"Bearer {bearer}"
-        deadline = time.monotonic() + self.total_timeout
-        try:
-            response = self._get_session().request(
+        late = self._late(shown)
+        with Deadline(self.total_timeout) as deadline:
+            try:
+                response = self._follow(method, url, body, send, shown, guard)
+            except DeadlineExceeded:
+                raise NetworkError(late) from None
+            except (requests.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
+                if deadline.expired():
+                    raise NetworkError(late) from None
+                text = f"{shown}: {self._describe(exc)}"
+                raise NetworkError(self._scrub(text, bearer)) from None
+            try:
+                status = response.status_code
+                if status not in accept:
+                    reason = _one_line(response.reason or "", 60)
+                    text = f"{shown} answered HTTP {status}" + (f" {reason}" if reason else "")
+                    raise HttpStatusError(self._scrub(text, bearer), status=status)
+                data = self._read_body(response, shown, limit, deadline.expired, bearer)
+            finally:
+                response.close()
+            if deadline.expired():  # a connection shut by the timer can end like a body
+                raise NetworkError(late)
+            return data
+
+    def _follow(
+        self,
+        method: str,
+        url: str,
+        body: bytes | None,
+        send: dict[str, str],
+        shown: str,
+        guard: OriginGuard | None,
+    ) -> requests.Response:
+        """Send the request, following at most MAX_REDIRECTS redirects; the last answer.
+
+        A redirect's body is not read. ``Authorization`` goes to the first origin only;
+        303, and 301/302 after a POST, turn the request into a GET without a body (as
+        browsers and requests do); ``guard`` may refuse a target before it is asked.
+        """
+        session = self._get_session()
+        first = origin_of(url)
+        for _ in range(MAX_REDIRECTS + 1):
+            response = session.request(
                 method,
                 url,
                 data=body,
                 headers=send,
                 timeout=self.timeout,
                 stream=True,
-                allow_redirects=True,
+                allow_redirects=False,
             )
-        except (requests.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
-            raise NetworkError(self._scrub(f"{shown}: {self._describe(exc)}", bearer)) from None
-        try:
-            status = response.status_code
-            if status not in accept:
-                reason = _one_line(response.reason or "", 60)
-                text = f"{shown} answered HTTP {status}" + (f" {reason}" if reason else "")
-                raise HttpStatusError(self._scrub(text, bearer), status=status)
-            return self._read_body(response, shown, limit, deadline, bearer)
-        finally:
+            location = response.headers.get("Location")
+            if response.status_code not in _REDIRECT_STATUSES or location is None:
+                return response
             response.close()
+            url = self._redirect_url(url, location, shown)
+            if guard is not None:
+                guard.follow(url, shown)
+            if origin_of(url) != first:
+                send = {k: v for k, v in send.items() if k.lower() != "authorization"}
+            if response.status_code == 303 or (
+                response.status_code in (301, 302) and method == "POST"
+            ):
+                method, body = "GET", None
+                send = {k: v for k, v in send.items() if k.lower() != "content-type"}
+        raise NetworkError(f"{shown}: more than {MAX_REDIRECTS} redirects")
+
+    @staticmethod
+    def _redirect_url(current: str, location: str, shown: str) -> str:
+        """The absolute http(s) URL a ``Location`` header names, relative to ``current``.
+
+        The header arrives decoded as Latin-1; its bytes are read as UTF-8 (as browsers
+        do), and what is not UTF-8, is empty or is not http(s) is refused.
+        """
+        from requests.utils import requote_uri
+
+        try:
+            text = location.encode("latin-1").decode("utf-8").strip()
+            if not text:
+                raise ValueError("empty")
+            target = urljoin(current, requote_uri(text))
+            origin_of(target)
+        except (UnicodeError, ValueError):
+            raise NetworkError(f"{shown}: redirected to an unusable URL") from None
+        return target
 
     def _check_url(self, url: str, shown: str, bearer: str | None) -> None:
         try:
@@ -357,6 +454,10 @@ class RequestsFetcher:
             raise NetworkError(f"invalid URL {shown}") from None
         if parts.scheme not in ("http", "https") or not host:
             raise NetworkError(f"invalid URL {shown}: only http and https URLs are supported")
+        try:
+            origin_of(url)
+        except ValueError:
+            raise NetworkError(f"invalid URL {shown}: bad port") from None
         if bearer and plain_http_to_remote(url):
             raise UsageError(
                 f"refusing to send the service key over plain http to {host}; use an https URL"
@@ -367,7 +468,7 @@ class RequestsFetcher:
         response: requests.Response,
         shown: str,
         limit: int,
-        deadline: float,
+        expired: Callable[[], bool],
         bearer: str | None,
     ) -> bytes:
         import requests
@@ -383,14 +484,17 @@ class RequestsFetcher:
                 size += len(chunk)
                 if size > limit:
                     raise NetworkError(f"{shown}: response exceeds {limit} bytes")
-                if time.monotonic() > deadline:
-                    raise NetworkError(
-                        f"{shown}: response not complete within {self.total_timeout:g} s"
-                    )
+                if expired():
+                    raise NetworkError(self._late(shown))
                 chunks.append(chunk)
         except (requests.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
+            if expired():
+                raise NetworkError(self._late(shown)) from None
             raise NetworkError(self._scrub(f"{shown}: {self._describe(exc)}", bearer)) from None
         return b"".join(chunks)
+
+    def _late(self, shown: str) -> str:
+        return f"{shown}: no complete answer within the deadline of {self.total_timeout:g} s"
 
     def _describe(self, exc: BaseException) -> str:
         """A short, secret-free description of a transport failure."""
@@ -417,8 +521,6 @@ class RequestsFetcher:
             exc, urllib3.exceptions.ReadTimeoutError
         ):
             return f"no answer within the read timeout of {read:g} s"
-        if isinstance(exc, requests.exceptions.TooManyRedirects):
-            return f"more than {MAX_REDIRECTS} redirects"
         if isinstance(exc, requests.exceptions.ProxyError):
             return "the proxy refused or could not be reached"
         if isinstance(exc, requests.exceptions.SSLError) or _first(exc, ssl.SSLError):
@@ -439,6 +541,10 @@ class RequestsFetcher:
             return "the response body was cut off or malformed"
         if isinstance(exc, requests.exceptions.ContentDecodingError):
             return "the response body cannot be decoded"
+        if _first(exc, http.client.HTTPException) or isinstance(
+            exc, requests.exceptions.InvalidHeader
+        ):
+            return "the answer is not valid HTTP (status line or headers malformed or too large)"
         if isinstance(exc, requests.exceptions.RetryError):
             return "the service kept failing after retries"
         os_error = _first(exc, OSError)

@@ -17,6 +17,7 @@ import datetime as dt
 import functools
 import hashlib
 import json
+import socket
 import ssl
 import threading
 import time
@@ -235,6 +236,10 @@ class Reply:
     delay: float = 0.0
     # Omit Content-Length and close the connection after the body.
     no_length: bool = False
+    # Send the body one byte every ``drip`` seconds (the headers too with ``drip_headers``),
+    # until it is sent or the client goes away.
+    drip: float = 0.0
+    drip_headers: bool = False
 
 
 @dataclass(frozen=True)
@@ -282,6 +287,9 @@ class _RequestHandler(BaseHTTPRequestHandler):
         try:
             if reply.delay:
                 time.sleep(reply.delay)
+            if reply.drip:
+                self._drip(reply)
+                return
             self.send_response(reply.status)
             for name, value in reply.headers.items():
                 self.send_header(name, value)
@@ -295,6 +303,21 @@ class _RequestHandler(BaseHTTPRequestHandler):
             self.wfile.flush()
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
+
+    def _drip(self, reply: Reply) -> None:
+        self.close_connection = True
+        head = [f"HTTP/1.1 {reply.status} Dripping"]
+        head += [f"{name}: {value}" for name, value in reply.headers.items()]
+        head += [f"Content-Length: {len(reply.body)}", "Connection: close", "", ""]
+        head_bytes = "\r\n".join(head).encode("latin-1")
+        if not reply.drip_headers:
+            self.wfile.write(head_bytes)
+            head_bytes = b""
+        data = head_bytes + reply.body
+        for i in range(len(data)):
+            self.wfile.write(data[i : i + 1])
+            self.wfile.flush()
+            time.sleep(reply.drip)
 
     def do_GET(self) -> None:
         self._serve()
@@ -342,10 +365,50 @@ def serve(handler: Handler, *, tls: ssl.SSLContext | None = None) -> Iterator[Lo
         thread.join(timeout=5)
 
 
+@contextmanager
+def serve_raw(handler: Callable[[socket.socket], None]) -> Iterator[str]:
+    """Give every connection to 127.0.0.1 (an ephemeral port) to ``handler``, which speaks
+    whatever bytes it likes (for answers ``http.server`` cannot send); yields the base URL."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+
+    def run(conn: socket.socket) -> None:
+        with conn:
+            try:
+                handler(conn)
+            except OSError:
+                pass  # the client went away
+
+    def accept() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=run, args=(conn,), daemon=True).start()
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        listener.close()  # (a blocked accept() may need a moment to notice)
+
+
+def read_request_head(conn: socket.socket) -> bytes:
+    """Read a request up to the end of its headers (the body, if any, is left unread)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        more = conn.recv(4096)
+        if not more:
+            break
+        data += more
+    return data
+
+
 def free_port() -> int:
     """A port nothing listens on (bound, then released)."""
-    import socket
-
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]

@@ -19,7 +19,7 @@ from joserfc import jwt as jose_jwt
 from joserfc.jwk import ECKey
 
 from gpucc.gpuattest.nras import ATTEST_GPU_PATH, JWKS_PATH
-from tests.support.netfixtures import NOW, Node, Reply, Seen
+from tests.support.netfixtures import NOW, Node, Reply, Seen, make_node
 
 KID = "nras-test-key-1"
 
@@ -35,6 +35,20 @@ class NrasPki:
     signer: Node
     other_root: Node
     other_signer: Node
+
+
+def make_pki() -> NrasPki:
+    """A signer under a CA under a root, and an unrelated root with its own signer."""
+    root = make_node("NRAS Test Root", None, ca=True)
+    ca = make_node("NRAS Test CA", root, ca=True, path_length=0)
+    other = make_node("NRAS Other Root", None, ca=True)
+    return NrasPki(
+        root,
+        ca,
+        make_node("NRAS Test signer", ca, ca=False),
+        other,
+        make_node("NRAS Other signer", other, ca=False),
+    )
 
 
 def _der_b64(node: Node) -> str:

@@ -71,6 +71,7 @@ class Tripwire:
         accept: Collection[int] = (200,),
         headers: Mapping[str, str] | None = None,
         bearer: str | None = None,
+        guard: object = None,
     ) -> bytes:
         self.calls.append(url)
         raise OfflineError(f"tripwire: GET {url}")
@@ -85,6 +86,7 @@ class Tripwire:
         accept: Collection[int] = (200,),
         headers: Mapping[str, str] | None = None,
         bearer: str | None = None,
+        guard: object = None,
     ) -> bytes:
         self.calls.append(url)
         raise OfflineError(f"tripwire: POST {url}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import time
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +15,8 @@ from gpucc.cli.exitcodes import exit_code_for
 from gpucc.gpuattest._internal.transport import (
     MAX_REDIRECTS,
     HttpStatusError,
+    OriginGuard,
+    RedirectRefusedError,
     RequestsFetcher,
     safe_url,
 )
@@ -23,7 +26,15 @@ from gpucc.gpuattest.errors import (
     OfflineError,
     UsageError,
 )
-from tests.support.netfixtures import Reply, Seen, free_port, self_signed_tls, serve
+from tests.support.netfixtures import (
+    Reply,
+    Seen,
+    free_port,
+    read_request_head,
+    self_signed_tls,
+    serve,
+    serve_raw,
+)
 
 KEY = "nvapi-SECRET-service-key-0123456789"
 
@@ -216,6 +227,238 @@ def test_redirect_loop_stops_after_the_limit(fetcher: RequestsFetcher) -> None:
     assert_one_line_network_error(info.value)
 
 
+# --- the whole-call deadline ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        Reply(200, b"x" * 500, drip=0.2),
+        Reply(200, b"x" * 500, drip=0.2, no_length=True),
+        Reply(200, b"x" * 50, headers={"X-Pad": "p" * 400}, drip=0.2, drip_headers=True),
+    ],
+    ids=["body", "body-until-close", "headers"],
+)
+def test_a_dripped_answer_ends_at_the_deadline(reply: Reply) -> None:
+    # Each byte comes well within the read timeout: only the whole-call deadline ends it.
+    with (
+        RequestsFetcher(timeout=(0.5, 2.0), retries=2, total_timeout=1.0) as slow,
+        serve(lambda seen: reply) as srv,
+    ):
+        start = time.monotonic()
+        with pytest.raises(NetworkError) as info:
+            slow.get(srv.url, max_bytes=10_000)
+        elapsed = time.monotonic() - start
+        assert srv.count == 1  # not retried
+    assert "within the deadline of 1 s" in str(info.value)
+    assert_one_line_network_error(info.value)
+    assert elapsed < 1.8  # the drip would take 100 s
+
+
+def test_the_deadline_bounds_retries_and_their_backoff() -> None:
+    with (
+        RequestsFetcher(timeout=(0.5, 0.5), retries=3, backoff=5.0, total_timeout=1.0) as f,
+        serve(lambda seen: Reply(503, b"busy")) as srv,
+    ):
+        start = time.monotonic()
+        with pytest.raises(NetworkError) as info:
+            f.get(srv.url, max_bytes=100)
+        elapsed = time.monotonic() - start
+    assert "deadline" in str(info.value) or "HTTP 503" in str(info.value)
+    assert elapsed < 1.8  # the backoff alone would sleep 10 s, then 20 s
+
+
+def test_a_deadline_shuts_what_it_watches_and_only_until_it_ends() -> None:
+    from gpucc.gpuattest._internal.deadline import Deadline
+
+    a, b = socket.socketpair()
+    with a, b:
+        a.settimeout(5.0)
+        with Deadline(0.3) as deadline:
+            deadline.watch(a)
+            start = time.monotonic()
+            assert a.recv(1) == b""  # blocked until the timer shut the connection down
+            assert deadline.expired() and time.monotonic() - start < 2.0
+    c, d = socket.socketpair()
+    with c, d:
+        with Deadline(0.1) as deadline:
+            deadline.watch(c)
+        time.sleep(0.3)  # the deadline has ended: its timer must not touch c
+        c.sendall(b"x")
+        assert d.recv(1) == b"x"
+
+
+def test_answers_within_the_deadline_are_read() -> None:
+    with (
+        RequestsFetcher(timeout=(0.5, 0.5), retries=0, total_timeout=1.0) as f,
+        serve(lambda seen: Reply(200, b"quick", delay=0.15)) as srv,
+    ):
+        for _ in range(3):
+            assert f.get(srv.url, max_bytes=100) == b"quick"
+
+
+def test_an_endless_stream_of_interim_answers_ends_at_the_deadline() -> None:
+    # http.client skips "100 Continue" answers in a loop of its own: only the deadline ends it.
+    def flood(conn: socket.socket) -> None:
+        read_request_head(conn)
+        while True:
+            conn.sendall(b"HTTP/1.1 100 Continue\r\n\r\n" * 50)
+            time.sleep(0.01)
+
+    with (
+        RequestsFetcher(timeout=(0.5, 2.0), retries=0, total_timeout=1.0) as f,
+        serve_raw(flood) as url,
+        pytest.raises(NetworkError) as info,
+    ):
+        f.get(url, max_bytes=100)
+    assert "within the deadline of 1 s" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        b"HTTP/1.1 200 OK\r\nX-Big: " + b"a" * 70_000 + b"\r\nContent-Length: 2\r\n\r\nok",
+        b"HTTP/1.1 200 OK\r\n" + b"".join(b"X-%d: a\r\n" % i for i in range(150)) + b"\r\nok",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 3\r\n\r\nhello",
+        b"HTTP/1.1 99999999999 OK\r\nContent-Length: 2\r\n\r\nok",
+        b"\x00\x01 not http at all\r\n\r\n",
+    ],
+    ids=["huge-header", "many-headers", "two-lengths", "bad-status", "not-http"],
+)
+def test_an_answer_that_is_not_http_is_named_so(fetcher: RequestsFetcher, answer: bytes) -> None:
+    def send(conn: socket.socket) -> None:
+        read_request_head(conn)
+        conn.sendall(answer)
+        time.sleep(0.5)
+
+    with serve_raw(send) as url, pytest.raises(NetworkError) as info:
+        fetcher.get(url, max_bytes=100)
+    assert "not valid HTTP" in str(info.value)
+    assert_one_line_network_error(info.value)
+
+
+# --- redirects and their origin ---------------------------------------------------------
+
+
+def test_a_guard_refuses_a_redirect_to_another_port_before_following_it(
+    fetcher: RequestsFetcher,
+) -> None:
+    with serve(lambda seen: ok(b"elsewhere")) as other:
+        redirect = Reply(302, headers={"Location": other.url + "/keys"})
+        with serve(lambda seen: redirect) as origin:
+            guard = OriginGuard(origin.url + "/keys")
+            with pytest.raises(RedirectRefusedError) as info:
+                fetcher.get(origin.url + "/keys", max_bytes=100, guard=guard)
+            assert fetcher.get(origin.url + "/keys", max_bytes=100) == b"elsewhere"  # unguarded
+            allowed = OriginGuard(origin.url + "/keys", [other.url])
+            assert fetcher.get(origin.url + "/keys", max_bytes=100, guard=allowed) == b"elsewhere"
+            assert allowed.final_origin == other.url and guard.final_origin == origin.url
+        assert other.count == 2  # the refused redirect was never followed
+    assert other.url in str(info.value)
+    assert_one_line_network_error(info.value)
+
+
+@pytest.mark.parametrize(
+    "location",
+    ["/moved", "moved", "//127.0.0.1:{port}/moved", "http://127.0.0.1:{port}/moved"],
+)
+def test_a_guard_follows_same_origin_redirects(fetcher: RequestsFetcher, location: str) -> None:
+    def handler(seen: Seen) -> Reply:
+        if seen.path.endswith("/moved"):
+            return ok(b"here")
+        return Reply(301, headers={"Location": location.format(port=port)})
+
+    with serve(handler) as srv:
+        port = srv.url.rsplit(":", 1)[1]
+        guard = OriginGuard(srv.url + "/a/b")
+        assert fetcher.get(srv.url + "/a/b", max_bytes=100, guard=guard, bearer=KEY) == b"here"
+        assert all(s.headers["Authorization"] == f"Bearer {KEY}" for s in srv.seen)
+        assert guard.final_origin == srv.url
+
+
+@pytest.mark.parametrize(
+    "location",
+    [
+        "https://127.0.0.1:{port}/moved",  # scheme
+        "http://localhost:{port}/moved",  # host
+        "http://127.0.0.1:1/moved",  # port
+        "ftp://127.0.0.1:{port}/moved",
+        "file:///etc/passwd",
+        "http://[::1/moved",
+        "http://127.0.0.1:99999/moved",
+    ],
+)
+def test_a_guard_refuses_any_other_origin(fetcher: RequestsFetcher, location: str) -> None:
+    with serve(lambda seen: Reply(302, headers={"Location": location.format(port=port)})) as srv:
+        port = srv.url.rsplit(":", 1)[1]
+        with pytest.raises(NetworkError) as info:
+            fetcher.get(srv.url, max_bytes=100, guard=OriginGuard(srv.url))
+        assert srv.count == 1
+    assert_one_line_network_error(info.value)
+
+
+def test_a_downgrade_from_https_to_http_is_refused_or_loses_the_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tls = self_signed_tls(tmp_path)
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(tmp_path / "tls.pem"))
+    with serve(lambda seen: ok(b"plain")) as plain:
+        down = Reply(302, headers={"Location": plain.url + "/keys"})
+        with (
+            serve(lambda seen: down, tls=tls) as secure,
+            RequestsFetcher(timeout=(0.5, 0.5), retries=0) as f,
+        ):
+            with pytest.raises(RedirectRefusedError):
+                f.get(
+                    secure.url + "/keys", max_bytes=100, guard=OriginGuard(secure.url), bearer=KEY
+                )
+            assert plain.count == 0
+            assert f.get(secure.url + "/keys", max_bytes=100, bearer=KEY) == b"plain"  # unguarded
+            assert secure.seen[-1].headers["Authorization"] == f"Bearer {KEY}"
+        assert "Authorization" not in plain.seen[0].headers
+
+
+@pytest.mark.parametrize("location", ["http://\xff\xfe\x1b[31m/", "", "   "])
+def test_an_unusable_location_is_a_network_error(fetcher: RequestsFetcher, location: str) -> None:
+    with serve(lambda seen: Reply(302, headers={"Location": location})) as srv:
+        with pytest.raises(NetworkError) as info:
+            fetcher.get(srv.url, max_bytes=100)
+        assert srv.count == 1
+    assert "redirected to an unusable URL" in str(info.value)
+    assert_one_line_network_error(info.value)
+
+
+@pytest.mark.parametrize("follow", [True, False], ids=["followed", "refused"])
+def test_a_redirect_body_is_never_read(follow: bool) -> None:
+    # Read, this body would take 100 s; the deadline would end the call with an error.
+    there = "/there" if follow else "http://localhost:1/there"
+    endless = Reply(302, b"z" * 500, headers={"Location": there}, drip=0.2)
+
+    def handler(seen: Seen) -> Reply:
+        return ok(b"there") if seen.path == "/there" else endless
+
+    with (
+        RequestsFetcher(timeout=(0.5, 2.0), retries=0, total_timeout=1.0) as f,
+        serve(handler) as srv,
+    ):
+        if follow:
+            assert f.get(srv.url + "/here", max_bytes=100) == b"there"
+        else:
+            with pytest.raises(RedirectRefusedError):
+                f.get(srv.url + "/here", max_bytes=100, guard=OriginGuard(srv.url))
+
+
+def test_a_post_redirected_with_303_becomes_a_get(fetcher: RequestsFetcher) -> None:
+    def handler(seen: Seen) -> Reply:
+        if seen.path == "/result":
+            return ok(seen.method.encode())
+        return Reply(303, headers={"Location": "/result"})
+
+    with serve(handler) as srv:
+        assert fetcher.post(srv.url, b"{}", content_type="a/b", max_bytes=100) == b"GET"
+        assert "Content-Type" not in srv.seen[1].headers
+
+
 @pytest.mark.parametrize("no_length", [False, True], ids=["content-length", "read-until-close"])
 def test_oversized_body_is_refused(fetcher: RequestsFetcher, no_length: bool) -> None:
     with serve(lambda seen: Reply(200, b"x" * 300_000, no_length=no_length)) as srv:
@@ -223,6 +466,17 @@ def test_oversized_body_is_refused(fetcher: RequestsFetcher, no_length: bool) ->
             fetcher.get(srv.url, max_bytes=100_000)
     assert "exceeds 100000 bytes" in str(info.value)
     assert_one_line_network_error(info.value)
+
+
+def test_a_compression_bomb_stops_at_the_cap(fetcher: RequestsFetcher) -> None:
+    # 64 MiB of zeros in about 64 KiB of gzip, sent although identity was asked for.
+    packer = zlib.compressobj(9, zlib.DEFLATED, 31)
+    bomb = b"".join(packer.compress(bytes(1 << 20)) for _ in range(64)) + packer.flush()
+    reply = Reply(200, bomb, headers={"Content-Encoding": "gzip"})
+    with serve(lambda seen: reply) as srv, pytest.raises(NetworkError) as info:
+        fetcher.get(srv.url, max_bytes=1 << 20)
+    assert "exceeds 1048576 bytes" in str(info.value)
+    assert srv.seen[0].headers["Accept-Encoding"] == "identity"
 
 
 def test_constructor_ceiling_caps_callers(fetcher: RequestsFetcher) -> None:
