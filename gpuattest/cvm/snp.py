@@ -177,7 +177,9 @@ def _check_chain(
     check_id, title = _CHECKS[0]
     product = product_of_issuer(cert)
 
-    def fail(reason: str, line: SnpProductRoots | None = None) -> tuple[Check, Any, Any]:
+    def fail(
+        reason: str, line: SnpProductRoots | None = None
+    ) -> tuple[Check, SnpProduct | None, SnpProductRoots | None]:
         return Check(check_id, title, CheckStatus.FAIL, reason), product, line
 
     if product is None:

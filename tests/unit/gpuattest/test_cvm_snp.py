@@ -8,7 +8,10 @@ import struct
 
 import pytest
 from cryptography import x509
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from gpucc.cli.exitcodes import exit_code_for
 from gpucc.gpuattest.cvm.findings import CvmFindings, CvmKind
 from gpucc.gpuattest.cvm.snp import SnpRoots, looks_like_snp_report, verify_snp_report
 from gpucc.gpuattest.cvm.snp_report import (
@@ -18,7 +21,7 @@ from gpucc.gpuattest.cvm.snp_report import (
     product_from_cpuid,
 )
 from gpucc.gpuattest.cvm.snp_roots import AMD_ROOT_SHA256, load_vcek, vcek_info
-from gpucc.gpuattest.errors import MalformedCertificateError, MalformedInputError
+from gpucc.gpuattest.errors import MalformedCertificateError
 from gpucc.gpuattest.result import CheckStatus
 from tests.support.paths import DATA
 
@@ -209,7 +212,7 @@ def test_a_changed_reported_tcb_fails_the_tcb_check_and_says_out_of_date() -> No
 def test_malformed_reports_are_refused_with_one_line(data: bytes, words: str) -> None:
     with pytest.raises(MalformedSnpReportError) as info:
         verify_snp_report(data, vcek=VCEK, now=WHEN)
-    assert isinstance(info.value, MalformedInputError)
+    assert exit_code_for(info.value) == 4  # a MalformedInputError
     assert words in str(info.value) and "\n" not in info.value.diagnostics()
 
 
@@ -262,3 +265,25 @@ def test_cpuid_names_the_product_line(family: int, model: int, product: SnpProdu
 def test_naive_times_are_refused() -> None:
     with pytest.raises(ValueError, match="timezone"):
         verify_snp_report(REPORT, vcek=VCEK, now=dt.datetime(2025, 1, 1))
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, len(REPORT) - 1), st.integers(1, 255)),
+        min_size=1,
+        max_size=4,
+        unique_by=lambda edit: edit[0],
+    )
+)
+def test_any_corruption_is_a_failed_check_or_malformed_never_a_pass_or_a_crash(
+    edits: list[tuple[int, int]],
+) -> None:
+    data = bytearray(REPORT)
+    for offset, mask in edits:
+        data[offset] ^= mask
+    try:
+        f = verify_snp_report(bytes(data), vcek=VCEK, now=WHEN)
+    except MalformedSnpReportError:
+        return
+    assert not f.evidence_ok
