@@ -287,3 +287,39 @@ def test_any_corruption_is_a_failed_check_or_malformed_never_a_pass_or_a_crash(
     except MalformedSnpReportError:
         return
     assert not f.evidence_ok
+
+
+def test_roots_given_as_pem_work_like_the_packaged_ones() -> None:
+    pems = {
+        p: (
+            (SNP / "roots" / f"{p.value.lower()}-ark.pem").read_bytes(),
+            (SNP / "roots" / f"{p.value.lower()}-ask.pem").read_bytes(),
+        )
+        for p in SnpProduct
+    }
+    roots = SnpRoots.from_pem(pems)
+    assert verify_snp_report(REPORT, vcek=VCEK, now=WHEN, roots=roots).evidence_ok
+    ark, ask = pems[SnpProduct.MILAN]
+    with pytest.raises(MalformedCertificateError, match="one certificate, not 2"):
+        SnpRoots.from_pem({SnpProduct.MILAN: (ark + ask, ask)})
+    with pytest.raises(MalformedCertificateError):
+        SnpRoots.from_pem({SnpProduct.MILAN: (b"-----BEGIN CERTIFICATE-----\nAA\n", ask)})
+
+
+def test_a_packaged_root_that_does_not_match_its_pin_is_a_damaged_installation(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from gpucc.gpuattest.cvm import snp_roots
+    from gpucc.gpuattest.trust import TrustRootError
+
+    pins = dict(snp_roots.AMD_ROOT_SHA256)
+    pins[SnpProduct.GENOA] = (pins[SnpProduct.GENOA][0], "00" * 32)
+    monkeypatch.setattr(snp_roots, "AMD_ROOT_SHA256", pins)
+    snp_roots._amd_roots.cache_clear()
+    try:
+        with pytest.raises(TrustRootError, match="genoa-ask.pem does not match"):
+            verify_snp_report(REPORT, vcek=VCEK, now=WHEN)
+    finally:
+        monkeypatch.undo()
+        snp_roots._amd_roots.cache_clear()
+    assert verify_snp_report(REPORT, vcek=VCEK, now=WHEN).evidence_ok
