@@ -96,14 +96,7 @@ def verify_snp_report(
     parsed = parse_snp_report(report)
     cert = load_vcek(vcek) if vcek is not None else None
     anchors = roots if roots is not None else SnpRoots.amd()
-    checks: list[Check] = [
-        Check(
-            "snp-report",
-            "SEV-SNP report parsed",
-            CheckStatus.PASS,
-            "",
-        )
-    ]
+    checks = [Check("snp-report", "SEV-SNP report parsed", CheckStatus.PASS)]
     product = parsed.cpuid_product
     info: VcekInfo | None = None
     tcb_status: str | None = None
@@ -120,7 +113,10 @@ def verify_snp_report(
         checks.append(_check_chip_id(info, parsed, product))
         tcb_check = _check_tcb(info, parsed, product)
         checks.append(tcb_check)
-        tcb_status = "UpToDate" if tcb_check.status is CheckStatus.PASS else "OutOfDate"
+        if tcb_check.status is CheckStatus.PASS:
+            tcb_status = "UpToDate"
+        elif info.tcb() is not None:  # compared, and different
+            tcb_status = "OutOfDate"
     return CvmFindings(
         kind=CvmKind.SNP,
         checks=tuple(checks),
