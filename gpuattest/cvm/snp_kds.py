@@ -45,7 +45,6 @@ _log = logging.getLogger(__name__)
 
 DEFAULT_KDS_URL = "https://kdsintf.amd.com"
 _CACHE_KIND = "snp-vcek"
-_CACHE_CAP = (MAX_VCEK_BYTES * 4) // 3 + 4096
 # A version 2 report does not name its product line; these are asked in turn (Turin's
 # firmware writes version 3 reports, whose CPUID names the line).
 _V2_PRODUCTS = (SnpProduct.MILAN, SnpProduct.GENOA)
@@ -171,19 +170,18 @@ def fetch_vcek(
         if problem:
             raise KdsError(f"AMD's KDS answer from {safe_url(url)} is not usable: {problem}")
         if cache is not None:
-            # The cache's RIM/OCSP entry format serves any kind of raw collateral.
-            cache._write(_CACHE_KIND, _cache_key(line, parsed), body, expires=None)
+            cache.put_blob(_CACHE_KIND, _cache_key(line, parsed), body, cap=MAX_VCEK_BYTES)
         return body
     raise KdsError("AMD's KDS has no VCEK for this chip at the reported TCB: " + "; ".join(missing))
 
 
 def _cache_get(cache: CollateralCache, product: SnpProduct, report: SnpReport) -> bytes | None:
     key = _cache_key(product, report)
-    data = cache._read(_CACHE_KIND, key, _CACHE_CAP, now=None)
+    data = cache.get_blob(_CACHE_KIND, key, cap=MAX_VCEK_BYTES)
     if data is None:
         return None
     if _usable(data, product, report):
         _log.debug("discarding an unusable cached VCEK %s", hashlib.sha256(data).hexdigest())
-        cache._discard(cache._path(_CACHE_KIND, key))
+        cache.discard_blob(_CACHE_KIND, key)
         return None
     return data
