@@ -59,6 +59,7 @@ _log = logging.getLogger(__name__)
 CACHE_FORMAT = "gpucc-cache"
 _VERSION = 1
 _KEY_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,199}$")
+_KIND_RE = re.compile(r"^[a-z][a-z0-9\-]{0,31}$")
 # An OCSP response is a few KiB; anything bigger in the cache is not ours.
 _MAX_OCSP_ENTRY = 256 * 1024
 _MAX_RIM_ENTRY = (MAX_RIM_BYTES * 4) // 3 + 4096
@@ -124,6 +125,29 @@ class CollateralCache:
         """Forget a cached OCSP response."""
         if _KEY_RE.match(key):
             self._discard(self._path("ocsp", key))
+
+    # -- other collateral (VCEKs, TDX collateral) -----------------------------
+
+    def get_blob(self, kind: str, key: str, *, cap: int) -> bytes | None:
+        """The cached ``kind`` entry for ``key`` if present, intact and under ``cap``, else None.
+
+        For collateral whose validity the verifier judges itself (certificates, signed
+        documents), so entries carry no expiry of their own.
+        """
+        if not (_KIND_RE.match(kind) and _KEY_RE.match(key)) or kind in ("rim", "ocsp"):
+            return None
+        return self._read(kind, key, (cap * 4) // 3 + 4096, now=None)
+
+    def put_blob(self, kind: str, key: str, data: bytes, *, cap: int) -> None:
+        """Store a ``kind`` entry (best effort; nothing over ``cap`` bytes)."""
+        if _KIND_RE.match(kind) and _KEY_RE.match(key) and kind not in ("rim", "ocsp"):
+            if 0 < len(data) <= cap:
+                self._write(kind, key, data, expires=None)
+
+    def discard_blob(self, kind: str, key: str) -> None:
+        """Forget a ``kind`` entry (e.g. after it proved unusable)."""
+        if _KIND_RE.match(kind) and _KEY_RE.match(key):
+            self._discard(self._path(kind, key))
 
     # -- internals ---------------------------------------------------------
 

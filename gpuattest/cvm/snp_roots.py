@@ -1,0 +1,284 @@
+"""AMD's SEV-SNP trust anchors, and what a VCEK certificate says about its chip.
+
+Each EPYC product line has its own AMD Root Key (ARK, self-signed, RSA-4096, RSA-PSS
+SHA-384) and AMD SEV Signing Key (ASK, signed by the ARK), which signs the chips' VCEKs.
+AMD's are shipped as package data and checked against their SHA-256 fingerprints on every
+load (:meth:`SnpRoots.amd`); tests and private deployments pass their own
+(:meth:`SnpRoots.from_pem`).
+
+A VCEK (Versioned Chip Endorsement Key) is an ECDSA P-384 certificate for one chip at one
+TCB. It carries, as X.509 extensions under AMD's arc 1.3.6.1.4.1.3704.1:
+
+* ``.2`` productName (IA5String, e.g. ``Milan-B0``);
+* ``.3.1`` boot loader, ``.3.2`` TEE, ``.3.3`` SNP, ``.3.8`` microcode SPLs, and on Turin
+  ``.3.9`` FMC (DER INTEGERs);
+* ``.4`` hwID: the chip ID (raw bytes, or an OCTET STRING).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass
+from importlib import resources
+
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+from cryptography.utils import CryptographyDeprecationWarning
+from cryptography.x509.oid import NameOID
+
+from .._internal.der import DerError, read_one
+from ..errors import MalformedCertificateError
+from ..trust import TrustRootError
+from .snp_report import SnpProduct, SnpTcb
+
+__all__ = [
+    "AMD_ROOT_SHA256",
+    "SnpProductRoots",
+    "SnpRoots",
+    "VcekInfo",
+    "load_vcek",
+    "product_of_issuer",
+    "vcek_info",
+]
+
+# SHA-256 over the DER encoding of AMD's ARK and ASK per product line.
+AMD_ROOT_SHA256: Mapping[SnpProduct, tuple[str, str]] = {
+    SnpProduct.MILAN: (
+        "69d063b45344d26a2e94e1f4210de49ef555308287d4c174445c95639a540bcd",
+        "67d303bd3905fd38db8b20e0793699870e7fa612eaad5dec358293fd8c0bac1b",
+    ),
+    SnpProduct.GENOA: (
+        "4c6598d19c18719c5dfd4a7d335f674e5bfe1d8f800cea2cf270c10d103db2f1",
+        "5464738c1546aed5f2cecf1dc98c5c960a92e8913238a61711bc90ec6e828521",
+    ),
+    SnpProduct.TURIN: (
+        "1f084161a44bb6d93778a904877d4819cafa5d05ef4193b2ded9dd9c73dd3f6a",
+        "5b77ef5fe7a7a004fd9032668fba9d0fda22f88c4442069a479636a6ae3b3185",
+    ),
+}
+
+_AMD_ARC = "1.3.6.1.4.1.3704.1"
+OID_PRODUCT_NAME = x509.ObjectIdentifier(f"{_AMD_ARC}.2")
+OID_BOOTLOADER = x509.ObjectIdentifier(f"{_AMD_ARC}.3.1")
+OID_TEE = x509.ObjectIdentifier(f"{_AMD_ARC}.3.2")
+OID_SNP = x509.ObjectIdentifier(f"{_AMD_ARC}.3.3")
+OID_MICROCODE = x509.ObjectIdentifier(f"{_AMD_ARC}.3.8")
+OID_FMC = x509.ObjectIdentifier(f"{_AMD_ARC}.3.9")
+OID_HWID = x509.ObjectIdentifier(f"{_AMD_ARC}.4")
+
+# A VCEK is about 1.4 KiB; anything much larger is not one.
+MAX_VCEK_BYTES = 16 * 1024
+_IA5STRING, _INTEGER, _OCTET_STRING = 0x16, 0x02, 0x04
+
+
+def _fingerprint(cert: x509.Certificate) -> str:
+    return hashlib.sha256(cert.public_bytes(serialization.Encoding.DER)).hexdigest()
+
+
+@dataclass(frozen=True)
+class SnpProductRoots:
+    """One product line's anchors: the ARK and the ASK it signed."""
+
+    product: SnpProduct
+    ark: x509.Certificate
+    ask: x509.Certificate
+
+
+@dataclass(frozen=True)
+class SnpRoots:
+    """The ARK/ASK pairs a VCEK may chain to, one per product line."""
+
+    lines: tuple[SnpProductRoots, ...]
+
+    def get(self, product: SnpProduct) -> SnpProductRoots | None:
+        """The anchors for ``product``, or None when these roots have none for it."""
+        return next((line for line in self.lines if line.product is product), None)
+
+    @classmethod
+    def amd(cls) -> SnpRoots:
+        """AMD's production roots from package data, fingerprint-checked (loaded once).
+
+        Raises:
+            TrustRootError: a packaged file is missing or altered.
+        """
+        return _amd_roots()
+
+    @classmethod
+    def from_pem(cls, pems: Mapping[SnpProduct, tuple[bytes, bytes]]) -> SnpRoots:
+        """Roots a caller supplies: ``{product: (ark_pem, ask_pem)}``.
+
+        Raises:
+            MalformedCertificateError: a PEM does not hold exactly one certificate.
+        """
+        lines = []
+        for product, (ark_pem, ask_pem) in pems.items():
+            lines.append(
+                SnpProductRoots(
+                    SnpProduct(product),
+                    _one_pem(ark_pem, f"{product} ARK"),
+                    _one_pem(ask_pem, f"{product} ASK"),
+                )
+            )
+        return cls(tuple(lines))
+
+
+def _one_pem(data: bytes, what: str) -> x509.Certificate:
+    try:
+        certs = x509.load_pem_x509_certificates(data)
+    except ValueError as exc:
+        raise MalformedCertificateError(f"{what} cannot be parsed: {exc}") from None
+    if len(certs) != 1:
+        raise MalformedCertificateError(f"{what} must be one certificate, not {len(certs)}")
+    return certs[0]
+
+
+@functools.cache
+def _amd_roots() -> SnpRoots:
+    lines = []
+    package = resources.files("gpucc.gpuattest._roots.amd")
+    for product, (ark_pin, ask_pin) in AMD_ROOT_SHA256.items():
+        pair = []
+        for role, pin in (("ark", ark_pin), ("ask", ask_pin)):
+            name = f"{product.value.lower()}-{role}.pem"
+            try:
+                cert = x509.load_pem_x509_certificate(package.joinpath(name).read_bytes())
+            except (OSError, ValueError) as exc:
+                raise TrustRootError(f"embedded AMD root {name} cannot be loaded: {exc}") from None
+            if _fingerprint(cert) != pin:
+                raise TrustRootError(
+                    f"embedded AMD root {name} does not match its pinned fingerprint"
+                )
+            pair.append(cert)
+        lines.append(SnpProductRoots(product, pair[0], pair[1]))
+    return SnpRoots(tuple(lines))
+
+
+def product_of_issuer(cert: x509.Certificate) -> SnpProduct | None:
+    """The product line an ASK-issued certificate names in its issuer (``SEV-Milan`` ...)."""
+    names = cert.issuer.get_attributes_for_oid(NameOID.COMMON_NAME)
+    if len(names) != 1:
+        return None
+    cn = str(names[0].value)
+    return next((p for p in SnpProduct if cn == f"SEV-{p.value}"), None)
+
+
+def load_vcek(data: bytes) -> x509.Certificate:
+    """Parse a VCEK certificate (DER, as AMD's KDS serves it, or PEM).
+
+    AMD's VCEKs have serial number 0, which RFC 5280 forbids and cryptography warns about;
+    the warning is silenced here (the certificate is AMD's to shape).
+
+    Raises:
+        MalformedCertificateError: empty, oversized or not one certificate.
+    """
+    if not data or len(data) > MAX_VCEK_BYTES:
+        raise MalformedCertificateError(
+            f"a VCEK certificate has 1 to {MAX_VCEK_BYTES} bytes, this has {len(data)}"
+        )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CryptographyDeprecationWarning)
+        try:
+            if data.lstrip().startswith(b"-----BEGIN"):
+                cert = _one_pem(data, "the VCEK certificate")
+            else:
+                cert = x509.load_der_x509_certificate(data)
+            _ = (cert.issuer, cert.subject, cert.extensions, cert.public_key())
+            _ = (cert.not_valid_before_utc, cert.not_valid_after_utc)
+        except (ValueError, TypeError, x509.InvalidVersion, x509.DuplicateExtension) as exc:
+            raise MalformedCertificateError(
+                f"the VCEK certificate cannot be parsed: {exc}"
+            ) from None
+    return cert
+
+
+@dataclass(frozen=True)
+class VcekInfo:
+    """What a VCEK's AMD extensions say (None where an extension is absent or unreadable).
+
+    Attributes:
+        product_name: the productName extension (``Milan-B0``).
+        bootloader, tee, snp, microcode, fmc: the TCB SPLs the VCEK was issued for.
+        hwid: the chip ID it was issued for.
+        problems: extensions present but unreadable.
+    """
+
+    product_name: str | None
+    bootloader: int | None
+    tee: int | None
+    snp: int | None
+    microcode: int | None
+    fmc: int | None
+    hwid: bytes | None
+    problems: tuple[str, ...]
+
+    def tcb(self) -> SnpTcb | None:
+        """The TCB the VCEK names, or None when a Milan/Genoa component is missing."""
+        parts = (self.bootloader, self.tee, self.snp, self.microcode)
+        if any(p is None for p in parts):
+            return None
+        bl, tee, snp, ucode = (p or 0 for p in parts)
+        return SnpTcb(bootloader=bl, tee=tee, snp=snp, microcode=ucode, fmc=self.fmc)
+
+
+def _raw_extension(cert: x509.Certificate, oid: x509.ObjectIdentifier) -> bytes | None:
+    try:
+        value = cert.extensions.get_extension_for_oid(oid).value
+    except x509.ExtensionNotFound:
+        return None
+    if isinstance(value, x509.UnrecognizedExtension):
+        return value.value
+    return None
+
+
+def _small_int(content: bytes) -> int:
+    if not content or len(content) > 2 or content[0] & 0x80:
+        raise DerError("not a small non-negative INTEGER")
+    if len(content) == 2 and content[0] == 0 and not content[1] & 0x80:
+        raise DerError("INTEGER not minimally encoded")
+    value = int.from_bytes(content, "big")
+    if value > 0xFF:
+        raise DerError("SPL above 255")
+    return value
+
+
+def vcek_info(cert: x509.Certificate) -> VcekInfo:
+    """Read a VCEK's AMD extensions (unreadable ones are listed in ``problems``)."""
+    problems: list[str] = []
+
+    def spl(oid: x509.ObjectIdentifier, name: str) -> int | None:
+        raw = _raw_extension(cert, oid)
+        if raw is None:
+            return None
+        try:
+            return _small_int(read_one(raw, _INTEGER))
+        except DerError as exc:
+            problems.append(f"{name} SPL extension: {exc}")
+            return None
+
+    product_name: str | None = None
+    raw_name = _raw_extension(cert, OID_PRODUCT_NAME)
+    if raw_name is not None:
+        try:
+            product_name = read_one(raw_name, _IA5STRING).decode("ascii")
+        except (DerError, UnicodeDecodeError):
+            problems.append("productName extension is not an IA5String")
+    hwid = _raw_extension(cert, OID_HWID)
+    if hwid is not None and len(hwid) not in (8, 64):
+        try:  # some encoders wrap the chip ID in an OCTET STRING
+            hwid = read_one(hwid, _OCTET_STRING)
+        except DerError:
+            problems.append(f"hwID extension has {len(hwid)} bytes")
+            hwid = None
+    return VcekInfo(
+        product_name=product_name,
+        bootloader=spl(OID_BOOTLOADER, "boot loader"),
+        tee=spl(OID_TEE, "TEE"),
+        snp=spl(OID_SNP, "SNP"),
+        microcode=spl(OID_MICROCODE, "microcode"),
+        fmc=spl(OID_FMC, "FMC"),
+        hwid=hwid,
+        problems=tuple(problems),
+    )
