@@ -1,8 +1,9 @@
 """Collect a TDX quote or an SEV-SNP report inside a confidential VM, through configfs-tsm.
 
 Linux (6.7 and later) gives TDX and SEV-SNP guests one interface for attestation evidence:
-configfs-tsm (the kernel's ``Documentation/ABI/testing/configfs-tsm-report``), under
-``/sys/kernel/config/tsm/report``. :func:`collect_tsm_report` makes one request, in this order:
+configfs-tsm, under ``/sys/kernel/config/tsm/report`` (the kernel documents it in
+``Documentation/ABI/testing/configfs-tsm-report``, named ``configfs-tsm`` in earlier trees).
+:func:`collect_tsm_report` makes one request, in this order:
 
 1. ``mkdir`` a uniquely named entry under the root; the kernel fills it with attributes.
 2. Read ``provider`` (``tdx_guest`` or ``sev_guest``); any other is refused before anything

@@ -51,6 +51,7 @@ class FakeTsm:
         races: writes another writer makes to the n-th entry between its write and read.
         omit: attributes left out of new entries.
         outblob_dir: make ``outblob`` a directory, so reading it fails in the kernel.
+        modes: permission bits for attributes (which root ignores).
         deny: ``mkdir`` fails with EACCES.
         rmdir_fails: ``rmdir`` fails with EBUSY (the entry is cleaned up by :meth:`close`).
     """
@@ -68,6 +69,7 @@ class FakeTsm:
         races: Sequence[int] = (),
         omit: Sequence[str] = (),
         outblob_dir: bool = False,
+        modes: dict[str, int] | None = None,
         deny: bool = False,
         rmdir_fails: bool = False,
     ) -> None:
@@ -82,6 +84,7 @@ class FakeTsm:
         self.races = list(races)
         self.omit = set(omit)
         self.outblob_dir = outblob_dir
+        self.modes = modes or {}
         self.deny = deny
         self.rmdir_fails = rmdir_fails
         self.entries: list[Entry] = []
@@ -111,6 +114,8 @@ class FakeTsm:
                 (path / name).write_text(text)
         if self.auxblob is not None and "auxblob" not in self.omit:
             (path / "auxblob").write_bytes(self.auxblob)
+        for name, mode in self.modes.items():
+            (path / name).chmod(mode)
         if "outblob" in self.omit:
             return
         if self.outblob_dir:

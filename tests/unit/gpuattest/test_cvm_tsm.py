@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import os
 import struct
 import uuid
 from collections.abc import Callable, Iterator
@@ -247,6 +248,29 @@ def test_permission_denied_is_a_file_access_error(kernel: Kernel, chip: Simulate
     assert exit_code_for(caught.value) == 8
     assert "root" in caught.value.diagnostics()
     fake.assert_clean()
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes read-only files")
+def test_an_attribute_that_may_not_be_written_is_a_file_access_error(
+    kernel: Kernel, chip: SimulatedSnp
+) -> None:
+    fake = kernel(snp_maker(chip), modes={"inblob": 0o444})
+    with pytest.raises(TsmAccessError, match="inblob") as caught:
+        collect(fake)
+    assert exit_code_for(caught.value) == 8
+    fake.assert_clean()
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes to read-only directories")
+def test_a_report_directory_that_may_not_be_written_is_a_file_access_error(
+    tmp_path: Path,
+) -> None:
+    tmp_path.chmod(0o555)
+    with pytest.raises(TsmAccessError, match="permission denied") as caught:
+        collect_tsm_report(REPORT_DATA, root=tmp_path)
+    assert exit_code_for(caught.value) == 8
+    tmp_path.chmod(0o755)
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize("size", [0, 32, 63, 65, 128])
