@@ -32,8 +32,10 @@ import os
 import secrets
 import struct
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 
 from ..errors import EnvironmentProblemError, FileAccessError, MalformedInputError, UsageError
 from .findings import CvmKind
@@ -62,7 +64,9 @@ OUTBLOB_MAX = 64 * 1024
 """Largest outblob accepted (twice the kernel's own cap; TDX quotes are about 5 KiB)."""
 AUXBLOB_MAX = 64 * 1024
 """Largest auxblob accepted (the SNP guest driver's certificate buffer is smaller)."""
-PROVIDERS: dict[str, CvmKind] = {"tdx_guest": CvmKind.TDX, "sev_guest": CvmKind.SNP}
+PROVIDERS: Mapping[str, CvmKind] = MappingProxyType(
+    {"tdx_guest": CvmKind.TDX, "sev_guest": CvmKind.SNP}
+)
 """The configfs-tsm providers gpucc knows, and the kind of evidence each gives."""
 
 _SMALL_MAX = 64  # provider, generation, privlevel_floor
@@ -140,10 +144,12 @@ class _Retry(Exception):
 
 
 def _make_entry(path: Path) -> None:
+    """Make an entry (configfs fills it with attributes; the tests' fake kernel does too)."""
     os.mkdir(path, 0o700)
 
 
 def _remove_entry(path: Path) -> None:
+    """Remove an entry with its attributes (configfs allows it; a plain directory would not)."""
     os.rmdir(path)
 
 
