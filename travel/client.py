@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 from typing import Any
 
+from gpucc.gpuattest._internal.jsonio import loads_untrusted
+from gpucc.gpuattest.errors import MalformedInputError
 from gpucc.staging.release import CHALLENGE_SIZE, Offer
 
 from .errors import HolderProtocolError, HolderRefusedError, HolderUnreachableError
@@ -77,10 +78,11 @@ class HolderClient:
     @staticmethod
     def _error(status: int, data: bytes) -> str:
         try:
-            doc: Any = json.loads(data)
-            message = str(doc.get("message", "")) if isinstance(doc, dict) else ""
-        except ValueError:
+            doc: Any = loads_untrusted(data, what="error reply", error=MalformedInputError)
+            message = doc.get("message", "") if isinstance(doc, dict) else ""
+        except MalformedInputError:
             message = ""
+        message = message if isinstance(message, str) else ""
         return " ".join(message.split())[:300] or f"HTTP {status}"
 
     def challenge(self) -> bytes:
@@ -96,9 +98,9 @@ class HolderClient:
                 f"holder {self.url} refused a challenge: {self._error(status, data)}"
             )
         try:
-            doc = json.loads(data)
+            doc = loads_untrusted(data, what="challenge", error=MalformedInputError)
             value = bytes.fromhex(doc["challenge"])
-        except (ValueError, KeyError, TypeError):
+        except (MalformedInputError, ValueError, KeyError, TypeError):
             raise HolderUnreachableError(f"holder {self.url} sent a malformed challenge") from None
         if len(value) != CHALLENGE_SIZE:
             raise HolderUnreachableError(f"holder {self.url} sent a malformed challenge")

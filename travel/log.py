@@ -15,7 +15,6 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +24,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from gpucc.gpuattest._internal.jsonio import loads_untrusted
 from gpucc.gpuattest.files import read_capped
 
 from .errors import LogTamperedError, MalformedLogError
@@ -84,10 +84,7 @@ def verify_log_lines(lines: Sequence[bytes], key: ec.EllipticCurvePublicKey) -> 
     holders = []
     for n, line in enumerate(lines):
         where = f"log entry {n + 1}"
-        try:
-            doc = json.loads(line)
-        except (ValueError, UnicodeDecodeError):
-            raise MalformedLogError(f"{where} is not JSON") from None
+        doc = loads_untrusted(line, what=where, error=MalformedLogError)
         if not isinstance(doc, dict) or doc.get("schema") != LOG_SCHEMA:
             raise MalformedLogError(f"{where} is not a {LOG_SCHEMA} entry")
         sig_text = doc.pop("signature", None)
