@@ -10,7 +10,12 @@ from gpucc.gpuattest._internal.jsonio import loads_untrusted
 from gpucc.gpuattest.errors import MalformedInputError
 from gpucc.staging.release import CHALLENGE_SIZE, Offer
 
-from .errors import HolderProtocolError, HolderRefusedError, HolderUnreachableError
+from .errors import (
+    HolderCannotDecideError,
+    HolderProtocolError,
+    HolderRefusedError,
+    HolderUnreachableError,
+)
 from .signing import MAX_ENVELOPE_BYTES, Envelope
 
 __all__ = ["HolderClient"]
@@ -93,6 +98,10 @@ class HolderClient:
             HolderProtocolError: the holder refused (rate limit).
         """
         status, data = self._post("/v1/challenge", b"{}", _MAX_SMALL_REPLY)
+        if status == 503:
+            raise HolderCannotDecideError(
+                f"holder {self.url} cannot serve now: {self._error(status, data)}"
+            )
         if status != 200:
             raise HolderProtocolError(
                 f"holder {self.url} refused a challenge: {self._error(status, data)}"
@@ -112,6 +121,7 @@ class HolderClient:
         Raises:
             HolderUnreachableError: no proper answer in time.
             HolderRefusedError: the holder did not trust the GPU (HTTP 403).
+            HolderCannotDecideError: the holder could not decide (HTTP 503).
             HolderProtocolError: another refusal (challenge used or unknown, rate limit, …).
             MalformedEnvelopeError: a 200 reply that is not an envelope.
         """
@@ -119,6 +129,10 @@ class HolderClient:
         if status == 403:
             raise HolderRefusedError(
                 f"holder {self.url} refused the GPU: {self._error(status, data)}"
+            )
+        if status == 503:
+            raise HolderCannotDecideError(
+                f"holder {self.url} could not decide: {self._error(status, data)}"
             )
         if status != 200:
             raise HolderProtocolError(

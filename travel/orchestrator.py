@@ -28,7 +28,7 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from gpucc.gpuattest.errors import UsageError
-from gpucc.gpuattest.files import write_atomic
+from gpucc.gpuattest.files import OutputExistsError, write_atomic
 from gpucc.staging.release import Answer, CollectedEvidence, create_offer, open_answer
 
 from .client import HolderClient
@@ -203,7 +203,8 @@ def run_plan(
         transit: called with (from, to, model) between two visits (where the model travels).
 
     Raises:
-        UsageError: the log exists (without ``force``), or no key to sign the log with.
+        OutputExistsError: the log exists (without ``force``).
+        UsageError: no key to sign the log with.
         HolderUnreachableError, HolderRefusedError, HolderProtocolError,
         HolderAuthenticationError, ProtocolError, KeyUnwrapError,
         DatasetDigestMismatchError, ModelDigestMismatchError, ScrubError, and staging's
@@ -211,7 +212,7 @@ def run_plan(
     """
     log_path = log_path or plan.log_path
     if log_path is not None and log_path.exists() and not force:
-        raise UsageError(f"{log_path} exists; choose another log or replace it with --force")
+        raise OutputExistsError(f"{log_path} exists; choose another log or replace it with --force")
     if log_path is not None and signing_key is None:
         if plan.key_path is None:
             raise UsageError("the plan names no orchestrator key to sign the log with")

@@ -365,7 +365,7 @@ def test_cli_run_and_verify_log(world: World, tmp_path: Path) -> None:
         text=True,
         check=False,
     )
-    assert again.returncode == 2 and "exists" in again.stderr  # never replaced without --force
+    assert again.returncode == 8 and "exists" in again.stderr  # never replaced without --force
     assert len(again.stderr.strip().splitlines()) <= 2
 
     lines = log.read_bytes().splitlines()
