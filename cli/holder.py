@@ -29,6 +29,7 @@ from .options import (
     RimDirOption,
 )
 from .output import emit, note
+from .terminal import safe_text
 
 __all__ = ["holder_app", "keygen"]
 
@@ -336,6 +337,52 @@ def datasets_cmd(
         sys.stdout.write(
             f"- name: {e['name']}\n  path: {e['path']}\n  header_digest: {e['header_digest']}\n"
         )
+
+
+@holder_app.command("receipts")
+def receipts_cmd(
+    receipt_dir: Annotated[
+        Path,
+        typer.Option(
+            "--receipt-dir", exists=True, file_okay=False, help="The service's --receipt-dir."
+        ),
+    ],
+    fmt: FormatOption = OutputFormat.TEXT,
+) -> None:
+    """Show the receipts this holder kept: for each visit, the log entry index and hash the
+    orchestrator signed (give the file to `gpucc travel verify-log --receipt`)."""
+    from gpucc.gpuattest.files import read_capped
+    from gpucc.travel.receipt import MAX_RECEIPT_BYTES, Receipt
+
+    found = []
+    for path in sorted(receipt_dir.glob("receipt-*.json")):
+        r = Receipt.from_json(read_capped(path, MAX_RECEIPT_BYTES, what="receipt"))
+        r.verify()
+        found.append((path, r))
+    if fmt is OutputFormat.JSON:
+        emit(
+            {
+                "schema": "gpucc.holder.receipts/v1",
+                "receipts": [
+                    {
+                        "file": str(p),
+                        "holder_id": r.holder_id,
+                        "seq": r.seq,
+                        "entry_hash": r.entry_hash,
+                        "transcript_hash": r.transcript_hash,
+                        "orchestrator_key_id": r.orchestrator_key_id,
+                    }
+                    for p, r in found
+                ],
+            }
+        )
+        return
+    for p, r in found:
+        sys.stdout.write(
+            f"{safe_text(p.name)}: entry {r.seq} hash {r.entry_hash} signed by orchestrator "
+            f"{r.orchestrator_key_id[:16]}…\n"
+        )
+    note(f"{len(found)} receipt(s) in {safe_text(receipt_dir)}")
 
 
 if __name__ == "__main__":  # pragma: no cover - the tests run the service this way

@@ -16,6 +16,7 @@ from .errors import (
     HolderRefusedError,
     HolderUnreachableError,
 )
+from .receipt import Receipt
 from .signing import MAX_ENVELOPE_BYTES, Envelope
 
 __all__ = ["HolderClient"]
@@ -139,3 +140,12 @@ class HolderClient:
                 f"holder {self.url} refused the offer (HTTP {status}): {self._error(status, data)}"
             )
         return Envelope.from_json(data)
+
+    def receipt(self, receipt: Receipt) -> bool:
+        """Give the holder the receipt of its visit; whether it says it kept it.
+
+        Raises:
+            HolderUnreachableError: no proper answer in time.
+        """
+        status, _ = self._post("/v1/receipt", receipt.to_json(), _MAX_SMALL_REPLY)
+        return status == 200

@@ -119,7 +119,7 @@ class ChallengeStore:
     ):
         self._ttl = ttl
         self._limit = limit
-        self._per_client = per_client or limit
+        self._per_client = per_client
         self._clock = clock
         self._open: OrderedDict[bytes, tuple[float, str]] = OrderedDict()
         self._used: OrderedDict[bytes, float] = OrderedDict()
@@ -135,7 +135,7 @@ class ChallengeStore:
         challenge = secrets.token_bytes(CHALLENGE_SIZE)
         with self._lock:
             self._expire()
-            if self._held[client] >= self._per_client:
+            if self._per_client is not None and self._held[client] >= self._per_client:
                 raise ChallengeRefused("too many outstanding challenges for this client")
             self._open[challenge] = (self._clock() + self._ttl, client)
             self._held[client] += 1
