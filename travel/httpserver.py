@@ -208,6 +208,7 @@ class _Server:
                 if first:  # a connection that never asked anything is told why it goes
                     await self._answer(
                         conn,
+                        reader,
                         writer,
                         peer,
                         None,
@@ -278,10 +279,10 @@ class _Server:
             refusal = _Refusal(exc.error_status_hint, "malformed", f"not HTTP/1.1: {exc}"[:200])
             if exc.error_status_hint == 431:
                 refusal.kind = "too-large"
-            await self._answer(conn, writer, client, method, path, started, refusal)
+            await self._answer(conn, reader, writer, client, method, path, started, refusal)
             return False
         except _Refusal as refusal:
-            await self._answer(conn, writer, client, method, path, started, refusal)
+            await self._answer(conn, reader, writer, client, method, path, started, refusal)
             return False
         finally:
             self.busy.discard(task)
@@ -368,6 +369,7 @@ class _Server:
     async def _answer(
         self,
         conn: Any,
+        reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
         client: str,
         method: str | None,
@@ -400,7 +402,23 @@ class _Server:
                 )
                 writer.write(head.encode() + b"\r\n" + body)
             await asyncio.wait_for(writer.drain(), 1.0)
+            await self._linger(reader, writer)
         _log(client, method, path, refusal.status, refusal.kind, len(body), started)
+
+    @staticmethod
+    async def _linger(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Half-close, then discard what the client is still sending for a moment (at most
+        half a second and 256 KiB), so that closing does not reset the connection before
+        the client has read the refusal."""
+        if writer.can_write_eof():
+            writer.write_eof()
+        deadline = time.monotonic() + 0.5
+        left = 256 * 1024
+        while left > 0 and (wait := deadline - time.monotonic()) > 0:
+            chunk = await asyncio.wait_for(reader.read(min(left, 65536)), wait)
+            if not chunk:
+                return
+            left -= len(chunk)
 
     # --- the listener --------------------------------------------------------------------
 
