@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from gpucc.gpuattest.errors import KeyFileError
+from gpucc.gpuattest.errors import KeyFileError, MalformedPolicyError
 from gpucc.gpuattest.files import OutputExistsError
+from gpucc.gpuattest.policy import load_policy
 from gpucc.travel.errors import (
     HolderAuthenticationError,
     LogTamperedError,
@@ -36,7 +37,7 @@ from gpucc.travel.log import (
     verify_log,
     verify_log_lines,
 )
-from gpucc.travel.plan import parse_plan
+from gpucc.travel.plan import load_plan, parse_plan
 from gpucc.travel.receipt import Receipt, make_receipt
 from gpucc.travel.signing import (
     Envelope,
@@ -368,6 +369,45 @@ def test_plan_parsing(tmp_path: Path) -> None:
     for doc in bad:
         with pytest.raises(PlanError):
             parse_plan(doc)
+
+
+def test_plan_files_are_read_strictly(tmp_path: Path) -> None:
+    pin = "sha256:" + "ab" * 32
+    other = "sha256:" + "cd" * 32
+    good = (
+        "version: 1\nholders:\n  - id: a\n    url: http://127.0.0.1:1\n"
+        f"    public_key: {pin}\n"
+        "    datasets:\n      - {name: d, path: d.gcc, header_digest: '" + "00" * 32 + "'}\n"
+    )
+    path = tmp_path / "plan.yaml"
+    path.write_text(good)
+    assert load_plan(path).holders[0].pin.key_id == "ab" * 32
+    hostile = {
+        "version: true": good.replace("version: 1", "version: true"),
+        "version: 1.0": good.replace("version: 1", "version: 1.0"),
+        # a reviewer reads the first pin; a lenient parser would use the second
+        "two pins": good.replace(
+            f"public_key: {pin}", f"public_key: {pin}\n    public_key: {other}"
+        ),
+        "deep": "[" * 50_000 + "]" * 50_000,
+        "tag": good.replace("id: a", "id: !!python/object:os.system a"),
+        "alias": good.replace("id: a", "id: &x a\n    tls_ca: *x"),
+    }
+    for name, text in hostile.items():
+        path.write_text(text)
+        with pytest.raises(PlanError):
+            load_plan(path)
+            pytest.fail(name)
+
+
+def test_policy_version_must_be_the_integer_one(tmp_path: Path) -> None:
+    path = tmp_path / "policy.yaml"
+    for text in ("version: true\n", "version: 1.0\n", "version: 1\nversion: 1\n"):
+        path.write_text(text)
+        with pytest.raises(MalformedPolicyError):
+            load_policy(path)
+    path.write_text("version: 1\n")
+    assert load_policy(path).require_nonce
 
 
 def test_model_digest_covers_names_shapes_dtypes_and_bytes() -> None:
