@@ -198,6 +198,15 @@ def serve(
             help="Keep the orchestrator's signed receipts of visits here.",
         ),
     ] = None,
+    orchestrator_key: Annotated[
+        Path | None,
+        typer.Option(
+            "--orchestrator-key",
+            exists=True,
+            dir_okay=False,
+            help="Accept receipts signed by this orchestrator public key only.",
+        ),
+    ] = None,
     drain_s: Annotated[
         float, typer.Option("--drain-s", min=0, max=600, help="Graceful shutdown limit, s.")
     ] = 20.0,
@@ -219,11 +228,12 @@ def serve(
     within --idle-timeout-s, its head does not arrive within --header-timeout-s or the whole
     request within --body-timeout-s; SIGTERM stops accepting and drains requests in flight.
     """
+    from gpucc.gpuattest.files import read_capped
     from gpucc.staging.format import read_secret_file
     from gpucc.travel.holder import HolderConfig, load_datasets
     from gpucc.travel.holder import serve as run_service
     from gpucc.travel.httpserver import ServerLimits
-    from gpucc.travel.signing import load_signing_key
+    from gpucc.travel.signing import load_public_key, load_signing_key
 
     host, port = _listen(listen)
     if (tls_cert is None) != (tls_key is None):
@@ -256,6 +266,9 @@ def serve(
         body_timeout_s=body_timeout,
         max_challenges_per_client=max_challenges,
         receipt_dir=receipt_dir,
+        orchestrator_key=None
+        if orchestrator_key is None
+        else load_public_key(read_capped(orchestrator_key, 16 * 1024), str(orchestrator_key)),
     )
     limits = ServerLimits(
         idle_s=idle_timeout,

@@ -67,6 +67,8 @@ __all__ = [
 ]
 
 _access = logging.getLogger("gpucc.holder.access")
+#: receipts accepted per answered session (without a pinned orchestrator key)
+_RECEIPTS_PER_SESSION = 4
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,8 @@ class HolderConfig:
         max_challenges_per_client: outstanding challenges one client address may hold.
         body_timeout_s: a whole request must arrive within this many seconds.
         receipt_dir: where receipts of visits are kept (``None``: not kept).
+        orchestrator_key: receipts are accepted only when signed by this key (``None``:
+            by any key, a few per session).
     """
 
     datasets: tuple[DatasetKey, ...] = field(repr=False)
@@ -97,6 +101,7 @@ class HolderConfig:
     max_challenges_per_client: int = 64
     body_timeout_s: float = 30.0
     receipt_dir: Path | None = None
+    orchestrator_key: ec.EllipticCurvePublicKey | None = None
 
 
 class ChallengeRefused(Exception):  # noqa: N818 - an outcome, mapped to HTTP 409
@@ -320,7 +325,8 @@ def build_app(config: HolderConfig) -> Any:
     )
     limiter = RateLimiter(config.rate_per_s, config.burst)
     holder_key_id = key_id(config.signing_key)
-    answered: OrderedDict[str, bool] = OrderedDict()  # transcript hashes answered, bounded
+    # transcript hashes answered (bounded) -> receipts still accepted for that session
+    answered: OrderedDict[str, int] = OrderedDict()
     answered_lock = threading.Lock()
 
     def refuse(request: Request, status: int, kind: str, message: str) -> Response:
@@ -392,7 +398,7 @@ def build_app(config: HolderConfig) -> Any:
         except GpuccError as exc:
             return refuse(request, 403, "refused", _one_line(exc))
         with answered_lock:
-            answered[transcript.hex()] = True
+            answered[transcript.hex()] = _RECEIPTS_PER_SESSION
             while len(answered) > config.max_outstanding:
                 answered.popitem(last=False)
         request.state.outcome = "answered"
@@ -406,14 +412,19 @@ def build_app(config: HolderConfig) -> Any:
             return refuse(request, 404, "not-kept", "this holder keeps no receipts")
         try:
             parsed = Receipt.from_json(body)
-            parsed.verify()
+            parsed.verify(config.orchestrator_key)
         except GpuccError as exc:
             return refuse(request, 400, "malformed", _one_line(exc))
+        # Anyone who saw the transcript hash could post a receipt first; without a pinned
+        # orchestrator key a few are kept per session (by signer), so none can crowd out
+        # the orchestrator's own.
         with answered_lock:
-            ours = answered.pop(parsed.transcript_hash, None)
-        if ours is None:
+            left = answered.get(parsed.transcript_hash, 0)
+            if left > 0:
+                answered[parsed.transcript_hash] = left - 1
+        if left <= 0:
             return refuse(
-                request, 409, "unknown-session", "no answered session has this transcript"
+                request, 409, "unknown-session", "no answered session awaits this receipt"
             )
         try:
             await run_in_threadpool(store_receipt, config.receipt_dir, parsed)
@@ -449,12 +460,17 @@ def build_app(config: HolderConfig) -> Any:
 
 
 def store_receipt(directory: Path, receipt: Receipt) -> Path:
-    """Keep ``receipt`` as ``receipt-<seq>-<transcript hash prefix>.json`` in ``directory``.
+    """Keep ``receipt`` in ``directory`` as
+    ``receipt-<seq>-<transcript hash prefix>-<orchestrator key id prefix>.json``.
 
     Raises:
         FileAccessError: it cannot be written (an existing receipt is never replaced).
     """
-    path = directory / f"receipt-{receipt.seq:06d}-{receipt.transcript_hash[:32]}.json"
+    name = (
+        f"receipt-{receipt.seq:06d}-{receipt.transcript_hash[:32]}-"
+        f"{receipt.orchestrator_key_id[:16]}.json"
+    )
+    path = directory / name
     write_atomic(path, receipt.to_json() + b"\n", mode=0o644, what="receipt")
     return path
 

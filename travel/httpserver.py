@@ -133,7 +133,7 @@ class _Server:
         if self.open >= self.limits.max_connections or (
             capped and self.per_client[peer] >= self.limits.max_per_client
         ):
-            await self._refuse_raw(writer, peer, "busy")
+            await self._refuse_raw(reader, writer, peer, "busy")
             return
         self.open += 1
         self.per_client[peer] += 1
@@ -167,16 +167,19 @@ class _Server:
                 del self.per_client[peer]
             writer.close()
 
-    async def _refuse_raw(self, writer: asyncio.StreamWriter, peer: str, kind: str) -> None:
+    async def _refuse_raw(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: str, kind: str
+    ) -> None:
         started = time.perf_counter()
         body = _error_body(kind, "the service is at its connection limit; try again")
         head = (
             "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
             f"content-length: {len(body)}\r\nconnection: close\r\nretry-after: 1\r\n\r\n"
         ).encode()
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(Exception, asyncio.CancelledError):
             writer.write(head + body)
             await asyncio.wait_for(writer.drain(), 1.0)
+            await self._linger(reader, writer, 0.25)
         writer.close()
         _log(peer, None, None, 503, kind, len(body), started)
 
@@ -406,13 +409,15 @@ class _Server:
         _log(client, method, path, refusal.status, refusal.kind, len(body), started)
 
     @staticmethod
-    async def _linger(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _linger(
+        reader: asyncio.StreamReader, writer: asyncio.StreamWriter, seconds: float = 0.5
+    ) -> None:
         """Half-close, then discard what the client is still sending for a moment (at most
         half a second and 256 KiB), so that closing does not reset the connection before
         the client has read the refusal."""
         if writer.can_write_eof():
             writer.write_eof()
-        deadline = time.monotonic() + 0.5
+        deadline = time.monotonic() + seconds
         left = 256 * 1024
         while left > 0 and (wait := deadline - time.monotonic()) > 0:
             chunk = await asyncio.wait_for(reader.read(min(left, 65536)), wait)

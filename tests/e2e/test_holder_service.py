@@ -19,12 +19,16 @@ from typing import Any
 import pytest
 
 from gpucc.gpuattest.simulate import SimulatedGpu
+from gpucc.travel.log import verify_log
 from gpucc.travel.orchestrator import run_plan
 from gpucc.travel.plan import parse_plan
-from gpucc.travel.signing import public_pem
+from gpucc.travel.receipt import Receipt
+from gpucc.travel.signing import generate_signing_key, public_pem
 from tests.e2e.test_travel_e2e import Holder, World, _self_signed, _start, _stop, _wait_healthy
 
 pytestmark = pytest.mark.slow
+
+ORCHESTRATOR = generate_signing_key()
 
 PER_CLIENT = 6
 DEADLINES = (
@@ -49,7 +53,18 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     w = World(tmp=tmp, gpu=SimulatedGpu.create(now=dt.datetime.now(dt.UTC)), roots=tmp / "roots")
     w.write_roots()
     w.holders["h"] = _start(w, "h", [20_000], *DEADLINES)
-    w.holders["proxied"] = _start(w, "proxied", [1_000], *DEADLINES, "--trusted-proxy", "127.0.0.1")
+    orchestrator = tmp / "orchestrator.pub.pem"
+    orchestrator.write_bytes(public_pem(ORCHESTRATOR))
+    w.holders["proxied"] = _start(
+        w,
+        "proxied",
+        [1_000],
+        *DEADLINES,
+        "--trusted-proxy",
+        "127.0.0.1",
+        "--orchestrator-key",
+        str(orchestrator),
+    )
     try:
         for holder in w.holders.values():
             _wait_healthy(holder)
@@ -243,6 +258,46 @@ def test_an_attacker_at_its_allowance_cannot_starve_an_honest_orchestrator(
     attack = [e for e in _access(h) if e["client"] == "127.0.0.2"]
     assert {e["status"] for e in attack} <= {400, 408, 503}  # 400: cut off as it exited
     assert any(e["status"] == 503 for e in attack) and any(e["status"] == 408 for e in attack)
+
+
+def _one_holder_plan(holder: Holder) -> Any:
+    return parse_plan(
+        {
+            "version": 1,
+            "timeout_s": 10,
+            "holders": [
+                {
+                    "id": holder.name,
+                    "url": holder.url,
+                    "public_key": public_pem(holder.key).decode(),
+                    "datasets": [
+                        {"name": n, "path": str(p), "header_digest": d.hex()}
+                        for n, p, d, _ in holder.datasets
+                    ],
+                }
+            ],
+        }
+    )
+
+
+def test_receipts_are_kept_and_can_be_pinned_to_the_orchestrator(
+    world: World, tmp_path: Path
+) -> None:
+    pinned = world.holders["proxied"]
+    kept_dir = world.tmp / "proxied" / "receipts"
+    before = set(kept_dir.iterdir())
+    log = tmp_path / "log.jsonl"
+    plan = _one_holder_plan(pinned)
+    result = run_plan(plan, collect=world.collect, signing_key=ORCHESTRATOR, log_path=log)
+    assert result.visits[0].receipt_kept
+    (new,) = set(kept_dir.iterdir()) - before
+    receipt = Receipt.from_json(new.read_bytes())
+    assert receipt.seq == 0 and receipt.transcript_hash == result.visits[0].transcript_hash
+    assert verify_log(log, ORCHESTRATOR.public_key(), receipts=[receipt]).complete
+    # another orchestrator key: the pinned holder refuses to keep its receipt
+    other = run_plan(plan, collect=world.collect, signing_key=generate_signing_key())
+    assert not other.visits[0].receipt_kept
+    assert set(kept_dir.iterdir()) == before | {new}
 
 
 def test_tls_key_is_checked_like_every_secret_key(world: World, tmp_path: Path) -> None:
