@@ -273,7 +273,8 @@ class _Server:
             if close:
                 out_headers.append((b"connection", b"close"))
             writer.write(conn.send(h11.Response(status_code=status, headers=out_headers)))
-            writer.write(conn.send(h11.Data(data=payload)) if payload else b"")
+            if payload and method != "HEAD":  # a HEAD answer has the headers only
+                writer.write(conn.send(h11.Data(data=payload)))
             writer.write(conn.send(h11.EndOfMessage()))
             await asyncio.wait_for(writer.drain(), limits.request_s)
             _log(client, method, path, status, outcome, len(payload), started)

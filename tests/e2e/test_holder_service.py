@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 
 from gpucc.gpuattest.simulate import SimulatedGpu
 from gpucc.travel.log import verify_log
@@ -25,6 +26,8 @@ from gpucc.travel.plan import parse_plan
 from gpucc.travel.receipt import Receipt
 from gpucc.travel.signing import generate_signing_key, public_pem
 from tests.e2e.test_travel_e2e import Holder, World, _self_signed, _start, _stop, _wait_healthy
+from tests.support.cli import run_cli
+from tests.support.netfixtures import Reply, Seen, serve
 
 pytestmark = pytest.mark.slow
 
@@ -163,6 +166,17 @@ def test_every_refusal_is_json_logged_and_closes(world: World) -> None:
     )
 
 
+def test_keep_alive_pipelining_and_head(world: World) -> None:
+    reply = _exchange(
+        world.holders["h"],
+        b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+        b"HEAD /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+        b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    )
+    assert reply.count(b"HTTP/1.1 200") == 3
+    assert reply.count(b'"status":"ok"') + reply.count(b'"status": "ok"') == 2  # not for HEAD
+
+
 def test_forwarded_for_is_believed_only_from_a_configured_proxy(world: World) -> None:
     request = b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Forwarded-For: 10.9.9.9\r\nConnection: close\r\n\r\n"
     for name, client in (("h", "127.0.0.1"), ("proxied", "10.9.9.9")):
@@ -298,6 +312,41 @@ def test_receipts_are_kept_and_can_be_pinned_to_the_orchestrator(
     other = run_plan(plan, collect=world.collect, signing_key=generate_signing_key())
     assert not other.visits[0].receipt_kept
     assert set(kept_dir.iterdir()) == before | {new}
+
+
+def test_a_holder_that_cannot_decide_is_exit_3_at_the_orchestrator(
+    world: World, tmp_path: Path
+) -> None:
+    h = world.holders["h"]
+
+    def cannot_decide(seen: Seen) -> Reply:
+        if seen.path == "/v1/challenge":
+            r = requests.post(h.url + "/v1/challenge", data=seen.body, timeout=10)
+            return Reply(r.status_code, r.content, {"content-type": "application/json"})
+        body = b'{"error":"collateral-unavailable","message":"the RIM service is down"}'
+        return Reply(503, body, {"content-type": "application/json"})
+
+    with serve(cannot_decide) as proxy:
+        plan = tmp_path / "plan.yaml"
+        doc = {
+            "version": 1,
+            "holders": [
+                {
+                    "id": "h",
+                    "url": proxy.url,
+                    "public_key": "sha256:" + "ab" * 32,
+                    "datasets": [
+                        {"name": n, "path": str(p), "header_digest": d.hex()}
+                        for n, p, d, _ in h.datasets
+                    ],
+                }
+            ],
+        }
+        plan.write_text(json.dumps(doc))
+        result = run_cli("travel", "run", plan, "--simulate", tmp_path / "sim", timeout=120)
+    assert result.returncode == 3, result.stderr
+    assert "could not decide" in result.stderr and "RIM service is down" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 2  # the SIMULATED note, the error
 
 
 def test_tls_key_is_checked_like_every_secret_key(world: World, tmp_path: Path) -> None:
