@@ -265,6 +265,8 @@ class _Server:
             declared = next((v for k, v in headers if k == b"content-length"), None)
             if declared is not None and (len(declared) > 18 or int(declared) > limits.max_body):
                 raise _Refusal(413, "too-large", "the request body is too large")
+            if conn.they_are_waiting_for_100_continue:  # curl waits a second otherwise
+                writer.write(conn.send(h11.InformationalResponse(status_code=100, headers=[])))
             body = await self._body(conn, reader, request_deadline)
             status, out_headers, payload, outcome = await self._call_app(
                 event, headers, body, peer, client

@@ -177,6 +177,17 @@ def test_keep_alive_pipelining_and_head(world: World) -> None:
     assert reply.count(b'"status":"ok"') + reply.count(b'"status": "ok"') == 2  # not for HEAD
 
 
+def test_expect_100_continue_is_answered(world: World) -> None:
+    with socket.create_connection(_addr(world.holders["h"]), timeout=5) as conn:
+        conn.sendall(
+            b"POST /v1/challenge HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n"
+            b"Expect: 100-continue\r\nConnection: close\r\n\r\n"
+        )
+        assert conn.recv(4096).startswith(b"HTTP/1.1 100 ")
+        conn.sendall(b"{}")
+        assert conn.recv(4096).startswith(b"HTTP/1.1 200 ")
+
+
 def test_forwarded_for_is_believed_only_from_a_configured_proxy(world: World) -> None:
     request = b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Forwarded-For: 10.9.9.9\r\nConnection: close\r\n\r\n"
     for name, client in (("h", "127.0.0.1"), ("proxied", "10.9.9.9")):
