@@ -202,7 +202,10 @@ class _Server:
 
         limits = self.limits
         # idle: wait for the first byte (h11 may already hold a pipelined request)
-        event = conn.next_event()
+        try:
+            event = conn.next_event()
+        except h11.RemoteProtocolError:  # pipelined garbage: refused below, like any other
+            event = None
         started = time.perf_counter()
         if event is h11.NEED_DATA:
             try:
@@ -236,7 +239,7 @@ class _Server:
         try:
             head_bytes = 0
             while True:
-                if event is h11.NEED_DATA:
+                if event is h11.NEED_DATA or event is None:
                     event = conn.next_event()
                 if isinstance(event, h11.Request):
                     break

@@ -175,6 +175,10 @@ def test_keep_alive_pipelining_and_head(world: World) -> None:
     )
     assert reply.count(b"HTTP/1.1 200") == 3
     assert reply.count(b'"status":"ok"') + reply.count(b'"status": "ok"') == 2  # not for HEAD
+    # a request that follows in the same packet is parsed, and refused, like any other
+    reply = _exchange(world.holders["h"], b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\nHELLO\r\n\r\n")
+    first, _, rest = reply.partition(b"HTTP/1.1 400")
+    assert first.startswith(b"HTTP/1.1 200") and rest
 
 
 def test_expect_100_continue_is_answered(world: World) -> None:
