@@ -36,6 +36,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from gpucc.gpuattest.errors import (
     CollateralUnavailableError,
     EnvironmentProblemError,
+    FileAccessError,
     GpuccError,
     MalformedInputError,
     UsageError,
@@ -511,8 +512,14 @@ def serve(
         tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         try:
             tls.load_cert_chain(str(tls_cert), str(tls_key))
-        except (ssl.SSLError, OSError) as exc:
-            raise UsageError(f"--tls-cert/--tls-key cannot be loaded: {exc}") from None
+        except ssl.SSLError as exc:
+            raise MalformedInputError(
+                f"--tls-cert/--tls-key are not a PEM certificate and its key: {exc.reason}"
+            ) from None
+        except OSError as exc:
+            raise FileAccessError(
+                f"--tls-cert/--tls-key cannot be read: {exc.strerror or exc}"
+            ) from None
     limits = limits or ServerLimits(max_body=config.max_request_bytes)
 
     def started() -> None:

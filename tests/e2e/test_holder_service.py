@@ -413,6 +413,20 @@ def test_tls_key_is_checked_like_every_secret_key(world: World, tmp_path: Path) 
     assert tls_exposed.returncode == signing_exposed.returncode
     assert "TLS key" in tls_exposed.stderr and len(tls_exposed.stderr.strip().splitlines()) == 1
     assert tls_link.returncode not in (0, 70) and "link" in tls_link.stderr
+    good_key = tmp_path / "good-tls.key"
+    good_key.write_bytes(key.read_bytes())
+    good_key.chmod(0o600)
+    junk_cert = tmp_path / "junk.pem"
+    junk_cert.write_text("not a certificate")
+    junk = serve(
+        "--key",
+        str(world.tmp / "h" / "holder.key"),
+        "--tls-cert",
+        str(junk_cert),
+        "--tls-key",
+        str(good_key),
+    )
+    assert junk.returncode == 4 and len(junk.stderr.strip().splitlines()) == 2  # + SIMULATED
     missing = serve("--key", str(world.tmp / "h" / "holder.key"), "--simulate-roots", str(tmp_path))
     assert missing.returncode == 2 and "lacks" in missing.stderr
     assert h.proc.poll() is None
