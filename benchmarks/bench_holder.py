@@ -91,6 +91,8 @@ def main() -> int:
                 "--datasets", str(tmp / "data"), "--dataset-keys", str(tmp / "data.key"),
                 "--key", str(tmp / "holder.key"), "--listen", f"127.0.0.1:{port}",
                 "--simulate-roots", str(roots), "--rate", "100000", "--burst", "100000",
+                # every client thread shares 127.0.0.1: lift the per-client caps
+                "--max-connections-per-client", "2048", "--max-challenges-per-client", "2048",
             ],
             stdout=subprocess.DEVNULL,
             stderr=(tmp / "server.log").open("wb"),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import ipaddress
+import signal
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -28,6 +29,7 @@ from .options import (
     RimDirOption,
 )
 from .output import emit, note
+from .terminal import safe_text
 
 __all__ = ["holder_app", "keygen"]
 
@@ -49,6 +51,13 @@ def _listen(text: str) -> tuple[str, int]:
         if host != "localhost":
             raise UsageError(f"--listen {text!r}: HOST must be an IP address") from None
     return host, int(port_text)
+
+
+def _proxy(text: str) -> str:
+    try:
+        return str(ipaddress.ip_address(text))
+    except ValueError:
+        raise UsageError(f"--trusted-proxy {text!r} must be an IP address") from None
 
 
 def _is_loopback(host: str) -> bool:
@@ -137,8 +146,67 @@ def serve(
     ] = 20.0,
     burst: Annotated[int, typer.Option("--burst", min=1, help="Burst per client.")] = 40,
     body_timeout: Annotated[
-        float, typer.Option("--body-timeout-s", min=0.1, max=600, help="Request body limit, s.")
+        float,
+        typer.Option(
+            "--body-timeout-s", min=0.1, max=600, help="Whole request (head and body) deadline, s."
+        ),
     ] = 30.0,
+    idle_timeout: Annotated[
+        float,
+        typer.Option(
+            "--idle-timeout-s",
+            min=0.1,
+            max=600,
+            help="Deadline for a connection's next request, s.",
+        ),
+    ] = 10.0,
+    header_timeout: Annotated[
+        float,
+        typer.Option("--header-timeout-s", min=0.1, max=600, help="Request head deadline, s."),
+    ] = 10.0,
+    max_connections: Annotated[
+        int, typer.Option("--max-connections", min=1, max=65536, help="Open connections, total.")
+    ] = 512,
+    max_per_client: Annotated[
+        int,
+        typer.Option(
+            "--max-connections-per-client", min=1, max=65536, help="Open connections per client."
+        ),
+    ] = 16,
+    max_challenges: Annotated[
+        int,
+        typer.Option(
+            "--max-challenges-per-client",
+            min=1,
+            max=10000,
+            help="Outstanding challenges per client.",
+        ),
+    ] = 64,
+    trusted_proxy: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--trusted-proxy",
+            help="Believe X-Forwarded-For only from this proxy address (repeatable).",
+        ),
+    ] = None,
+    receipt_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--receipt-dir",
+            exists=True,
+            file_okay=False,
+            help="Keep the orchestrator's signed receipts of visits here.",
+        ),
+    ] = None,
+    orchestrator_key: Annotated[
+        Path | None,
+        typer.Option(
+            "--orchestrator-key",
+            exists=True,
+            dir_okay=False,
+            help="Accept receipts signed by this orchestrator public key only.",
+        ),
+    ] = None,
     drain_s: Annotated[
         float, typer.Option("--drain-s", min=0, max=600, help="Graceful shutdown limit, s.")
     ] = 20.0,
@@ -156,11 +224,16 @@ def serve(
     """Serve challenges and answer verified offers with signed, session-wrapped dataset keys.
 
     A request body over --max-request-kib is refused before parsing; each challenge is
-    single-use and expires; SIGTERM stops accepting and drains requests in flight.
+    single-use and expires; connections are closed when their next request does not start
+    within --idle-timeout-s, its head does not arrive within --header-timeout-s or the whole
+    request within --body-timeout-s; SIGTERM stops accepting and drains requests in flight.
     """
+    from gpucc.gpuattest.files import read_capped
+    from gpucc.staging.format import read_secret_file
     from gpucc.travel.holder import HolderConfig, load_datasets
     from gpucc.travel.holder import serve as run_service
-    from gpucc.travel.signing import load_signing_key
+    from gpucc.travel.httpserver import ServerLimits
+    from gpucc.travel.signing import load_public_key, load_signing_key
 
     host, port = _listen(listen)
     if (tls_cert is None) != (tls_key is None):
@@ -170,7 +243,17 @@ def serve(
             f"{host} is not a loopback address: give --tls-cert/--tls-key "
             "(or --allow-plain-http behind a TLS proxy)"
         )
+    if tls_key is not None:  # the TLS key is a secret like the others: owner only, 0600
+        read_secret_file(tls_key, 1024 * 1024, what="TLS key")
+    proxies = frozenset(_proxy(p) for p in trusted_proxy or ())
     if simulate_roots is not None:
+        missing = [
+            n
+            for n in ("device_root.pem", "rim_root.pem", "rims")
+            if not (simulate_roots / n).exists()
+        ]
+        if missing:
+            raise UsageError(f"--simulate-roots {simulate_roots} lacks {', '.join(missing)}")
         note("SIMULATED GPU roots: for tests and demos only, this attests nothing real")
     config = HolderConfig(
         datasets=load_datasets(datasets, dataset_keys),
@@ -181,8 +264,32 @@ def serve(
         rate_per_s=rate,
         burst=burst,
         body_timeout_s=body_timeout,
+        max_challenges_per_client=max_challenges,
+        receipt_dir=receipt_dir,
+        orchestrator_key=None
+        if orchestrator_key is None
+        else load_public_key(read_capped(orchestrator_key, 16 * 1024), str(orchestrator_key)),
     )
-    run_service(config, host=host, port=port, tls_cert=tls_cert, tls_key=tls_key, drain_s=drain_s)
+    limits = ServerLimits(
+        idle_s=idle_timeout,
+        header_s=header_timeout,
+        request_s=body_timeout,
+        max_connections=max_connections,
+        max_per_client=max_per_client,
+        max_body=config.max_request_bytes,
+        trusted_proxies=proxies,
+    )
+    stopped_by = run_service(
+        config,
+        host=host,
+        port=port,
+        tls_cert=tls_cert,
+        tls_key=tls_key,
+        drain_s=drain_s,
+        limits=limits,
+    )
+    if stopped_by is not None:  # the exit status of the signal that stopped the service
+        signal.raise_signal(stopped_by)
 
 
 def keygen(
@@ -243,6 +350,52 @@ def datasets_cmd(
         sys.stdout.write(
             f"- name: {e['name']}\n  path: {e['path']}\n  header_digest: {e['header_digest']}\n"
         )
+
+
+@holder_app.command("receipts")
+def receipts_cmd(
+    receipt_dir: Annotated[
+        Path,
+        typer.Option(
+            "--receipt-dir", exists=True, file_okay=False, help="The service's --receipt-dir."
+        ),
+    ],
+    fmt: FormatOption = OutputFormat.TEXT,
+) -> None:
+    """Show the receipts this holder kept: for each visit, the log entry index and hash the
+    orchestrator signed (give the file to `gpucc travel verify-log --receipt`)."""
+    from gpucc.gpuattest.files import read_capped
+    from gpucc.travel.receipt import MAX_RECEIPT_BYTES, Receipt
+
+    found = []
+    for path in sorted(receipt_dir.glob("receipt-*.json")):
+        r = Receipt.from_json(read_capped(path, MAX_RECEIPT_BYTES, what="receipt"))
+        r.verify()
+        found.append((path, r))
+    if fmt is OutputFormat.JSON:
+        emit(
+            {
+                "schema": "gpucc.holder.receipts/v1",
+                "receipts": [
+                    {
+                        "file": str(p),
+                        "holder_id": r.holder_id,
+                        "seq": r.seq,
+                        "entry_hash": r.entry_hash,
+                        "transcript_hash": r.transcript_hash,
+                        "orchestrator_key_id": r.orchestrator_key_id,
+                    }
+                    for p, r in found
+                ],
+            }
+        )
+        return
+    for p, r in found:
+        sys.stdout.write(
+            f"{safe_text(p.name)}: entry {r.seq} hash {r.entry_hash} signed by orchestrator "
+            f"{r.orchestrator_key_id[:16]}…\n"
+        )
+    note(f"{len(found)} receipt(s) in {safe_text(receipt_dir)}")
 
 
 if __name__ == "__main__":  # pragma: no cover - the tests run the service this way

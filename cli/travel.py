@@ -113,15 +113,17 @@ def run(
                         "bytes_staged": v.bytes_staged,
                         "transcript_hash": v.transcript_hash,
                         "evidence_digest": v.evidence_digest,
+                        "receipt_kept": v.receipt_kept,
                     }
                     for v in result.visits
                 ],
                 "model_digest": result.model_digest,
                 "log": None if result.log_path is None else str(result.log_path),
+                "head": result.head,
             }
         )
         return
-    where = f"; log {result.log_path}" if result.log_path else ""
+    where = f"; log {result.log_path}, head {result.head}" if result.log_path else ""
     sys.stdout.write(
         f"visited {len(result.visits)} holder(s); model digest {result.model_digest}{where}\n"
     )
@@ -137,28 +139,60 @@ def verify_log(
         Path,
         typer.Option("--key", exists=True, dir_okay=False, help="The orchestrator's public key."),
     ],
+    expect_head: Annotated[
+        str | None,
+        typer.Option("--expect-head", help="The head hash kept from the run (64 hex)."),
+    ] = None,
+    receipt: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--receipt", exists=True, dir_okay=False, help="A holder's receipt (repeatable)."
+        ),
+    ] = None,
     fmt: FormatOption = OutputFormat.TEXT,
 ) -> None:
-    """Check every entry's signature and the hash chain (exit 6 tampered, 4 malformed)."""
+    """Check every signature, the hash chain and the closing entry, and the log against a
+    kept head or holders' receipts (exit 6 tampered or cut back, 4 malformed)."""
+    from gpucc.gpuattest.errors import UsageError
     from gpucc.gpuattest.files import read_capped
     from gpucc.travel.log import verify_log as check
+    from gpucc.travel.receipt import MAX_RECEIPT_BYTES, Receipt
     from gpucc.travel.signing import load_public_key
 
-    summary = check(log_file, load_public_key(read_capped(key, 16 * 1024), str(key)))
+    if expect_head is not None and not (
+        len(expect_head) == 64 and all(c in "0123456789abcdefABCDEF" for c in expect_head)
+    ):
+        raise UsageError("--expect-head must be 64 hex characters (the head verify-log printed)")
+    receipts = [
+        Receipt.from_json(read_capped(p, MAX_RECEIPT_BYTES, what="receipt")) for p in receipt or ()
+    ]
+    summary = check(
+        log_file,
+        load_public_key(read_capped(key, 16 * 1024), str(key)),
+        expect_head=expect_head,
+        receipts=receipts,
+    )
     if fmt is OutputFormat.JSON:
         emit(
             {
                 "schema": "gpucc.travel.verify-log/v1",
                 "entries": summary.entries,
+                "planned": summary.planned,
+                "complete": summary.complete,
                 "holders": list(summary.holders),
                 "head": summary.head,
+                "head_checked": expect_head is not None,
+                "receipts_checked": len(receipts),
             }
         )
         return
+    state = "complete" if summary.complete else "STOPPED EARLY"
     sys.stdout.write(
-        f"log verified: {summary.entries} entries ({', '.join(summary.holders)}), "
-        f"head {summary.head}\n"
+        f"log verified: {summary.entries} of {summary.planned} planned visits ({state}: "
+        f"{', '.join(summary.holders) or 'none'}), head {summary.head}\n"
     )
+    if expect_head is None and not receipts:
+        note("a log cut back with its end re-signed is caught only by --expect-head or --receipt")
 
 
 if __name__ == "__main__":  # pragma: no cover

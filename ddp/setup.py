@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from gpucc.gpuattest.errors import GpuccError
+from gpucc.gpuattest._internal.jsonio import loads_untrusted
+from gpucc.gpuattest.errors import GpuccError, MalformedInputError
 from gpucc.staging.release import (
     Attester,
     CollectedEvidence,
@@ -207,12 +208,12 @@ def _public_key(raw: bytes) -> bytes:
 
 def _parse_verdict(raw: bytes, judge: int) -> dict[str, Any]:
     try:
-        doc = json.loads(raw)
+        doc = loads_untrusted(raw, what="verdict", error=MalformedInputError)
         refused = doc["refused"]
         if not isinstance(refused, dict) or not all(
             isinstance(v, str) and k.isdigit() for k, v in refused.items()
         ):
             raise ValueError
-    except (ValueError, KeyError, TypeError):
+    except (MalformedInputError, ValueError, KeyError, TypeError):
         raise GroupSetupError(f"rank {judge} sent a malformed verdict") from None
     return dict(doc)

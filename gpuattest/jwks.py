@@ -51,10 +51,11 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from ._internal.files import write_atomic
+from ._internal.jsonio import loads_untrusted
 from ._internal.origins import OriginGuard, origin_of, parse_origin
 from ._internal.transport import Fetcher, plain_http_to_remote, safe_url
 from .chain import validate_chain
-from .errors import CollateralUnavailableError
+from .errors import CollateralUnavailableError, MalformedInputError
 from .jws import TokenCheckError, b64url_decode
 
 __all__ = [
@@ -172,10 +173,7 @@ def parse_jwks(data: bytes, source: str = "key set", origin: str = "") -> KeySet
     """
     if len(data) > MAX_JWKS_BYTES:
         raise RemoteServiceError(f"{source} is larger than {MAX_JWKS_BYTES} bytes")
-    try:
-        doc = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError):
-        raise RemoteServiceError(f"{source} is not JSON") from None
+    doc = loads_untrusted(data, what=source, error=RemoteServiceError)
     entries = doc.get("keys") if isinstance(doc, dict) else None
     if not isinstance(entries, list):
         raise RemoteServiceError(f"{source} has no 'keys' list")
@@ -279,8 +277,8 @@ class JwksDiskCache:
         if len(raw) > _MAX_CACHE_ENTRY:
             return None
         try:
-            doc = json.loads(raw)
-        except (ValueError, RecursionError):
+            doc = loads_untrusted(raw, what="cache entry", error=MalformedInputError)
+        except MalformedInputError:
             return None
         if not isinstance(doc, dict) or (doc.get("format"), doc.get("kind"), doc.get("url")) != (
             _CACHE_FORMAT,

@@ -38,6 +38,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 
+from ._internal.jsonio import loads_untrusted
 from .errors import MalformedInputError, NotTrustedError
 
 __all__ = [
@@ -115,30 +116,8 @@ def canonical_json(value: Mapping[str, Any]) -> bytes:
     )
 
 
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise ValueError(f"duplicate member {key!r}")
-        out[key] = value
-    return out
-
-
-def _no_constants(name: str) -> Any:
-    # Python reads NaN, Infinity and -Infinity; JSON (RFC 8259) has no such numbers, and a
-    # NaN time compares false with everything (an "exp" that never expires).
-    raise ValueError(f"{name} is not a JSON number")
-
-
 def _json_object(data: bytes, what: str) -> dict[str, Any]:
-    try:
-        value = json.loads(
-            data.decode("utf-8"), object_pairs_hook=_no_duplicates, parse_constant=_no_constants
-        )
-    except RecursionError:
-        raise MalformedTokenError(f"{what} is nested too deeply") from None
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise MalformedTokenError(f"{what} is not JSON: {' '.join(str(exc).split())}") from None
+    value = loads_untrusted(data, what=what, error=MalformedTokenError)
     if not isinstance(value, dict):
         raise MalformedTokenError(f"{what} is not a JSON object")
     return value
@@ -390,11 +369,7 @@ def parse_detached(data: bytes | str, what: str = "detached EAT") -> tuple[str, 
     Raises:
         MalformedTokenError: any other shape.
     """
-    try:
-        text = data.decode("utf-8") if isinstance(data, bytes) else data
-        doc = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constants)
-    except (UnicodeDecodeError, ValueError, RecursionError):
-        raise MalformedTokenError(f"{what} is not JSON") from None
+    doc = loads_untrusted(data, what=what, error=MalformedTokenError)
     if not (isinstance(doc, list) and len(doc) == 2):
         raise MalformedTokenError(f'{what} is not [["JWT", overall], {{devices}}]')
     head, devices = doc

@@ -155,8 +155,9 @@ def parse_policy(doc: Any, *, source: str = "policy") -> Policy:
     for key in doc:
         if key != "version" and key not in _SCHEMA:
             raise MalformedPolicyError(f"unknown policy key '{key}'")
-    if doc.get("version", 1) != 1:
-        raise MalformedPolicyError("unsupported policy version (expected 1)")
+    version = doc.get("version", 1)
+    if isinstance(version, bool) or not isinstance(version, int) or version != 1:
+        raise MalformedPolicyError("unsupported policy version (expected the integer 1)")
     nonce, ocsp, rim = _section(doc, "nonce"), _section(doc, "ocsp"), _section(doc, "rim")
     meas, ver, cc = _section(doc, "measurements"), _section(doc, "versions"), _section(doc, "cc")
     hold = _str_list(ocsp.get("allow_hold", []), "ocsp.allow_hold")
@@ -207,18 +208,11 @@ def load_policy(path: Path) -> Policy:
     Raises:
         MalformedPolicyError: unreadable, oversized, not YAML, or invalid.
     """
-    import yaml
-
+    from ._internal.jsonio import load_yaml_untrusted
     from .files import read_capped
 
     data = read_capped(path, MAX_POLICY_BYTES, what="policy")
     if len(data) > MAX_POLICY_BYTES:
         raise MalformedPolicyError(f"policy {path} is larger than {MAX_POLICY_BYTES} bytes")
-    try:
-        doc = yaml.safe_load(data)
-    except yaml.YAMLError as exc:
-        first = str(exc).splitlines()[0] if str(exc) else "invalid YAML"
-        raise MalformedPolicyError(f"policy {path} is not valid YAML: {first}") from None
-    except RecursionError:
-        raise MalformedPolicyError(f"policy {path} nests too deeply") from None
+    doc = load_yaml_untrusted(data, what=f"policy {path}", error=MalformedPolicyError)
     return parse_policy(doc, source=str(path))

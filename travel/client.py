@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 from typing import Any
 
+from gpucc.gpuattest._internal.jsonio import loads_untrusted
+from gpucc.gpuattest.errors import MalformedInputError
 from gpucc.staging.release import CHALLENGE_SIZE, Offer
 
-from .errors import HolderProtocolError, HolderRefusedError, HolderUnreachableError
+from .errors import (
+    HolderCannotDecideError,
+    HolderProtocolError,
+    HolderRefusedError,
+    HolderUnreachableError,
+)
+from .receipt import Receipt
 from .signing import MAX_ENVELOPE_BYTES, Envelope
 
 __all__ = ["HolderClient"]
@@ -77,10 +84,11 @@ class HolderClient:
     @staticmethod
     def _error(status: int, data: bytes) -> str:
         try:
-            doc: Any = json.loads(data)
-            message = str(doc.get("message", "")) if isinstance(doc, dict) else ""
-        except ValueError:
+            doc: Any = loads_untrusted(data, what="error reply", error=MalformedInputError)
+            message = doc.get("message", "") if isinstance(doc, dict) else ""
+        except MalformedInputError:
             message = ""
+        message = message if isinstance(message, str) else ""
         return " ".join(message.split())[:300] or f"HTTP {status}"
 
     def challenge(self) -> bytes:
@@ -91,14 +99,18 @@ class HolderClient:
             HolderProtocolError: the holder refused (rate limit).
         """
         status, data = self._post("/v1/challenge", b"{}", _MAX_SMALL_REPLY)
+        if status == 503:
+            raise HolderCannotDecideError(
+                f"holder {self.url} cannot serve now: {self._error(status, data)}"
+            )
         if status != 200:
             raise HolderProtocolError(
                 f"holder {self.url} refused a challenge: {self._error(status, data)}"
             )
         try:
-            doc = json.loads(data)
+            doc = loads_untrusted(data, what="challenge", error=MalformedInputError)
             value = bytes.fromhex(doc["challenge"])
-        except (ValueError, KeyError, TypeError):
+        except (MalformedInputError, ValueError, KeyError, TypeError):
             raise HolderUnreachableError(f"holder {self.url} sent a malformed challenge") from None
         if len(value) != CHALLENGE_SIZE:
             raise HolderUnreachableError(f"holder {self.url} sent a malformed challenge")
@@ -110,6 +122,7 @@ class HolderClient:
         Raises:
             HolderUnreachableError: no proper answer in time.
             HolderRefusedError: the holder did not trust the GPU (HTTP 403).
+            HolderCannotDecideError: the holder could not decide (HTTP 503).
             HolderProtocolError: another refusal (challenge used or unknown, rate limit, …).
             MalformedEnvelopeError: a 200 reply that is not an envelope.
         """
@@ -118,8 +131,21 @@ class HolderClient:
             raise HolderRefusedError(
                 f"holder {self.url} refused the GPU: {self._error(status, data)}"
             )
+        if status == 503:
+            raise HolderCannotDecideError(
+                f"holder {self.url} could not decide: {self._error(status, data)}"
+            )
         if status != 200:
             raise HolderProtocolError(
                 f"holder {self.url} refused the offer (HTTP {status}): {self._error(status, data)}"
             )
         return Envelope.from_json(data)
+
+    def receipt(self, receipt: Receipt) -> bool:
+        """Give the holder the receipt of its visit; whether it says it kept it.
+
+        Raises:
+            HolderUnreachableError: no proper answer in time.
+        """
+        status, _ = self._post("/v1/receipt", receipt.to_json(), _MAX_SMALL_REPLY)
+        return status == 200

@@ -5,6 +5,8 @@
 * :class:`HolderRefusedError` (not trusted): the holder verified the GPU and refused it.
 * :class:`HolderProtocolError` (not trusted): the holder refused the exchange itself
   (unknown, used or expired challenge, rate limit).
+* :class:`HolderCannotDecideError` (collateral unavailable): the holder could not reach
+  a verdict (HTTP 503: its collateral is unavailable, or it is at capacity).
 * :class:`HolderUnreachableError` (network): no answer in time, a dropped connection, an
   oversized or malformed HTTP reply.
 * :class:`DatasetDigestMismatchError` (integrity): a dataset is not the one the plan names.
@@ -12,6 +14,7 @@
 * :class:`ScrubError` (integrity): a staged buffer did not read back as zero.
 * :class:`LogTamperedError` (integrity) and :class:`MalformedLogError` (malformed input):
   the hand-over log.
+* :class:`MalformedReceiptError` (malformed input): a holder receipt.
 * :class:`PlanError` (malformed input): the travel plan.
 
 Messages never contain key material.
@@ -20,6 +23,7 @@ Messages never contain key material.
 from __future__ import annotations
 
 from gpucc.gpuattest.errors import (
+    CollateralUnavailableError,
     IntegrityError,
     MalformedInputError,
     NetworkError,
@@ -29,12 +33,14 @@ from gpucc.gpuattest.errors import (
 __all__ = [
     "DatasetDigestMismatchError",
     "HolderAuthenticationError",
+    "HolderCannotDecideError",
     "HolderProtocolError",
     "HolderRefusedError",
     "HolderUnreachableError",
     "LogTamperedError",
     "MalformedEnvelopeError",
     "MalformedLogError",
+    "MalformedReceiptError",
     "ModelDigestMismatchError",
     "PlanError",
     "ScrubError",
@@ -55,6 +61,10 @@ class HolderRefusedError(NotTrustedError):
 
 class HolderProtocolError(NotTrustedError):
     """The holder refused the exchange (challenge unknown, used or expired; rate limited)."""
+
+
+class HolderCannotDecideError(CollateralUnavailableError):
+    """The holder could not decide (its collateral is unavailable, or it is at capacity)."""
 
 
 class HolderUnreachableError(NetworkError):
@@ -79,6 +89,10 @@ class LogTamperedError(IntegrityError):
 
 class MalformedLogError(MalformedInputError):
     """A hand-over log cannot be parsed."""
+
+
+class MalformedReceiptError(MalformedInputError):
+    """A holder receipt cannot be parsed."""
 
 
 class PlanError(MalformedInputError):

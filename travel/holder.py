@@ -1,6 +1,6 @@
 """The data holder's key-release service: challenges, verified offers, signed answers.
 
-An ASGI application (Starlette) served by Uvicorn. Endpoints:
+An ASGI application (Starlette) served by :mod:`gpucc.travel.httpserver`. Endpoints:
 
 * ``POST /v1/challenge``: a fresh one-time challenge with its expiry, kept server-side.
 * ``POST /v1/offer``: a host's offer (``gpucc.session-offer/v1``) for one of those
@@ -12,7 +12,8 @@ An ASGI application (Starlette) served by Uvicorn. Endpoints:
 * ``GET /healthz``.
 
 Requests larger than the limit are refused before they are parsed, each client has a
-token bucket, and every request leaves one JSON access-log line without secrets.
+token bucket and a cap on its outstanding challenges, every refusal is the JSON error
+body, and every request leaves one JSON access-log line without secrets.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import logging
 import secrets
 import threading
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,10 +36,12 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from gpucc.gpuattest.errors import (
     CollateralUnavailableError,
     EnvironmentProblemError,
+    FileAccessError,
     GpuccError,
     MalformedInputError,
     UsageError,
 )
+from gpucc.gpuattest.files import write_atomic
 from gpucc.staging.errors import ProtocolError
 from gpucc.staging.release import (
     CHALLENGE_SIZE,
@@ -48,6 +51,8 @@ from gpucc.staging.release import (
     accept_offer,
 )
 
+from .httpserver import ServerLimits, run_server
+from .receipt import Receipt
 from .signing import key_id, sign_answer
 
 __all__ = [
@@ -59,9 +64,12 @@ __all__ = [
     "load_datasets",
     "make_attester",
     "serve",
+    "store_receipt",
 ]
 
 _access = logging.getLogger("gpucc.holder.access")
+#: receipts accepted per answered session (without a pinned orchestrator key)
+_RECEIPTS_PER_SESSION = 4
 
 
 @dataclass(frozen=True)
@@ -76,7 +84,11 @@ class HolderConfig:
         max_request_bytes: larger request bodies are refused before parsing.
         rate_per_s, burst: each client's token bucket.
         max_outstanding: challenges kept at most (oldest evicted first).
-        body_timeout_s: a request body must arrive within this many seconds.
+        max_challenges_per_client: outstanding challenges one client address may hold.
+        body_timeout_s: a whole request must arrive within this many seconds.
+        receipt_dir: where receipts of visits are kept (``None``: not kept).
+        orchestrator_key: receipts are accepted only when signed by this key (``None``:
+            by any key, a few per session).
     """
 
     datasets: tuple[DatasetKey, ...] = field(repr=False)
@@ -87,7 +99,10 @@ class HolderConfig:
     rate_per_s: float = 20.0
     burst: int = 40
     max_outstanding: int = 10_000
+    max_challenges_per_client: int = 64
     body_timeout_s: float = 30.0
+    receipt_dir: Path | None = None
+    orchestrator_key: ec.EllipticCurvePublicKey | None = None
 
 
 class ChallengeRefused(Exception):  # noqa: N818 - an outcome, mapped to HTTP 409
@@ -97,26 +112,48 @@ class ChallengeRefused(Exception):  # noqa: N818 - an outcome, mapped to HTTP 40
 class ChallengeStore:
     """One-time challenges with expiry, and a replay cache of the ones used.
 
-    Thread-safe; both maps are bounded (``limit``), oldest first out.
+    Thread-safe; both maps are bounded (``limit``), oldest first out, and one client holds
+    at most ``per_client`` open challenges.
     """
 
-    def __init__(self, ttl: float, limit: int, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        ttl: float,
+        limit: int,
+        clock: Callable[[], float] = time.monotonic,
+        per_client: int | None = None,
+    ):
         self._ttl = ttl
         self._limit = limit
+        self._per_client = per_client
         self._clock = clock
-        self._open: OrderedDict[bytes, float] = OrderedDict()
+        self._open: OrderedDict[bytes, tuple[float, str]] = OrderedDict()
         self._used: OrderedDict[bytes, float] = OrderedDict()
+        self._held: Counter[str] = Counter()
         self._lock = threading.Lock()
 
-    def issue(self) -> tuple[bytes, float]:
-        """A new challenge and its lifetime in seconds."""
+    def issue(self, client: str = "") -> tuple[bytes, float]:
+        """A new challenge for ``client`` and its lifetime in seconds.
+
+        Raises:
+            ChallengeRefused: ``client`` already holds its share of open challenges.
+        """
         challenge = secrets.token_bytes(CHALLENGE_SIZE)
         with self._lock:
             self._expire()
-            self._open[challenge] = self._clock() + self._ttl
+            if self._per_client is not None and self._held[client] >= self._per_client:
+                raise ChallengeRefused("too many outstanding challenges for this client")
+            self._open[challenge] = (self._clock() + self._ttl, client)
+            self._held[client] += 1
             while len(self._open) > self._limit:
-                self._open.popitem(last=False)
+                _, (_, old) = self._open.popitem(last=False)
+                self._release(old)
         return challenge, self._ttl
+
+    def _release(self, client: str) -> None:
+        self._held[client] -= 1
+        if self._held[client] <= 0:
+            del self._held[client]
 
     def consume(self, challenge: bytes) -> None:
         """Take ``challenge`` for one offer; it can never be taken again.
@@ -128,9 +165,11 @@ class ChallengeStore:
             now = self._clock()
             if challenge in self._used:
                 raise ChallengeRefused("the challenge was already used (replay)")
-            expiry = self._open.pop(challenge, None)
-            if expiry is None:
+            held = self._open.pop(challenge, None)
+            if held is None:
                 raise ChallengeRefused("unknown challenge")
+            expiry, client = held
+            self._release(client)
             self._used[challenge] = expiry
             while len(self._used) > self._limit:
                 self._used.popitem(last=False)
@@ -139,9 +178,10 @@ class ChallengeStore:
 
     def _expire(self) -> None:
         now = self._clock()
-        for store in (self._open, self._used):
-            for c in [c for c, e in store.items() if e < now]:
-                del store[c]
+        for c in [c for c, (e, _) in self._open.items() if e < now]:
+            self._release(self._open.pop(c)[1])
+        for c in [c for c, e in self._used.items() if e < now]:
+            del self._used[c]
 
 
 class RateLimiter:
@@ -217,10 +257,15 @@ def directory_attester(directory: Path, policy: Any) -> Attester:
     from gpucc.gpuattest.verifier import verify
 
     def attest(evidence: Any, nonce: bytes) -> Any:
-        roots = TrustRoots.from_pem(
-            (directory / "device_root.pem").read_bytes(),
-            (directory / "rim_root.pem").read_bytes(),
-        )
+        try:
+            roots = TrustRoots.from_pem(
+                (directory / "device_root.pem").read_bytes(),
+                (directory / "rim_root.pem").read_bytes(),
+            )
+        except OSError as exc:
+            raise CollateralUnavailableError(
+                f"the simulated GPU's roots cannot be read: {exc.strerror or exc}"
+            ) from None
         return verify(
             evidence,
             expected_nonce=nonce,
@@ -234,10 +279,11 @@ def directory_attester(directory: Path, policy: Any) -> Attester:
     return attest
 
 
-def _answer_offer(config: HolderConfig, offer: Offer) -> bytes:
+def _answer_offer(config: HolderConfig, offer: Offer) -> tuple[bytes, bytes]:
     holder = accept_offer(offer, challenge=offer.challenge, attest=config.attest)
     answer = holder.answer([holder.wrap(d) for d in config.datasets]).to_json()
-    return sign_answer(config.signing_key, answer, holder.transcript_hash).to_json()
+    envelope = sign_answer(config.signing_key, answer, holder.transcript_hash).to_json()
+    return envelope, holder.transcript_hash
 
 
 def _one_line(exc: BaseException) -> str:
@@ -250,7 +296,7 @@ def _require_web_stack() -> None:
     """The holder service's optional dependencies, or a clear error naming the extra."""
     import importlib.util
 
-    missing = [m for m in ("starlette", "uvicorn") if importlib.util.find_spec(m) is None]
+    missing = [m for m in ("starlette", "h11") if importlib.util.find_spec(m) is None]
     if missing:
         raise EnvironmentProblemError(
             f"the holder service needs {' and '.join(missing)}: pip install 'gpucc[holder]'"
@@ -260,19 +306,29 @@ def _require_web_stack() -> None:
 def build_app(config: HolderConfig) -> Any:
     """The Starlette application for ``config``.
 
+    Every answer other than a success is ``{"error": kind, "message": one line}`` (404 and
+    405 included). The outcome of each request is left in ``scope["state"]["outcome"]``
+    for the access log.
+
     Raises:
         EnvironmentProblemError: Starlette is not installed (the ``holder`` extra).
     """
     _require_web_stack()
     from starlette.applications import Starlette
     from starlette.concurrency import run_in_threadpool
+    from starlette.exceptions import HTTPException
     from starlette.requests import Request
     from starlette.responses import JSONResponse, Response
     from starlette.routing import Route
 
-    store = ChallengeStore(config.challenge_ttl, config.max_outstanding)
+    store = ChallengeStore(
+        config.challenge_ttl, config.max_outstanding, per_client=config.max_challenges_per_client
+    )
     limiter = RateLimiter(config.rate_per_s, config.burst)
     holder_key_id = key_id(config.signing_key)
+    # transcript hashes answered (bounded) -> receipts still accepted for that session
+    answered: OrderedDict[str, int] = OrderedDict()
+    answered_lock = threading.Lock()
 
     def refuse(request: Request, status: int, kind: str, message: str) -> Response:
         request.state.outcome = kind
@@ -289,9 +345,11 @@ def build_app(config: HolderConfig) -> Any:
                 chunks.append(chunk)
         return b"".join(chunks)
 
+    def client_of(request: Request) -> str:
+        return request.client.host if request.client else "?"
+
     def limited(request: Request) -> bool:
-        client = request.client.host if request.client else "?"
-        return not limiter.allow(client)
+        return not limiter.allow(client_of(request))
 
     async def healthz(request: Request) -> Response:
         request.state.outcome = "ok"
@@ -300,11 +358,14 @@ def build_app(config: HolderConfig) -> Any:
     async def challenge(request: Request) -> Response:
         if limited(request):
             return refuse(request, 429, "rate-limited", "too many requests")
-        value, ttl = store.issue()
+        try:
+            value, ttl = store.issue(client_of(request))
+        except ChallengeRefused as exc:
+            return refuse(request, 429, "rate-limited", str(exc))
         request.state.outcome = "issued"
         return JSONResponse({"challenge": value.hex(), "expires_in": ttl})
 
-    async def offer(request: Request) -> Response:
+    async def body_or_refusal(request: Request) -> bytes | Response:
         if limited(request):
             return refuse(request, 429, "rate-limited", "too many requests")
         try:
@@ -313,6 +374,12 @@ def build_app(config: HolderConfig) -> Any:
             return refuse(request, 408, "timeout", "the request body did not arrive in time")
         if body is None:
             return refuse(request, 413, "too-large", "the request body is too large")
+        return body
+
+    async def offer(request: Request) -> Response:
+        body = await body_or_refusal(request)
+        if isinstance(body, Response):
+            return body
         try:
             parsed = Offer.from_json(body)
         except (MalformedInputError, ProtocolError) as exc:
@@ -322,7 +389,7 @@ def build_app(config: HolderConfig) -> Any:
         except ChallengeRefused as exc:
             return refuse(request, 409, "challenge-refused", str(exc))
         try:
-            envelope = await run_in_threadpool(_answer_offer, config, parsed)
+            envelope, transcript = await run_in_threadpool(_answer_offer, config, parsed)
         except ProtocolError as exc:
             return refuse(request, 403, "not-trusted", _one_line(exc))
         except MalformedInputError as exc:
@@ -331,82 +398,82 @@ def build_app(config: HolderConfig) -> Any:
             return refuse(request, 503, "collateral-unavailable", _one_line(exc))
         except GpuccError as exc:
             return refuse(request, 403, "refused", _one_line(exc))
+        with answered_lock:
+            answered[transcript.hex()] = _RECEIPTS_PER_SESSION
+            while len(answered) > config.max_outstanding:
+                answered.popitem(last=False)
         request.state.outcome = "answered"
         return Response(envelope, media_type="application/json")
 
-    app = Starlette(
+    async def receipt(request: Request) -> Response:
+        body = await body_or_refusal(request)
+        if isinstance(body, Response):
+            return body
+        if config.receipt_dir is None:
+            return refuse(request, 404, "not-kept", "this holder keeps no receipts")
+        try:
+            parsed = Receipt.from_json(body)
+            parsed.verify(config.orchestrator_key)
+        except GpuccError as exc:
+            return refuse(request, 400, "malformed", _one_line(exc))
+        # Anyone who saw the transcript hash could post a receipt first; without a pinned
+        # orchestrator key a few are kept per session (by signer), so none can crowd out
+        # the orchestrator's own.
+        with answered_lock:
+            left = answered.get(parsed.transcript_hash, 0)
+            if left > 0:
+                answered[parsed.transcript_hash] = left - 1
+        if left <= 0:
+            return refuse(
+                request, 409, "unknown-session", "no answered session awaits this receipt"
+            )
+        try:
+            await run_in_threadpool(store_receipt, config.receipt_dir, parsed)
+        except GpuccError as exc:
+            return refuse(request, 503, "not-stored", _one_line(exc))
+        request.state.outcome = "receipt-stored"
+        return JSONResponse({"stored": True})
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        kind = {404: "not-found", 405: "method-not-allowed"}.get(exc.status_code, "refused")
+        request.state.outcome = kind
+        return JSONResponse(
+            {"error": kind, "message": " ".join(str(exc.detail).split())[:200]},
+            status_code=exc.status_code,
+            headers=exc.headers,
+        )
+
+    async def internal_error(request: Request, exc: Exception) -> Response:
+        request.state.outcome = "internal"
+        message = f"internal error ({type(exc).__name__})"
+        return JSONResponse({"error": "internal", "message": message}, status_code=500)
+
+    return Starlette(
         routes=[
             Route("/healthz", healthz, methods=["GET"]),
             Route("/v1/challenge", challenge, methods=["POST"]),
             Route("/v1/offer", offer, methods=["POST"]),
-        ]
+            Route("/v1/receipt", receipt, methods=["POST"]),
+        ],
+        exception_handlers={HTTPException: http_error, Exception: internal_error},
     )
-    return _Guard(app, config.max_request_bytes)
 
 
-class _Guard:
-    """ASGI middleware: refuse oversized declared bodies early; one access-log line each."""
+def store_receipt(directory: Path, receipt: Receipt) -> Path:
+    """Keep ``receipt`` in ``directory`` as
+    ``receipt-<seq>-<transcript hash prefix>-<orchestrator key id prefix>.json``.
 
-    def __init__(self, app: Any, limit: int) -> None:
-        self._app = app
-        self._limit = limit
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            await self._app(scope, receive, send)
-            return
-        start = time.perf_counter()
-        scope.setdefault("state", {})
-        status = {"code": 0, "bytes": 0}
-
-        async def send_logged(message: Any) -> None:
-            if message["type"] == "http.response.start":
-                status["code"] = message["status"]
-            elif message["type"] == "http.response.body":
-                status["bytes"] += len(message.get("body", b""))
-            await send(message)
-
-        declared = dict(scope.get("headers") or []).get(b"content-length")
-        try:
-            too_large = declared is not None and int(declared) > self._limit
-        except ValueError:
-            too_large = True
-        try:
-            if too_large:
-                scope["state"]["outcome"] = "too-large"
-                body = b'{"error":"too-large","message":"the request body is too large"}'
-                await send_logged(
-                    {
-                        "type": "http.response.start",
-                        "status": 413,
-                        "headers": [
-                            (b"content-type", b"application/json"),
-                            (b"content-length", str(len(body)).encode()),
-                            (b"connection", b"close"),
-                        ],
-                    }
-                )
-                await send_logged({"type": "http.response.body", "body": body})
-            else:
-                await self._app(scope, receive, send_logged)
-        finally:
-            client = scope.get("client") or ("?", 0)
-            _access.info(
-                json.dumps(
-                    {
-                        "event": "access",
-                        "time": dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds"),
-                        "client": client[0],
-                        "method": scope.get("method"),
-                        "path": scope.get("path"),
-                        "status": status["code"],
-                        "outcome": scope["state"].get("outcome", ""),
-                        "bytes_out": status["bytes"],
-                        "ms": round((time.perf_counter() - start) * 1000, 2),
-                    },
-                    sort_keys=True,
-                )
-            )
+    Raises:
+        FileAccessError: it cannot be written (an existing receipt is never replaced).
+    """
+    name = (
+        f"receipt-{receipt.seq:06d}-{receipt.transcript_hash[:32]}-"
+        f"{receipt.orchestrator_key_id[:16]}.json"
+    )
+    path = directory / name
+    write_atomic(path, receipt.to_json() + b"\n", mode=0o644, what="receipt")
+    return path
 
 
 def serve(
@@ -417,17 +484,21 @@ def serve(
     tls_cert: Path | None = None,
     tls_key: Path | None = None,
     drain_s: float = 20.0,
-    max_connections: int = 512,
-) -> None:
-    """Run the service until SIGINT or SIGTERM; in-flight requests are drained first.
+    limits: ServerLimits | None = None,
+) -> int | None:
+    """Run the service until SIGINT, SIGTERM or SIGHUP; in-flight requests are drained first.
 
-    Beyond ``max_connections`` open connections and tasks, new requests get HTTP 503.
+    ``limits`` is the connection policy (:class:`gpucc.travel.httpserver.ServerLimits`):
+    deadlines, per-client and total connection caps, trusted proxies.
+
+    Returns:
+        The signal that stopped the service (the CLI re-raises it), or None.
 
     Raises:
-        EnvironmentProblemError: Starlette or Uvicorn is not installed (the ``holder`` extra).
+        EnvironmentProblemError: Starlette or h11 is not installed (the ``holder`` extra).
     """
     _require_web_stack()
-    import uvicorn
+    import ssl
 
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("%(message)s"))
@@ -436,37 +507,48 @@ def serve(
         log.addHandler(handler)
         log.setLevel(logging.INFO)
         log.propagate = False
-    server = uvicorn.Server(
-        uvicorn.Config(
+    tls = None
+    if tls_cert is not None and tls_key is not None:
+        tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        try:
+            tls.load_cert_chain(str(tls_cert), str(tls_key))
+        except ssl.SSLError as exc:
+            raise MalformedInputError(
+                f"--tls-cert/--tls-key are not a PEM certificate and its key: {exc.reason}"
+            ) from None
+        except OSError as exc:
+            raise FileAccessError(
+                f"--tls-cert/--tls-key cannot be read: {exc.strerror or exc}"
+            ) from None
+    limits = limits or ServerLimits(max_body=config.max_request_bytes)
+
+    def started() -> None:
+        logging.getLogger("gpucc.holder").info(
+            json.dumps(
+                {
+                    "event": "start",
+                    "listen": f"{host}:{port}",
+                    "tls": tls is not None,
+                    "holder_key_id": key_id(config.signing_key),
+                    "datasets": len(config.datasets),
+                },
+                sort_keys=True,
+            )
+        )
+
+    try:
+        return run_server(
             build_app(config),
             host=host,
             port=port,
-            ssl_certfile=str(tls_cert) if tls_cert else None,
-            ssl_keyfile=str(tls_key) if tls_key else None,
-            log_config=None,
-            access_log=False,
-            server_header=False,
-            date_header=False,
-            timeout_keep_alive=5,
-            timeout_graceful_shutdown=int(drain_s),
-            h11_max_incomplete_event_size=16 * 1024,
-            limit_concurrency=max_connections,
-            lifespan="off",
+            limits=limits,
+            tls=tls,
+            drain_s=drain_s,
+            on_start=started,
         )
-    )
-    logging.getLogger("gpucc.holder").info(
-        json.dumps(
-            {
-                "event": "start",
-                "listen": f"{host}:{port}",
-                "tls": tls_cert is not None,
-                "holder_key_id": key_id(config.signing_key),
-                "datasets": len(config.datasets),
-            },
-            sort_keys=True,
-        )
-    )
-    try:
-        asyncio.run(server.serve())
+    except OSError as exc:
+        raise EnvironmentProblemError(
+            f"cannot listen on {host}:{port}: {exc.strerror or exc}"
+        ) from None
     finally:
         logging.getLogger("gpucc.holder").info(json.dumps({"event": "stopped"}))

@@ -12,11 +12,16 @@ Per holder, in order, failing closed at every step:
 5. the training step, with the staged buffers and the model;
 6. every staged buffer zeroed and read back (on the device) as zeros, also when a step
    above failed;
-7. the session dropped, the model digest taken, and a signed entry appended to the log.
+7. the session dropped, the model digest taken, and a signed entry appended to the log;
+8. the holder given a signed receipt of that entry (its index and hash), to keep.
+
+When the journey ends, completed or not, a signed closing entry (visits planned, visits
+done, the head it closes) ends the log.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import hashlib
 import importlib
@@ -28,13 +33,14 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from gpucc.gpuattest.errors import UsageError
-from gpucc.gpuattest.files import write_atomic
+from gpucc.gpuattest.files import OutputExistsError, write_atomic
 from gpucc.staging.release import Answer, CollectedEvidence, create_offer, open_answer
 
 from .client import HolderClient
 from .errors import DatasetDigestMismatchError, ModelDigestMismatchError
-from .log import GENESIS, LOG_SCHEMA, entry_hash, sign_entry
+from .log import GENESIS, LOG_SCHEMA, closing_entry, entry_hash, sign_entry
 from .plan import HolderSpec, Plan
+from .receipt import make_receipt
 from .signing import key_id, load_signing_key
 from .state import ScrubReceipt, model_digest, scrub_and_check
 
@@ -56,15 +62,17 @@ class Visit:
     model_digest_in: str
     model_digest_out: str
     entry: bytes = field(repr=False)
+    receipt_kept: bool = False
 
 
 @dataclass(frozen=True)
 class TravelResult:
-    """The visits in order, the log written, and the final model digest."""
+    """The visits in order, the log written, its head, and the final model digest."""
 
     visits: tuple[Visit, ...]
     log_path: Path | None
     model_digest: str
+    head: str | None = None
 
 
 def load_training_step(spec: str) -> TrainingStep:
@@ -203,7 +211,8 @@ def run_plan(
         transit: called with (from, to, model) between two visits (where the model travels).
 
     Raises:
-        UsageError: the log exists (without ``force``), or no key to sign the log with.
+        OutputExistsError: the log exists (without ``force``).
+        UsageError: no key to sign the log with.
         HolderUnreachableError, HolderRefusedError, HolderProtocolError,
         HolderAuthenticationError, ProtocolError, KeyUnwrapError,
         DatasetDigestMismatchError, ModelDigestMismatchError, ScrubError, and staging's
@@ -211,7 +220,7 @@ def run_plan(
     """
     log_path = log_path or plan.log_path
     if log_path is not None and log_path.exists() and not force:
-        raise UsageError(f"{log_path} exists; choose another log or replace it with --force")
+        raise OutputExistsError(f"{log_path} exists; choose another log or replace it with --force")
     if log_path is not None and signing_key is None:
         if plan.key_path is None:
             raise UsageError("the plan names no orchestrator key to sign the log with")
@@ -225,48 +234,108 @@ def run_plan(
     visits: list[Visit] = []
     prev = GENESIS
     expected: str | None = None
-    for i, holder in enumerate(plan.holders):
-        if i and transit is not None:
-            transit(plan.holders[i - 1].id, holder.id, state)
-        body, nbytes, receipts, d_in, d_out = _visit(
-            holder,
-            plan=plan,
-            collect=collect,
-            step=step,
-            model=state,
-            expected_in=expected,
-            on_staged=on_staged,
-            clock=clock,
+
+    def write_log() -> None:
+        if log_path is not None:
+            # The first write creates the log exclusively (or replaces one with --force);
+            # later writes replace this run's own log, whole, atomically.
+            replace = force or len(lines) > 1
+            data = b"".join(x + b"\n" for x in lines)
+            write_atomic(log_path, data, mode=0o644, force=replace, what="travel log")
+
+    def close_log() -> None:
+        nonlocal prev
+        if signing_key is None:
+            return
+        body = closing_entry(
+            seq=len(lines),
+            prev=prev,
+            orchestrator_key_id=key_id(signing_key),
+            planned=len(plan.holders),
+            done=len(visits),
+            finished=clock().isoformat(timespec="milliseconds"),
         )
-        expected = d_out
-        line = b""
-        if signing_key is not None:
-            entry = {
-                "schema": LOG_SCHEMA,
-                "seq": i,
-                "prev": prev,
-                "orchestrator_key_id": key_id(signing_key),
-                **body,
-            }
-            line = sign_entry(signing_key, entry)
-            prev = entry_hash(line)
-            lines.append(line)
-            if log_path is not None:
-                # The first entry creates the log exclusively (or replaces one with --force);
-                # later entries replace this run's own log, whole, atomically.
-                replace = force or len(lines) > 1
-                data = b"".join(x + b"\n" for x in lines)
-                write_atomic(log_path, data, mode=0o644, force=replace, what="travel log")
-        visits.append(
-            Visit(
-                holder_id=holder.id,
-                transcript_hash=body["transcript_hash"],
-                evidence_digest=body["evidence_digest"],
-                bytes_staged=nbytes,
-                receipts=receipts,
-                model_digest_in=d_in,
-                model_digest_out=d_out,
-                entry=line,
+        lines.append(sign_entry(signing_key, body))
+        prev = entry_hash(lines[-1])
+        write_log()
+
+    try:
+        for i, holder in enumerate(plan.holders):
+            if i and transit is not None:
+                transit(plan.holders[i - 1].id, holder.id, state)
+            body, nbytes, receipts, d_in, d_out = _visit(
+                holder,
+                plan=plan,
+                collect=collect,
+                step=step,
+                model=state,
+                expected_in=expected,
+                on_staged=on_staged,
+                clock=clock,
             )
-        )
-    return TravelResult(visits=tuple(visits), log_path=log_path, model_digest=model_digest(state))
+            expected = d_out
+            line = b""
+            kept = False
+            if signing_key is not None:
+                entry = {
+                    "schema": LOG_SCHEMA,
+                    "seq": i,
+                    "prev": prev,
+                    "orchestrator_key_id": key_id(signing_key),
+                    **body,
+                }
+                line = sign_entry(signing_key, entry)
+                prev = entry_hash(line)
+                lines.append(line)
+                write_log()
+                kept = _give_receipt(holder, plan, signing_key, i, prev, body["transcript_hash"])
+            visits.append(
+                Visit(
+                    holder_id=holder.id,
+                    transcript_hash=body["transcript_hash"],
+                    evidence_digest=body["evidence_digest"],
+                    bytes_staged=nbytes,
+                    receipts=receipts,
+                    model_digest_in=d_in,
+                    model_digest_out=d_out,
+                    entry=line,
+                    receipt_kept=kept,
+                )
+            )
+    except BaseException:
+        # the log says how far the journey got; the failure itself is what is raised
+        with contextlib.suppress(Exception):
+            close_log()
+        raise
+    close_log()
+    return TravelResult(
+        visits=tuple(visits),
+        log_path=log_path,
+        model_digest=model_digest(state),
+        head=prev if signing_key is not None else None,
+    )
+
+
+def _give_receipt(
+    holder: HolderSpec,
+    plan: Plan,
+    key: ec.EllipticCurvePrivateKey,
+    seq: int,
+    head: str,
+    transcript_hash: str,
+) -> bool:
+    """Hand the holder its signed receipt; whether it kept it (a holder may keep none)."""
+    from gpucc.gpuattest.errors import GpuccError
+
+    receipt = make_receipt(
+        key, holder_id=holder.id, seq=seq, entry_hash=head, transcript_hash=transcript_hash
+    )
+    client = HolderClient(
+        holder.url,
+        timeout=plan.timeout_s,
+        verify_tls=str(holder.tls_ca) if holder.tls_ca is not None else True,
+    )
+    try:
+        return client.receipt(receipt)
+    except GpuccError:
+        return False

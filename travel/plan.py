@@ -29,8 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from gpucc.gpuattest._internal.jsonio import load_yaml_untrusted, require_int
 from gpucc.gpuattest.errors import KeyFileError
 from gpucc.gpuattest.files import read_capped
 
@@ -110,8 +109,7 @@ def parse_plan(doc: Any, base: Path = Path(".")) -> Plan:
         {"orchestrator", "training_step", "device", "timeout_s"},
         "the plan",
     )
-    if top["version"] != 1:
-        raise PlanError("the plan must say version: 1")
+    require_int(top["version"], "the plan's version", lo=1, hi=1, error=PlanError)
     orch = _keys(top.get("orchestrator") or {}, set(), {"key", "log"}, "orchestrator")
     holders_doc = top["holders"]
     if not isinstance(holders_doc, list) or not 1 <= len(holders_doc) <= 256:
@@ -180,13 +178,11 @@ def load_plan(path: Path) -> Plan:
 
     Raises:
         FileAccessError: unreadable.
-        PlanError: not YAML, too large, or invalid.
+        PlanError: not YAML, too large, or invalid (the strict reader's rules: no duplicate
+            keys, tags or aliases, bounded depth and numbers).
     """
     data = read_capped(path, _MAX_PLAN)
     if len(data) > _MAX_PLAN:
         raise PlanError(f"{path} is larger than {_MAX_PLAN} bytes")
-    try:
-        doc = yaml.safe_load(data)
-    except yaml.YAMLError as exc:
-        raise PlanError(f"{path} is not YAML: {' '.join(str(exc).split())[:200]}") from None
+    doc = load_yaml_untrusted(data, what=f"plan {path}", error=PlanError)
     return parse_plan(doc, path.parent)

@@ -27,6 +27,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from gpucc.gpuattest._internal.jsonio import loads_untrusted
 from gpucc.gpuattest.errors import KeyFileError
 from gpucc.staging.format import read_secret_file, write_secret_file
 
@@ -217,12 +218,9 @@ class Envelope:
             MalformedEnvelopeError: too large, not JSON, missing or unknown keys, bad base64,
                 or a key id that does not name the enclosed key.
         """
-        if len(data) > MAX_ENVELOPE_BYTES:
-            raise MalformedEnvelopeError("the answer envelope is too large")
-        try:
-            doc = json.loads(data)
-        except (ValueError, UnicodeDecodeError):
-            raise MalformedEnvelopeError("the answer envelope is not JSON") from None
+        doc = loads_untrusted(
+            data, what="answer envelope", error=MalformedEnvelopeError, max_bytes=MAX_ENVELOPE_BYTES
+        )
         keys = {"schema", "answer", "holder_public_key", "holder_key_id", "signature"}
         if not isinstance(doc, dict) or set(doc) != keys or doc["schema"] != ENVELOPE_SCHEMA:
             raise MalformedEnvelopeError("not a gpucc.holder-envelope/v1 document")

@@ -1,10 +1,23 @@
-"""The one JSON parser for untrusted input: strict UTF-8, bounded depth and numbers.
+"""The one reader for untrusted JSON and YAML documents: strict UTF-8, bounded size, depth
+and numbers, no duplicate keys.
 
-:func:`loads_untrusted` turns every way a document can fail (not UTF-8, not JSON,
-``NaN``/``Infinity`` or a number that overflows to it, an integer of thousands of digits,
-nesting deeper than :data:`MAX_DEPTH`, the interpreter's recursion limit) into one error
-of the caller's malformed-input family, never a ``RecursionError`` or ``ValueError``
-escaping as a bug.
+:func:`loads_untrusted` (JSON) and :func:`load_yaml_untrusted` (YAML) turn every way a
+document can fail into one error of the caller's malformed-input family, never a
+``RecursionError`` or ``ValueError`` escaping as a bug:
+
+* larger than the caller's cap, not UTF-8, not JSON (or not YAML);
+* a key given twice in one object or mapping (a reviewer reads the first, a parser that
+  keeps the last would use the second);
+* ``NaN``/``Infinity`` (``.nan``/``.inf``), a number that overflows to it, or a number
+  literal longer than :data:`MAX_NUMBER_DIGITS` characters (Python refuses integers of
+  thousands of digits with a bare ``ValueError``);
+* nesting deeper than the caller's limit (checked without recursion of our own);
+* YAML only: tags (``!!python/object``, ``!!binary``, ``!custom``), anchors and aliases
+  (the "billion laughs"), merge keys, and more than one document. What remains is plain
+  data: mappings with string keys, lists, strings, numbers, booleans and null.
+
+:func:`require_int` is the integer rule for fields of these documents: a boolean
+(``True == 1`` in Python) or a float (``1.0``) is not an integer.
 """
 
 from __future__ import annotations
@@ -16,7 +29,13 @@ from typing import Any
 
 from ..errors import GpuccError
 
-__all__ = ["MAX_DEPTH", "MAX_NUMBER_DIGITS", "loads_untrusted"]
+__all__ = [
+    "MAX_DEPTH",
+    "MAX_NUMBER_DIGITS",
+    "load_yaml_untrusted",
+    "loads_untrusted",
+    "require_int",
+]
 
 #: Deepest nesting of arrays and objects accepted (gpucc's own documents use under 10).
 MAX_DEPTH = 64
@@ -47,6 +66,15 @@ def _parse_constant(text: str) -> Any:
     raise _Refused(f"{text} is not JSON")
 
 
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _Refused(f"the key {json.dumps(key)[:80]} appears twice in one object")
+        out[key] = value
+    return out
+
+
 def _depth_exceeds(doc: Any, limit: int) -> bool:
     """Whether ``doc`` nests deeper than ``limit`` (iterative: no recursion of our own)."""
     stack: list[tuple[Any, int]] = [(doc, 1)]
@@ -64,12 +92,24 @@ def _depth_exceeds(doc: Any, limit: int) -> bool:
     return False
 
 
+def _text(
+    data: bytes | str, what: str, error: Callable[[str], GpuccError], max_bytes: int | None
+) -> str:
+    if max_bytes is not None and len(data) > max_bytes:
+        raise error(f"the {what} is larger than {max_bytes} bytes")
+    try:
+        return data.decode("utf-8") if isinstance(data, bytes | bytearray) else data
+    except UnicodeDecodeError as exc:
+        raise error(f"the {what} is not UTF-8 (byte {exc.start})") from None
+
+
 def loads_untrusted(
     data: bytes | str,
     *,
     what: str,
     error: Callable[[str], GpuccError],
     max_depth: int = MAX_DEPTH,
+    max_bytes: int | None = None,
 ) -> Any:
     """Parse ``data`` as JSON; on any failure raise ``error(message)``.
 
@@ -78,17 +118,16 @@ def loads_untrusted(
         what: names the document in the message ("session offer", "collateral bundle").
         error: the caller's malformed-input error class (or a factory for it).
         max_depth: the deepest nesting accepted.
+        max_bytes: the largest document accepted (``None``: the caller capped its read).
     """
-    try:
-        text = data.decode("utf-8") if isinstance(data, bytes | bytearray) else data
-    except UnicodeDecodeError as exc:
-        raise error(f"the {what} is not UTF-8 (byte {exc.start})") from None
+    text = _text(data, what, error, max_bytes)
     try:
         doc = json.loads(
             text,
             parse_int=_parse_int,
             parse_float=_parse_float,
             parse_constant=_parse_constant,
+            object_pairs_hook=_no_duplicates,
         )
     except RecursionError:
         raise error(f"the {what} nests deeper than {max_depth} levels") from None
@@ -103,3 +142,126 @@ def loads_untrusted(
     if _depth_exceeds(doc, max_depth):
         raise error(f"the {what} nests deeper than {max_depth} levels")
     return doc
+
+
+def _strict_loader(max_depth: int) -> Any:
+    """A PyYAML SafeLoader class that builds plain data only (see the module docstring)."""
+    import yaml
+    from yaml.constructor import ConstructorError
+    from yaml.events import AliasEvent, CollectionStartEvent, ScalarEvent
+    from yaml.nodes import MappingNode
+
+    class StrictLoader(yaml.SafeLoader):
+        depth = 0
+
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            event: Any = self.peek_event()  # type: ignore[no-untyped-call]
+            line = event.start_mark.line + 1
+            if isinstance(event, AliasEvent):
+                raise _Refused(f"an alias at line {line}")
+            if getattr(event, "anchor", None) is not None:
+                raise _Refused(f"an anchor at line {line}")
+            explicit = (
+                (isinstance(event, ScalarEvent) and not any(event.implicit))
+                or (isinstance(event, CollectionStartEvent) and not event.implicit)
+            ) and event.tag not in (None, "!")
+            if explicit:
+                raise _Refused(f"a tag at line {line}")
+            self.depth += 1
+            if self.depth > max_depth:
+                raise _Refused(f"nesting deeper than {max_depth} levels")
+            try:
+                return super().compose_node(parent, index)
+            finally:
+                self.depth -= 1
+
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            if not isinstance(node, MappingNode):
+                raise ConstructorError(None, None, "expected a mapping", node.start_mark)
+            seen: set[Any] = set()
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    raise _Refused(f"a merge key (<<) at line {key_node.start_mark.line + 1}")
+                key = self.construct_object(key_node, deep=deep)
+                if not isinstance(key, str):
+                    raise _Refused(
+                        f"a key that is not a string at line {key_node.start_mark.line + 1}"
+                    )
+                if key in seen:
+                    raise _Refused(
+                        f"the key {key[:80]!r} appears twice in one mapping "
+                        f"(line {key_node.start_mark.line + 1})"
+                    )
+                seen.add(key)
+            return super().construct_mapping(node, deep=deep)
+
+        def construct_yaml_int(self, node: Any) -> Any:
+            text = str(node.value)
+            if len(text) > MAX_NUMBER_DIGITS:
+                raise _Refused(f"a number of {len(text)} digits at line {node.start_mark.line + 1}")
+            return super().construct_yaml_int(node)
+
+        def construct_yaml_float(self, node: Any) -> Any:
+            text = str(node.value)
+            if len(text) > MAX_NUMBER_DIGITS:
+                raise _Refused(f"a number of {len(text)} characters")
+            value = super().construct_yaml_float(node)
+            if not math.isfinite(value):
+                raise _Refused(f"the number {text} at line {node.start_mark.line + 1}")
+            return value
+
+        def construct_yaml_timestamp(self, node: Any, values: Any = None) -> Any:
+            return self.construct_scalar(node)  # a date stays the text it is
+
+    StrictLoader.add_constructor("tag:yaml.org,2002:int", StrictLoader.construct_yaml_int)
+    StrictLoader.add_constructor("tag:yaml.org,2002:float", StrictLoader.construct_yaml_float)
+    StrictLoader.add_constructor(
+        "tag:yaml.org,2002:timestamp", StrictLoader.construct_yaml_timestamp
+    )
+    return StrictLoader
+
+
+def load_yaml_untrusted(
+    data: bytes | str,
+    *,
+    what: str,
+    error: Callable[[str], GpuccError],
+    max_depth: int = MAX_DEPTH,
+    max_bytes: int | None = None,
+) -> Any:
+    """Parse ``data`` as one YAML document of plain data; on any failure raise ``error``.
+
+    JSON is YAML, so a plan or policy written as JSON reads the same way (with YAML's
+    rules: duplicate keys refused, no tags).
+    """
+    import yaml
+
+    text = _text(data, what, error, max_bytes)
+    loader = _strict_loader(max_depth)(text)
+    try:
+        doc = loader.get_single_data()
+    except RecursionError:
+        raise error(f"the {what} nests deeper than {max_depth} levels") from None
+    except _Refused as exc:
+        raise error(f"the {what} is not acceptable YAML: {exc}") from None
+    except yaml.YAMLError as exc:
+        first = " ".join(str(exc).split())[:200] or "invalid YAML"
+        raise error(f"the {what} is not YAML: {first}") from None
+    except ValueError as exc:
+        raise error(f"the {what} is not YAML: {' '.join(str(exc).split())[:200]}") from None
+    finally:
+        loader.dispose()
+    if _depth_exceeds(doc, max_depth):
+        raise error(f"the {what} nests deeper than {max_depth} levels")
+    return doc
+
+
+def require_int(
+    value: Any, where: str, *, lo: int, hi: int, error: Callable[[str], GpuccError]
+) -> int:
+    """``value`` if it is an integer in ``[lo, hi]``; booleans and floats are refused."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise error(f"{where} must be an integer")
+    if not lo <= value <= hi:
+        raise error(f"{where} must be between {lo} and {hi}")
+    return value

@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any
 
+from gpucc.gpuattest._internal.jsonio import loads_untrusted
+
 from .errors import MalformedManifestError
 
 __all__ = [
@@ -52,6 +54,8 @@ MAX_MANIFEST_SIZE = 64 * 1024 * 1024
 HASH_TYPES = ("sha256", "blake3")
 GIT_IGNORE_PATHS = (".git", ".gitattributes", ".github", ".gitignore")
 _DIGEST_SIZE = 32
+#: the largest size or offset a manifest may state (bounded before any conversion)
+_MAX_INTEGER = 2**63 - 1
 
 
 def path_sort_key(name: str) -> tuple[str, ...]:
@@ -379,32 +383,9 @@ class Manifest:
 # --- strict JSON helpers ----------------------------------------------------------------------
 
 
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise MalformedManifestError(f"duplicate key {key!r} in the manifest")
-        out[key] = value
-    return out
-
-
-def _no_constant(name: str) -> Any:
-    raise MalformedManifestError(f"the manifest contains {name}, which JSON does not allow")
-
-
-def _loads(data: bytes) -> Any:
-    try:
-        text = data.decode("utf-8")
-        return json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
-    except UnicodeDecodeError:
-        raise MalformedManifestError("the manifest is not UTF-8") from None
-    except json.JSONDecodeError as exc:
-        raise MalformedManifestError(
-            f"the manifest is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg};"
-            " truncated?)"
-        ) from None
-    except RecursionError:
-        raise MalformedManifestError("the manifest nests too deeply") from None
+def _loads(data: bytes, what: str = "manifest") -> Any:
+    # the one strict reader: UTF-8, no duplicate keys, no NaN, bounded depth and numbers
+    return loads_untrusted(data, what=what, error=MalformedManifestError)
 
 
 def _object(value: object, what: str) -> dict[str, Any]:
@@ -426,7 +407,11 @@ def _integer(value: object, what: str) -> int:
     if isinstance(value, float):
         if not math.isfinite(value) or not value.is_integer():
             raise MalformedManifestError(f"{what} is not a whole number")
+        if abs(value) > _MAX_INTEGER:
+            raise MalformedManifestError(f"{what} is out of range")
         value = int(value)
+    if value > _MAX_INTEGER:
+        raise MalformedManifestError(f"{what} is out of range")
     if value <= 0:
         raise MalformedManifestError(f"{what} must be positive")
     return value

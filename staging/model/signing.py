@@ -301,7 +301,7 @@ def verify_bundle(
     """
     if len(data) > MAX_BUNDLE_SIZE:
         raise MalformedManifestError("the signature bundle is too large")
-    bundle = _object(_loads(data), "the signature bundle")
+    bundle = _object(_loads(data, "signature bundle"), "the signature bundle")
     if bundle.get("mediaType") != BUNDLE_MEDIA_TYPE:
         raise MalformedManifestError(f"the bundle's mediaType is not {BUNDLE_MEDIA_TYPE}")
     material: dict[str, Any] = _object(bundle.get("verificationMaterial"), "verificationMaterial")

@@ -228,9 +228,9 @@ def test_wrong_key_and_edited_bundle(work: Path) -> None:
 @pytest.mark.parametrize(
     ("content", "fragment"),
     [
-        ("truncated", "not valid JSON"),
+        ("truncated", "is not JSON"),
         ("oversized", "larger than 64 MiB"),
-        ("garbage", "not valid JSON"),
+        ("garbage", "is not JSON"),
         ("not-statement", "in-toto statement"),
     ],
 )

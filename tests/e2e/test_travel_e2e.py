@@ -115,6 +115,8 @@ def _start(world: World, name: str, sizes: list[int], *extra: str) -> Holder:
     data, kek_path, key_path, datasets, keys, key = _holder_files(world.tmp, name, sizes)
     port = free_port()
     log = world.tmp / name / "service.log"
+    receipts = world.tmp / name / "receipts"
+    receipts.mkdir()
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -135,6 +137,8 @@ def _start(world: World, name: str, sizes: list[int], *extra: str) -> Holder:
             "500",
             "--burst",
             "500",
+            "--receipt-dir",
+            str(receipts),
             *extra,
         ],
         stdout=subprocess.DEVNULL,
@@ -357,7 +361,73 @@ def test_cli_run_and_verify_log(world: World, tmp_path: Path) -> None:
         check=False,
     )
     assert ok.returncode == 0, ok.stderr
-    assert "2 entries (b, c)" in ok.stdout
+    assert "2 of 2 planned visits (complete: b, c)" in ok.stdout
+    head = ok.stdout.split("head ")[-1].strip()
+    assert f"head {head}" in run.stdout  # the run printed the head to keep
+
+    # each holder kept its receipt and shows it
+    shown = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpucc.cli.holder",
+            "receipts",
+            "--receipt-dir",
+            str(world.tmp / "c" / "receipts"),
+            "--format",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert shown.returncode == 0, shown.stderr
+    kept = json.loads(shown.stdout)["receipts"]
+    mine = [r for r in kept if r["holder_id"] == "c" and r["seq"] == 1]
+    assert (
+        mine
+        and mine[-1]["entry_hash"] == hashlib.sha256(log.read_bytes().splitlines()[1]).hexdigest()
+    )
+    receipt_file = mine[-1]["file"]
+
+    def verify(path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*cli, "verify-log", str(path), "--key", str(pub), *extra],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+
+    assert verify(log, "--expect-head", head, "--receipt", receipt_file).returncode == 0
+    # `head -n 1`: cut at its end, no closing entry
+    cut = tmp_path / "cut.jsonl"
+    cut.write_bytes(log.read_bytes().splitlines(keepends=True)[0])
+    refused = verify(cut)
+    assert refused.returncode == 6 and "closing entry" in refused.stderr
+    # cut back and re-closed with the orchestrator's own key: only the head or c's receipt
+    # can tell
+    from gpucc.travel.log import closing_entry, entry_hash, sign_entry
+    from gpucc.travel.signing import load_signing_key
+
+    okey = load_signing_key(okey_path)
+    first = log.read_bytes().splitlines()[0]
+    reclosed = sign_entry(
+        okey,
+        closing_entry(
+            seq=1,
+            prev=entry_hash(first),
+            orchestrator_key_id=key_id(okey),
+            planned=1,
+            done=1,
+            finished="2026-01-01T00:00:00.000+00:00",
+        ),
+    )
+    cut.write_bytes(first + b"\n" + reclosed + b"\n")
+    assert verify(cut).returncode == 0
+    for extra in (("--expect-head", head), ("--receipt", receipt_file)):
+        caught = verify(cut, *extra)
+        assert caught.returncode == 6, caught.stderr
+        assert len(caught.stderr.strip().splitlines()) == 1
 
     again = subprocess.run(
         [*cli, "run", str(plan_file), "--simulate", str(tmp_path / "sim2")],
@@ -365,7 +435,7 @@ def test_cli_run_and_verify_log(world: World, tmp_path: Path) -> None:
         text=True,
         check=False,
     )
-    assert again.returncode == 2 and "exists" in again.stderr  # never replaced without --force
+    assert again.returncode == 8 and "exists" in again.stderr  # never replaced without --force
     assert len(again.stderr.strip().splitlines()) <= 2
 
     lines = log.read_bytes().splitlines()

@@ -14,13 +14,15 @@ import numpy as np
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from gpucc.gpuattest.errors import KeyFileError
+from gpucc.gpuattest.errors import KeyFileError, MalformedPolicyError
 from gpucc.gpuattest.files import OutputExistsError
+from gpucc.gpuattest.policy import load_policy
 from gpucc.travel.errors import (
     HolderAuthenticationError,
     LogTamperedError,
     MalformedEnvelopeError,
     MalformedLogError,
+    MalformedReceiptError,
     PlanError,
     ScrubError,
 )
@@ -28,13 +30,15 @@ from gpucc.travel.holder import ChallengeRefused, ChallengeStore, RateLimiter
 from gpucc.travel.log import (
     GENESIS,
     LOG_SCHEMA,
+    closing_entry,
     entry_hash,
     entry_signing_input,
     sign_entry,
     verify_log,
     verify_log_lines,
 )
-from gpucc.travel.plan import parse_plan
+from gpucc.travel.plan import load_plan, parse_plan
+from gpucc.travel.receipt import Receipt, make_receipt
 from gpucc.travel.signing import (
     Envelope,
     KeyPin,
@@ -125,7 +129,7 @@ def test_log_vector() -> None:
     assert key_id(orch) == ORCH_KEY_ID
     lines = [LOG_LINE_1.encode(), LOG_LINE_2.encode()]
     assert entry_hash(lines[0]) == LOG_HASH_1 and entry_hash(lines[1]) == LOG_HASH_2
-    summary = verify_log_lines(lines, orch.public_key())
+    summary = verify_log_lines(lines, orch.public_key(), require_closed=False)
     assert summary.entries == 2 and summary.head == LOG_HASH_2 and summary.holders == ("a", "b")
     body = {k: v for k, v in json.loads(LOG_LINE_1).items() if k != "signature"}
     assert entry_signing_input(body) == b"gpucc/travel-log/v1\x00" + canonical_json(body)
@@ -154,7 +158,7 @@ def test_log_tampering(tmp_path: Path) -> None:
     key = generate_signing_key()
     lines = _log(key, 3)
     pub = key.public_key()
-    assert verify_log_lines(lines, pub).entries == 3
+    assert verify_log_lines(lines, pub, require_closed=False).entries == 3
     edited = json.loads(lines[1])
     edited["holder_id"] = "mallory"
     cases = {
@@ -167,7 +171,7 @@ def test_log_tampering(tmp_path: Path) -> None:
     }
     for name, case in cases.items():
         with pytest.raises(LogTamperedError):
-            verify_log_lines(case, pub)
+            verify_log_lines(case, pub, require_closed=False)
             pytest.fail(name)
     path = tmp_path / "log.jsonl"
     path.write_bytes(b"\n".join(lines))  # the last line cut off
@@ -176,6 +180,75 @@ def test_log_tampering(tmp_path: Path) -> None:
     path.write_bytes(b'{"schema":"other"}\n')
     with pytest.raises(MalformedLogError):
         verify_log(path, pub)
+
+
+def _closed(key: ec.EllipticCurvePrivateKey, lines: list[bytes], planned: int) -> list[bytes]:
+    body = closing_entry(
+        seq=len(lines),
+        prev=entry_hash(lines[-1]) if lines else GENESIS,
+        orchestrator_key_id=key_id(key),
+        planned=planned,
+        done=len(lines),
+        finished="2026-01-01T00:00:00.000+00:00",
+    )
+    return [*lines, sign_entry(key, body)]
+
+
+def _receipt(key: ec.EllipticCurvePrivateKey, lines: list[bytes], seq: int) -> Receipt:
+    return make_receipt(
+        key,
+        holder_id=f"h{seq}",
+        seq=seq,
+        entry_hash=entry_hash(lines[seq]),
+        transcript_hash="ab" * 48,
+    )
+
+
+def test_closing_entry_head_and_receipts_catch_a_log_cut_back() -> None:
+    key = generate_signing_key()
+    pub = key.public_key()
+    visits = _log(key, 3)
+    full = _closed(key, visits, 3)
+    summary = verify_log_lines(full, pub)
+    assert (summary.entries, summary.planned, summary.complete) == (3, 3, True)
+    assert summary.head == entry_hash(full[-1])
+    receipts = [Receipt.from_json(_receipt(key, visits, i).to_json()) for i in range(3)]
+    assert verify_log_lines(full, pub, expect_head=summary.head, receipts=receipts) == summary
+
+    # cut at its end: no closing entry
+    with pytest.raises(LogTamperedError, match="no closing entry"):
+        verify_log_lines(visits[:2], pub)
+    # cut back and re-closed by the orchestrator: the chain is valid, but not the head...
+    recut = _closed(key, visits[:2], 2)
+    assert verify_log_lines(recut, pub).complete
+    with pytest.raises(LogTamperedError, match="expected head"):
+        verify_log_lines(recut, pub, expect_head=summary.head)
+    # ...nor the last holder's receipt
+    with pytest.raises(LogTamperedError, match="only 2 visit entries"):
+        verify_log_lines(recut, pub, receipts=[receipts[2]])
+    # a closing entry that lies about the count, or is not last
+    lying = dict(json.loads(_closed(key, visits[:2], 3)[-1]))
+    lying.pop("signature")
+    lying["visits_done"] = 3
+    with pytest.raises(LogTamperedError, match="does not match"):
+        verify_log_lines([*visits[:2], sign_entry(key, lying)], pub)
+    with pytest.raises(LogTamperedError, match="follows the closing"):
+        verify_log_lines([*_closed(key, visits[:1], 1), visits[1]], pub, require_closed=False)
+    # a replaced entry: the receipt names another hash
+    other = _log(key, 2)
+    replaced = _closed(key, [visits[0], _resign(key, other[1], prev=entry_hash(visits[0]))], 2)
+    with pytest.raises(LogTamperedError, match="another entry"):
+        verify_log_lines(replaced, pub, receipts=[receipts[1]])
+    # receipts by another orchestrator, or edited after signing
+    with pytest.raises(LogTamperedError, match="not signed by this orchestrator"):
+        verify_log_lines(full, pub, receipts=[_receipt(generate_signing_key(), visits, 0)])
+    edited = json.loads(receipts[0].to_json())
+    edited["seq"] = 1
+    with pytest.raises(LogTamperedError, match="does not verify"):
+        Receipt.from_json(canonical_json(edited)).verify()
+    for bad in (b"{}", b"[]", canonical_json({**edited, "seq": True}), b"\xff"):
+        with pytest.raises(MalformedReceiptError):
+            Receipt.from_json(bad)
 
 
 def test_envelope_parsing_is_strict() -> None:
@@ -241,6 +314,20 @@ def test_challenge_store_one_time_and_expiry() -> None:
     store.consume(issued[-1])
 
 
+def test_challenge_store_caps_each_client() -> None:
+    now = [0.0]
+    store = ChallengeStore(ttl=10, limit=100, clock=lambda: now[0], per_client=2)
+    held = [store.issue("10.0.0.1")[0] for _ in range(2)]
+    with pytest.raises(ChallengeRefused, match="outstanding"):
+        store.issue("10.0.0.1")
+    store.issue("10.0.0.2")  # another client is not affected
+    store.consume(held[0])  # a consumed challenge frees its place
+    store.issue("10.0.0.1")
+    now[0] = 11.0  # and so does an expired one
+    store.issue("10.0.0.1")
+    store.issue("10.0.0.1")
+
+
 def test_rate_limiter() -> None:
     limiter = RateLimiter(rate=0.001, burst=2)
     assert [limiter.allow("x") for _ in range(3)] == [True, True, False]
@@ -282,6 +369,45 @@ def test_plan_parsing(tmp_path: Path) -> None:
     for doc in bad:
         with pytest.raises(PlanError):
             parse_plan(doc)
+
+
+def test_plan_files_are_read_strictly(tmp_path: Path) -> None:
+    pin = "sha256:" + "ab" * 32
+    other = "sha256:" + "cd" * 32
+    good = (
+        "version: 1\nholders:\n  - id: a\n    url: http://127.0.0.1:1\n"
+        f"    public_key: {pin}\n"
+        "    datasets:\n      - {name: d, path: d.gcc, header_digest: '" + "00" * 32 + "'}\n"
+    )
+    path = tmp_path / "plan.yaml"
+    path.write_text(good)
+    assert load_plan(path).holders[0].pin.key_id == "ab" * 32
+    hostile = {
+        "version: true": good.replace("version: 1", "version: true"),
+        "version: 1.0": good.replace("version: 1", "version: 1.0"),
+        # a reviewer reads the first pin; a lenient parser would use the second
+        "two pins": good.replace(
+            f"public_key: {pin}", f"public_key: {pin}\n    public_key: {other}"
+        ),
+        "deep": "[" * 50_000 + "]" * 50_000,
+        "tag": good.replace("id: a", "id: !!python/object:os.system a"),
+        "alias": good.replace("id: a", "id: &x a\n    tls_ca: *x"),
+    }
+    for name, text in hostile.items():
+        path.write_text(text)
+        with pytest.raises(PlanError):
+            load_plan(path)
+            pytest.fail(name)
+
+
+def test_policy_version_must_be_the_integer_one(tmp_path: Path) -> None:
+    path = tmp_path / "policy.yaml"
+    for text in ("version: true\n", "version: 1.0\n", "version: 1\nversion: 1\n"):
+        path.write_text(text)
+        with pytest.raises(MalformedPolicyError):
+            load_policy(path)
+    path.write_text("version: 1\n")
+    assert load_policy(path).require_nonce
 
 
 def test_model_digest_covers_names_shapes_dtypes_and_bytes() -> None:

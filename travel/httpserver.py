@@ -1,0 +1,494 @@
+"""A small HTTP/1.1 server for the holder's ASGI application, built to outlast hostile clients.
+
+Why not Uvicorn (or Hypercorn, Granian): none of them has every deadline a key-release
+service needs. Uvicorn closes idle keep-alive connections but never one that has not sent
+its first byte, has no deadline for a request head trickled one line at a time, leaves the
+connection open after a timed-out body, caps connections only globally (answering 503 in
+plain text to everyone once an attacker holds them all), and trusts ``X-Forwarded-For``
+from loopback by default. Hypercorn's ``read_timeout`` restarts with every byte; Granian
+has a header-read timeout but no per-client caps. The parsing itself is h11's (the
+HTTP/1.1 state machine Uvicorn and httpx use); this module adds the connection policy:
+
+* **idle deadline**: a connection must send the first byte of a request within
+  ``idle_s`` (a kept-alive one, of its next request), or it is closed;
+* **head deadline**: the request line and headers must be complete within ``header_s`` of
+  their first byte, and no larger than ``max_header_bytes``;
+* **request deadline**: head and body within ``request_s`` of the first byte;
+* **caps**: at most ``max_connections`` open connections, at most ``max_per_client`` from
+  one client address; one request at a time per connection;
+* refusals (400, 408, 413, 431, 503) are the documented JSON error body and one access-log
+  line each, and the connection is closed after them; a request with both
+  ``Content-Length`` and ``Transfer-Encoding`` is refused (RFC 9112 section 6.3);
+* ``X-Forwarded-For`` is believed only from the addresses in ``trusted_proxies``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import ipaddress
+import json
+import logging
+import signal
+import ssl
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["ServerLimits", "run_server"]
+
+_access = logging.getLogger("gpucc.holder.access")
+
+
+@dataclass(frozen=True)
+class ServerLimits:
+    """Connection policy (seconds, bytes, counts); see the module docstring."""
+
+    idle_s: float = 10.0
+    header_s: float = 10.0
+    request_s: float = 30.0
+    max_connections: int = 512
+    max_per_client: int = 16
+    max_body: int = 256 * 1024
+    max_header_bytes: int = 16 * 1024
+    trusted_proxies: frozenset[str] = field(default_factory=frozenset)
+
+
+class _Refusal(Exception):  # noqa: N818 - an outcome, answered and the connection closed
+    def __init__(self, status: int, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.kind, self.message = status, kind, message
+
+
+class _Idle(Exception):  # noqa: N818 - the peer went away or never started a request
+    pass
+
+
+def _error_body(kind: str, message: str) -> bytes:
+    return json.dumps({"error": kind, "message": message}, sort_keys=True).encode()
+
+
+def _log(
+    client: str,
+    method: str | None,
+    path: str | None,
+    status: int,
+    outcome: str,
+    bytes_out: int,
+    started: float,
+) -> None:
+    _access.info(
+        json.dumps(
+            {
+                "event": "access",
+                "time": dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds"),
+                "client": client,
+                "method": method,
+                "path": path,
+                "status": status,
+                "outcome": outcome,
+                "bytes_out": bytes_out,
+                "ms": round((time.perf_counter() - started) * 1000, 2),
+            },
+            sort_keys=True,
+        )
+    )
+
+
+def _forwarded_client(headers: list[tuple[bytes, bytes]]) -> str | None:
+    """The nearest address in ``X-Forwarded-For`` (the one the trusted proxy added)."""
+    values = [v for k, v in headers if k == b"x-forwarded-for"]
+    if not values:
+        return None
+    last = values[-1].decode("latin-1").split(",")[-1].strip()
+    try:
+        return str(ipaddress.ip_address(last))
+    except ValueError:
+        return None
+
+
+class _Server:
+    def __init__(self, app: Any, limits: ServerLimits, tls: ssl.SSLContext | None) -> None:
+        self.app = app
+        self.limits = limits
+        self.tls = tls
+        self.open = 0
+        self.per_client: Counter[str] = Counter()
+        self.busy: set[asyncio.Task[Any]] = set()
+        self.idle: set[asyncio.Task[Any]] = set()
+        self.stopping = False
+
+    # --- one connection ------------------------------------------------------------------
+
+    async def connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        import h11
+
+        peer = (writer.get_extra_info("peername") or ("?", 0))[0]
+        task = asyncio.current_task()
+        assert task is not None
+        capped = peer not in self.limits.trusted_proxies
+        if self.open >= self.limits.max_connections or (
+            capped and self.per_client[peer] >= self.limits.max_per_client
+        ):
+            await self._refuse_raw(reader, writer, peer, "busy")
+            return
+        self.open += 1
+        self.per_client[peer] += 1
+        self.idle.add(task)
+        try:
+            conn = h11.Connection(
+                h11.SERVER, max_incomplete_event_size=self.limits.max_header_bytes
+            )
+            first = True
+            while not self.stopping:
+                if not await self._one_request(conn, reader, writer, peer, first):
+                    break
+                first = False
+                if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
+                    break
+                conn.start_next_cycle()
+        except (_Idle, OSError, TimeoutError, ssl.SSLError, h11.LocalProtocolError):
+            pass
+        except asyncio.CancelledError:  # shutting down: the connection just closes
+            pass
+        except Exception as exc:  # one bad connection never stops the service
+            logging.getLogger("gpucc.holder").info(
+                json.dumps({"event": "connection-error", "error": type(exc).__name__})
+            )
+        finally:
+            self.idle.discard(task)
+            self.busy.discard(task)
+            self.open -= 1
+            self.per_client[peer] -= 1
+            if self.per_client[peer] <= 0:
+                del self.per_client[peer]
+            writer.close()
+
+    async def _refuse_raw(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: str, kind: str
+    ) -> None:
+        started = time.perf_counter()
+        body = _error_body(kind, "the service is at its connection limit; try again")
+        head = (
+            "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
+            f"content-length: {len(body)}\r\nconnection: close\r\nretry-after: 1\r\n\r\n"
+        ).encode()
+        with contextlib.suppress(Exception, asyncio.CancelledError):
+            writer.write(head + body)
+            await asyncio.wait_for(writer.drain(), 1.0)
+            await self._linger(reader, writer, 0.25)
+        writer.close()
+        _log(peer, None, None, 503, kind, len(body), started)
+
+    async def _read(self, reader: asyncio.StreamReader, deadline: float) -> bytes:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError
+        return await asyncio.wait_for(reader.read(65536), left)
+
+    async def _one_request(
+        self,
+        conn: Any,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        peer: str,
+        first: bool,
+    ) -> bool:
+        """Serve one request; False when the connection is to be closed without one."""
+        import h11
+
+        limits = self.limits
+        # idle: wait for the first byte (h11 may already hold a pipelined request)
+        try:
+            event = conn.next_event()
+        except h11.RemoteProtocolError:  # pipelined garbage: refused below, like any other
+            event = None
+        started = time.perf_counter()
+        if event is h11.NEED_DATA:
+            try:
+                data = await self._read(reader, time.monotonic() + limits.idle_s)
+            except TimeoutError:
+                if first:  # a connection that never asked anything is told why it goes
+                    await self._answer(
+                        conn,
+                        reader,
+                        writer,
+                        peer,
+                        None,
+                        None,
+                        started,
+                        _Refusal(408, "timeout", "no request arrived in time"),
+                    )
+                raise _Idle from None
+            if not data:
+                raise _Idle
+            conn.receive_data(data)
+            started = time.perf_counter()
+        task = asyncio.current_task()
+        assert task is not None
+        self.idle.discard(task)
+        self.busy.add(task)
+        begun = time.monotonic()
+        head_deadline = begun + min(limits.header_s, limits.request_s)
+        request_deadline = begun + limits.request_s
+        method = path = None
+        client = peer
+        try:
+            head_bytes = 0
+            while True:
+                if event is h11.NEED_DATA or event is None:
+                    event = conn.next_event()
+                if isinstance(event, h11.Request):
+                    break
+                if isinstance(event, h11.ConnectionClosed):
+                    raise _Idle
+                if event is h11.NEED_DATA:
+                    try:
+                        data = await self._read(reader, head_deadline)
+                    except TimeoutError:
+                        raise _Refusal(
+                            408, "timeout", "the request head did not arrive in time"
+                        ) from None
+                    head_bytes += len(data)
+                    if head_bytes > limits.max_header_bytes + 65536:
+                        raise _Refusal(431, "too-large", "the request head is too large")
+                    conn.receive_data(data)
+                    event = h11.NEED_DATA
+            method = event.method.decode("ascii", "replace")
+            path = event.target.decode("ascii", "replace").split("?", 1)[0][:200]
+            headers = [(k.lower(), v) for k, v in event.headers]
+            if peer in limits.trusted_proxies:
+                client = _forwarded_client(headers) or peer
+            names = {k for k, _ in headers}
+            if b"content-length" in names and b"transfer-encoding" in names:
+                raise _Refusal(400, "malformed", "both Content-Length and Transfer-Encoding")
+            declared = next((v for k, v in headers if k == b"content-length"), None)
+            if declared is not None and (len(declared) > 18 or int(declared) > limits.max_body):
+                raise _Refusal(413, "too-large", "the request body is too large")
+            if conn.they_are_waiting_for_100_continue:  # curl waits a second otherwise
+                writer.write(conn.send(h11.InformationalResponse(status_code=100, headers=[])))
+            body = await self._body(conn, reader, request_deadline)
+            status, out_headers, payload, outcome = await self._call_app(
+                event, headers, body, peer, client
+            )
+            close = self.stopping
+            if close:
+                out_headers.append((b"connection", b"close"))
+            writer.write(conn.send(h11.Response(status_code=status, headers=out_headers)))
+            if payload and method != "HEAD":  # a HEAD answer has the headers only
+                writer.write(conn.send(h11.Data(data=payload)))
+            writer.write(conn.send(h11.EndOfMessage()))
+            await asyncio.wait_for(writer.drain(), limits.request_s)
+            _log(client, method, path, status, outcome, len(payload), started)
+            return not close
+        except h11.RemoteProtocolError as exc:
+            refusal = _Refusal(exc.error_status_hint, "malformed", f"not HTTP/1.1: {exc}"[:200])
+            if exc.error_status_hint == 431:
+                refusal.kind = "too-large"
+            await self._answer(conn, reader, writer, client, method, path, started, refusal)
+            return False
+        except _Refusal as refusal:
+            await self._answer(conn, reader, writer, client, method, path, started, refusal)
+            return False
+        finally:
+            self.busy.discard(task)
+            self.idle.add(task)
+
+    async def _body(self, conn: Any, reader: asyncio.StreamReader, deadline: float) -> bytes:
+        import h11
+
+        parts: list[bytes] = []
+        size = 0
+        while True:
+            event = conn.next_event()
+            if event is h11.NEED_DATA:
+                try:
+                    data = await self._read(reader, deadline)
+                except TimeoutError:
+                    raise _Refusal(
+                        408, "timeout", "the request body did not arrive in time"
+                    ) from None
+                conn.receive_data(data)
+                continue
+            if isinstance(event, h11.Data):
+                size += len(event.data)
+                if size > self.limits.max_body:
+                    raise _Refusal(413, "too-large", "the request body is too large")
+                parts.append(bytes(event.data))
+            elif isinstance(event, h11.EndOfMessage):
+                return b"".join(parts)
+            else:
+                raise _Idle
+
+    async def _call_app(
+        self, request: Any, headers: list[tuple[bytes, bytes]], body: bytes, peer: str, client: str
+    ) -> tuple[int, list[tuple[bytes, bytes]], bytes, str]:
+        target = request.target
+        path, _, query = target.partition(b"?")
+        scope: dict[str, Any] = {
+            "type": "http",
+            "asgi": {"version": "3.0", "spec_version": "2.3"},
+            "http_version": request.http_version.decode(),
+            "method": request.method.decode("ascii"),
+            "scheme": "https" if self.tls else "http",
+            "path": path.decode("latin-1"),
+            "raw_path": path,
+            "query_string": query,
+            "root_path": "",
+            "headers": headers,
+            "client": (client, 0),
+            "server": None,
+            "state": {},
+        }
+        sent = False
+
+        async def receive() -> dict[str, Any]:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            await asyncio.Event().wait()  # nothing more: the request is complete
+            return {"type": "http.disconnect"}  # pragma: no cover
+
+        reply: dict[str, Any] = {"status": 500, "headers": [], "body": []}
+
+        async def send(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                reply["status"] = message["status"]
+                reply["headers"] = [
+                    (k, v) for k, v in message.get("headers", []) if k.lower() != b"content-length"
+                ]
+            elif message["type"] == "http.response.body":
+                reply["body"].append(message.get("body", b""))
+
+        try:
+            await self.app(scope, receive, send)
+        except Exception:  # the application answered 500 already (or is made to here)
+            if not reply["body"]:
+                reply["status"], reply["headers"] = 500, [(b"content-type", b"application/json")]
+                reply["body"] = [_error_body("internal", "internal error")]
+                scope["state"]["outcome"] = "internal"
+        payload = b"".join(reply["body"])
+        out = [*reply["headers"], (b"content-length", str(len(payload)).encode())]
+        return reply["status"], out, payload, scope["state"].get("outcome", "")
+
+    async def _answer(
+        self,
+        conn: Any,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        client: str,
+        method: str | None,
+        path: str | None,
+        started: float,
+        refusal: _Refusal,
+    ) -> None:
+        import h11
+
+        body = _error_body(refusal.kind, refusal.message)
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            (b"connection", b"close"),
+        ]
+        with contextlib.suppress(Exception):
+            if conn.our_state in (h11.IDLE, h11.SEND_RESPONSE):
+                writer.write(conn.send(h11.Response(status_code=refusal.status, headers=headers)))
+                writer.write(conn.send(h11.Data(data=body)))
+                writer.write(conn.send(h11.EndOfMessage()))
+            else:  # h11 refuses to answer a request it could not parse: write it ourselves
+                reason = {
+                    400: "Bad Request",
+                    408: "Request Timeout",
+                    413: "Content Too Large",
+                    431: "Request Header Fields Too Large",
+                }.get(refusal.status, "Error")
+                head = f"HTTP/1.1 {refusal.status} {reason}\r\n" + "".join(
+                    f"{k.decode()}: {v.decode()}\r\n" for k, v in headers
+                )
+                writer.write(head.encode() + b"\r\n" + body)
+            await asyncio.wait_for(writer.drain(), 1.0)
+            await self._linger(reader, writer)
+        _log(client, method, path, refusal.status, refusal.kind, len(body), started)
+
+    @staticmethod
+    async def _linger(
+        reader: asyncio.StreamReader, writer: asyncio.StreamWriter, seconds: float = 0.5
+    ) -> None:
+        """Half-close, then discard what the client is still sending for a moment (at most
+        half a second and 256 KiB), so that closing does not reset the connection before
+        the client has read the refusal."""
+        if writer.can_write_eof():
+            writer.write_eof()
+        deadline = time.monotonic() + seconds
+        left = 256 * 1024
+        while left > 0 and (wait := deadline - time.monotonic()) > 0:
+            chunk = await asyncio.wait_for(reader.read(min(left, 65536)), wait)
+            if not chunk:
+                return
+            left -= len(chunk)
+
+    # --- the listener --------------------------------------------------------------------
+
+    async def serve(
+        self, host: str, port: int, drain_s: float, on_start: Callable[[], None]
+    ) -> int | None:
+        """Serve until a signal; the signal's number (after draining), or None."""
+        server = await asyncio.start_server(
+            self.connection,
+            host,
+            port,
+            backlog=1024,
+            ssl=self.tls,
+            # a TLS handshake is done before the connection is counted; it gets the head's time
+            ssl_handshake_timeout=self.limits.header_s if self.tls else None,
+        )
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        received: list[int] = []
+
+        def on_signal(signum: int) -> None:
+            received.append(signum)
+            stop.set()
+
+        signals = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+        previous = {signum: signal.getsignal(signum) for signum in signals}
+        for signum in signals:
+            loop.add_signal_handler(signum, on_signal, signum)
+        on_start()
+        try:
+            await stop.wait()
+        finally:
+            self.stopping = True
+            server.close()
+            for task in list(self.idle):
+                task.cancel()
+            if self.busy:
+                await asyncio.wait(list(self.busy), timeout=drain_s)
+            for task in list(self.busy | self.idle):
+                task.cancel()
+            for signum in signals:
+                loop.remove_signal_handler(signum)
+                signal.signal(signum, previous[signum])  # the caller's handlers, not SIG_DFL
+        return received[0] if received else None
+
+
+def run_server(
+    app: Any,
+    *,
+    host: str,
+    port: int,
+    limits: ServerLimits,
+    tls: ssl.SSLContext | None = None,
+    drain_s: float = 20.0,
+    on_start: Callable[[], None] = lambda: None,
+) -> int | None:
+    """Serve ``app`` until SIGTERM, SIGINT or SIGHUP; requests in flight get ``drain_s``.
+
+    Returns:
+        The signal that stopped the service (the caller re-raises it), or None.
+    """
+    return asyncio.run(_Server(app, limits, tls).serve(host, port, drain_s, on_start))
