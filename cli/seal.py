@@ -156,8 +156,8 @@ def seal(
         typer.Option(
             "--shards",
             min=1,
-            help="Split into N bound shards (-o is then a directory): a missing, reordered or "
-            "foreign shard is refused when the set is opened.",
+            help="Split into N bound shards (-o is then a directory, created if absent): a "
+            "missing, reordered or foreign shard is refused when the set is opened.",
         ),
     ] = None,
     force: ForceOption = False,

@@ -208,3 +208,29 @@ def test_tampered_chunk_never_reaches_a_batch_over_many_passes(tmp_path: Path) -
         leaked += seen_victim
         wrong += delivered != [order[i : i + 4] for i in range(0, cut, 4)]
     assert (leaked, wrong) == (0, 0)
+
+
+@pytest.mark.slow
+def test_benchmark_smoke_runs() -> None:
+    """benchmarks/bench_torch_data.py --smoke: every row runs and is printed."""
+    import subprocess
+    import sys
+
+    from tests.support.paths import ROOT
+
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "bench_torch_data.py"), "--smoke"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = {line.split("  ")[0].strip() for line in done.stdout.splitlines()[2:]}
+    assert {
+        "memmap",
+        "stream",
+        "stream, workers=2",
+        "stage_cpu",
+        "2 rank(s), 1 thread each",
+    } <= rows
