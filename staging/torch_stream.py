@@ -16,6 +16,7 @@ of its own from CuPy's memory pool, exposed through DLPack.
 
 from __future__ import annotations
 
+import os
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Sequence
@@ -51,8 +52,12 @@ class _Pool:
 
     While an iteration is open, buffers coming back keep their (verified, consumed)
     plaintext until they are reused or the iteration ends; otherwise they are zeroed as
-    they come back. At most ``keep`` free buffers are kept; others are zeroed and let go.
+    they come back. The pool keeps as many free buffers as were out at once (collation
+    holds a batch of them), between ``keep`` and ``keep + SPARE``; it zeroes any other
+    before letting it go.
     """
+
+    SPARE = 8
 
     def __init__(self, size: int) -> None:
         self.size = size
@@ -60,9 +65,13 @@ class _Pool:
         self.lock = threading.RLock()  # a tensor may be freed (calling give) under the lock
         self.free: list[Buffer] = []
         self.open = 0
+        self.out = 0  # buffers taken and not given back
+        self.high = 0  # the most buffers out at once
 
     def take(self) -> Buffer:
         with self.lock:
+            self.out += 1
+            self.high = max(self.high, self.out)
             if self.free:
                 return self.free.pop()
         return np.zeros(self.size, dtype=np.uint8)
@@ -70,9 +79,11 @@ class _Pool:
     def give(self, buf: Buffer) -> None:
         """Take back a buffer nothing views any more."""
         with self.lock:
-            if not self.open or len(self.free) >= self.keep:
+            self.out -= 1
+            room = len(self.free) < min(max(self.keep, self.high), self.keep + self.SPARE)
+            if not self.open or not room:
                 buf.fill(0)
-            if len(self.free) < self.keep:
+            if room:
                 self.free.append(buf)
 
     def export(self, buf: Buffer, length: int) -> torch.Tensor:
@@ -263,6 +274,7 @@ class SealedChunkStream(IterableDataset[torch.Tensor]):
         self._epoch.share_memory_()  # type: ignore[no-untyped-call]
         self._live: weakref.WeakSet[_StreamIterator] = weakref.WeakSet()
         self._pool: _Pool | None = None
+        self._pool_pid = -1
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -285,8 +297,11 @@ class SealedChunkStream(IterableDataset[torch.Tensor]):
         self._epoch[0] = epoch
 
     def pool(self) -> _Pool:
-        if self._pool is None:
+        """This process's pool (a forked DataLoader worker makes its own: the parent's
+        lock may have been held by a thread the fork did not copy)."""
+        if self._pool is None or self._pool_pid != os.getpid():
             self._pool = _Pool(self.shards.chunk_size)
+            self._pool_pid = os.getpid()
         return self._pool
 
     def chunks(self, worker: int = 0, num_workers: int = 1) -> list[int]:

@@ -234,14 +234,21 @@ def test_pool_zeroes_buffers_it_lets_go() -> None:
 
     pool = _Pool(64)
     pool.begin(keep=1)
-    kept, extra = pool.take(), pool.take()
-    kept.fill(7)
-    extra.fill(9)
-    pool.give(kept)  # during the pass: kept for reuse as it is
-    pool.give(extra)  # over the limit: zeroed, then let go
-    assert int(np.count_nonzero(extra)) == 0 and pool.free == [kept]
+    bufs = [pool.take() for _ in range(pool.SPARE + 3)]  # a big batch held at once
+    for buf in bufs:
+        buf.fill(7)
+    for buf in bufs:
+        pool.give(buf)  # during the pass: kept for reuse as they are, up to keep + SPARE
+    kept, extra = bufs[: 1 + pool.SPARE], bufs[1 + pool.SPARE :]
+    assert [id(b) for b in pool.free] == [id(b) for b in kept]
+    assert all(int(np.count_nonzero(b)) == 64 for b in kept)
+    assert all(int(np.count_nonzero(b)) == 0 for b in extra)  # over the limit: zeroed, let go
     pool.end()
-    assert int(np.count_nonzero(kept)) == 0
+    assert all(int(np.count_nonzero(b)) == 0 for b in kept)
+    again = pool.take()
+    again.fill(1)
+    pool.give(again)  # after the pass: zeroed as it comes back
+    assert int(np.count_nonzero(again)) == 0
 
 
 def test_tampered_chunk_is_never_yielded(tmp_path: Path, sealed: Path) -> None:
@@ -384,7 +391,9 @@ def test_gpu_stream_matches_cpu(sealed: Path) -> None:
         kept.append(t)
         got += bytes(t.cpu().numpy())
     assert got == DATA
-    assert all(int(t.count_nonzero()) == 0 for t in kept)
+    # each chunk in device memory of its own: intact after the later ones
+    assert b"".join(bytes(t.cpu().numpy()) for t in kept) == DATA
+    assert len({t.data_ptr() for t in kept}) == len(kept)
 
 
 @pytest.mark.gpu
@@ -396,7 +405,7 @@ def test_gpu_stream_tamper(sealed: Path) -> None:
     with pytest.raises(ChunkAuthenticationError) as info:
         for t in stream:
             got.append(bytes(t.cpu().numpy()))
-    assert info.value.chunk_index == 2
+    assert (info.value.chunk_index, info.value.path) == (2, sealed)
     assert got == [_chunk(0), _chunk(1)]
 
 
