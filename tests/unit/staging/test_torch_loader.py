@@ -4,6 +4,7 @@ tampered chunk under a race, many passes."""
 
 from __future__ import annotations
 
+import itertools
 import pickle
 from pathlib import Path
 from typing import Any
@@ -177,20 +178,33 @@ TAMPER_CHUNK = 64 * 1024
 TAMPER_CHUNKS = 16
 TAMPER_DATA = tr.plaintext(TAMPER_CHUNKS, TAMPER_CHUNK)
 VICTIM = 6
-PASSES = 600  # a race seen once in 120 passes is missed with probability (119/120)^600 < 1%
+# Only epochs where the race can happen (a quarter of them) are run: a race lost once in 120
+# shuffled passes is lost about once in 30 of these, and missed by 200 with p < 0.2%.
+PASSES = 200
+
+
+def _victim_starts_a_batch(stream: SealedChunkStream, epoch: int) -> bool:
+    stream.set_epoch(epoch)
+    position = stream.chunks().index(VICTIM)
+    return position >= 4 and position % 4 == 0
 
 
 @pytest.mark.slow
 def test_tampered_chunk_never_reaches_a_batch_over_many_passes(tmp_path: Path) -> None:
     """Collation reads earlier items while the ring verifies the tampered chunk: no row of
-    it, verified or not, may ever be delivered, and every batch before it is exact."""
+    it, verified or not, may ever be delivered, and every batch before it is exact.
+
+    The epochs are those (of a fixed seed) where the tampered chunk starts a batch, so it is
+    verified while the batch before it is collated: the race a view into reused memory
+    would lose (views into a reused ring lost it in 69 of 400 such passes on a 2-vCPU VM)."""
     path = _seal(tmp_path, TAMPER_DATA, "t", TAMPER_CHUNK)
     header = open_shard_set(path, key=KEY).parts[0].header
     tr.tamper(path, header.chunk_offset(VICTIM) + 100)
     stream = SealedChunkStream(path, key=KEY, record_size=tr.RECORD, seed=7, threads=1)
     loader = DataLoader(stream, batch_size=4)
     leaked = wrong = 0  # passes that delivered a row of the tampered chunk / a wrong batch
-    for epoch in range(PASSES):
+    epochs = (e for e in itertools.count() if _victim_starts_a_batch(stream, e))
+    for epoch in itertools.islice(epochs, PASSES):
         stream.set_epoch(epoch)
         order = stream.chunks()
         delivered: list[list[int]] = []
