@@ -18,7 +18,8 @@ touches one byte per batch:
   on the same stream. ``stream + clone``: the same, the consumer cloning each chunk (what
   a copy per chunk, on top of owned buffers, costs). ``workers=2``: both through two
   persistent DataLoader workers (tensors cross to the main process in shared memory;
-  the workers follow ``set_epoch``).
+  the workers follow ``set_epoch``). ``bs=4 chunks``: both through ``DataLoader(batch_size=4)``,
+  whose default collation stacks four chunks (a copy) into each delivered batch.
 * ``stage_cpu``: the raw staging path, the whole dataset into a fresh buffer (what
   ``staging.stage`` does), and ``stage_cpu out=``: into a buffer mapped beforehand.
 * ``DataLoader(map, bs=B)``: ``SealedChunkDataset`` records through ``DataLoader`` with
@@ -85,17 +86,17 @@ def _batches(loader: Any, train_batch: int, clone: bool = False) -> int:
     for chunk in loader:
         if clone:
             chunk = chunk.clone()
-        for batch in chunk.split(train_batch):
+        for batch in chunk.reshape(-1, chunk.shape[-1]).split(train_batch):
             samples += int(batch.shape[0])
             touched += int(batch[0, 0])
     return samples
 
 
-def _loader(dataset: Any, workers: int) -> Any:
+def _loader(dataset: Any, workers: int, batch: int | None = None) -> Any:
     extra: dict[str, Any] = {}
     if workers:  # persistent: the rows measure reading, not starting processes
         extra.update(multiprocessing_context="fork", persistent_workers=True)
-    return DataLoader(dataset, batch_size=None, num_workers=workers, **extra)
+    return DataLoader(dataset, batch_size=batch, num_workers=workers, **extra)
 
 
 def _map_loader(path: Path, threads: int, record: int, batch: int) -> int:
@@ -194,6 +195,8 @@ def main() -> None:
             "memmap": epoch(_loader(plain, 0)),
             "stream": epoch(_loader(stream, 0)),
             "stream + clone": epoch(_loader(stream, 0), clone=True),
+            "memmap, bs=4 chunks": epoch(_loader(plain, 0, 4)),
+            "stream, bs=4 chunks": epoch(_loader(stream, 0, 4)),
             "memmap, workers=2": epoch(_loader(plain, 2)),
             "stream, workers=2": epoch(_loader(stream, 2)),
         }
@@ -226,7 +229,7 @@ def main() -> None:
     for name, (seconds, samples) in best.items():
         ratio = ""
         if name.startswith("stream"):
-            base = "memmap, workers=2" if "workers" in name else "memmap"
+            base = "memmap," + name.partition(",")[2] if "," in name else "memmap"
             ratio = f"{rate[name] / rate[base]:.2f} x {base}"
         elif name.startswith("DataLoader"):
             ratio = f"{rate[name] / rate['stage_cpu out=']:.2f} x stage_cpu out="

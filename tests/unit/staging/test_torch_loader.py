@@ -159,6 +159,24 @@ def test_set_and_key_errors_keep_attributes_through_workers(tmp_path: Path) -> N
     assert (error.path, error.sealed) == (paths[0], True)
 
 
+def test_error_rebuilt_from_a_worker_traceback_takes_its_own_note() -> None:
+    """PyTorch's re-raise, ``type(error)(traceback text)``, on a chained traceback."""
+    from torch._utils import ExceptionWrapper
+
+    try:
+        try:
+            raise ChunkAuthenticationError(1, "a.gcc, chunk 1", path=Path("a.gcc"))
+        except ChunkAuthenticationError as inner:  # printed first in the traceback
+            raise ChunkAuthenticationError(4, "b.gcc, chunk 0", path=Path("b.gcc")) from inner
+    except ChunkAuthenticationError:
+        wrapper = ExceptionWrapper(where="in DataLoader worker process 1")  # type: ignore[no-untyped-call]
+    with pytest.raises(ChunkAuthenticationError) as info:
+        wrapper.reraise()  # type: ignore[no-untyped-call]
+    assert (info.value.chunk_index, info.value.path) == (4, Path("b.gcc"))
+    assert ShardSetError("no note").path is None  # an ordinary message builds as usual
+    assert ChunkAuthenticationError(2).chunk_index == 2
+
+
 def test_errors_pickle_with_their_attributes() -> None:
     for error in (
         ChunkAuthenticationError(3, "s.gcc, chunk 1", path=Path("s.gcc")),
