@@ -99,11 +99,16 @@ def test_persistent_workers_follow_set_epoch(tmp_path: Path) -> None:
 
 
 def _first_error(loader: DataLoader[Any]) -> BaseException:
+    """The error iterating ``loader`` raises, its workers shut down."""
+    it = iter(loader)
     try:
-        for _ in loader:
+        for _ in it:
             pass
     except Exception as exc:
+        exc.__traceback__ = None  # its frames would keep the iterator and its workers alive
         return exc
+    finally:
+        del it
     raise AssertionError("no error")
 
 
