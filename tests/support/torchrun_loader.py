@@ -24,19 +24,21 @@ from gpucc.staging.errors import ChunkAuthenticationError
 from gpucc.staging.torch_dataset import SealedChunkStream
 from tests.support import torch_records as tr
 
-# name: batch size, custom collation, workers, pin_memory, persistent workers
-CONFIGS: dict[str, tuple[int | None, bool, int, bool, bool]] = {
-    "none-w0": (None, False, 0, False, False),
-    "bs4-w0": (4, False, 0, True, False),
-    "bs3-cat-w2": (3, True, 2, False, False),
-    "none-w2-persistent-pin": (None, False, 2, True, True),
-    "bs2-w2-persistent": (2, False, 2, False, True),
+# name: batch size, custom collation, workers, pin_memory, persistent workers, pad
+CONFIGS: dict[str, tuple[int | None, bool, int, bool, bool, bool]] = {
+    "none-w0": (None, False, 0, False, False, False),
+    "bs4-w0": (4, False, 0, True, False, False),
+    "bs3-cat-w2": (3, True, 2, False, False, False),
+    "none-w2-persistent-pin": (None, False, 2, True, True, False),
+    "bs2-w2-persistent-pad": (2, False, 2, False, True, True),
 }
 EPOCHS = 2
 
 
-def _loader(stream: SealedChunkStream, config: tuple[int | None, bool, int, bool, bool]) -> Any:
-    batch, cat, workers, pin, persistent = config
+def _loader(
+    stream: SealedChunkStream, config: tuple[int | None, bool, int, bool, bool, bool]
+) -> Any:
+    batch, cat, workers, pin, persistent, _ = config
     extra: dict[str, Any] = {"collate_fn": tr.cat_collate} if cat else {}
     if workers:
         extra.update(multiprocessing_context="fork", persistent_workers=persistent)
@@ -51,7 +53,12 @@ def _run(work: Path, rank: int) -> dict[str, Any]:
     out: dict[str, Any] = {"rank": rank, "configs": {}, "failures": []}
     for name, config in CONFIGS.items():
         stream = SealedChunkStream(
-            setup["shards"], key=key, record_size=tr.RECORD, seed=setup["seed"], threads=2
+            setup["shards"],
+            key=key,
+            record_size=tr.RECORD,
+            seed=setup["seed"],
+            threads=2,
+            pad=config[5],
         )
         loader = _loader(stream, config)
         workers = max(1, config[2])
