@@ -1,17 +1,27 @@
-"""Sealed data through PyTorch: a DataLoader against raw staging, and N ranks against one.
+"""Sealed data through PyTorch into training batches, beside plain memmap reading; a
+DataLoader against raw staging; N ranks against one.
 
 Run by hand (not a test)::
 
     .venv/bin/python benchmarks/bench_torch_data.py [--size-mib 256] [--repeat 3] [--ranks 1,2,4]
+    .venv/bin/python benchmarks/bench_torch_data.py --smoke   # a few seconds, small sizes
 
-On one sealed dataset (page cache, ``--chunk-mib`` chunks, records of ``--record`` bytes):
+On one sealed dataset and its plaintext (page cache, ``--chunk-mib`` chunks, records of
+``--record`` bytes), every loader row delivers training batches of ``--train-batch``
+records (views of each delivered chunk, in the epoch's shuffled chunk order); the consumer
+touches one byte per batch:
 
+* ``memmap``: the plaintext file through ``np.memmap``, each chunk copied into a tensor,
+  through ``DataLoader(batch_size=None)``: plain reading, the baseline.
+* ``stream``: ``SealedChunkStream`` (one rank, every chunk verified, a tensor of its own
+  per chunk) through ``DataLoader(batch_size=None, num_workers=0)``, one epoch per round
+  on the same stream. ``stream + clone``: the same, the consumer cloning each chunk (what
+  a copy per chunk, on top of owned buffers, costs). ``workers=2``: both through two
+  persistent DataLoader workers (tensors cross to the main process in shared memory;
+  the workers follow ``set_epoch``). ``bs=4 chunks``: both through ``DataLoader(batch_size=4)``,
+  whose default collation stacks four chunks (a copy) into each delivered batch.
 * ``stage_cpu``: the raw staging path, the whole dataset into a fresh buffer (what
   ``staging.stage`` does), and ``stage_cpu out=``: into a buffer mapped beforehand.
-* ``DataLoader(stream)``: ``SealedChunkStream`` (one rank, every chunk, verified, yielded as a
-  ``(records, record)`` tensor per chunk) through ``DataLoader(batch_size=None,
-  num_workers=0)``, one epoch per round on the same stream; the consumer touches one byte
-  per chunk.
 * ``DataLoader(map, bs=B)``: ``SealedChunkDataset`` records through ``DataLoader`` with
   ``batch_size=B`` and a sequential sampler (per-record Python, collated copies).
 * ranks: ``N`` processes, each a ``SealedChunkStream`` with ``rank=r, world_size=N`` and one
@@ -25,18 +35,19 @@ GB/s of plaintext (10^9 bytes/s) and samples (records) per second.
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import multiprocessing
 import os
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from gpucc.staging.cpu import stage_cpu
 from gpucc.staging.dataset import open_sealed
@@ -53,14 +64,39 @@ def _timed(fn: Callable[[], int]) -> tuple[float, int]:
     return time.perf_counter() - started, samples
 
 
-def _stream_loader(stream: SealedChunkStream, epoch: int) -> int:
-    stream.set_epoch(epoch)
+class _Memmap(IterableDataset[torch.Tensor]):
+    """Plain reading: the plaintext's chunks, in the stream's order, copied from a memmap."""
+
+    def __init__(self, path: Path, order: SealedChunkStream, chunk: int, record: int) -> None:
+        self.path, self.order, self.chunk, self.record = path, order, chunk, record
+
+    def __iter__(self) -> Iterator[torch.Tensor]:
+        info = get_worker_info()
+        worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
+        data = np.memmap(self.path, dtype=np.uint8, mode="r")
+        for g in self.order.chunks(worker, workers):
+            piece = np.array(data[g * self.chunk : (g + 1) * self.chunk])
+            yield torch.from_numpy(piece).view(-1, self.record)
+
+
+def _batches(loader: Any, train_batch: int, clone: bool = False) -> int:
+    """Training batches of ``train_batch`` records from every delivered chunk."""
     samples = 0
     touched = 0
-    for batch in DataLoader(stream, batch_size=None, num_workers=0):
-        samples += int(batch.shape[0])
-        touched += int(batch[0, 0])
+    for chunk in loader:
+        if clone:
+            chunk = chunk.clone()
+        for batch in chunk.reshape(-1, chunk.shape[-1]).split(train_batch):
+            samples += int(batch.shape[0])
+            touched += int(batch[0, 0])
     return samples
+
+
+def _loader(dataset: Any, workers: int, batch: int | None = None) -> Any:
+    extra: dict[str, Any] = {}
+    if workers:  # persistent: the rows measure reading, not starting processes
+        extra.update(multiprocessing_context="fork", persistent_workers=True)
+    return DataLoader(dataset, batch_size=batch, num_workers=workers, **extra)
 
 
 def _map_loader(path: Path, threads: int, record: int, batch: int) -> int:
@@ -110,28 +146,41 @@ def main() -> None:
     parser.add_argument("--size-mib", type=int, default=256)
     parser.add_argument("--chunk-mib", type=int, default=4)
     parser.add_argument("--record", type=int, default=4096, help="bytes per sample")
+    parser.add_argument("--train-batch", type=int, default=256, help="samples per batch")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--batch", type=int, default=256, help="map-style batch size")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--ranks", default="1,2,4")
+    parser.add_argument("--smoke", action="store_true", help="small and quick: 16 MiB, once")
     args = parser.parse_args()
+    if args.smoke:
+        args.size_mib, args.chunk_mib, args.repeat, args.ranks = 8, 1, 1, "1,2"
     size: int = args.size_mib * MiB
+    chunk: int = args.chunk_mib * MiB
     threads: int = args.threads
     record: int = args.record
+    train: int = args.train_batch
     worlds = [int(n) for n in args.ranks.split(",")]
 
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "data.bin"
         src.write_bytes(np.random.default_rng(0).integers(0, 256, size, dtype=np.uint8).data)
         path = Path(tmp) / "data.gcc"
-        seal_file(src, path, dataset_key=KEY, chunk_size=args.chunk_mib * MiB)
-        src.unlink()
+        seal_file(src, path, dataset_key=KEY, chunk_size=chunk)
         dataset = open_sealed(path)
         out = np.zeros(size, dtype=np.uint8)
         samples_total = size // record
-        # one stream for every round, as one per training run (epochs reuse its ring)
+        # one stream for every round, as one per training run (epochs reuse its buffers)
         stream = SealedChunkStream(path, key=KEY, threads=threads, record_size=record, seed=1)
+        plain = _Memmap(src, stream, chunk, record)
         epochs = itertools.count()
+
+        def epoch(loader: Any, clone: bool = False) -> Callable[[], int]:
+            def run() -> int:
+                stream.set_epoch(next(epochs))  # the memmap rows follow the same order
+                return _batches(loader, train, clone)
+
+            return run
 
         def raw_fresh() -> int:
             buf = stage_cpu(dataset, KEY, threads=threads)
@@ -142,14 +191,23 @@ def main() -> None:
             stage_cpu(dataset, KEY, threads=threads, out=out)
             return samples_total
 
-        cases: dict[str, Callable[[], tuple[float, int]]] = {
-            "stage_cpu": lambda: _timed(raw_fresh),
-            "stage_cpu out=": lambda: _timed(raw_out),
-            "DataLoader(stream)": lambda: _timed(lambda: _stream_loader(stream, next(epochs))),
-            f"DataLoader(map, bs={args.batch})": lambda: _timed(
-                lambda: _map_loader(path, threads, record, args.batch)
-            ),
+        loaders = {
+            "memmap": epoch(_loader(plain, 0)),
+            "stream": epoch(_loader(stream, 0)),
+            "stream + clone": epoch(_loader(stream, 0), clone=True),
+            "memmap, bs=4 chunks": epoch(_loader(plain, 0, 4)),
+            "stream, bs=4 chunks": epoch(_loader(stream, 0, 4)),
+            "memmap, workers=2": epoch(_loader(plain, 2)),
+            "stream, workers=2": epoch(_loader(stream, 2)),
         }
+        cases: dict[str, Callable[[], tuple[float, int]]] = {
+            name: functools.partial(_timed, run) for name, run in loaders.items()
+        }
+        cases["stage_cpu"] = lambda: _timed(raw_fresh)
+        cases["stage_cpu out="] = lambda: _timed(raw_out)
+        cases[f"DataLoader(map, bs={args.batch})"] = lambda: _timed(
+            lambda: _map_loader(path, threads, record, args.batch)
+        )
         for world in worlds:
             cases[f"{world} rank(s), 1 thread each"] = _ranks_case(path, world, record)
 
@@ -161,24 +219,25 @@ def main() -> None:
                     best[name] = (seconds, samples)
 
     print(
-        f"{args.size_mib} MiB sealed, {args.chunk_mib} MiB chunks, {record}-byte samples, "
-        f"{threads} decrypt thread(s) (single-process rows), {os.cpu_count()} CPUs, "
-        f"torch {torch.__version__}, best of {args.repeat}"
+        f"{args.size_mib} MiB, {args.chunk_mib} MiB chunks, {record}-byte samples in batches "
+        f"of {train}, {threads} decrypt thread(s) (single-process rows), {os.cpu_count()} "
+        f"CPUs, torch {torch.__version__}, best of {args.repeat}"
     )
-    print(f"{'path':<32} {'GB/s':>7} {'samples/s':>12} {'ratio':>24}")
-    raw = size / best["stage_cpu"][0] / 1e9
-    raw_out_rate = size / best["stage_cpu out="][0] / 1e9
-    one = size / best[f"{worlds[0]} rank(s), 1 thread each"][0] / 1e9 if worlds[0] == 1 else 0.0
+    print(f"{'path':<32} {'GB/s':>7} {'samples/s':>12}  ratio")
+    rate = {name: size / seconds / 1e9 for name, (seconds, _) in best.items()}
+    one = rate.get("1 rank(s), 1 thread each", 0.0)
     for name, (seconds, samples) in best.items():
-        rate = size / seconds / 1e9
-        if name.startswith("DataLoader"):
-            ratio = f"{rate / raw:.2f} x stage_cpu, {rate / raw_out_rate:.2f} x out="
+        ratio = ""
+        if name.startswith("stream"):
+            base = "memmap," + name.partition(",")[2] if "," in name else "memmap"
+            ratio = f"{rate[name] / rate[base]:.2f} x {base}"
+        elif name.startswith("DataLoader"):
+            ratio = f"{rate[name] / rate['stage_cpu out=']:.2f} x stage_cpu out="
         elif "rank" in name and one:
             world = int(name.split()[0])
-            ratio = f"{rate / (world * one):.2f} x (N x one rank)"
-        else:
-            ratio = ""
-        print(f"{name:<32} {rate:7.2f} {samples / seconds:12,.0f} {ratio:>24}")
+            ratio = f"{rate[name] / (world * one):.2f} x (N x one rank)"
+        print(f"{name:<32} {rate[name]:7.2f} {samples / seconds:12,.0f}  {ratio}")
+    stream.close()
 
 
 if __name__ == "__main__":

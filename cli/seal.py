@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import time
@@ -155,8 +156,8 @@ def seal(
         typer.Option(
             "--shards",
             min=1,
-            help="Split into N bound shards (-o is then a directory): a missing, reordered or "
-            "foreign shard is refused when the set is opened.",
+            help="Split into N bound shards (-o is then a directory, created if absent): a "
+            "missing, reordered or foreign shard is refused when the set is opened.",
         ),
     ] = None,
     force: ForceOption = False,
@@ -236,25 +237,44 @@ def _seal_shards(
     force: bool,
     fmt: OutputFormat,
 ) -> None:
-    """``seal --shards N``: one dataset key, N files bound together by their headers."""
-    from gpucc.staging.format import key_id
-    from gpucc.staging.shards import seal_shards
+    """``seal --shards N``: one dataset key, N files bound together by their headers.
 
-    if not out_dir.is_dir():
-        raise UsageError(f"with --shards, -o names an existing directory ({out_dir} is not one)")
-    kek = load_or_create_key_file(key_file)
-    started = time.perf_counter()
-    with force_hint(), byte_progress("sealing", dataset.stat().st_size) as progress:
-        result = seal_shards(
-            dataset,
-            out_dir,
-            shards,
-            kek=kek,
-            chunk_size=chunk_size,
-            threads=threads,
-            progress=progress,
-            force=force,
-        )
+    ``out_dir`` is created when it does not exist (and removed again if sealing fails).
+    No shard may be the dataset or the key file, whatever ``--force`` says.
+    """
+    from gpucc.staging.format import key_id
+    from gpucc.staging.shards import seal_shards, shard_path
+
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UsageError(f"with --shards, -o names a directory ({out_dir} is not one)")
+    outputs = [shard_path(out_dir, dataset.stem, i, shards) for i in range(shards)]
+    for path in outputs:
+        check_output(path, dataset, key_file)
+    with force_hint():  # before a directory or a key file is created for nothing
+        for path in outputs:
+            refuse_existing(path, force=force)
+    created = _make_dir(out_dir)
+    try:
+        kek = load_or_create_key_file(key_file)
+        for path in outputs:
+            check_output(path, dataset, key_file)  # the key file exists now: compare inodes
+        started = time.perf_counter()
+        with force_hint(), byte_progress("sealing", dataset.stat().st_size) as progress:
+            result = seal_shards(
+                dataset,
+                out_dir,
+                shards,
+                kek=kek,
+                chunk_size=chunk_size,
+                threads=threads,
+                progress=progress,
+                force=force,
+            )
+    except BaseException:
+        if created:
+            with contextlib.suppress(OSError):
+                out_dir.rmdir()  # only if still empty: nothing of anyone else's is removed
+        raise
     seconds = time.perf_counter() - started
     if fmt is OutputFormat.JSON:
         emit(
@@ -274,3 +294,25 @@ def _seal_shards(
         f"sealed {format_size(result.plaintext_length)} into {len(result.paths)} bound shards "
         f"in {out_dir} (set {result.set_id.hex()}) in {seconds:.2f} s"
     )
+
+
+def _make_dir(path: Path) -> bool:
+    """Create the shard directory (and missing parents); whether it was created here.
+
+    Raises:
+        FileAccessError: it cannot be created.
+    """
+    from gpucc.gpuattest.errors import FileAccessError
+
+    if path.is_dir():
+        return False
+    try:
+        path.mkdir(parents=True)
+    except FileExistsError:
+        if path.is_dir():
+            return False
+        raise UsageError(f"with --shards, -o names a directory ({path} is not one)") from None
+    except OSError as exc:
+        reason = exc.strerror or exc
+        raise FileAccessError(f"cannot create the directory {path}: {reason}") from None
+    return True

@@ -21,9 +21,21 @@ Staging's errors (sealed datasets, key files, key release, GPU staging) live in
 ``staging.errors`` and derive from these families.
 
 Messages never contain key material.
+
+Errors keep their attributes across processes. Pickling (``multiprocessing``, a DataLoader
+worker's queue) rebuilds an error from its arguments and attributes without calling its
+constructor. PyTorch's DataLoader does not pickle a worker's exception: it re-raises
+``type(error)(text)`` in the main process, ``text`` being the worker's formatted traceback.
+An error class that lists attributes in :attr:`GpuccError.portable` therefore carries them
+in a note (``gpucc error state <Class> <JSON>``, visible in tracebacks), and constructing
+that class from a text that holds such a note restores them.
 """
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, ClassVar
 
 __all__ = [
     "CcModeError",
@@ -51,10 +63,83 @@ __all__ = [
 ]
 
 
-class GpuccError(Exception):
+_STATE = "gpucc error state "
+
+
+def _encode(value: Any) -> Any:
+    if isinstance(value, Path):
+        return {"path": str(value)}
+    if isinstance(value, tuple):
+        return {"tuple": [_encode(v) for v in value]}
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    raise TypeError(f"{type(value).__name__} is not portable")
+
+
+def _decode(value: Any) -> Any:
+    if isinstance(value, dict):
+        if "path" in value:
+            return Path(value["path"])
+        return tuple(_decode(v) for v in value["tuple"])
+    return value
+
+
+def _state_note(error: GpuccError) -> str:
+    state = {}
+    for name in type(error).portable:
+        try:
+            state[name] = _encode(getattr(error, name))
+        except (AttributeError, TypeError):
+            continue
+    return _STATE + type(error).__name__ + " " + json.dumps(state, separators=(",", ":"))
+
+
+def _state_from(cls: type, text: str) -> dict[str, Any] | None:
+    """The attributes the last state note for ``cls`` in ``text`` carries, if any."""
+    head = f"{_STATE}{cls.__name__} "
+    for line in reversed(text.splitlines()):
+        if line.startswith(head):
+            try:
+                state = json.loads(line[len(head) :])
+                return {str(k): _decode(v) for k, v in state.items()}
+            except (ValueError, KeyError, TypeError, AttributeError):
+                return None
+    return None
+
+
+def _restore(cls: type[BaseException], args: tuple[Any, ...], state: dict[str, Any]) -> Any:
+    """An error of ``cls`` with ``args`` and attributes ``state``, without its constructor."""
+    error = cls.__new__(cls, *args)
+    error.__dict__.update(state)
+    return error
+
+
+class _ErrorType(type):
+    """Constructs gpucc errors: notes their portable state, restores it from such a note."""
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        if len(args) == 1 and not kwargs and isinstance(args[0], str):
+            state = _state_from(cls, args[0]) if getattr(cls, "portable", ()) else None
+            if state is not None:
+                error = _restore(cls, args, state)  # type: ignore[arg-type]
+                error.add_note(_state_note(error))
+                return error
+        error = super().__call__(*args, **kwargs)
+        if getattr(cls, "portable", ()):
+            error.add_note(_state_note(error))
+        return error
+
+
+class GpuccError(Exception, metaclass=_ErrorType):
     """Base of every error gpucc raises on purpose."""
 
     hint: str = ""
+    #: Attributes carried across a DataLoader worker boundary (see the module documentation).
+    portable: ClassVar[tuple[str, ...]] = ()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickle the arguments and attributes; unpickling does not call the constructor."""
+        return (_restore, (type(self), self.args, dict(self.__dict__)))
 
     def diagnostics(self) -> str:
         """One line for people: the message, then the hint when there is one."""
@@ -123,6 +208,8 @@ class HttpStatusError(NetworkError):
         status: the HTTP status code.
     """
 
+    portable = ("status",)
+
     def __init__(self, message: str, *, status: int) -> None:
         super().__init__(message)
         self.status = status
@@ -142,6 +229,7 @@ class RimNotFoundError(CollateralUnavailableError):
     """The RIM service has not published the reference manifest asked for."""
 
     hint = "NVIDIA has not published this RIM yet; try again later"
+    portable = ("rim_id",)
 
     def __init__(self, rim_id: str, detail: str = "") -> None:
         self.rim_id = rim_id

@@ -62,6 +62,8 @@ class StageKeyArgumentsError(UsageError):
             plaintext file (it then takes none).
     """
 
+    portable = ("path", "sealed")
+
     def __init__(self, message: str, *, path: Path, sealed: bool) -> None:
         super().__init__(message)
         self.path = path
@@ -105,6 +107,7 @@ class GpuKernelError(EnvironmentProblemError):
     """
 
     LOG_LINES = 10
+    portable = ("device_id", "stage", "log")
 
     def __init__(
         self, message: str, *, device_id: int, stage: str, log: tuple[str, ...] = ()
@@ -122,10 +125,18 @@ class GpuKernelError(EnvironmentProblemError):
 
 
 class ChunkAuthenticationError(IntegrityError):
-    """A sealed chunk's tag did not verify."""
+    """A sealed chunk's tag did not verify.
 
-    def __init__(self, chunk_index: int, detail: str = "") -> None:
+    Attributes:
+        chunk_index: the chunk (of a shard set: its global index).
+        path: the sealed file (the shard) holding it, where the raiser knows it.
+    """
+
+    portable = ("chunk_index", "path")
+
+    def __init__(self, chunk_index: int, detail: str = "", *, path: Path | None = None) -> None:
         self.chunk_index = chunk_index
+        self.path = path
         text = f"chunk {chunk_index} failed authentication"
         super().__init__(f"{text}: {detail}" if detail else text)
 

@@ -79,6 +79,8 @@ class ShardSetError(IntegrityError):
         path: the offending shard (``None`` when the set as a whole is wrong).
     """
 
+    portable = ("path",)
+
     def __init__(self, message: str, *, path: Path | None = None) -> None:
         super().__init__(message)
         self.path = path

@@ -35,6 +35,64 @@ def test_seal_shards_writes_a_bound_set(tmp_path: Path, run_gpucc: GpuccRunner) 
     assert again.returncode == 8  # existing shards are not replaced without --force
     forced = gpucc(*args, "--shards", "3", "--force", cwd=tmp_path)
     assert forced.returncode == 0, forced.stderr
+    (tmp_path / "x.gcc").write_bytes(b"a file")
     not_a_dir = gpucc("seal", "d.bin", "-o", "x.gcc", "--key-file", "k.key", "--shards", "2",
                       cwd=tmp_path)  # fmt: skip
     assert not_a_dir.returncode == 2
+    assert (tmp_path / "x.gcc").read_bytes() == b"a file"
+
+
+def test_seal_shards_creates_its_directory(tmp_path: Path, run_gpucc: GpuccRunner) -> None:
+    (tmp_path / "d.bin").write_bytes(os.urandom(3 * 4096))
+    args = ("seal", "d.bin", "--key-file", "k.key", "--chunk-size", "4KiB")
+    result = run_gpucc(
+        *args, "-o", "shards/", "--shards", "2", cwd=tmp_path
+    )  # seal --help's example
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in (tmp_path / "shards").iterdir()) == [
+        "d-00000-of-00002.gcc",
+        "d-00001-of-00002.gcc",
+    ]
+    nested = run_gpucc(*args, "-o", "a/b", "--shards", "3", cwd=tmp_path)
+    assert nested.returncode == 0, nested.stderr
+    assert len(list((tmp_path / "a" / "b").iterdir())) == 3
+    # a failure after the directory was made leaves no directory behind
+    failed = run_gpucc(*args, "-o", "c", "--shards", "4", cwd=tmp_path)  # 3 chunks: at most 3
+    assert failed.returncode == 2
+    assert not (tmp_path / "c").exists()
+
+
+@pytest.mark.parametrize("force", [False, True])
+def test_seal_shards_never_writes_over_the_key_file_or_the_dataset(
+    tmp_path: Path, run_gpucc: GpuccRunner, force: bool
+) -> None:
+    data = os.urandom(2 * 4096)
+    (tmp_path / "d.bin").write_bytes(data)
+    (tmp_path / "out").mkdir()
+    shard = tmp_path / "out" / "d-00000-of-00001.gcc"
+    flags = ("--chunk-size", "4KiB", "--shards", "1", *(("--force",) if force else ()))
+
+    # the key file named as the shard itself: refused before it is created
+    first = run_gpucc("seal", "d.bin", "-o", "out", "--key-file", str(shard), *flags, cwd=tmp_path)
+    assert first.returncode == 2, first.stderr
+    assert not shard.exists()
+
+    # an existing key file at the shard's name, another spelling of it, and a hard link to it
+    made = run_gpucc("seal", "d.bin", "-o", "x.gcc", "--key-file", "k.key", cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    key = (tmp_path / "k.key").read_bytes()
+    os.link(tmp_path / "k.key", shard)
+    for key_file in (str(shard), "out/../out/d-00000-of-00001.gcc", "k.key"):
+        result = run_gpucc(
+            "seal", "d.bin", "-o", "out", "--key-file", key_file, *flags, cwd=tmp_path
+        )
+        assert result.returncode == 2, (key_file, result.stderr)
+        assert "key" in result.stderr or "output" in result.stderr
+        assert shard.read_bytes() == key == (tmp_path / "k.key").read_bytes()
+    shard.unlink()
+
+    # the dataset as a shard (a hard link at the shard's name)
+    os.link(tmp_path / "d.bin", shard)
+    result = run_gpucc("seal", "d.bin", "-o", "out", "--key-file", "k.key", *flags, cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert (tmp_path / "d.bin").read_bytes() == data

@@ -135,7 +135,7 @@ def test_stream_over_shards_and_ranks(tmp_path: Path) -> None:
     paths = seal_shards(src, tmp_path, 4, dataset_key=KEY, chunk_size=CHUNK).paths
     seen: dict[int, bytes] = {}
     for rank in range(3):
-        stream = SealedChunkStream(paths, key=KEY, rank=rank, world_size=3, copy=True)
+        stream = SealedChunkStream(paths, key=KEY, rank=rank, world_size=3)
         stream.set_epoch(5)
         for g, t in zip(stream.chunks(), stream, strict=True):
             assert g not in seen
@@ -151,58 +151,104 @@ def test_stream_records_and_dtype(sealed: Path) -> None:
     assert [b.shape for b in batches] == [(64, 4, 4)] * 12 + [(32, 4, 4)]
     first = np.frombuffer(DATA[:64], dtype=np.int32).reshape(4, 4)
     stream2 = SealedChunkStream(
-        sealed, key=KEY, shuffle=False, record_size=64, dtype=torch.int32, shape=(4, 4), copy=True
+        sealed, key=KEY, shuffle=False, record_size=64, dtype=torch.int32, shape=(4, 4)
     )
     assert np.array_equal(next(iter(stream2))[0].numpy(), first)
     with pytest.raises(UsageError):
         SealedChunkStream(sealed, key=KEY, record_size=48)  # does not divide the chunk size
 
 
-def test_views_are_zero_after_the_iteration_ends(sealed: Path) -> None:
-    stream = SealedChunkStream(sealed, key=KEY, rank=0, world_size=1)
-    kept = list(stream)
-    assert len(kept) == CHUNKS
-    assert all(int(t.count_nonzero()) == 0 for t in kept)
+def _free_buffers(stream: SealedChunkStream) -> list[np.ndarray]:
+    pool = stream._pool
+    assert pool is not None
+    return list(pool.free)
 
 
-def test_views_are_zero_when_the_consumer_raises(sealed: Path) -> None:
-    stream = SealedChunkStream(sealed, key=KEY, shuffle=False)
+def test_tensors_own_their_memory_and_are_zeroed_once_freed(sealed: Path) -> None:
+    import gc
+
+    stream = SealedChunkStream(sealed, key=KEY, rank=0, world_size=1, seed=2)
+    kept = list(stream)  # every tensor kept past the end of the iteration stays intact
+    assert [bytes(t.numpy()) for t in kept] == [_chunk(g) for g in stream.chunks()]
+    assert len({t.data_ptr() for t in kept}) == CHUNKS  # no two share memory
+    pointers = {t.data_ptr() for t in kept}
+    del kept
+    gc.collect()
+    free = _free_buffers(stream)
+    assert free and {b.ctypes.data for b in free} <= pointers  # freed tensors came back...
+    assert all(int(np.count_nonzero(b)) == 0 for b in free)  # ...zeroed: the pass had ended
+
+    # a buffer comes back to be reused only once its last view is gone
+    it = iter(stream)
+    first = next(it)
+    view = first[100:200]
+    del first
+    gc.collect()
+    assert view.data_ptr() - 100 not in {b.ctypes.data for b in _free_buffers(stream)}
+    later = [bytes(t.numpy()) for t in it]
+    assert len(later) == CHUNKS - 1
+    assert bytes(view.numpy()) == _chunk(stream.chunks()[0])[100:200]
+
+
+def test_consumer_failure_stops_the_workers_and_zeroes_what_they_read_ahead(
+    sealed: Path,
+) -> None:
+    import threading
+
+    stream = SealedChunkStream(sealed, key=KEY, shuffle=False, threads=2, prefetch=4)
     kept: list[torch.Tensor] = []
     with pytest.raises(RuntimeError, match="consumer"), stream.iterate() as it:
         for t in it:
             kept.append(t)
-            assert bytes(t.numpy()) == _chunk(len(kept) - 1)
             if len(kept) == 3:
                 raise RuntimeError("consumer failed")
-    assert all(int(t.count_nonzero()) == 0 for t in kept)
+    assert [bytes(t.numpy()) for t in kept] == [_chunk(g) for g in range(3)]
+    free = _free_buffers(stream)
+    assert free and all(int(np.count_nonzero(b)) == 0 for b in free)
+    assert not [t for t in threading.enumerate() if t.name.startswith("gpucc-stream")]
 
-    # without a with block: closing the stream zeroes what its open iterations yielded
+    # without a with block: closing the stream ends its open iterations
     it2 = iter(stream)
     held = next(it2)
-    assert int(held.count_nonzero()) > 0
     stream.close()
-    assert int(held.count_nonzero()) == 0
     assert list(it2) == []
+    assert bytes(held.numpy()) == _chunk(0)
 
 
-def test_an_abandoned_iteration_is_scrubbed_and_its_workers_end(sealed: Path) -> None:
+def test_an_abandoned_iteration_ends_its_workers(sealed: Path) -> None:
     import gc
     import threading
 
     stream = SealedChunkStream(sealed, key=KEY, shuffle=False, threads=2, prefetch=3)
     it = iter(stream)
     held = next(it)
-    assert bytes(held.numpy()) == _chunk(0)
-    del it  # the workers wait for free slots; they must not keep the iteration alive
+    del it  # the workers wait for the consumer; they must not keep the iteration alive
     gc.collect()
-    assert int(held.count_nonzero()) == 0
     assert not [t for t in threading.enumerate() if t.name.startswith("gpucc-stream")]
+    assert bytes(held.numpy()) == _chunk(0)
+    assert all(int(np.count_nonzero(b)) == 0 for b in _free_buffers(stream))
 
 
-def test_copies_survive_the_iteration(sealed: Path) -> None:
-    stream = SealedChunkStream(sealed, key=KEY, shuffle=False, copy=True)
-    kept = list(stream)
-    assert b"".join(bytes(t.numpy()) for t in kept) == DATA
+def test_pool_zeroes_buffers_it_lets_go() -> None:
+    from gpucc.staging.torch_stream import _Pool
+
+    pool = _Pool(64)
+    pool.begin(keep=1)
+    bufs = [pool.take() for _ in range(pool.SPARE + 3)]  # a big batch held at once
+    for buf in bufs:
+        buf.fill(7)
+    for buf in bufs:
+        pool.give(buf)  # during the pass: kept for reuse as they are, up to keep + SPARE
+    kept, extra = bufs[: 1 + pool.SPARE], bufs[1 + pool.SPARE :]
+    assert [id(b) for b in pool.free] == [id(b) for b in kept]
+    assert all(int(np.count_nonzero(b)) == 64 for b in kept)
+    assert all(int(np.count_nonzero(b)) == 0 for b in extra)  # over the limit: zeroed, let go
+    pool.end()
+    assert all(int(np.count_nonzero(b)) == 0 for b in kept)
+    again = pool.take()
+    again.fill(1)
+    pool.give(again)  # after the pass: zeroed as it comes back
+    assert int(np.count_nonzero(again)) == 0
 
 
 def test_tampered_chunk_is_never_yielded(tmp_path: Path, sealed: Path) -> None:
@@ -216,7 +262,9 @@ def test_tampered_chunk_is_never_yielded(tmp_path: Path, sealed: Path) -> None:
     assert info.value.chunk_index == 7
     # chunks 8.. were verified ahead, but nothing after the failure is yielded
     assert len(yielded) == 7
-    assert all(int(t.count_nonzero()) == 0 for t in yielded)  # and all are scrubbed
+    assert info.value.path == sealed
+    free = _free_buffers(stream)  # what was read ahead came back zeroed
+    assert free and all(int(np.count_nonzero(b)) == 0 for b in free)
 
 
 def test_tampered_chunk_in_a_shard_reports_its_global_index(tmp_path: Path) -> None:
@@ -228,7 +276,7 @@ def test_tampered_chunk_in_a_shard_reports_its_global_index(tmp_path: Path) -> N
     raw = bytearray(paths[1].read_bytes())
     raw[shards.parts[1].header.chunk_offset(3) + CHUNK + TAG_SIZE - 1] ^= 0x80  # its tag
     paths[1].write_bytes(bytes(raw))
-    stream = SealedChunkStream(paths, key=KEY, shuffle=False, threads=1, copy=True)
+    stream = SealedChunkStream(paths, key=KEY, shuffle=False, threads=1)
     got: list[bytes] = []
     with pytest.raises(ChunkAuthenticationError) as info:
         for t in stream:
@@ -343,7 +391,9 @@ def test_gpu_stream_matches_cpu(sealed: Path) -> None:
         kept.append(t)
         got += bytes(t.cpu().numpy())
     assert got == DATA
-    assert all(int(t.count_nonzero()) == 0 for t in kept)
+    # each chunk in device memory of its own: intact after the later ones
+    assert b"".join(bytes(t.cpu().numpy()) for t in kept) == DATA
+    assert len({t.data_ptr() for t in kept}) == len(kept)
 
 
 @pytest.mark.gpu
@@ -355,7 +405,7 @@ def test_gpu_stream_tamper(sealed: Path) -> None:
     with pytest.raises(ChunkAuthenticationError) as info:
         for t in stream:
             got.append(bytes(t.cpu().numpy()))
-    assert info.value.chunk_index == 2
+    assert (info.value.chunk_index, info.value.path) == (2, sealed)
     assert got == [_chunk(0), _chunk(1)]
 
 
