@@ -3,6 +3,7 @@
 Run by hand (not a test)::
 
     .venv/bin/python benchmarks/bench_torch_data.py [--size-mib 256] [--repeat 3] [--ranks 1,2,4]
+    .venv/bin/python benchmarks/bench_torch_data.py --smoke   # seconds: a check CI runs
 
 On one sealed dataset (page cache, ``--chunk-mib`` chunks, records of ``--record`` bytes):
 
@@ -114,7 +115,10 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=256, help="map-style batch size")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--ranks", default="1,2,4")
+    parser.add_argument("--smoke", action="store_true", help="8 MiB, one round, 1-2 ranks")
     args = parser.parse_args()
+    if args.smoke:
+        args.size_mib, args.chunk_mib, args.repeat, args.ranks = 8, 1, 1, "1,2"
     size: int = args.size_mib * MiB
     threads: int = args.threads
     record: int = args.record
