@@ -10,9 +10,8 @@ For 1 MiB and 4 MiB chunks, with one thread and with every CPU, it times:
 
 * ``raw encrypt_into`` / ``raw decrypt_into``: bare ``AESGCM.*_into`` calls, one per chunk
   on a thread pool, over in-memory buffers that are already mapped: the ceiling.
-* ``seal_bytes``: the library sealing an in-memory plaintext into a new ``bytearray``.
-* ``seal_bytes, 1st call``: the same on memory never mapped by this process, as a program
-  that seals once pays it (the kernel clears every fresh page).
+* ``seal_bytes``: the library sealing an in-memory plaintext into a new ``bytearray`` (always
+  fresh memory: a ``bytearray`` cannot be handed back for reuse).
 * ``seal_bytes out=``: the same into a mapped buffer: library overhead alone.
 * ``seal_file (+fsync)``: file to file, with the temporary file, fsync and rename.
 * ``stage_cpu``: file (page cache) into a buffer it allocates, every chunk verified (the
@@ -227,15 +226,6 @@ def main() -> int:
                         partial(seal_bytes, plain.data, kek=kek, chunk_size=chunk, threads=threads),
                         "raw encrypt_into",
                     ),
-                    "seal_bytes, 1st call": (
-                        partial(
-                            _fresh,
-                            partial(
-                                seal_bytes, plain.data, kek=kek, chunk_size=chunk, threads=threads
-                            ),
-                        ),
-                        "raw encrypt_into",
-                    ),
                     "seal_bytes out=": (
                         partial(
                             seal_bytes, plain.data, kek=kek, chunk_size=chunk, threads=threads,
@@ -316,7 +306,6 @@ def main() -> int:
                     ("stage_cpu, 1st call", "stage_cpu out="),
                     ("gpucc stage (CLI)", "stage_cpu out="),
                     ("seal_bytes", "seal_bytes out="),
-                    ("seal_bytes, 1st call", "seal_bytes out="),
                 )
             ]
             cells = ", ".join(f"{name} {ratio:.2f}" for name, ratio in pairs)

@@ -101,7 +101,7 @@ def host_buffer(length: int) -> npt.NDArray[np.uint8]:
     arr = np.frombuffer(mm, dtype=np.uint8, count=length)
     # NumPy keeps the exported buffer in arr.base; every view of arr keeps that alive, so
     # this runs only when no array over the mapping is left.
-    weakref.finalize(arr.base, _POOL.give_back, mm)
+    weakref.finalize(arr.base, _POOL.give_back, mm).atexit = False
     return arr
 
 
