@@ -64,10 +64,32 @@ def console_width(environ: Mapping[str, str] = os.environ) -> int:
     return width or 80
 
 
+#: What Rich's ``Text`` drops from every string (bell, backspace, VT, FF, CR).
+_RICH_STRIPS = dict.fromkeys((7, 8, 11, 12, 13))
+
+
+def _expand_tabs(line: str, size: int = 8) -> str:
+    """Tabs to spaces at ``size``-cell stops, positions counted in cells as Rich counts."""
+    if "\t" not in line:
+        return line
+    out: list[str] = []
+    position = 0
+    parts = line.split("\t")
+    for part in parts[:-1]:
+        position += cell_len(part) + 1
+        spaces = (size - position % size) % size
+        out.append(part + " " * (1 + spaces))
+        position += spaces
+    out.append(parts[-1])
+    return "".join(out)
+
+
 def _wrap(text: str, width: int) -> list[str]:
-    """``text`` wrapped at words, long words folded, as Rich wraps a ``Text``."""
+    """``text`` wrapped at words, long words folded, as Rich wraps a ``Text`` (which drops
+    a few control characters and expands tabs first)."""
     lines: list[str] = []
-    for line in text.split("\n"):
+    for raw in text.translate(_RICH_STRIPS).split("\n"):
+        line = _expand_tabs(raw)
         cuts = [0, *divide_line(line, width, fold=True), len(line)]
         for start, end in zip(cuts, cuts[1:], strict=False):
             piece = line[start:end]

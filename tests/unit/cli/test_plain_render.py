@@ -8,6 +8,7 @@ renderers to the same bytes for every kind of result, at several widths, with an
 
 from __future__ import annotations
 
+import dataclasses
 import io
 
 import pytest
@@ -27,6 +28,25 @@ def test_plain_report_equals_rich_on_a_non_terminal(kind: str, width: int, verbo
         assert out.getvalue() == ""
         return
     assert out.getvalue() == render(result, width, verbose=verbose)
+
+
+def _hostile() -> object:
+    """A result whose strings carry control characters, tabs and newlines, as untrusted
+    collateral can: both renderers must treat them the same way."""
+    result = RESULTS["undecided"]()
+    gpu = result.gpus[0]
+    bad = "evil\x1b[2J\rname\tcol\x07bell\nforged TRUSTED line\u202e"
+    checks = (dataclasses.replace(gpu.checks[0], reason=bad, title="Arch\x1b]0;t\x07"),)
+    gpu = dataclasses.replace(gpu, checks=checks + gpu.checks[1:], driver_rim_id=bad)
+    return dataclasses.replace(result, gpus=(gpu,))
+
+
+@pytest.mark.parametrize("width", [60, 80, 132])
+def test_plain_report_equals_rich_with_control_characters(width: int) -> None:
+    result = _hostile()
+    out = io.StringIO()
+    assert render_plain(result, out, width=width)  # type: ignore[arg-type]
+    assert out.getvalue() == render(result, width)  # type: ignore[arg-type]
 
 
 def test_width_and_terminal_follow_rich(monkeypatch: pytest.MonkeyPatch) -> None:
