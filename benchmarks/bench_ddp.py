@@ -4,6 +4,7 @@ Run ``python benchmarks/bench_ddp.py`` (it starts its own gloo ranks for each wo
 or under torchrun, one world size per launch::
 
     torchrun --nproc-per-node 2 benchmarks/bench_ddp.py --json
+    python benchmarks/bench_ddp.py --smoke       # seconds: one small case, a check CI runs
     torchrun --nproc-per-node 4 benchmarks/bench_ddp.py --device cuda   # NCCL, GPU sealing
 
 With ``--device cuda`` every rank trains on its own GPU (``cuda:LOCAL_RANK``, or the rank
@@ -219,7 +220,11 @@ def main() -> None:
     ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     ap.add_argument("--backend", choices=["gloo", "nccl"], help="default: nccl on cuda, else gloo")
+    ap.add_argument("--smoke", action="store_true", help="2 ranks, 1M model, 1 MB, 2 iterations")
     args = ap.parse_args()
+    if args.smoke:
+        args.world_sizes, args.models, args.bucket_mb = [2], ["1M"], [1.0]
+        args.algorithms, args.iters = ["a2a"], 2
     ceiling = aes_gcm_ceiling()
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # under torchrun
         dist.init_process_group(backend_for(args), timeout=dt.timedelta(seconds=300))

@@ -8,6 +8,7 @@ the evidence verification alone accounts for (the CPU time of ``verify()``, time
 process on the same kind of evidence, times COUNT).
 
     python benchmarks/bench_holder.py --count 200
+    python benchmarks/bench_holder.py --smoke      # 3 offers: a quick check (CI runs it)
 """
 
 from __future__ import annotations
@@ -66,7 +67,10 @@ def main() -> int:
     ap.add_argument("--count", type=int, default=200, help="concurrent offers (1-1000)")
     ap.add_argument("--timeout", type=float, default=120.0, help="per request, s")
     ap.add_argument("--json", action="store_true", help="print one JSON document")
+    ap.add_argument("--smoke", action="store_true", help="3 offers: a quick check")
     args = ap.parse_args()
+    if args.smoke:
+        args.count = 3
     count = max(1, min(args.count, 1000))
 
     gpu = SimulatedGpu.create(now=dt.datetime.now(dt.UTC))

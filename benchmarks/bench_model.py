@@ -3,6 +3,7 @@
 Run by hand (not a test)::
 
     .venv/bin/python benchmarks/bench_model.py [--size-mib 512] [--files 8] [--repeat 5]
+    .venv/bin/python benchmarks/bench_model.py --smoke    # seconds: a check CI runs
 
 A model of ``--files`` random files (``--size-mib`` in all) is written to a scratch directory
 and read once, so every row reads from the page cache. Rows, each on every CPU:
@@ -158,7 +159,10 @@ def main() -> int:
     parser.add_argument("--files", type=int, default=8, help="number of files")
     parser.add_argument("--repeat", type=int, default=5, help="rounds (best kept)")
     parser.add_argument("--dir", type=Path, default=None, help="scratch directory")
+    parser.add_argument("--smoke", action="store_true", help="8 MiB in 2 files, one round")
     args = parser.parse_args()
+    if args.smoke:
+        args.size_mib, args.files, args.repeat = 8, 2, 1
     threads = default_threads()
     per_file = args.size_mib * MiB // args.files
     with tempfile.TemporaryDirectory(dir=args.dir) as scratch:

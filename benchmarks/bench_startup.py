@@ -1,6 +1,7 @@
 """Whole-process start-up and verification time: gpucc beside NVIDIA's Python verifier.
 
-Run by hand: ``python benchmarks/bench_startup.py [--runs N] [--nvidia-python PATH]``.
+Run by hand: ``python benchmarks/bench_startup.py [--runs N] [--nvidia-python PATH]``
+(``--smoke``: one run of each, a quick check that CI runs).
 
 Each command runs as a separate process, interleaved round by round so that all of them
 see the same machine load; the table gives the median, min and max wall time of N runs
@@ -127,7 +128,10 @@ def main() -> None:
         help="gpucc executable to time (default: the one beside this interpreter); an "
         "editable (development) install starts slower than a regular one",
     )
+    parser.add_argument("--smoke", action="store_true", help="one run of each: a quick check")
     args = parser.parse_args()
+    if args.smoke:
+        args.runs = 1
     base_env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUCC_", "NVAT_", "NV_"))}
     with tempfile.TemporaryDirectory(prefix="bench-startup-") as tmp:
         cmds = commands(gpucc_argv(args.gpucc), args.nvidia_python, Path(tmp))

@@ -4,7 +4,7 @@ DataLoader against raw staging; N ranks against one.
 Run by hand (not a test)::
 
     .venv/bin/python benchmarks/bench_torch_data.py [--size-mib 256] [--repeat 3] [--ranks 1,2,4]
-    .venv/bin/python benchmarks/bench_torch_data.py --smoke   # a few seconds, small sizes
+    .venv/bin/python benchmarks/bench_torch_data.py --smoke   # seconds: a check CI runs
 
 On one sealed dataset and its plaintext (page cache, ``--chunk-mib`` chunks, records of
 ``--record`` bytes), every loader row delivers training batches of ``--train-batch``
@@ -151,7 +151,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=256, help="map-style batch size")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--ranks", default="1,2,4")
-    parser.add_argument("--smoke", action="store_true", help="small and quick: 16 MiB, once")
+    parser.add_argument("--smoke", action="store_true", help="8 MiB, one round, 1-2 ranks")
     args = parser.parse_args()
     if args.smoke:
         args.size_mib, args.chunk_mib, args.repeat, args.ranks = 8, 1, 1, "1,2"

@@ -6,6 +6,7 @@
     python benchmarks/gpu_report.py ncu RAW.csv [--model MODEL.json]
     python benchmarks/gpu_report.py clocks SAMPLES.csv
     python benchmarks/gpu_report.py imports
+    python benchmarks/gpu_report.py --smoke    # each reader on tiny inputs (CI runs it)
 
 * ``junit``: the verdict of a pytest run from its JUnit XML. It fails when a test failed or
   errored, when nothing passed, and when a test was skipped for a reason ``--allow-skip`` does
@@ -275,9 +276,34 @@ def imports(optional: list[str]) -> int:
     return 1 if missing else 0
 
 
+def smoke() -> int:
+    """``--smoke``: each reader on a tiny input of the shape the validation run writes."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="gpu-report-smoke-") as tmp:
+        report = Path(tmp) / "junit.xml"
+        report.write_text(
+            '<testsuites><testsuite name="pytest">'
+            '<testcase classname="t" name="a" time="0.1" />'
+            '<testcase classname="t" name="b" time="0.1">'
+            '<skipped type="pytest.skip" message="needs two GPUs" /></testcase>'
+            "</testsuite></testsuites>"
+        )
+        samples = Path(tmp) / "clocks.csv"
+        samples.write_text(
+            "2026/11/25 10:00:00.000, 1980, 2619, 650.2, 60, 100\n"
+            "2026/11/25 10:00:00.500, 1755, 2619, 700.0, 62, 98\n"
+        )
+        status = junit(report, "needs two GPUs") | clocks(samples)
+    return status | imports(list(IMPORTS))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n", 1)[0])
-    sub = ap.add_subparsers(dest="cmd", required=True)
+    ap.add_argument(
+        "--smoke", action="store_true", help="run the readers on tiny inputs (a check CI runs)"
+    )
+    sub = ap.add_subparsers(dest="cmd")
     j = sub.add_parser("junit", help="verdict of a pytest JUnit XML report")
     j.add_argument("xml", type=Path)
     j.add_argument("--allow-skip", help="regex of skip reasons that are not failures")
@@ -289,6 +315,10 @@ def main(argv: list[str] | None = None) -> int:
     i = sub.add_parser("imports", help="versions of the packages the GPU path imports")
     i.add_argument("--optional", action="append", default=[], help="may be missing")
     args = ap.parse_args(argv)
+    if args.smoke:
+        return smoke()
+    if args.cmd is None:
+        ap.error("a command is required")
     if args.cmd == "junit":
         return junit(args.xml, args.allow_skip)
     if args.cmd == "ncu":

@@ -22,6 +22,7 @@ only when everything it checked was right:
 * the copy ceilings: pinned host-to-device (32 MiB and 4 MiB copies), device-to-host, and
   device-to-device.
 
+``--smoke`` runs ``smoke``, as the dry run below where no GPU is usable (CI runs it).
 ``GV_FAKE=1`` runs everything that can run against ``tests/support/fake_cupy.py`` (small sizes, no
 NVRTC, no hash kernels): a dry run of this script's own flow on a machine without a GPU.
 """
@@ -49,7 +50,7 @@ from gpucc.staging import _gpu_runtime as rt  # noqa: E402
 from gpucc.staging import format as fmt  # noqa: E402
 from gpucc.staging import gpu  # noqa: E402
 from gpucc.staging.dataset import open_sealed  # noqa: E402
-from gpucc.staging.errors import ChunkAuthenticationError  # noqa: E402
+from gpucc.staging.errors import ChunkAuthenticationError, GpuKernelError  # noqa: E402
 from gpucc.staging.model import digest_gpu  # noqa: E402
 from gpucc.staging.seal import seal_bytes  # noqa: E402
 
@@ -562,14 +563,30 @@ def _ncu_opens(cp: Any) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    global FAKE
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n", 1)[0])
-    sub = ap.add_subparsers(dest="cmd", required=True)
+    ap.add_argument(
+        "--smoke",
+        action="store_true",
+        help="run 'smoke'; without a usable GPU as the GV_FAKE=1 dry run (a check CI runs)",
+    )
+    sub = ap.add_subparsers(dest="cmd")
     sm = sub.add_parser("smoke", help="versions, builds, known answers, kernel and copy timings")
     sm.add_argument("--cubin", type=Path, help="write the NVRTC cubin of aesgcm.cu here")
     sa = sub.add_parser("small", help="a small staging run (for compute-sanitizer)")
     sa.add_argument("dir", type=Path, help="scratch directory")
     sub.add_parser("ncu", help="device-resident opens for Nsight Compute")
     args = ap.parse_args(argv)
+    if args.smoke:
+        if args.cmd not in (None, "smoke"):
+            ap.error("--smoke runs the 'smoke' command")
+        try:
+            FAKE = FAKE or rt.unavailable_reason(0) is not None
+        except GpuKernelError:
+            pass  # a present GPU with broken kernels: the real run reports it
+        return smoke(getattr(args, "cubin", None))
+    if args.cmd is None:
+        ap.error("a command is required")
     if args.cmd == "smoke":
         return smoke(args.cubin)
     if args.cmd == "small":

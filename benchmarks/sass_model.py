@@ -9,6 +9,7 @@ were the only limit, plus the issue limit. The smallest is the kernel's modelled
     python benchmarks/sass_model.py [--json] [--kernel gcm_chunks] [--min-gbps 300]
     python benchmarks/sass_model.py --kernel sha256_shards     # or blake3_chunks
     python benchmarks/sass_model.py --all                      # all three
+    python benchmarks/sass_model.py --smoke   # gcm_chunks; a skip without nvcc (CI runs it)
 
 It is a model, not a measurement: it assumes every pipe can be kept 100% busy, ignores latency,
 occupancy, DRAM and scheduling, and rests on the per-pipe rates printed beside the numbers. Each
@@ -845,7 +846,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="exit 1 if the bound with per-tile overhead at boost clock is below this (with "
         "--all: for any kernel)",
     )
+    ap.add_argument(
+        "--smoke",
+        action="store_true",
+        help="model gcm_chunks once; says it skipped where nvcc or nvdisasm is missing",
+    )
     args = ap.parse_args(argv)
+    if args.smoke:
+        nvcc = find_nvcc()
+        if args.cubin is None and (nvcc is None or find_disassembler(nvcc) is None):
+            print("sass_model: skipped: needs nvcc and nvdisasm, not installed here")
+            return 0
     if args.all and (args.source is not None or args.cubin is not None):
         print("sass_model: --all builds every kernel from its own source", file=sys.stderr)
         return 2

@@ -301,9 +301,13 @@ def attest(
     if output is OutputFormat.JSON:
         sys.stdout.write(render_json(result) + "\n")
     else:
-        from rich.console import Console
+        from .plain import is_terminal, render_plain
 
-        render_text(result, Console(), verbose=verbose)
+        # Rich's console only for a terminal: it costs more to import than verifying.
+        if is_terminal(sys.stdout) or not render_plain(result, verbose=verbose):
+            from rich.console import Console
+
+            render_text(result, Console(), verbose=verbose)
     if sign_eat is not None and token_output is not None:
         from .attest_remote import sign_result
 

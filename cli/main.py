@@ -3,55 +3,40 @@
 Every command raises typed errors from the libraries; :func:`run` turns them
 into one line on stderr and the documented exit code. Tracebacks never carry
 local variables (``pretty_exceptions_show_locals=False``): they could hold keys.
+
+A process builds only the sub-command it runs (:func:`build`): importing every command
+module and its dependencies on each start-up cost more than verifying an attestation.
+``--help``, an unknown or missing command, and shell completion get the whole
+application, as does the module attribute ``app``.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Annotated
 
 import typer
 
-from . import attest as _attest
 from .boundary import run_app, wrap_commands
 from .examples import add_examples
 
-app = typer.Typer(
-    name="gpucc",
-    help="Verify NVIDIA H100 confidential-computing attestation and stage sealed datasets.",
-    no_args_is_help=True,
-    pretty_exceptions_show_locals=False,
-    pretty_exceptions_enable=False,
-    add_completion=True,
+#: (module, attribute, name, is a group), in the order ``--help`` lists them. Every
+#: module is imported when its command is built: a failed import is an error, not a gap.
+COMMANDS: tuple[tuple[str, str, str, bool], ...] = (
+    ("gpucc.cli.attest", "attest", "attest", False),
+    ("gpucc.cli.attest", "evidence_app", "evidence", True),
+    ("gpucc.cli.collateral", "collateral_app", "collateral", True),
+    ("gpucc.cli.session", "session_app", "session", True),
+    ("gpucc.cli.token", "token_app", "token", True),
+    ("gpucc.cli.model", "model_app", "model", True),
+    ("gpucc.cli.holder", "holder_app", "holder", True),
+    ("gpucc.cli.travel", "travel_app", "travel", True),
+    ("gpucc.cli.seal", "seal", "seal", False),
+    ("gpucc.cli.stage", "stage", "stage", False),
+    ("gpucc.cli.demo", "demo", "demo", False),
 )
-app.command("attest")(_attest.attest)
-app.add_typer(_attest.evidence_app, name="evidence")
-
-
-def _register() -> None:
-    """Sub-commands that live in their own modules (a failed import is an error, not a gap)."""
-    import importlib
-
-    for module, attr, name in (
-        ("gpucc.cli.collateral", "collateral_app", "collateral"),
-        ("gpucc.cli.session", "session_app", "session"),
-        ("gpucc.cli.token", "token_app", "token"),
-        ("gpucc.cli.model", "model_app", "model"),
-        ("gpucc.cli.holder", "holder_app", "holder"),
-        ("gpucc.cli.travel", "travel_app", "travel"),
-    ):
-        app.add_typer(getattr(importlib.import_module(module), attr), name=name)
-    for module, attr, name in (
-        ("gpucc.cli.seal", "seal", "seal"),
-        ("gpucc.cli.stage", "stage", "stage"),
-        ("gpucc.cli.demo", "demo", "demo"),
-    ):
-        app.command(name)(getattr(importlib.import_module(module), attr))
-    add_examples(app)
-    wrap_commands(app)
-
-
-_register()
+NAMES = frozenset(name for _, _, name, _ in COMMANDS)
 
 
 def _version(value: bool) -> None:
@@ -62,7 +47,6 @@ def _version(value: bool) -> None:
         raise typer.Exit(0)
 
 
-@app.callback()
 def main(
     version: Annotated[
         bool,
@@ -72,9 +56,61 @@ def main(
     """gpucc: attestation and confidential data staging for NVIDIA H100 GPUs."""
 
 
+def build(only: str | None = None) -> typer.Typer:
+    """The application with every command, or with only the command (or group) ``only``."""
+    application = typer.Typer(
+        name="gpucc",
+        help="Verify NVIDIA H100 confidential-computing attestation and stage sealed datasets.",
+        no_args_is_help=True,
+        pretty_exceptions_show_locals=False,
+        pretty_exceptions_enable=False,
+        add_completion=True,
+    )
+    application.callback()(main)
+    for module, attr, name, group in COMMANDS:
+        if only is not None and name != only:
+            continue
+        __import__(module)  # not importlib.import_module: -X importtime lists this one
+        target = getattr(sys.modules[module], attr)
+        if group:
+            application.add_typer(target, name=name)
+        else:
+            application.command(name)(target)
+    add_examples(application)
+    wrap_commands(application)
+    return application
+
+
+def command_of(argv: list[str]) -> str | None:
+    """The command a command line runs, when only that one needs building.
+
+    ``None`` (build everything) for shell completion, ``--help`` and the other options
+    before a command, and a first word that is no command (so that the error can list
+    them); ``""`` (no command) for ``--version``, which answers before any command runs.
+    """
+    if any(key.startswith("_") and key.endswith("_COMPLETE") for key in os.environ):
+        return None
+    if not argv:
+        return None
+    first = argv[0]
+    if first == "--version":
+        return ""
+    return first if first in NAMES else None
+
+
+def __getattr__(name: str) -> typer.Typer:
+    """``app``: the whole application, built on first use (tests, documentation tools)."""
+    if name == "app":
+        application = build()
+        globals()["app"] = application
+        return application
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def run() -> None:
     """Console-script entry point: the single place errors become exit statuses."""
-    sys.exit(run_app(app))
+    argv = sys.argv[1:]
+    sys.exit(run_app(build(command_of(argv)), argv))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -24,6 +24,7 @@ import numpy.typing as npt
 
 from gpucc.gpuattest.errors import MalformedInputError
 
+from ._buffers import host_buffer
 from ._pipeline import ChunkFailure, run_chunks, window_for
 from .chunks import ChunkCipher, zero
 from .dataset import SealedDataset, io_error, open_sealed, read_exact
@@ -61,9 +62,11 @@ def scrub(buf: Buffer) -> None:
 
 def _destination(length: int, out: Buffer | None) -> Buffer:
     if out is None:
-        # np.zeros gets fresh zero pages from the kernel: nothing from earlier allocations
-        # of this process is visible in parts that are never written.
-        return np.zeros(length, dtype=np.uint8)
+        # Huge pages, reused between calls (_buffers.host_buffer). Its bytes are undefined
+        # until written: on success every byte has been written by a verified chunk, and
+        # every failure path zeroes the whole buffer (owned=True), so nothing it held
+        # before is ever returned.
+        return host_buffer(length)
     if (
         out.dtype != np.uint8
         or out.ndim != 1
@@ -135,7 +138,8 @@ def stage_cpu(
         dataset_key: the unwrapped dataset key.
         threads: worker threads (default ``os.cpu_count()``).
         progress: ``progress(done_bytes, total_bytes)`` as chunks verify, in order.
-        out: a destination to fill (e.g. pinned memory); a new zeroed array by default.
+        out: a destination to fill (e.g. pinned memory); by default a new array (its
+            memory is reused by a later call once the array and its views are gone).
 
     Returns:
         The plaintext, every byte of it verified.

@@ -26,6 +26,7 @@ from gpucc.gpuattest.files import (
     write_all,
 )
 
+from ._buffers import new_bytearray
 from ._pipeline import ChunkFailure, run_chunks, window_for
 from .chunks import ChunkCipher, zero
 from .dataset import SealedDataset, io_error, open_sealed, read_exact
@@ -192,8 +193,12 @@ def seal_bytes(
     )
     cipher = ChunkCipher(key, header)
     _, prefix = _prefix(cipher, record)
+    if header.chunk_offset(0) != len(prefix):  # pragma: no cover - format invariant
+        raise AssertionError("the prefix and the chunks must cover the sealed dataset")
     if out is None:
-        out = bytearray(header.file_size)
+        # No zero-fill pass: the prefix and the chunks below write every byte, and a
+        # failure drops the buffer unreturned.
+        out = new_bytearray(header.file_size)
     elif len(out) != header.file_size:
         raise ValueError(f"out must be {header.file_size} bytes")
     out[: len(prefix)] = prefix

@@ -53,3 +53,31 @@ def test_attest_imports_what_verification_needs() -> None:
         "-m", "gpucc", "attest", "--sample", "--offline", "--at", "2024-01-01T00:00:00Z"
     )
     assert {"gpucc.gpuattest.verifier", "gpucc.gpuattest.rim", "cryptography.x509"} <= modules
+
+
+def test_a_command_builds_only_itself_and_pipes_skip_rich() -> None:
+    """Only the command being run is imported, and a report to a pipe needs no Rich console
+    (tests/unit/cli/test_plain_render.py holds its text to Rich's)."""
+    modules = imported_modules(
+        "-m", "gpucc", "attest", "--sample", "--offline", "--at", "2024-01-01T00:00:00Z"
+    )
+    assert "gpucc.cli.attest" in modules
+    others = {"gpucc.cli.stage", "gpucc.cli.seal", "gpucc.cli.demo", "gpucc.cli.session"}
+    assert modules & others == set()
+    assert {"rich.console", "rich.table"} & modules == set()
+
+
+def test_help_lists_every_command() -> None:
+    from gpucc.cli.main import COMMANDS
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUCC_", "NVAT_", "NV_"))}
+    shown = subprocess.run(
+        [sys.executable, "-m", "gpucc", "--help"],
+        capture_output=True,
+        text=True,
+        env={**env, "COLUMNS": "200"},
+        timeout=120,
+        check=True,
+    ).stdout
+    for _module, _attr, name, _group in COMMANDS:
+        assert re.search(rf"^\W*{name}\s", shown, re.MULTILINE), name

@@ -1,0 +1,161 @@
+"""Host memory for staging and sealing: huge pages, no extra zero-fill pass, reuse between calls.
+
+Where the time of a call into fresh memory goes (``perf``, 2-vCPU VM): with 4 KiB pages a
+buffer costs a page fault per 4 KiB, and ``bytearray(n)`` adds a ``memset`` pass in one
+thread, together slower than AES-GCM itself; with transparent huge pages the faults are few
+but the kernel still clears every fresh page (``clear_page``) before the first write. So:
+
+* :func:`new_bytearray` makes a ``bytearray`` without ``memset`` and asks for huge pages
+  before any byte is touched; the worker threads that write the chunks fault its pages in,
+  spread over the cores. Its bytes are undefined until written: callers write every byte.
+* :func:`host_buffer` lends an anonymous private mapping (huge pages advised) as a NumPy
+  array, and takes the mapping back when the last array or view of it is gone, so the next
+  call in the process reuses pages that are already mapped instead of paying the kernel's
+  page clearing again. Reused memory holds whatever its previous array held (a staging
+  API's buffer is scrubbed before it is dropped); callers write or zero every byte before
+  they hand the array out.
+
+Idle mappings are kept up to :data:`MAX_IDLE` of them and a quarter of physical memory;
+:func:`release_idle` unmaps them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import mmap
+import os
+import threading
+import weakref
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["MAX_IDLE", "MIN_POOLED", "host_buffer", "idle_bytes", "new_bytearray", "release_idle"]
+
+#: Buffers smaller than this come from NumPy's allocator (the heap reuses them anyway).
+MIN_POOLED = 4 << 20
+#: Idle mappings kept for reuse.
+MAX_IDLE = 2
+_HUGE_PAGE = 2 << 20
+
+
+def _idle_cap() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 4
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - not POSIX
+        return 1 << 30
+
+
+class _Pool:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.idle: list[mmap.mmap] = []
+        self.cap = _idle_cap()
+
+    def take(self, length: int) -> mmap.mmap:
+        with self.lock:
+            fits = [mm for mm in self.idle if len(mm) >= length]
+            if fits:
+                mm = min(fits, key=len)
+                self.idle.remove(mm)
+                return mm
+        mm = mmap.mmap(-1, length, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        if hasattr(mmap, "MADV_HUGEPAGE"):
+            with contextlib.suppress(OSError):
+                mm.madvise(mmap.MADV_HUGEPAGE)
+        return mm
+
+    def give_back(self, mm: mmap.mmap) -> None:
+        """Called when the last array over ``mm`` is gone; keeps it if nothing else uses it."""
+        try:
+            mm.resize(len(mm))  # raises while any buffer of it is still exported
+        except (BufferError, OSError, ValueError, SystemError):
+            return
+        with self.lock:
+            self.idle.append(mm)
+            self.idle.sort(key=len, reverse=True)
+            while len(self.idle) > MAX_IDLE or sum(map(len, self.idle)) > self.cap:
+                self.idle.pop().close()
+
+    def release(self) -> None:
+        with self.lock:
+            idle, self.idle = self.idle, []
+        for mm in idle:
+            mm.close()
+
+
+_POOL = _Pool()
+
+
+def host_buffer(length: int) -> npt.NDArray[np.uint8]:
+    """A writable one-dimensional ``uint8`` array of ``length`` bytes, contents undefined.
+
+    Large buffers are anonymous mappings with huge pages advised, reused once the array and
+    every view of it are gone. The caller writes every byte (or zeroes the array) before
+    anyone else sees it.
+    """
+    if length < MIN_POOLED:
+        return np.zeros(length, dtype=np.uint8)
+    mm = _POOL.take(length)
+    arr = np.frombuffer(mm, dtype=np.uint8, count=length)
+    # NumPy keeps the exported buffer in arr.base; every view of arr keeps that alive, so
+    # this runs only when no array over the mapping is left.
+    weakref.finalize(arr.base, _POOL.give_back, mm).atexit = False
+    return arr
+
+
+def idle_bytes() -> int:
+    """Bytes held in idle mappings, ready for reuse."""
+    with _POOL.lock:
+        return sum(map(len, _POOL.idle))
+
+
+def release_idle() -> None:
+    """Unmap every idle buffer (memory in use is not affected)."""
+    _POOL.release()
+
+
+def _uninitialised(length: int) -> bytearray | None:
+    try:
+        make = ctypes.pythonapi.PyByteArray_FromStringAndSize
+    except AttributeError:  # pragma: no cover - not CPython
+        return None
+    make.restype = ctypes.py_object
+    make.argtypes = [ctypes.c_void_p, ctypes.c_ssize_t]
+    buf = make(None, length)
+    if not isinstance(buf, bytearray) or len(buf) != length:  # pragma: no cover - defensive
+        return None
+    return buf
+
+
+def _advise_huge(buf: bytearray) -> None:
+    if not hasattr(mmap, "MADV_HUGEPAGE"):  # pragma: no cover - not Linux
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        madvise = libc.madvise
+    except (OSError, AttributeError):  # pragma: no cover - no libc
+        return
+    madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    madvise.restype = ctypes.c_int
+    address = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+    start = -(-address // _HUGE_PAGE) * _HUGE_PAGE
+    end = (address + len(buf)) // _HUGE_PAGE * _HUGE_PAGE
+    if end > start:
+        madvise(start, end - start, mmap.MADV_HUGEPAGE)  # advice only: failure is harmless
+
+
+def new_bytearray(length: int) -> bytearray:
+    """A ``bytearray`` of ``length`` bytes whose contents are undefined: write every byte.
+
+    Large ones skip ``bytearray(n)``'s ``memset`` and ask for huge pages before the first
+    write, so the threads that fill it fault its pages in.
+    """
+    if length < MIN_POOLED:
+        return bytearray(length)
+    buf = _uninitialised(length)
+    if buf is None:  # pragma: no cover - not CPython
+        return bytearray(length)
+    _advise_huge(buf)
+    return buf

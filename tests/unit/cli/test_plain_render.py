@@ -1,0 +1,57 @@
+"""The plain text report (output that is not a terminal) is exactly what Rich writes there.
+
+``gpucc attest`` writes its text report without Rich's console when stdout is not a
+terminal (Rich costs more to import than verification takes); these tests hold the two
+renderers to the same bytes for every kind of result, at several widths, with and without
+``-v``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+
+import pytest
+
+from gpucc.cli.plain import console_width, is_terminal, render_plain
+from tests.unit.cli.test_render import RESULTS, render
+
+
+@pytest.mark.parametrize("kind", sorted(RESULTS))
+@pytest.mark.parametrize("width", [40, 60, 80, 100, 132])
+@pytest.mark.parametrize("verbose", [False, True])
+def test_plain_report_equals_rich_on_a_non_terminal(kind: str, width: int, verbose: bool) -> None:
+    result = RESULTS[kind]()
+    out = io.StringIO()
+    if not render_plain(result, out, width=width, verbose=verbose):
+        assert width < 80  # only a narrow console needs Rich's column shrinking
+        assert out.getvalue() == ""
+        return
+    assert out.getvalue() == render(result, width, verbose=verbose)
+
+
+def _hostile() -> object:
+    """A result whose strings carry control characters, tabs and newlines, as untrusted
+    collateral can: both renderers must treat them the same way."""
+    result = RESULTS["undecided"]()
+    gpu = result.gpus[0]
+    bad = "evil\x1b[2J\rname\tcol\x07bell\nforged TRUSTED line\u202e"
+    checks = (dataclasses.replace(gpu.checks[0], reason=bad, title="Arch\x1b]0;t\x07"),)
+    gpu = dataclasses.replace(gpu, checks=checks + gpu.checks[1:], driver_rim_id=bad)
+    return dataclasses.replace(result, gpus=(gpu,))
+
+
+@pytest.mark.parametrize("width", [60, 80, 132])
+def test_plain_report_equals_rich_with_control_characters(width: int) -> None:
+    result = _hostile()
+    out = io.StringIO()
+    assert render_plain(result, out, width=width)  # type: ignore[arg-type]
+    assert out.getvalue() == render(result, width)  # type: ignore[arg-type]
+
+
+def test_width_and_terminal_follow_rich(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert console_width({"COLUMNS": "123"}) == 123
+    assert not is_terminal(io.StringIO(), {})
+    assert is_terminal(io.StringIO(), {"FORCE_COLOR": "1"})
+    assert not is_terminal(io.StringIO(), {"FORCE_COLOR": "1", "TTY_COMPATIBLE": "0"})
+    assert is_terminal(io.StringIO(), {"TTY_COMPATIBLE": "1"})
