@@ -49,6 +49,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     ),
     "holder keygen": ("gpucc holder keygen --key holder.key --pub holder.pub",),
     "holder datasets": ("gpucc holder datasets --datasets data/",),
+    "holder receipts": ("gpucc holder receipts --receipt-dir receipts/",),
     "travel run": ("gpucc travel run plan.yaml",),
     "travel verify-log": ("gpucc travel verify-log travel-log.jsonl --key orchestrator.pub",),
     "travel keygen": ("gpucc travel keygen --key orchestrator.key --pub orchestrator.pub",),

@@ -43,7 +43,7 @@ SMOKES = [
     ),
     Smoke("bench_holder.py", ("errors",), slow=True),
     Smoke("bench_model.py", ("gpucc sha256",), slow=True),
-    Smoke("bench_torch_data.py", ("DataLoader(stream)",), slow=True, needs="torch"),
+    Smoke("bench_torch_data.py", ("stream, workers=2",), slow=True, needs="torch"),
     Smoke("bench_ddp.py", ("a2a",), slow=True, needs="torch"),
     Smoke("bench_gpu.py", ("kernel open, device-resident", "D2D copy (ceiling)")),
     Smoke("bench_ddp_gpu.py", ("a2a N=2", "one message")),
