@@ -27,7 +27,7 @@ from .options import (
     PolicyOption,
     RimDirOption,
 )
-from .output import emit, note
+from .output import emit, note, out
 
 __all__ = ["holder_app", "keygen"]
 
@@ -209,7 +209,7 @@ def keygen(
     if fmt is OutputFormat.JSON:
         emit({"schema": "gpucc.keygen/v1", "key": str(key), "pub": str(pub), "pin": pin})
     else:
-        sys.stdout.write(pin + "\n")
+        out(pin)
     note(f"wrote {key} (mode 0600) and {pub}; its pin for plan.yaml is {pin}")
 
 
@@ -239,10 +239,11 @@ def datasets_cmd(
     if fmt is OutputFormat.JSON:
         emit({"schema": "gpucc.holder.datasets/v1", "datasets": entries})
         return
+    lines: list[str] = []
     for e in entries:
-        sys.stdout.write(
-            f"- name: {e['name']}\n  path: {e['path']}\n  header_digest: {e['header_digest']}\n"
-        )
+        lines += [f"- name: {e['name']}", f"  path: {e['path']}"]
+        lines.append(f"  header_digest: {e['header_digest']}")
+    out(*lines)
 
 
 if __name__ == "__main__":  # pragma: no cover - the tests run the service this way

@@ -19,7 +19,7 @@ import typer
 
 from .holder import keygen
 from .options import FormatOption, OutputFormat
-from .output import emit, note
+from .output import emit, note, out
 from .safety_options import ForceOption
 
 if TYPE_CHECKING:
@@ -122,9 +122,7 @@ def run(
         )
         return
     where = f"; log {result.log_path}" if result.log_path else ""
-    sys.stdout.write(
-        f"visited {len(result.visits)} holder(s); model digest {result.model_digest}{where}\n"
-    )
+    out(f"visited {len(result.visits)} holder(s); model digest {result.model_digest}{where}")
 
 
 @travel_app.command("verify-log")
@@ -155,9 +153,9 @@ def verify_log(
             }
         )
         return
-    sys.stdout.write(
+    out(
         f"log verified: {summary.entries} entries ({', '.join(summary.holders)}), "
-        f"head {summary.head}\n"
+        f"head {summary.head}"
     )
 
 

@@ -66,7 +66,7 @@ def test_seal_refuses_an_exposed_key_file(work: Path) -> None:
     _seal(work)
     (work / "k.key").chmod(0o644)
     result = run("seal", "d.bin", "-o", "x.gcc", "--key-file", "k.key", cwd=work)
-    assert result.returncode == 4
+    assert result.returncode == 8  # permissions: file access
     _one_error_line(result, "k.key", "0644", "chmod 600")
     assert not (work / "x.gcc").exists()
 
@@ -277,7 +277,7 @@ def test_session_local(work: Path) -> None:
     assert staged.returncode == 0 and staged.stderr.startswith("gpucc: staged ")
     (work / "host.key").chmod(0o640)
     exposed = run("stage", "d.gcc", "--session", "answer.json", "--host-key", "host.key", cwd=work)
-    assert exposed.returncode == 4
+    assert exposed.returncode == 8  # permissions: file access
     _one_error_line(exposed, "chmod 600")
 
 
