@@ -62,10 +62,10 @@ SIGNAL_CODES: dict[str, int] = {"SIGINT": 130, "SIGTERM": 143, "SIGHUP": 129}
 #: The file situations every command meets the same way, and their outcome: README's
 #: "8: missing, exists, special, permissions", checked for every command by the tests.
 FILE_SITUATIONS: dict[str, Outcome] = {
-    "missing input": FILE_ACCESS,
-    "input that is a directory (or a FIFO, a device)": FILE_ACCESS,
-    "existing output without --force": FILE_ACCESS,
-    "key file accessible by group or others, or not yours": FILE_ACCESS,
+    "missing-input": FILE_ACCESS,  # an input file or directory that does not exist
+    "input-is-directory": FILE_ACCESS,  # a directory where a file belongs, or the reverse
+    "existing-output": FILE_ACCESS,  # an output that exists, without --force
+    "exposed-key-file": FILE_ACCESS,  # a key file group or others can access, or not ours
 }
 
 TABLE: tuple[Outcome, ...] = (

@@ -265,7 +265,9 @@ def digest(
             )
         )
     elif output is None:
-        write_stdout(data + b"\n")
+        from .terminal import json_for_terminal
+
+        write_stdout(json_for_terminal(data.decode()) + "\n")
     note(f"digested {model}: {_summary(manifest, seconds, nbytes)}")
 
 

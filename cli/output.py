@@ -19,7 +19,7 @@ import sys
 from typing import Any
 
 from .logs import STATE
-from .terminal import safe_text
+from .terminal import json_for_terminal, safe_text
 
 __all__ = ["emit", "format_bytes", "format_rate", "note", "out", "write_stdout"]
 
@@ -79,7 +79,7 @@ def write_document(document: dict[str, Any]) -> None:
     """Write a JSON document to stdout now."""
     import json
 
-    write_stdout(json.dumps(document, indent=2) + "\n")
+    write_stdout(json_for_terminal(json.dumps(document, indent=2)) + "\n")
     STATE.result_emitted = True
 
 

@@ -455,8 +455,9 @@ def accept(
     from gpucc.staging import open_sealed
     from gpucc.staging.release import MAX_ANSWER_BYTES, Answer, HostKey, open_answer
 
+    secret = HostKey.read(host_key)  # the secret's own checks (owner, mode) come first
     answer_bytes = read_capped(answer_file, MAX_ANSWER_BYTES, what="session answer")
-    session = open_answer(Answer.from_json(answer_bytes), HostKey.read(host_key))
+    session = open_answer(Answer.from_json(answer_bytes), secret)
     for path in datasets or []:
         sealed = open_sealed(path)
         sealed.check_key(session.dataset_key(sealed.header_digest))

@@ -244,7 +244,7 @@ def stage(
         chunks=header.chunk_count,
         chunk_size=header.chunk_size,
         threads=threads or staging.default_threads(),
-        verified=True,
+        verified=checked is None or checked.ok,
         scrubbed=scrubbed,
         seconds=round(seconds, 6),
         bytes_per_second=round(staged / seconds) if seconds > 0 else None,

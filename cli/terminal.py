@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.segment import Segment
 
-__all__ = ["console", "safe_text"]
+__all__ = ["console", "json_for_terminal", "safe_text"]
 
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\\": "\\\\"}
 
@@ -58,6 +58,27 @@ def safe_text(value: object) -> str:
     if text.isprintable() and "\\" not in text:
         return text
     return "".join(_visible(ch) if _unsafe(ch) else ch for ch in text)
+
+
+def _json_escape(ch: str) -> str:
+    code = ord(ch)
+    if code <= 0xFFFF:
+        return f"\\u{code:04x}"
+    code -= 0x10000
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+
+
+def json_for_terminal(text: str) -> str:
+    """JSON text with every control or format character other than its line breaks
+    written as a ``\\uXXXX`` escape: the same JSON value, nothing a terminal acts on.
+
+    (JSON allows such characters raw only inside strings, where the escape means the same.)
+    """
+    if text.isprintable() or all(ch == "\n" or not _unsafe(ch) for ch in text):
+        return text
+    return "".join(
+        _json_escape(ch) if ch != "\n" and ch != "\\" and _unsafe(ch) else ch for ch in text
+    )
 
 
 def _control_free(text: str) -> str:

@@ -1,0 +1,426 @@
+"""The output contract every command keeps, checked on real processes.
+
+* One exit-code table: each file situation (a missing input, a directory where a file
+  belongs, an existing output without ``--force``, an exposed key file) gives the code
+  ``cli.exitcodes.FILE_SITUATIONS`` names, in every command that meets it.
+* JSON that cannot mislead: a non-zero exit prints the error document, or a result whose
+  verdict fields (``verified``, ``trusted``, ``complete``) are false, with the exit code.
+* Every JSON document names a schema the package ships.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from jsonschema import Draft202012Validator
+
+from gpucc.cli.exitcodes import FILE_SITUATIONS
+from gpucc.cli.schemas import load_schema, schema_names
+from tests.support.cli import run_cli
+from tests.support.paths import ROOT
+
+AT = "2024-01-01T00:00:00Z"
+C = "00" * 32
+MISSING = "absent.file"
+EXISTS = "exists.out"
+KEY, EXPOSED = "k.key", "exposed.key"
+PRIV, XPRIV, PUB = "priv.pem", "xpriv.pem", "pub.pem"
+DIR = "adir"
+
+#: For every command: the file situations it meets, as a command line run in the fixture
+#: directory. A command that names no file says so (the empty mapping, with a reason).
+CASES: dict[str, dict[str, tuple[str, ...]]] = {
+    "attest": {
+        "missing-input": ("attest", "--evidence", MISSING),
+        "input-is-directory": ("attest", "--evidence", DIR),
+        "exposed-key-file": (
+            "attest",
+            "--sample",
+            "--offline",
+            "--at",
+            AT,
+            "--sign-eat",
+            XPRIV,
+            "-o",
+            "r.jwt",
+        ),
+        "existing-output": (
+            "attest",
+            "--sample",
+            "--offline",
+            "--at",
+            AT,
+            "--sign-eat",
+            PRIV,
+            "-o",
+            EXISTS,
+        ),
+    },  # fmt: skip
+    "evidence collect": {"existing-output": ("evidence", "collect", "-o", EXISTS)},
+    "collateral fetch": {
+        "missing-input": ("collateral", "fetch", "--evidence", MISSING, "-o", "b.json"),
+        "existing-output": ("collateral", "fetch", "--evidence", "d.bin", "-o", EXISTS),
+    },
+    "collateral show": {
+        "missing-input": ("collateral", "show", MISSING),
+        "input-is-directory": ("collateral", "show", DIR),
+    },
+    "seal": {
+        "missing-input": ("seal", MISSING, "-o", "x.gcc", "--key-file", KEY),
+        "input-is-directory": ("seal", DIR, "-o", "x.gcc", "--key-file", KEY),
+        "existing-output": ("seal", "d.bin", "-o", EXISTS, "--key-file", KEY),
+        "exposed-key-file": ("seal", "d.bin", "-o", "x.gcc", "--key-file", EXPOSED),
+    },
+    "stage": {
+        "missing-input": ("stage", MISSING, "--key-file", KEY),
+        "exposed-key-file": ("stage", "d.gcc", "--key-file", EXPOSED),
+    },
+    "session challenge": {},
+    "session offer": {
+        "existing-output": (
+            "session",
+            "offer",
+            "--challenge",
+            C,
+            "-o",
+            EXISTS,
+            "--host-key",
+            "h.key",
+            "--simulate",
+            "sim",
+        ),
+    },  # fmt: skip
+    "session answer": {
+        "missing-input": (
+            "session",
+            "answer",
+            MISSING,
+            "--challenge",
+            C,
+            "--dataset",
+            "d.gcc",
+            "--key-file",
+            KEY,
+            "-o",
+            "a.json",
+        ),
+        "existing-output": (
+            "session",
+            "answer",
+            "d.bin",
+            "--challenge",
+            C,
+            "--dataset",
+            "d.gcc",
+            "--key-file",
+            KEY,
+            "-o",
+            EXISTS,
+        ),
+        "exposed-key-file": (
+            "session",
+            "answer",
+            "d.bin",
+            "--challenge",
+            C,
+            "--dataset",
+            "d.gcc",
+            "--key-file",
+            EXPOSED,
+            "-o",
+            "a.json",
+        ),
+    },  # fmt: skip
+    "session accept": {
+        "missing-input": ("session", "accept", MISSING, "--host-key", KEY),
+        "exposed-key-file": ("session", "accept", "d.bin", "--host-key", EXPOSED),
+    },
+    "session local": {
+        "missing-input": (
+            "session",
+            "local",
+            MISSING,
+            "--key-file",
+            KEY,
+            "-o",
+            "a.json",
+            "--host-key",
+            "h.key",
+            "--simulate",
+            "sim",
+        ),
+        "existing-output": (
+            "session",
+            "local",
+            "d.gcc",
+            "--key-file",
+            KEY,
+            "-o",
+            EXISTS,
+            "--host-key",
+            "h.key",
+            "--simulate",
+            "sim",
+        ),
+        "exposed-key-file": (
+            "session",
+            "local",
+            "d.gcc",
+            "--key-file",
+            EXPOSED,
+            "-o",
+            "a.json",
+            "--host-key",
+            "h.key",
+            "--simulate",
+            "sim",
+        ),
+    },  # fmt: skip
+    "demo": {},
+    "token verify": {
+        "missing-input": ("token", "verify", MISSING, "--key", PUB, "--no-nonce"),
+        "input-is-directory": ("token", "verify", DIR, "--key", PUB, "--no-nonce"),
+    },
+    "model digest": {
+        "missing-input": ("model", "digest", MISSING),
+        "existing-output": ("model", "digest", "model", "-o", EXISTS),
+    },
+    "model verify": {
+        "missing-input": ("model", "verify", "model", "--manifest", MISSING),
+        "input-is-directory": ("model", "verify", "model", "--manifest", DIR),
+    },
+    "model sign": {
+        "missing-input": ("model", "sign", MISSING, "--private-key", PRIV, "--signature", "s"),
+        "existing-output": ("model", "sign", "model", "--private-key", PRIV, "--signature", EXISTS),
+        "exposed-key-file": ("model", "sign", "model", "--private-key", XPRIV, "--signature", "s"),
+    },
+    "holder serve": {
+        "missing-input": (
+            "holder",
+            "serve",
+            "--datasets",
+            MISSING,
+            "--dataset-keys",
+            KEY,
+            "--key",
+            PRIV,
+        ),
+        "exposed-key-file": (
+            "holder",
+            "serve",
+            "--datasets",
+            DIR,
+            "--dataset-keys",
+            EXPOSED,
+            "--key",
+            PRIV,
+        ),
+    },  # fmt: skip
+    "holder keygen": {"existing-output": ("holder", "keygen", "--key", "n.key", "--pub", EXISTS)},
+    "holder datasets": {
+        "missing-input": ("holder", "datasets", "--datasets", MISSING),
+        "input-is-directory": ("holder", "datasets", "--datasets", "d.bin"),
+    },
+    "travel run": {"missing-input": ("travel", "run", MISSING)},
+    "travel verify-log": {
+        "missing-input": ("travel", "verify-log", MISSING, "--key", PUB),
+        "input-is-directory": ("travel", "verify-log", DIR, "--key", PUB),
+    },
+    "travel keygen": {"existing-output": ("travel", "keygen", "--key", "n2.key", "--pub", EXISTS)},
+}
+NO_FILES = {
+    "session challenge": "prints a challenge; reads and writes no file",
+    "demo": "works in its own temporary directory; takes no file option",
+}
+
+
+def leaves() -> list[str]:
+    from gpucc.cli.main import app
+
+    def walk(command: Any, path: str) -> list[str]:
+        subs = getattr(command, "commands", None)
+        if subs:
+            return [leaf for n, c in subs.items() for leaf in walk(c, f"{path} {n}".strip())]
+        return [path]
+
+    return walk(typer.main.get_command(app), "")
+
+
+def _pem_key(path: Path, mode: int) -> ec.EllipticCurvePrivateKey:
+    key = ec.generate_private_key(ec.SECP384R1())
+    path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    path.chmod(mode)
+    return key
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from gpucc.staging import seal_file, write_key_file
+
+    work = tmp_path_factory.mktemp("contract")
+    (work / "d.bin").write_bytes(os.urandom(10_000))
+    kek = write_key_file(work / KEY)
+    seal_file(work / "d.bin", work / "d.gcc", kek=kek, chunk_size=4096)
+    write_key_file(work / EXPOSED)
+    (work / EXPOSED).chmod(0o644)
+    key = _pem_key(work / PRIV, 0o600)
+    _pem_key(work / XPRIV, 0o644)
+    (work / PUB).write_bytes(
+        key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
+    (work / EXISTS).write_bytes(b"keep me")
+    (work / DIR).mkdir()
+    (work / "model").mkdir()
+    (work / "model" / "w.bin").write_bytes(os.urandom(1000))
+    return work
+
+
+def test_every_command_is_covered() -> None:
+    assert sorted(CASES) == sorted(leaves())
+    for command, cases in CASES.items():
+        assert set(cases) <= set(FILE_SITUATIONS), command
+        assert cases or NO_FILES.get(command), f"{command}: no file situation and no reason"
+    met = {situation for cases in CASES.values() for situation in cases}
+    assert met == set(FILE_SITUATIONS)
+
+
+def _check_json_failure(result: subprocess.CompletedProcess[str], code: int) -> dict[str, Any]:
+    """The one document of a failed run: the error, or a result whose verdict is false."""
+    assert result.returncode == code, (result.returncode, result.stderr)
+    doc: dict[str, Any] = json.loads(result.stdout)
+    Draft202012Validator(load_schema(doc["schema"])).validate(doc)
+    if doc["schema"] == "gpucc.error/v1":
+        assert doc["error"]["code"] == code
+    else:
+        assert doc["exit_code"] == code
+        for verdict in ("verified", "trusted", "complete"):
+            assert doc.get(verdict) in (None, False), (verdict, doc)
+    errors = [line for line in result.stderr.splitlines() if line.startswith("gpucc: error: ")]
+    assert len(errors) == (1 if "error" in doc else len(errors[:1])), result.stderr
+    return doc
+
+
+def test_file_situations_give_the_code_of_the_table(files: Path) -> None:
+    before = sorted(p.name for p in files.iterdir())
+    runs = [
+        (command, situation, args)
+        for command, cases in CASES.items()
+        for situation, args in cases.items()
+    ]
+
+    def one(item: tuple[str, str, tuple[str, ...]]) -> tuple[str, str, Any]:
+        command, situation, args = item
+        return command, situation, run_cli(*args, "-f", "json", cwd=files, timeout=60)
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
+        results = list(pool.map(one, runs))
+    failures = []
+    for command, situation, result in results:
+        want = FILE_SITUATIONS[situation].code
+        if result.returncode != want:
+            failures.append(f"{command} / {situation}: exit {result.returncode}: {result.stderr}")
+            continue
+        doc = _check_json_failure(result, want)
+        kind = doc["error"]["kind"] if "error" in doc else doc["exit_kind"]
+        assert kind == FILE_SITUATIONS[situation].kind
+    assert not failures, "\n".join(failures)
+    # Nothing was written, replaced or left behind (the simulator's directory aside).
+    assert sorted(p.name for p in files.iterdir() if p.name != "sim") == before
+    assert (files / EXISTS).read_bytes() == b"keep me"
+
+
+def test_a_text_run_gives_the_same_code(files: Path) -> None:
+    for args in (CASES["seal"]["missing-input"], CASES["model digest"]["existing-output"]):
+        result = run_cli(*args, cwd=files)
+        assert result.returncode == 8 and result.stdout == ""
+        assert result.stderr.startswith("gpucc: error: ") and result.stderr.count("\n") == 1
+        assert "Usage:" not in result.stderr and "╭" not in result.stderr  # not a usage box
+
+
+def test_failed_verdicts_never_read_true(files: Path, tmp_path: Path) -> None:
+    """A ``jq .verified`` / ``.trusted`` gate can never pass a non-zero exit."""
+    from gpucc.staging.model import digest_model, make_serialization
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "a.bin").write_bytes(b"a" * 100)
+    (tmp_path / "m.json").write_bytes(digest_model(model, make_serialization(model)).to_bytes())
+    (model / "a.bin").write_bytes(b"b" * 100)
+    verify = run_cli("model", "verify", model, "--manifest", tmp_path / "m.json", "-f", "json")
+    doc = _check_json_failure(verify, 6)
+    assert doc["schema"] == "gpucc.model.verify/v1" and doc["problems"][0]["problem"] == "mismatch"
+
+    (tmp_path / "w.bin").write_bytes(b"w" * 5000)
+    (tmp_path / "w.json").write_bytes(
+        digest_model(tmp_path / "w.bin", make_serialization(tmp_path / "w.bin")).to_bytes()
+    )
+    (tmp_path / "w.bin").write_bytes(b"x" * 5000)
+    sealed = run_cli(
+        "seal", tmp_path / "w.bin", "-o", tmp_path / "w.gcc", "--key-file", tmp_path / "w.key"
+    )
+    assert sealed.returncode == 0, sealed.stderr
+    staged = run_cli(
+        "stage", tmp_path / "w.gcc", "--key-file", tmp_path / "w.key",
+        "--manifest", tmp_path / "w.json", "-f", "json",
+    )  # fmt: skip
+    doc = _check_json_failure(staged, 6)
+    assert doc["schema"] == "gpucc.stage/v1" and doc["exit_kind"] == "authentication-failed"
+    assert doc["model"]["verified"] is False
+
+    attest = run_cli("attest", "--sample", "--at", AT, "--nonce", "11" * 32, "-f", "json")
+    doc = _check_json_failure(attest, 1)
+    assert doc["verdict"] == "not-trusted" and doc["exit_kind"] == "not-trusted"
+
+    signed = run_cli(
+        "attest", "--sample", "--offline", "--at", AT, "--sign-eat", files / PRIV,
+        "-o", files / EXISTS, "-f", "json",
+    )  # fmt: skip
+    doc = _check_json_failure(signed, 8)  # verified, but the signed result was not written
+    assert doc["schema"] == "gpucc.attest/v1" and doc["exit_kind"] == "file-access"
+
+
+def test_every_document_a_command_prints_has_a_shipped_schema() -> None:
+    shipped = set(schema_names())
+    named = set()
+    for path in (ROOT / "cli").glob("*.py"):
+        named |= set(re.findall(r'"(gpucc\.[a-z.-]+/v\d+)"', path.read_text(encoding="utf-8")))
+    assert named, "no schema names found"
+    assert named <= shipped, named - shipped
+    for name in shipped:
+        assert load_schema(name)["properties"]["schema"] == {"const": name}
+
+
+def test_stdout_and_terminal_text_have_one_path_each() -> None:
+    """Commands write results through cli.output (escaped text, every byte or exit 141) and
+    draw with cli.terminal.console (escaped, 141 on a closed pipe), never around them."""
+    allowed = {"output.py", "terminal.py", "boundary.py", "main.py"}
+    forbidden = re.compile(
+        r"sys\.stdout\.write|sys\.stderr\.write|typer\.echo|(?<![.\w])print\(|\bConsole\("
+    )
+    offenders = []
+    for path in sorted((ROOT / "cli").glob("*.py")):
+        if path.name in allowed:
+            continue
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            code = line.split("#", 1)[0]
+            if forbidden.search(code):
+                offenders.append(f"{path.name}:{n}: {line.strip()}")
+    assert not offenders, "\n".join(offenders)
