@@ -21,7 +21,7 @@ from typing import Any
 from .logs import STATE
 from .terminal import json_for_terminal, safe_text
 
-__all__ = ["emit", "format_bytes", "format_rate", "note", "out", "write_stdout"]
+__all__ = ["emit", "format_bytes", "format_rate", "note", "out", "warn", "write_stdout"]
 
 
 def write_stdout(data: str | bytes) -> None:
@@ -54,6 +54,12 @@ def note(message: str) -> None:
     """One line for people on stderr, prefixed ``gpucc:``, escaped; nothing with ``-q``."""
     if STATE.verbosity < 0:
         return
+    sys.stderr.write(f"gpucc: {safe_text(message)}\n")
+    sys.stderr.flush()
+
+
+def warn(message: str) -> None:
+    """A warning that must not go unseen (a simulated GPU): on stderr even with ``-q``."""
     sys.stderr.write(f"gpucc: {safe_text(message)}\n")
     sys.stderr.flush()
 

@@ -40,7 +40,7 @@ from .options import (
     RimDirOption,
     parse_time,
 )
-from .output import emit, note, out
+from .output import emit, note, out, warn
 from .safety_options import ForceOption, check_output, force_hint
 
 if TYPE_CHECKING:
@@ -126,7 +126,7 @@ def _state_dir(given: Path | None) -> Path:
 
 def _warn_if_simulated(simulate: Path | None) -> None:
     if simulate is not None:
-        note(_SIMULATION_WARNING)
+        warn(_SIMULATION_WARNING)
 
 
 def _simulated_gpu(directory: Path) -> Any:

@@ -424,3 +424,109 @@ def test_stdout_and_terminal_text_have_one_path_each() -> None:
             if forbidden.search(code):
                 offenders.append(f"{path.name}:{n}: {line.strip()}")
     assert not offenders, "\n".join(offenders)
+
+
+# --- no empty passes ----------------------------------------------------------------------
+
+
+def test_stage_takes_a_shard_set_and_refuses_a_part_of_one(tmp_path: Path) -> None:
+    (tmp_path / "d.bin").write_bytes(os.urandom(50_000))
+    (tmp_path / "shards").mkdir()
+    sealed = run_cli(
+        "seal", "d.bin", "-o", "shards", "--key-file", "k.key", "--shards", "4",
+        "--chunk-size", "4KiB", cwd=tmp_path,
+    )  # fmt: skip
+    assert sealed.returncode == 0, sealed.stderr
+    shards = sorted(str(p.relative_to(tmp_path)) for p in (tmp_path / "shards").iterdir())
+    assert len(shards) == 4
+    lone = run_cli("stage", shards[2], "--key-file", "k.key", "-f", "json", cwd=tmp_path)
+    doc = _check_json_failure(lone, 6)
+    assert "one of 4 shards" in doc["error"]["message"]
+    for given in (["shards"], shards):
+        whole = run_cli("stage", *given, "--key-file", "k.key", "-f", "json", cwd=tmp_path)
+        assert whole.returncode == 0, whole.stderr
+        doc = json.loads(whole.stdout)
+        Draft202012Validator(load_schema("gpucc.stage/v1")).validate(doc)
+        assert doc["shards"] == 4 and doc["bytes"] == 50_000 and doc["verified"] is True
+    swapped = [shards[1], shards[0], *shards[2:]]
+    assert run_cli("stage", *swapped, "--key-file", "k.key", cwd=tmp_path).returncode == 6
+    assert run_cli("stage", *shards[:3], "--key-file", "k.key", cwd=tmp_path).returncode == 6
+
+
+def test_stage_refuses_to_stage_a_key_file(tmp_path: Path) -> None:
+    from gpucc.staging import write_key_file
+
+    write_key_file(tmp_path / "data.key")
+    result = run_cli("stage", "data.key", "-f", "json", cwd=tmp_path)
+    doc = _check_json_failure(result, 2)
+    assert "key file" in doc["error"]["message"]
+    assert "staged" not in result.stderr
+
+
+def test_a_model_of_nothing_is_refused(tmp_path: Path) -> None:
+    import hashlib
+
+    (tmp_path / "empty").mkdir()
+    assert run_cli("model", "digest", "empty", cwd=tmp_path).returncode == 4
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "a.bin").write_bytes(b"a")
+    made = run_cli("model", "digest", "m", "-o", "m.json", cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    statement = json.loads((tmp_path / "m.json").read_text())
+    statement["predicate"]["serialization"]["ignore_paths"] = ["."]
+    (tmp_path / "dot.json").write_text(json.dumps(statement))
+    statement["predicate"]["serialization"].pop("ignore_paths")
+    statement["predicate"]["resources"] = []
+    statement["subject"][0]["digest"]["sha256"] = hashlib.sha256(b"").hexdigest()
+    (tmp_path / "none.json").write_text(json.dumps(statement))
+    for manifest in ("dot.json", "none.json"):
+        result = run_cli("model", "verify", "empty", "--manifest", manifest, cwd=tmp_path)
+        assert result.returncode == 4, (manifest, result.stderr)
+        assert "cover nothing" in result.stderr or "covers nothing" in result.stderr
+
+
+def test_ignore_paths_are_relative_to_the_model(tmp_path: Path) -> None:
+    model = tmp_path / "m"
+    (model / "logs").mkdir(parents=True)
+    (model / "w.bin").write_bytes(b"w")
+    (model / "logs" / "run.txt").write_bytes(b"log")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    result = run_cli("model", "digest", model, "--ignore", "logs", "-f", "json", cwd=elsewhere)
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert (
+        doc["resources"] == 1
+        and "logs" in doc["statement"]["predicate"]["serialization"]["ignore_paths"]
+    )
+    for outside in ("../x", str(tmp_path), "."):
+        bad = run_cli("model", "digest", model, "--ignore", outside, cwd=elsewhere)
+        assert bad.returncode == 2, (outside, bad.stderr)
+        assert "--ignore" in bad.stderr
+
+
+def test_quiet_means_only_errors(tmp_path: Path) -> None:
+    (tmp_path / "d.bin").write_bytes(b"d" * 5000)
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "a").write_bytes(b"a")
+    runs = [
+        ("seal", "d.bin", "-o", "d.gcc", "--key-file", "k.key", "-q"),
+        ("stage", "d.gcc", "--key-file", "k.key", "-q"),
+        ("model", "digest", "m", "-o", "m.json", "-q"),
+        ("model", "sign", "m", "--private-key", "p.pem", "--signature", "s.sig", "-q"),
+        ("session", "offer", "--challenge", C, "-o", "o.json", "--host-key", "h.key",
+         "--simulate", "sim", "-q"),
+    ]  # fmt: skip
+    _pem_key(tmp_path / "p.pem", 0o600)
+    for args in runs:
+        result = run_cli(*args, cwd=tmp_path)
+        assert result.returncode == 0, (args, result.stderr)
+        # The one line -q keeps: a simulated GPU is never to be trusted.
+        lines = [line for line in result.stderr.splitlines() if "SIMULATED GPU" not in line]
+        assert lines == [], (args, result.stderr)
+
+
+def test_help_shows_verbose_as_a_flag() -> None:
+    result = run_cli("seal", "--help")
+    line = next(line for line in result.stdout.splitlines() if "--verbose" in line)
+    assert "INTEGER" not in line and "<int>" not in line
