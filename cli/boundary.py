@@ -278,6 +278,22 @@ def stop_on_signals() -> None:
         signal.signal(signum, _raise_interrupted)
 
 
+def _stdout_identity() -> tuple[int, int] | None:
+    try:
+        st = os.fstat(sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _devnull_identity() -> tuple[int, int] | None:
+    try:
+        st = os.stat(os.devnull)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
 def _stdout_gone() -> None:
     """Point stdout at /dev/null so that the final flush cannot fail again."""
     try:
@@ -353,8 +369,19 @@ def run_app(app: typer.Typer, argv: list[str] | None = None) -> int:
 
     args = sys.argv[1:] if argv is None else argv
     stop_on_signals()
+    stdout_was = _stdout_identity()
     try:
-        code = app(args=args, standalone_mode=False)
+        try:
+            code = app(args=args, standalone_mode=False)
+        except SystemExit as exc:
+            # rich (help, usage boxes) answers a closed pipe by pointing stdout at /dev/null
+            # and exiting 1, click by wrapping stdout and exiting 1: the reader went away,
+            # so it is a broken pipe (141).
+            pacified = type(sys.stdout).__name__ == "PacifyFlushWrapper"
+            redirected = _stdout_identity() not in (stdout_was, None)
+            if not pacified and not (redirected and _stdout_identity() == _devnull_identity()):
+                raise
+            raise BrokenPipe() from None
         code = code if isinstance(code, int) else 0
         if code == INTERRUPTED.code:  # the framework turns Ctrl-C outside a command into 130
             report(INTERRUPTED, "interrupted")
@@ -369,7 +396,7 @@ def run_app(app: typer.Typer, argv: list[str] | None = None) -> int:
         if STATE.verbosity >= 2:
             traceback.print_exception(exc, file=sys.stderr)
         code = report_error(exc)
-    except BrokenPipe:
+    except (BrokenPipe, BrokenPipeError):
         _stdout_gone()
         code = BROKEN_PIPE.code
     except Interrupted as exc:

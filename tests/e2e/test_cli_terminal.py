@@ -151,6 +151,8 @@ def into_closed_pipe(*args: str | Path, cwd: Path) -> subprocess.CompletedProces
         ("model", "verify", "model", "--manifest", "m.json"),
         ("holder", "datasets", "--datasets", "data"),
         ("seal", "d.bin", "-o", "x.gcc", "--key-file", "k.key", "-f", "json"),
+        ("attest", "--help"),
+        ("--version",),
     ],
     ids=lambda a: " ".join(a)[:60],
 )
