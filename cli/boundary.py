@@ -278,6 +278,17 @@ def stop_on_signals() -> None:
         signal.signal(signum, _raise_interrupted)
 
 
+def _print_traceback(exc: BaseException) -> None:
+    """The traceback of ``-v``/``-vv`` on stderr, each line escaped (messages can quote
+    untrusted input)."""
+    lines = "".join(traceback.format_exception(exc)).splitlines()
+    try:
+        sys.stderr.write("".join(safe_text(line) + "\n" for line in lines))
+        sys.stderr.flush()
+    except OSError:
+        pass
+
+
 def _stdout_identity() -> tuple[int, int] | None:
     try:
         st = os.fstat(sys.stdout.fileno())
@@ -373,7 +384,7 @@ def run_app(app: typer.Typer, argv: list[str] | None = None) -> int:
     try:
         try:
             code = app(args=args, standalone_mode=False)
-        except SystemExit as exc:
+        except SystemExit:
             # rich (help, usage boxes) answers a closed pipe by pointing stdout at /dev/null
             # and exiting 1, click by wrapping stdout and exiting 1: the reader went away,
             # so it is a broken pipe (141).
@@ -394,7 +405,7 @@ def run_app(app: typer.Typer, argv: list[str] | None = None) -> int:
         code = report(USAGE, message, line=False) if exc.exit_code == 2 else 1
     except GpuccError as exc:
         if STATE.verbosity >= 2:
-            traceback.print_exception(exc, file=sys.stderr)
+            _print_traceback(exc)
         code = report_error(exc)
     except (BrokenPipe, BrokenPipeError):
         _stdout_gone()
@@ -404,7 +415,7 @@ def run_app(app: typer.Typer, argv: list[str] | None = None) -> int:
         code = report(signal_outcome(exc.signum), name)
     except Exception as exc:  # a bug: one line, no locals, no traceback unless asked
         if STATE.verbosity >= 1:
-            traceback.print_exception(exc, file=sys.stderr)
+            _print_traceback(exc)
         detail = " ".join(str(exc).split())[:300]
         code = report(INTERNAL, f"internal error: {type(exc).__name__}: {detail}", "rerun with -v")
     try:

@@ -52,6 +52,11 @@ class _SafeFormatter(logging.Formatter):
 
         return safe_text(super().formatMessage(record))
 
+    def formatException(self, ei: Any) -> str:  # noqa: N802 - logging's name
+        from .terminal import safe_text
+
+        return "\n".join(safe_text(line) for line in super().formatException(ei).splitlines())
+
 
 def configure(verbose: int, quiet: bool) -> None:
     """Set the ``gpucc`` logger's level and its one stderr handler."""

@@ -189,3 +189,33 @@ def test_one_large_write_into_a_pipe_that_closes_is_141(tmp_path: Path) -> None:
     assert result.returncode == 141, result.stderr
     whole = run_cli("model", "digest", "big", cwd=tmp_path)
     assert len(whole.stdout) > 3 * 65536 and json.loads(whole.stdout)["predicate"]["resources"]
+
+
+def test_a_hostile_token_kid_and_log_fields_are_escaped(tmp_path: Path) -> None:
+    """Strings inside a signed result (its ``kid``) are the signer's, not ours: escaped."""
+    import datetime as dt
+
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    from gpucc.gpuattest.eat import evidence_digest, sign_result_claims
+
+    key = ec.generate_private_key(ec.SECP384R1())
+    now = dt.datetime(2026, 1, 15, 12, 0, tzinfo=dt.UTC)
+    nonce = "ab" * 32
+    eat = sign_result_claims(
+        [{"measres": "success"}], private_key=key, nonce=bytes.fromhex(nonce), now=now,
+        overall_result=True, evidence_digests=[evidence_digest(b"r")], kid=HOSTILE,
+    )  # fmt: skip
+    (tmp_path / "r.jwt").write_text(eat.to_json())
+    (tmp_path / "pub.pem").write_bytes(
+        key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
+    args = ("token", "verify", "r.jwt", "--key", "pub.pem", "--nonce", nonce,
+            "--at", "2026-01-15T12:01:00Z", "-vv")  # fmt: skip
+    result = run_cli(*args, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert not raw_controls(result.stdout + result.stderr)
+    assert "\\x1b[2J" in result.stdout
