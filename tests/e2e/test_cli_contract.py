@@ -530,3 +530,38 @@ def test_help_shows_verbose_as_a_flag() -> None:
     result = run_cli("seal", "--help")
     line = next(line for line in result.stdout.splitlines() if "--verbose" in line)
     assert "INTEGER" not in line and "<int>" not in line
+
+
+@pytest.mark.parametrize(("signame", "code"), [("SIGTERM", 143), ("SIGHUP", 129)])
+def test_a_signal_has_one_code_in_the_status_and_the_document(
+    tmp_path: Path, signame: str, code: int
+) -> None:
+    """A command stopped while it waits on a service that never answers."""
+    import signal
+    import socket
+    import time
+
+    from gpucc.cli.exitcodes import SIGNAL_CODES
+    from gpucc.gpuattest.samples import nvidia_h100_sample
+    from tests.support.cli import ENV, GPUCC
+
+    assert SIGNAL_CODES[signame] == code
+    sample = nvidia_h100_sample()
+    with socket.socket() as silent:  # accepts connections (backlog), never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        proc = subprocess.Popen(
+            [GPUCC, "collateral", "fetch", "--evidence", str(sample.report_path),
+             "--cert-chain", str(sample.cert_chain_path), "-o", "b.json", "--rim-url", url,
+             "--ocsp-url", url, "--no-cache", "--timeout", "60", "-f", "json"],
+            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
+        )  # fmt: skip
+        time.sleep(3)  # started, and waiting on the first request
+        proc.send_signal(getattr(signal, signame))
+        stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == code, stderr
+    doc = json.loads(stdout)
+    Draft202012Validator(load_schema("gpucc.error/v1")).validate(doc)
+    assert doc["error"]["code"] == code and doc["error"]["kind"] == "interrupted"
+    assert not (tmp_path / "b.json").exists() and "Traceback" not in stderr
