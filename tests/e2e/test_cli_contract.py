@@ -318,6 +318,7 @@ def _check_json_failure(result: subprocess.CompletedProcess[str], code: int) -> 
     return doc
 
 
+@pytest.mark.slow
 def test_file_situations_give_the_code_of_the_table(files: Path) -> None:
     before = sorted(p.name for p in files.iterdir())
     runs = [
@@ -557,9 +558,12 @@ def test_a_signal_has_one_code_in_the_status_and_the_document(
              "--ocsp-url", url, "--no-cache", "--timeout", "60", "-f", "json"],
             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
         )  # fmt: skip
-        time.sleep(3)  # started, and waiting on the first request
-        proc.send_signal(getattr(signal, signame))
-        stdout, stderr = proc.communicate(timeout=60)
+        silent.settimeout(60)
+        connection, _ = silent.accept()  # the command is waiting on its first request
+        with connection:
+            time.sleep(0.2)
+            proc.send_signal(getattr(signal, signame))
+            stdout, stderr = proc.communicate(timeout=60)
     assert proc.returncode == code, stderr
     doc = json.loads(stdout)
     Draft202012Validator(load_schema("gpucc.error/v1")).validate(doc)

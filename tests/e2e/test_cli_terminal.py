@@ -57,6 +57,7 @@ def hostile(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return work
 
 
+@pytest.mark.slow
 def test_hostile_names_never_reach_the_terminal_raw(hostile: Path) -> None:
     runs = [
         ("model", "verify", "model", "--manifest", "m.json"),
