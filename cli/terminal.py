@@ -142,8 +142,12 @@ def _console_class() -> type[Console]:
 
 
 def console(*, stderr: bool = False, **options: Any) -> Console:
-    """The rich console every command draws with: on stderr, or on stdout through the one
-    write path (a closed pipe is exit 141); untrusted text is escaped as it is rendered."""
+    """The rich console every command draws with: on stderr (silent with ``-q``), or on
+    stdout through the one write path (a closed pipe is exit 141); untrusted text is escaped
+    as it is rendered."""
     if stderr:
+        from .logs import STATE
+
+        options.setdefault("quiet", STATE.verbosity < 0)  # -q: only errors on stderr
         return _console_class()(stderr=True, **options)
     return _console_class()(file=_Stdout(), **options)  # type: ignore[arg-type]

@@ -517,6 +517,7 @@ def test_quiet_means_only_errors(tmp_path: Path) -> None:
         ("model", "sign", "m", "--private-key", "p.pem", "--signature", "s.sig", "-q"),
         ("session", "offer", "--challenge", C, "-o", "o.json", "--host-key", "h.key",
          "--simulate", "sim", "-q"),
+        ("demo", "--size-mib", "0", "-f", "json", "-q"),
     ]  # fmt: skip
     _pem_key(tmp_path / "p.pem", 0o600)
     for args in runs:
@@ -569,3 +570,31 @@ def test_a_signal_has_one_code_in_the_status_and_the_document(
     Draft202012Validator(load_schema("gpucc.error/v1")).validate(doc)
     assert doc["error"]["code"] == code and doc["error"]["kind"] == "interrupted"
     assert not (tmp_path / "b.json").exists() and "Traceback" not in stderr
+
+
+def test_documents_of_model_holder_keygen_and_shards_match_their_schemas(tmp_path: Path) -> None:
+    from gpucc.staging import seal_file, write_key_file
+
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "a.bin").write_bytes(b"a" * 100)
+    _pem_key(tmp_path / "p.pem", 0o600)
+    kek = write_key_file(tmp_path / "k.key")
+    (tmp_path / "data").mkdir()
+    (tmp_path / "d.bin").write_bytes(b"d" * 9000)
+    seal_file(tmp_path / "d.bin", tmp_path / "data" / "d.gcc", kek=kek, chunk_size=4096)
+    (tmp_path / "shards").mkdir()
+    runs = {
+        "gpucc.model.digest/v1": ("model", "digest", "m"),
+        "gpucc.model.sign/v1": ("model", "sign", "m", "--private-key", "p.pem",
+                                "--signature", "m.sig"),
+        "gpucc.holder.datasets/v1": ("holder", "datasets", "--datasets", "data"),
+        "gpucc.keygen/v1": ("holder", "keygen", "--key", "h.key", "--pub", "h.pub"),
+        "gpucc.seal.shards/v1": ("seal", "d.bin", "-o", "shards", "--key-file", "k.key",
+                                 "--shards", "2", "--chunk-size", "4KiB"),
+    }  # fmt: skip
+    for schema, args in runs.items():
+        result = run_cli(*args, "-f", "json", cwd=tmp_path)
+        assert result.returncode == 0, (args, result.stderr)
+        doc = json.loads(result.stdout)
+        assert doc["schema"] == schema
+        Draft202012Validator(load_schema(schema)).validate(doc)
