@@ -45,7 +45,6 @@ from .exitcodes import (
 )
 from .logs import STATE, configure
 from .options import OutputFormat
-from .terminal import safe_text
 
 ERROR_SCHEMA = "gpucc.error/v1"
 
@@ -281,6 +280,8 @@ def stop_on_signals() -> None:
 def _print_traceback(exc: BaseException) -> None:
     """The traceback of ``-v``/``-vv`` on stderr, each line escaped (messages can quote
     untrusted input)."""
+    from .terminal import safe_text
+
     lines = "".join(traceback.format_exception(exc)).splitlines()
     try:
         sys.stderr.write("".join(safe_text(line) + "\n" for line in lines))
@@ -336,6 +337,8 @@ def report(
     text = f"gpucc: error: {message}" + (f" ({hint})" if hint else "")
     if outcome.kind in (INTERRUPTED.kind, INTERNAL.kind):
         text = f"gpucc: {message}" + (f" ({hint})" if hint else "")
+    from .terminal import safe_text
+
     text = safe_text(text)
     try:
         if line:
