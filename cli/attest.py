@@ -237,7 +237,9 @@ def attest(
     from gpucc.gpuattest.trust import TrustRoots
     from gpucc.gpuattest.verifier import verify
 
-    from .render import render_json, render_text, verdict_exit_code
+    from .output import emit
+    from .render import attest_document, render_text, verdict_exit_code
+    from .terminal import console
 
     now = parse_time(at)
     pol: Policy = load_policy(policy) if policy else Policy()
@@ -299,20 +301,20 @@ def attest(
         ev, expected_nonce=expected, roots=roots, now=now, rims=rims, ocsp=ocsp, policy=pol
     )
     if output is OutputFormat.JSON:
-        sys.stdout.write(render_json(result) + "\n")
+        emit(attest_document(result))
     else:
         from .plain import is_terminal, render_plain
 
         # Rich's console only for a terminal: it costs more to import than verifying.
         if is_terminal(sys.stdout) or not render_plain(result, verbose=verbose):
-            from rich.console import Console
-
-            render_text(result, Console(), verbose=verbose)
+            render_text(result, console(), verbose=verbose)
     if sign_eat is not None and token_output is not None:
         from .attest_remote import sign_result
 
         kid, path = sign_result(result, sign_eat, token_output, force=force)
-        typer.echo(f"gpucc: signed result (key {kid}) written to {path}", err=True)
+        from .output import note
+
+        note(f"signed result (key {kid}) written to {path}")
     raise typer.Exit(verdict_exit_code(result.verdict))
 
 
@@ -330,7 +332,7 @@ def _attest_remote(
     from gpucc.gpuattest.errors import UsageError
 
     from .attest_remote import remote_document, remote_text, verify_remote
-    from .output import emit
+    from .output import emit, out
 
     if expected is None:
         raise UsageError("remote verification needs the nonce the evidence carries (--nonce)")
@@ -339,7 +341,7 @@ def _attest_remote(
     if output is OutputFormat.JSON:
         emit(document)
     else:
-        typer.echo("\n".join(remote_text(verdict)))
+        out(*remote_text(verdict))
     raise typer.Exit(document["exit_code"])
 
 
@@ -362,23 +364,18 @@ def collect(
 
     An existing file is replaced only with --force.
     """
-    from rich.console import Console
-
     from gpucc.gpuattest.evidence import dump_evidence_json, parse_nonce_hex
     from gpucc.gpuattest.files import refuse_existing, write_atomic
     from gpucc.gpuattest.nvml import collect_evidence
 
-    from .output import emit
+    from .output import emit, note
 
     value = parse_nonce_hex(nonce) if nonce else os.urandom(32)
     with force_hint():
         refuse_existing(output, force=force)
         ev = collect_evidence(value)
         write_atomic(output, dump_evidence_json(ev), force=force, what="evidence file")
-    Console(stderr=True).print(
-        f"gpucc: wrote evidence for {len(ev.gpus)} GPU(s) to {output}; nonce {value.hex()}",
-        highlight=False,
-    )
+    note(f"wrote evidence for {len(ev.gpus)} GPU(s) to {output}; nonce {value.hex()}")
     if fmt is OutputFormat.JSON:
         emit(
             {

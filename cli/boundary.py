@@ -1,11 +1,15 @@
 """The one place where commands meet the process: options every command takes, signals,
-broken pipes, errors turned into one line (and a JSON document), and exit statuses.
+broken pipes, file checks, errors turned into one line (and a JSON document), and exit
+statuses.
 
 Every command is wrapped by :func:`common_options`: it gains ``-v/--verbose`` and
-``-q/--quiet``, records whether its output is JSON, and turns a closed stdout, Ctrl-C,
-SIGTERM and SIGHUP into exceptions the framework does not swallow (it would report a
-closed pipe as exit 1 and Ctrl-C silently). ``finally`` blocks, which remove temporary
-files, run in every case.
+``-q/--quiet``, records whether its output is JSON, checks the files its options name
+(a missing input, a directory where a file belongs: exit 8, like every other file
+problem, instead of the framework's usage error), holds its JSON result until its exit
+status is known (a failure never prints a document that reads as success), and turns a
+closed stdout, Ctrl-C, SIGTERM and SIGHUP into exceptions the framework does not swallow
+(it would report a closed pipe as exit 1 and Ctrl-C silently). ``finally`` blocks, which
+remove temporary files, run in every case.
 """
 
 from __future__ import annotations
@@ -19,14 +23,26 @@ import signal
 import sys
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 from types import FrameType
-from typing import Annotated, Any
+from typing import Annotated, Any, get_args, get_origin
 
 import typer
 
-from gpucc.gpuattest.errors import GpuccError
+from gpucc.gpuattest.errors import FileAccessError, GpuccError
 
-from .exitcodes import BROKEN_PIPE, INTERNAL, INTERRUPTED, USAGE, Outcome, describe, outcome_for
+from .exitcodes import (
+    BROKEN_PIPE,
+    INTERNAL,
+    INTERRUPTED,
+    USAGE,
+    Outcome,
+    describe,
+    outcome_for,
+    outcome_for_code,
+    signal_outcome,
+)
 from .logs import STATE, configure
 from .options import OutputFormat
 
@@ -51,6 +67,7 @@ VerboseOption = Annotated[
         "--verbose",
         "-v",
         count=True,
+        metavar="",
         help="More detail on stderr; -vv adds debug records and tracebacks.",
         rich_help_panel="Output",
         show_default=False,
@@ -69,6 +86,121 @@ def json_from_environment() -> bool:
     )
 
 
+# --- the files a command's options name --------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PathRule:
+    """What an option's path must be, checked here rather than by the framework (whose
+    usage error would make a missing file exit 2)."""
+
+    label: str
+    exists: bool
+    file_okay: bool
+    dir_okay: bool
+
+    def check(self, value: object) -> None:
+        """Raise :class:`FileAccessError` (exit 8) for a path that breaks the rule."""
+        from gpucc.gpuattest.files import SpecialFileError
+
+        path = Path(str(value))
+        shown = f"{self.label} {path}"
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            if os.path.lexists(path):
+                raise FileAccessError(f"{shown} is a broken symbolic link") from None
+            if self.exists:
+                raise FileAccessError(f"{shown} does not exist") from None
+            return
+        except OSError as exc:
+            raise FileAccessError(f"cannot access {shown}: {exc.strerror or exc}") from None
+        import stat
+
+        if not self.dir_okay and stat.S_ISDIR(st.st_mode):
+            raise SpecialFileError(f"{shown} is a directory; a file is needed here")
+        if not self.file_okay and not stat.S_ISDIR(st.st_mode):
+            raise SpecialFileError(f"{shown} is not a directory")
+
+
+def _option_label(info: Any, name: str) -> str:
+    decls = [d for d in (info.default, *(info.param_decls or ())) if isinstance(d, str)]
+    longs = [d for d in decls if d.startswith("--")]
+    if longs:
+        return longs[0]
+    if decls and decls[0].startswith("-"):
+        return decls[0]
+    return str(info.metavar or name.upper())
+
+
+def path_rules(sig: inspect.Signature) -> dict[str, PathRule]:
+    """The path rules of a command's parameters, taken over from their Typer declarations
+    (which are switched off, so the framework never refuses a path itself)."""
+    from typer.models import ArgumentInfo, OptionInfo
+
+    rules: dict[str, PathRule] = {}
+    for name, param in sig.parameters.items():
+        if get_origin(param.annotation) is not Annotated:
+            continue
+        base, *meta = get_args(param.annotation)
+        if "Path" not in str(base):
+            continue
+        for info in meta:
+            if not isinstance(info, (OptionInfo, ArgumentInfo)):
+                continue
+            rule = getattr(info, "_gpucc_rule", None)
+            if rule is None:
+                label = _option_label(info, name) if isinstance(info, OptionInfo) else ""
+                if isinstance(info, ArgumentInfo):
+                    label = str(info.metavar or name.upper())
+                rule = PathRule(label, bool(info.exists), info.file_okay, info.dir_okay)
+                setattr(info, "_gpucc_rule", rule)  # noqa: B010 - a mark on the framework object
+                info.exists, info.file_okay, info.dir_okay, info.readable = False, True, True, False
+            if rule.exists or not rule.file_okay or not rule.dir_okay:
+                rules[name] = rule
+    return rules
+
+
+def check_paths(rules: dict[str, PathRule], kwargs: dict[str, Any]) -> None:
+    """Apply ``rules`` to the values a command was called with."""
+    for name, rule in rules.items():
+        value = kwargs.get(name)
+        for item in value if isinstance(value, (list, tuple)) else [value]:
+            if item is not None:
+                rule.check(item)
+
+
+# --- results held until the exit status is known -----------------------------------------
+
+#: Top-level fields that state a verdict: false in any document of a failed command.
+VERDICT_FIELDS = ("verified", "trusted", "complete")
+
+
+def publish(code: int) -> bool:
+    """Write the held result document for a command ending with ``code``; whether one was.
+
+    On success it is written as it is. On failure, a document that states a verdict is
+    written with every verdict field false and the exit status (``exit_code``) and its kind
+    (``exit_kind``); any other is dropped, for the error document.
+    """
+    from .output import write_document
+
+    doc, STATE.pending = STATE.pending, None
+    if doc is None:
+        return False
+    verdicts = [k for k in VERDICT_FIELDS if k in doc]
+    if verdicts:
+        if code != 0:
+            for key in verdicts:
+                doc[key] = False
+        doc["exit_code"] = code
+        doc["exit_kind"] = outcome_for_code(code).kind
+    elif code != 0:
+        return False
+    write_document(doc)
+    return True
+
+
 def common_options(fn: Callable[..., Any], path: str = "") -> Callable[..., Any]:
     """Wrap a command: ``-v``/``-q``, JSON detection, pipes and signals; ``path`` (e.g.
     ``session offer``) is recorded for hints that name the command's options.
@@ -76,7 +208,10 @@ def common_options(fn: Callable[..., Any], path: str = "") -> Callable[..., Any]
     A command that itself takes ``verbose: bool`` (detailed rendering) receives whether
     ``-v`` was given at least once.
     """
+    import click
+
     sig = inspect.signature(fn, eval_str=True)
+    rules = path_rules(sig)
     wants_verbose = "verbose" in sig.parameters
     params = [p for n, p in sig.parameters.items() if n not in ("verbose", "quiet")]
     kw = inspect.Parameter.KEYWORD_ONLY
@@ -91,10 +226,22 @@ def common_options(fn: Callable[..., Any], path: str = "") -> Callable[..., Any]
         STATE.command = path
         formats = [v for v in kwargs.values() if isinstance(v, OutputFormat)]
         STATE.json = formats[0] is OutputFormat.JSON if formats else json_from_environment()
+        STATE.hold_results, STATE.pending = True, None
         if wants_verbose:
             kwargs["verbose"] = verbose > 0
         try:
-            return fn(*args, **kwargs)
+            try:
+                check_paths(rules, kwargs)
+                value = fn(*args, **kwargs)
+            except (click.exceptions.Exit, typer.Exit) as exc:
+                if not publish(exc.exit_code) and exc.exit_code != 0:
+                    report(outcome_for_code(exc.exit_code), f"failed (exit {exc.exit_code})")
+                raise
+            except GpuccError as exc:
+                publish(outcome_for(exc).code)
+                raise
+            publish(0)
+            return value
         except BrokenPipeError:
             raise BrokenPipe() from None
         except OSError as exc:
@@ -130,6 +277,35 @@ def stop_on_signals() -> None:
         signal.signal(signum, _raise_interrupted)
 
 
+def _print_traceback(exc: BaseException) -> None:
+    """The traceback of ``-v``/``-vv`` on stderr, each line escaped (messages can quote
+    untrusted input)."""
+    from .terminal import safe_text
+
+    lines = "".join(traceback.format_exception(exc)).splitlines()
+    try:
+        sys.stderr.write("".join(safe_text(line) + "\n" for line in lines))
+        sys.stderr.flush()
+    except OSError:
+        pass
+
+
+def _stdout_identity() -> tuple[int, int] | None:
+    try:
+        st = os.fstat(sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _devnull_identity() -> tuple[int, int] | None:
+    try:
+        st = os.stat(os.devnull)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
 def _stdout_gone() -> None:
     """Point stdout at /dev/null so that the final flush cannot fail again."""
     try:
@@ -141,9 +317,10 @@ def _stdout_gone() -> None:
 
 
 def _emit_json(document: dict[str, Any]) -> None:
+    from .output import write_stdout
+
     try:
-        sys.stdout.write(json.dumps(document, indent=2, sort_keys=True) + "\n")
-        sys.stdout.flush()
+        write_stdout(json.dumps(document, indent=2, sort_keys=True) + "\n")
     except BrokenPipeError:
         _stdout_gone()
 
@@ -158,8 +335,11 @@ def report(
 ) -> int:
     """One line on stderr and, when the command's output is JSON, the error document."""
     text = f"gpucc: error: {message}" + (f" ({hint})" if hint else "")
-    if outcome in (INTERRUPTED, INTERNAL):
+    if outcome.kind in (INTERRUPTED.kind, INTERNAL.kind):
         text = f"gpucc: {message}" + (f" ({hint})" if hint else "")
+    from .terminal import safe_text
+
+    text = safe_text(text)
     try:
         if line:
             sys.stderr.write(text + "\n")
@@ -203,8 +383,19 @@ def run_app(app: typer.Typer, argv: list[str] | None = None) -> int:
 
     args = sys.argv[1:] if argv is None else argv
     stop_on_signals()
+    stdout_was = _stdout_identity()
     try:
-        code = app(args=args, standalone_mode=False)
+        try:
+            code = app(args=args, standalone_mode=False)
+        except SystemExit:
+            # rich (help, usage boxes) answers a closed pipe by pointing stdout at /dev/null
+            # and exiting 1, click by wrapping stdout and exiting 1: the reader went away,
+            # so it is a broken pipe (141).
+            pacified = type(sys.stdout).__name__ == "PacifyFlushWrapper"
+            redirected = _stdout_identity() not in (stdout_was, None)
+            if not pacified and not (redirected and _stdout_identity() == _devnull_identity()):
+                raise
+            raise BrokenPipe() from None
         code = code if isinstance(code, int) else 0
         if code == INTERRUPTED.code:  # the framework turns Ctrl-C outside a command into 130
             report(INTERRUPTED, "interrupted")
@@ -217,18 +408,17 @@ def run_app(app: typer.Typer, argv: list[str] | None = None) -> int:
         code = report(USAGE, message, line=False) if exc.exit_code == 2 else 1
     except GpuccError as exc:
         if STATE.verbosity >= 2:
-            traceback.print_exception(exc, file=sys.stderr)
+            _print_traceback(exc)
         code = report_error(exc)
-    except BrokenPipe:
+    except (BrokenPipe, BrokenPipeError):
         _stdout_gone()
         code = BROKEN_PIPE.code
     except Interrupted as exc:
         name = "interrupted" if exc.signum == signal.SIGINT else f"terminated ({exc})"
-        report(INTERRUPTED, name)
-        code = 128 + exc.signum
+        code = report(signal_outcome(exc.signum), name)
     except Exception as exc:  # a bug: one line, no locals, no traceback unless asked
         if STATE.verbosity >= 1:
-            traceback.print_exception(exc, file=sys.stderr)
+            _print_traceback(exc)
         detail = " ".join(str(exc).split())[:300]
         code = report(INTERNAL, f"internal error: {type(exc).__name__}: {detail}", "rerun with -v")
     try:

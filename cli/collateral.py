@@ -23,9 +23,8 @@ from .options import (
     ServiceKeyOption,
     TimeoutOption,
 )
-from .output import emit, note
+from .output import emit, note, out
 from .safety_options import ForceOption, check_output, force_hint
-from .terminal import safe_text
 
 if TYPE_CHECKING:
     from gpucc.gpuattest.collateral import OcspTarget, RimSource
@@ -130,8 +129,6 @@ def fetch(
     exits 3, listing what could not be obtained. Progress goes to stderr on a terminal or
     with -v.
     """
-    from rich.console import Console
-
     from gpucc.gpuattest.bundle import collect_collateral, write_bundle
     from gpucc.gpuattest.chain import load_pem_chain
     from gpucc.gpuattest.collateral import OcspStatus
@@ -142,7 +139,6 @@ def fetch(
 
     from .attest import load_evidence
 
-    err = Console(stderr=True, highlight=False, soft_wrap=True)
     check_output(output, evidence, cert_chain)
     with force_hint():
         refuse_existing(output, force=force)
@@ -178,7 +174,7 @@ def fetch(
     bundle = result.bundle
     if not bundle.rims and not bundle.ocsp:
         for problem in result.problems:
-            err.print(f"  missing: {safe_text(problem)}")
+            note(f"  missing: {problem}")
         first = result.problems[0] if result.problems else "no collateral was obtained"
         raise _missing(
             f"nothing could be fetched ({len(result.problems)} item(s) missing; first: {first}); "
@@ -188,19 +184,19 @@ def fetch(
     with force_hint():
         write_bundle(result.bundle, output, force=force)
 
-    err.print(
+    note(
         f"wrote {output}: {len(bundle.rims)} RIM(s), {len(bundle.ocsp)} OCSP response(s) "
         f"for {len(ev.gpus)} GPU(s)"
     )
     for rim_id in bundle.rims:
-        err.print(f"  RIM  {safe_text(rim_id)}")
+        note(f"  RIM  {rim_id}")
     for name, kind, outcome in result.outcomes:
         status = str(outcome.status)
         if outcome.status is OcspStatus.REVOKED and outcome.revocation_reason:
             status += f" ({outcome.revocation_reason})"
-        err.print(f"  OCSP {kind:<10} {safe_text(name)}: {safe_text(status)}")
+        note(f"  OCSP {kind:<10} {name}: {status}")
     for problem in result.problems:
-        err.print(f"  missing: {safe_text(problem)}")
+        note(f"  missing: {problem}")
     incomplete = (
         f"collateral incomplete: {len(result.problems)} item(s) could not be obtained; "
         f"{output} holds the rest"
@@ -267,9 +263,9 @@ def show(
     if fmt is OutputFormat.JSON:
         emit(_show_document(bundle_path, bundle))
         return
-    typer.echo(f"created {bundle.created.isoformat()}")
+    lines = [f"created {bundle.created.isoformat()}"]
     for rim_id, data in bundle.rims.items():
-        typer.echo(f"RIM  {safe_text(rim_id)} ({len(data)} bytes)")
+        lines.append(f"RIM  {rim_id} ({len(data)} bytes)")
     for entry in bundle.ocsp:
         resp = x509_ocsp.load_der_ocsp_response(entry.response)
         window = ""
@@ -278,7 +274,8 @@ def show(
             window = f" thisUpdate {resp.this_update_utc.isoformat()}" + (
                 f" nextUpdate {nxt.isoformat()}" if nxt else " (no nextUpdate)"
             )
-        typer.echo(f"OCSP {safe_text(entry.subject)}{window}")
+        lines.append(f"OCSP {entry.subject}{window}")
+    out(*lines)
 
 
 def _show_document(path: Path, bundle: Any) -> dict[str, Any]:

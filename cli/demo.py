@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 
 from .options import FormatOption, OutputFormat
 from .output import emit
@@ -44,7 +43,9 @@ def demo(
     from gpucc.staging.errors import ChunkAuthenticationError
     from gpucc.staging.release import CollectedEvidence, DatasetKey, local_session
 
-    out = Console(stderr=fmt is OutputFormat.JSON)
+    from .terminal import console
+
+    out = console(stderr=fmt is OutputFormat.JSON)
     steps: list[dict[str, Any]] = []
 
     def step(name: str, ok: bool, **detail: Any) -> None:

@@ -55,6 +55,19 @@ BROKEN_PIPE = Outcome(
     141, "broken-pipe", "the reader of stdout went away (SIGPIPE); nothing printed"
 )
 
+#: Exit statuses of the signals that stop a command (SIGINT, SIGTERM, SIGHUP): 128 + the
+#: signal's number, the same in the JSON error document as in the process status.
+SIGNAL_CODES: dict[str, int] = {"SIGINT": 130, "SIGTERM": 143, "SIGHUP": 129}
+
+#: The file situations every command meets the same way, and their outcome: README's
+#: "8: missing, exists, special, permissions", checked for every command by the tests.
+FILE_SITUATIONS: dict[str, Outcome] = {
+    "missing-input": FILE_ACCESS,  # an input file or directory that does not exist
+    "input-is-directory": FILE_ACCESS,  # a directory where a file belongs, or the reverse
+    "existing-output": FILE_ACCESS,  # an output that exists, without --force
+    "exposed-key-file": FILE_ACCESS,  # a key file group or others can access, or not ours
+}
+
 TABLE: tuple[Outcome, ...] = (
     OK,
     NOT_TRUSTED,
@@ -136,6 +149,22 @@ _HINTS: tuple[tuple[type[errors.GpuccError], frozenset[str] | None, str], ...] =
         "install 'gpucc[gpu]' on a host with a CUDA GPU, or use --device cpu",
     ),
 )
+
+
+def signal_outcome(signum: int) -> Outcome:
+    """The row for a command stopped by signal ``signum``: kind ``interrupted``, status
+    128 + ``signum`` (130 SIGINT, 143 SIGTERM, 129 SIGHUP)."""
+    return Outcome(128 + signum, INTERRUPTED.kind, INTERRUPTED.meaning)
+
+
+def outcome_for_code(code: int) -> Outcome:
+    """The row of an exit status (signals map to ``interrupted``)."""
+    for outcome in TABLE:
+        if outcome.code == code:
+            return outcome
+    if code in SIGNAL_CODES.values():
+        return signal_outcome(code - 128)
+    return INTERNAL
 
 
 def outcome_for(exc: BaseException) -> Outcome:

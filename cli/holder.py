@@ -28,8 +28,7 @@ from .options import (
     PolicyOption,
     RimDirOption,
 )
-from .output import emit, note
-from .terminal import safe_text
+from .output import emit, note, out
 
 __all__ = ["holder_app", "keygen"]
 
@@ -316,7 +315,7 @@ def keygen(
     if fmt is OutputFormat.JSON:
         emit({"schema": "gpucc.keygen/v1", "key": str(key), "pub": str(pub), "pin": pin})
     else:
-        sys.stdout.write(pin + "\n")
+        out(pin)
     note(f"wrote {key} (mode 0600) and {pub}; its pin for plan.yaml is {pin}")
 
 
@@ -346,10 +345,11 @@ def datasets_cmd(
     if fmt is OutputFormat.JSON:
         emit({"schema": "gpucc.holder.datasets/v1", "datasets": entries})
         return
+    lines: list[str] = []
     for e in entries:
-        sys.stdout.write(
-            f"- name: {e['name']}\n  path: {e['path']}\n  header_digest: {e['header_digest']}\n"
-        )
+        lines += [f"- name: {e['name']}", f"  path: {e['path']}"]
+        lines.append(f"  header_digest: {e['header_digest']}")
+    out(*lines)
 
 
 @holder_app.command("receipts")
@@ -390,12 +390,14 @@ def receipts_cmd(
             }
         )
         return
-    for p, r in found:
-        sys.stdout.write(
-            f"{safe_text(p.name)}: entry {r.seq} hash {r.entry_hash} signed by orchestrator "
-            f"{r.orchestrator_key_id[:16]}…\n"
+    out(
+        *(
+            f"{p.name}: entry {r.seq} hash {r.entry_hash} signed by orchestrator "
+            f"{r.orchestrator_key_id[:16]}…"
+            for p, r in found
         )
-    note(f"{len(found)} receipt(s) in {safe_text(receipt_dir)}")
+    )
+    note(f"{len(found)} receipt(s) in {receipt_dir}")
 
 
 if __name__ == "__main__":  # pragma: no cover - the tests run the service this way

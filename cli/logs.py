@@ -12,6 +12,7 @@ import logging
 import os
 import sys
 from dataclasses import dataclass
+from typing import Any
 
 LOGGER_NAME = "gpucc"
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING}
@@ -25,6 +26,8 @@ class _State:
     json: bool = False  # the command's result (or error) goes to stdout as JSON
     result_emitted: bool = False  # a result document is out: an error adds only its line
     command: str = ""  # the command path, e.g. "session offer" (hints name its options)
+    hold_results: bool = False  # the boundary writes the result once the exit status is known
+    pending: dict[str, Any] | None = None  # the result document held until then
 
 
 STATE = _State()
@@ -38,6 +41,21 @@ def level_from_env(environ: dict[str, str] | None = None) -> int | None:
         if value in _LEVELS:
             return _LEVELS[value]
     return None
+
+
+class _SafeFormatter(logging.Formatter):
+    """Log records on a terminal: every field escaped (names and messages can come from
+    untrusted input); the traceback of ``-vv`` stays as Python wrote it."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 - logging's name
+        from .terminal import safe_text
+
+        return safe_text(super().formatMessage(record))
+
+    def formatException(self, ei: Any) -> str:  # noqa: N802 - logging's name
+        from .terminal import safe_text
+
+        return "\n".join(safe_text(line) for line in super().formatException(ei).splitlines())
 
 
 def configure(verbose: int, quiet: bool) -> None:
@@ -59,6 +77,6 @@ def configure(verbose: int, quiet: bool) -> None:
     logger.propagate = False
     if not any(getattr(h, "_gpucc", False) for h in logger.handlers):
         handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("gpucc: %(levelname)s: %(message)s"))
+        handler.setFormatter(_SafeFormatter("gpucc: %(levelname)s: %(message)s"))
         handler._gpucc = True  # type: ignore[attr-defined]
         logger.addHandler(handler)

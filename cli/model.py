@@ -13,7 +13,6 @@ import enum
 import json
 import os
 import secrets
-import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -23,7 +22,7 @@ import typer
 from gpucc.gpuattest.errors import UsageError
 
 from .options import FormatOption, OutputFormat
-from .output import emit, format_rate, note
+from .output import emit, format_rate, note, out, write_stdout
 from .seal import format_size, parse_size
 
 if TYPE_CHECKING:
@@ -79,7 +78,10 @@ SymlinkOption = Annotated[
 ]
 IgnoreOption = Annotated[
     list[Path] | None,
-    typer.Option("--ignore", help="Path inside the model to leave out (repeatable)."),
+    typer.Option(
+        "--ignore",
+        help="Path to leave out, relative to the model (repeatable); one outside it is an error.",
+    ),
 ]
 NoGitOption = Annotated[
     bool, typer.Option("--no-ignore-git", help="Also hash .git, .github, .gitignore, ...")
@@ -95,10 +97,12 @@ ChainOption = Annotated[
 
 
 def _refuse_existing(path: Path, force: bool, option: str) -> None:
-    if os.path.lexists(path) and not force:
-        raise UsageError(f"{option} {path} already exists; pass --force to replace it")
+    from gpucc.gpuattest.files import OutputExistsError, SpecialFileError
+
     if path.is_dir():
-        raise UsageError(f"{option} {path} is a directory")
+        raise SpecialFileError(f"{option} {path} is a directory")
+    if os.path.lexists(path) and not force:
+        raise OutputExistsError(f"{option} {path} already exists; pass --force to replace it")
 
 
 def write_output(path: Path, data: bytes, *, force: bool) -> None:
@@ -106,9 +110,10 @@ def write_output(path: Path, data: bytes, *, force: bool) -> None:
     by an exclusive link (an existing file is never replaced) or, with ``force``, a rename.
 
     Raises:
-        UsageError: ``path`` exists and ``force`` is not set.
+        OutputExistsError: ``path`` exists and ``force`` is not set.
         StagingIOError: the file cannot be written.
     """
+    from gpucc.gpuattest.files import OutputExistsError
     from gpucc.staging.dataset import io_error
 
     tmp = path.with_name(f".{path.name}.tmp-{secrets.token_hex(4)}")
@@ -130,7 +135,9 @@ def write_output(path: Path, data: bytes, *, force: bool) -> None:
             try:
                 os.link(tmp, path)
             except FileExistsError:
-                raise UsageError(f"{path} already exists; pass --force to replace it") from None
+                raise OutputExistsError(
+                    f"{path} already exists; pass --force to replace it"
+                ) from None
     except OSError as exc:
         raise io_error("write", path, exc) from None
     finally:
@@ -164,8 +171,9 @@ def _serialization(
         hash_type=hash_name.value,
         shard_size=size,
         allow_symlinks=allow_symlinks,
-        ignore=[*(ignore or []), *extra_ignores],
+        ignore=ignore or [],
         ignore_git=not no_ignore_git,
+        exclude=extra_ignores,
     )
 
 
@@ -257,7 +265,9 @@ def digest(
             )
         )
     elif output is None:
-        sys.stdout.write(data.decode() + "\n")
+        from .terminal import json_for_terminal
+
+        write_stdout(json_for_terminal(data.decode()) + "\n")
     note(f"digested {model}: {_summary(manifest, seconds, nbytes)}")
 
 
@@ -386,13 +396,12 @@ def verify(
     result = verify_model(model, trusted, device=device.value, threads=threads, ignore=[own])
     seconds = time.perf_counter() - started
     if output_format is OutputFormat.JSON:
-        emit(result.to_json())
+        emit({"schema": "gpucc.model.verify/v1", **result.to_json()})
     elif result.ok:
-        sys.stdout.write(
+        out(
             f"verified: {result.summary()} ({result.serialization.resource_algorithm}, "
-            f"subject sha256 {result.subject_digest}, {seconds:.2f} s)\n"
+            f"subject sha256 {result.subject_digest}, {seconds:.2f} s)"
         )
     else:
-        for problem in result.problems:
-            sys.stdout.write(f"{problem.kind}: {problem.name}\n")
+        out(*(f"{problem.kind}: {problem.name}" for problem in result.problems))
     require_verified(result)

@@ -11,7 +11,6 @@ two for every kind of result and several widths. A terminal still gets Rich.
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, TextIO
 
@@ -204,10 +203,15 @@ def render_plain(
     """Write the text report of ``result`` as :func:`cli.render.render_text` writes it to a
     console that is not a terminal; ``False`` (nothing written) when a table's words do not
     fit the width, where Rich's own column shrinking applies."""
-    stream = sys.stdout if out is None else out
     try:
         lines = list(_report_lines(result, width or console_width(), verbose))
     except _TooNarrow:
         return False
-    stream.write("".join(f"{line}\n" for line in lines))
+    text = "".join(f"{line}\n" for line in lines)
+    if out is None:
+        from .output import write_stdout
+
+        write_stdout(text)  # a closed pipe is 141, as for every other write
+    else:
+        out.write(text)
     return True

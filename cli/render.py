@@ -268,13 +268,14 @@ def render_text(result: AttestationResult, console: Console, *, verbose: bool = 
                     mismatch_rows(mismatches),
                 )
             )
-        if verbose:
-            console.print(f"evidence sha256 {gpu.report_digest.hex()}", soft_wrap=True)
+        if verbose:  # Text, never markup: the values come from evidence and RIMs
+            console.print(Text(f"evidence sha256 {gpu.report_digest.hex()}"), soft_wrap=True)
             for m in mismatches:
                 label = f"index {m.index} {_source_label(m.source)}"
                 for n, value in enumerate(m.golden_values):
-                    console.print(f"{label} golden[{n}] {value}", soft_wrap=True)
-                console.print(f"{label} runtime {m.runtime_value or '(missing)'}", soft_wrap=True)
+                    console.print(Text(f"{label} golden[{n}] {value}"), soft_wrap=True)
+                runtime = m.runtime_value or "(missing)"
+                console.print(Text(f"{label} runtime {runtime}"), soft_wrap=True)
     label, style = _VERDICT_LINE[str(result.verdict)]
     at = result.verified_at.isoformat().replace("+00:00", "Z")
     line = Text(f"{label}", style=style)

@@ -32,14 +32,13 @@ def check_output(output: Path, *inputs: Path | None, also: tuple[Path, ...] = ()
     their absolute path. ``--force`` does not lift this.
 
     Raises:
-        UsageError: the output is one of ``inputs`` or ``also``.
+        OutputExistsError: the output is an existing file this command reads (exit 8,
+            like every existing output; never replaceable).
+        UsageError: the output's name is also given to another option.
     """
-    from gpucc.gpuattest.files import OutputExistsError, refuse_inputs_as_output
+    from gpucc.gpuattest.files import refuse_inputs_as_output
 
-    try:
-        refuse_inputs_as_output(output, [*inputs, *also])
-    except OutputExistsError as exc:
-        raise UsageError(str(exc)) from None
+    refuse_inputs_as_output(output, [*inputs, *also])
     target = Path(os.path.abspath(output))
     for other in (*inputs, *also):
         if other is not None and Path(os.path.abspath(other)) == target:

@@ -73,7 +73,6 @@ def byte_progress(description: str, total: int) -> Iterator[Callable[[int, int],
 
     Yields the ``progress(done, total)`` callback the staging library calls.
     """
-    from rich.console import Console
     from rich.progress import (
         BarColumn,
         DownloadColumn,
@@ -83,7 +82,10 @@ def byte_progress(description: str, total: int) -> Iterator[Callable[[int, int],
         TransferSpeedColumn,
     )
 
-    console = Console(stderr=True)
+    from .logs import STATE
+    from .terminal import console as make_console
+
+    console = make_console(stderr=True)
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -91,7 +93,7 @@ def byte_progress(description: str, total: int) -> Iterator[Callable[[int, int],
         TransferSpeedColumn(),
         TimeRemainingColumn(),
         console=console,
-        disable=not console.is_terminal,
+        disable=not console.is_terminal or STATE.verbosity < 0,
         transient=False,
     ) as progress:
         task = progress.add_task(description, total=max(total, 1))

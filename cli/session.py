@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -41,7 +40,7 @@ from .options import (
     RimDirOption,
     parse_time,
 )
-from .output import emit, note
+from .output import emit, note, out, warn
 from .safety_options import ForceOption, check_output, force_hint
 
 if TYPE_CHECKING:
@@ -104,6 +103,16 @@ def _write(path: Path, data: bytes, *, force: bool) -> None:
         write_atomic(path, data, force=force)
 
 
+def _fresh_host_key(path: Path) -> None:
+    """Refuse a host key file that exists (exit 8): each session's key is new."""
+    from gpucc.gpuattest.files import OutputExistsError
+
+    if os.path.lexists(path):
+        raise OutputExistsError(
+            f"{path} exists; every session needs a fresh host key file", replaceable=False
+        )
+
+
 def _state_dir(given: Path | None) -> Path:
     if given is not None:
         return given
@@ -117,7 +126,7 @@ def _state_dir(given: Path | None) -> Path:
 
 def _warn_if_simulated(simulate: Path | None) -> None:
     if simulate is not None:
-        note(_SIMULATION_WARNING)
+        warn(_SIMULATION_WARNING)
 
 
 def _simulated_gpu(directory: Path) -> Any:
@@ -285,7 +294,7 @@ def challenge(fmt: FormatOption = OutputFormat.TEXT) -> None:
     if fmt is OutputFormat.JSON:
         emit({"schema": "gpucc.session.challenge/v1", "challenge": value})
         return
-    sys.stdout.write(value + "\n")
+    out(value)
 
 
 @session_app.command("offer")
@@ -306,8 +315,7 @@ def offer(
     from gpucc.staging.release import create_offer
 
     value = _challenge(challenge)
-    if os.path.lexists(host_key):
-        raise UsageError(f"{host_key} exists; every session needs a fresh host key file")
+    _fresh_host_key(host_key)
     check_output(output, also=(host_key,))
     with force_hint():
         refuse_existing(output, force=force)
@@ -447,8 +455,9 @@ def accept(
     from gpucc.staging import open_sealed
     from gpucc.staging.release import MAX_ANSWER_BYTES, Answer, HostKey, open_answer
 
+    secret = HostKey.read(host_key)  # the secret's own checks (owner, mode) come first
     answer_bytes = read_capped(answer_file, MAX_ANSWER_BYTES, what="session answer")
-    session = open_answer(Answer.from_json(answer_bytes), HostKey.read(host_key))
+    session = open_answer(Answer.from_json(answer_bytes), secret)
     for path in datasets or []:
         sealed = open_sealed(path)
         sealed.check_key(session.dataset_key(sealed.header_digest))
@@ -469,10 +478,10 @@ def accept(
             }
         )
         return
-    sys.stdout.write(
+    out(
         f"answer verified for this session; keys for {len(session.wraps)} dataset(s), "
         f"by header digest (SHA-256 of the sealed header, authenticated by the wrap): "
-        f"{', '.join(digests) or 'none'}\n"
+        f"{', '.join(digests) or 'none'}"
     )
 
 
@@ -505,8 +514,7 @@ def local(
     """
     from gpucc.staging.release import local_session
 
-    if os.path.lexists(host_key):
-        raise UsageError(f"{host_key} exists; every session needs a fresh host key file")
+    _fresh_host_key(host_key)
     check_output(output, key_file, policy, collateral, *datasets, also=(host_key,))
     check_output(host_key, key_file, policy, collateral, *datasets)
     with force_hint():

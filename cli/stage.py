@@ -73,15 +73,41 @@ def _trusted_manifest(
     return trusted
 
 
+def _inputs(given: list[Path]) -> list[Path]:
+    """The files DATASET names: a directory stands for the sealed files (``*.gcc``) in it,
+    in name order (the order ``seal --shards`` names them in). Key files are refused: a
+    secret is never staged as if it were data.
+
+    Raises:
+        UsageError: an empty directory, or a key file among the inputs.
+    """
+    from gpucc.gpuattest.files import read_capped
+
+    files: list[Path] = []
+    for path in given:
+        if path.is_dir():
+            found = sorted(path.glob("*.gcc"))
+            if not found:
+                raise UsageError(f"{path} holds no sealed dataset (*.gcc)")
+            files += found
+        else:
+            files.append(path)
+    for path in files:
+        head = read_capped(path, 64, what="dataset")
+        if head.startswith((b"gpucc-key v1\n", b"gpucc-session-host-key v1")):
+            raise UsageError(f"{path} is a key file, not data: refusing to stage a secret")
+    return files
+
+
 def stage(
-    dataset: Annotated[
-        Path,
+    datasets: Annotated[
+        list[Path],
         typer.Argument(
-            metavar="DATASET",
+            metavar="DATASET...",
             exists=True,
-            dir_okay=False,
-            readable=True,
-            help="A sealed dataset, or a plaintext file (sealed in transit with a fresh key).",
+            help="A sealed dataset, the shards of a set (or their directory), or a plaintext "
+            "file (sealed in transit with a fresh key).",
+            show_default=False,
         ),
     ],
     key_file: Annotated[
@@ -168,9 +194,11 @@ def stage(
 
     Every chunk is authenticated before staging reports success; on a failed chunk the
     buffer is zeroed from that chunk on and the exit code is 6. The staged buffer is
-    zeroed before the command ends. Exit codes: 0 staged, 2 usage, 4 malformed dataset or
-    key file, 5 GPU staging not available, 6 data authentication failed (a chunk, the
-    header or a missing chunk), 7 wrong key, 8 file access.
+    zeroed before the command ends. A shard set (its files, or their directory) is checked
+    as a set first (a lone, missing, foreign or misplaced shard is refused, exit 6), then
+    each shard is staged, verified and scrubbed in turn. Exit codes: 0 staged, 2 usage, 4
+    malformed dataset or key file, 5 GPU staging not available, 6 data authentication
+    failed (a chunk, the header or a missing chunk or shard), 7 wrong key, 8 file access.
     """
     from gpucc import staging
     from gpucc.staging.errors import StageKeyArgumentsError
@@ -189,6 +217,18 @@ def stage(
     released = None
     if session is not None and host_key is not None:
         released = partial(_session_key, session, host_key)
+    inputs = _inputs(datasets)
+    dataset = inputs[0]
+    if len(inputs) > 1:
+        from gpucc.staging.shards import open_shard_set
+
+        if key_file is None and released is None:
+            raise UsageError("a sealed dataset needs --key-file, or --session with --host-key")
+        if trusted is not None:
+            raise UsageError("--manifest checks one buffer: stage one dataset, not a set")
+        shard_set = open_shard_set(inputs, key_file=key_file, key_for=released)
+        _stage_set(shard_set, device, gpus, threads, output, session is not None)
+        return
     try:
         plan = staging.plan_stage(
             dataset,
@@ -207,6 +247,15 @@ def stage(
             f"{dataset} is not a sealed dataset: a plaintext input is sealed in transit "
             "under a fresh key, so it takes no --key-file or --session"
         ) from None
+    if plan.sealed:
+        from gpucc.staging.shards import ShardId, open_shard_set
+
+        if ShardId.parse(plan.header.dataset_id) is not None:  # its header authenticated
+            shard_set = open_shard_set([dataset], key=plan.dataset_key)  # a lone shard: refused
+            if trusted is not None:
+                raise UsageError("--manifest checks one buffer: stage one dataset, not a set")
+            _stage_set(shard_set, device, gpus, threads, output, session is not None)
+            return
     if device is Device.AUTO:
         note(f"--device auto: staging on {plan.device}")
     if not plan.sealed:
@@ -244,7 +293,7 @@ def stage(
         chunks=header.chunk_count,
         chunk_size=header.chunk_size,
         threads=threads or staging.default_threads(),
-        verified=True,
+        verified=checked is None or checked.ok,
         scrubbed=scrubbed,
         seconds=round(seconds, 6),
         bytes_per_second=round(staged / seconds) if seconds > 0 else None,
@@ -269,3 +318,56 @@ def stage(
             f"({checked.serialization.resource_algorithm}, "
             f"subject sha256 {checked.subject_digest})"
         )
+
+
+def _stage_set(
+    shard_set: Any, device: Device, gpus: int, threads: int | None, output: OutputFormat,
+    by_session: bool,
+) -> None:  # fmt: skip
+    """Stage each shard of a verified set in turn (every chunk authenticated), scrub each."""
+    from gpucc import staging
+
+    staged = chunks = 0
+    scrubbed = True
+    started = time.perf_counter()
+    where = "cpu"
+    with byte_progress("staging", shard_set.plaintext_length) as progress:
+        for part in shard_set.parts:
+            plan = staging.plan_stage(
+                part.path, key=shard_set.dataset_key, device=_DEVICE_NAMES[device], gpus=gpus
+            )
+            where = plan.device
+            with plan.run(threads=threads, progress=progress) as buf:
+                staged += plan.header.plaintext_length
+                chunks += plan.header.chunk_count
+            parts = [s.array for s in buf] if isinstance(buf, list) else [buf]
+            scrubbed = scrubbed and not any(bool(p.any()) for p in parts)
+    seconds = time.perf_counter() - started
+    first = shard_set.parts[0]
+    if output is OutputFormat.JSON:
+        emit(
+            {
+                "schema": "gpucc.stage/v1",
+                "dataset": str(first.path),
+                "shards": len(shard_set.parts),
+                "device": where,
+                "gpus": gpus if where == "gpu" else 0,
+                "input": "sealed",
+                "key_source": "session" if by_session else "key-file",
+                "dataset_id": first.dataset_id.hex(),
+                "bytes": staged,
+                "chunks": chunks,
+                "chunk_size": shard_set.chunk_size,
+                "threads": threads or staging.default_threads(),
+                "verified": True,
+                "scrubbed": scrubbed,
+                "seconds": round(seconds, 6),
+                "bytes_per_second": round(staged / seconds) if seconds > 0 else None,
+                "gb_per_s": round(staged / seconds / 1e9, 3) if seconds > 0 else None,
+            }
+        )
+    note(
+        f"staged {format_size(staged)} of a set of {len(shard_set.parts)} bound shards "
+        f"(set {shard_set.set_id.hex()}) on {where}: {chunks} chunks verified in "
+        f"{seconds:.3f} s ({format_rate(staged, seconds)}); each buffer scrubbed"
+    )

@@ -1,7 +1,12 @@
 """``gpucc token verify``: check a signed attestation result (docs/EAT.md).
 
-Exit codes: 0 valid and trusted; 1 a check failed, or a valid result that says
-the GPUs are not trusted; 2 usage; 4 not a token, or a malformed key file.
+Exit codes: 0 valid and trusted; 1 a check failed, a valid result that says the GPUs
+are not trusted, or one that vouches for no GPU; 2 usage (neither ``--nonce`` nor
+``--no-nonce``); 4 not a token, or a malformed key file; 8 a file problem.
+
+Freshness is never assumed: ``--nonce`` checks the result answers the nonce the caller
+chose; without it the caller must say ``--no-nonce``, and the result then reads
+"freshness not checked" (a replayed result would pass).
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from typing import Annotated
 import typer
 
 from .options import AtOption, FormatOption, OutputFormat
-from .output import emit
+from .output import emit, out
 
 token_app = typer.Typer(
     help="Check signed attestation results (EAT, ES384).",
@@ -45,6 +50,14 @@ def verify(
         str | None,
         typer.Option("--nonce", help="Require this nonce (64 hex characters) in eat_nonce."),
     ] = None,
+    no_nonce: Annotated[
+        bool,
+        typer.Option(
+            "--no-nonce",
+            help="Accept a result without checking its nonce: freshness not checked (a "
+            "replayed result passes); said in the output.",
+        ),
+    ] = False,
     issuer: Annotated[
         str, typer.Option("--issuer", help="The issuer every token must name.")
     ] = "gpucc",
@@ -65,6 +78,13 @@ def verify(
     from .options import parse_time
 
     now = parse_time(at)
+    if (nonce is None) == (not no_nonce):
+        raise UsageError(
+            "give --nonce HEX (the nonce you chose for the attestation), or --no-nonce to "
+            "accept a result whose freshness is not checked"
+            if nonce is None
+            else "--nonce and --no-nonce exclude each other"
+        )
     expected: bytes | None = None
     if nonce is not None:
         try:
@@ -78,15 +98,30 @@ def verify(
         raise MalformedTokenError(f"{result} is larger than {MAX_EAT_BYTES} bytes")
     verified = verify_eat(data, public, nonce=expected, now=now, issuer=issuer)
     trusted = verified.overall_result
+    freshness = "nonce-checked" if expected is not None else "not-checked"
     if as_json:
-        doc = {"valid": True, "trusted": trusted, **verified.to_dict()}
+        doc = {
+            "schema": "gpucc.token.verify/v1",
+            "valid": True,
+            "trusted": trusted,
+            "freshness": freshness,
+            **verified.to_dict(),
+        }
         emit(doc)
     else:
         n = len(verified.devices)
         state = "TRUSTED" if trusted else "NOT TRUSTED"
-        typer.echo(
-            f"valid signed result ({n} GPU token(s), key {verified.kid or 'without kid'}): "
-            f"{state}, nonce {verified.overall.get('eat_nonce')}"
+        fresh = (
+            f"nonce {verified.overall.get('eat_nonce')} checked"
+            if expected is not None
+            else f"FRESHNESS NOT CHECKED (--no-nonce; nonce {verified.overall.get('eat_nonce')} "
+            "not compared: a replayed result passes)"
         )
+        out(
+            f"valid signed result ({n} GPU token(s), key {verified.kid or 'without kid'}): "
+            f"{state}, {fresh}"
+        )
+    if not verified.devices:
+        raise NotTrustedError("the signed result holds no GPU token: it vouches for no GPU")
     if not trusted:
         raise NotTrustedError("the signed result says the GPUs are not trusted")

@@ -19,7 +19,7 @@ import typer
 
 from .holder import keygen
 from .options import FormatOption, OutputFormat
-from .output import emit, note
+from .output import emit, note, out
 from .safety_options import ForceOption
 
 if TYPE_CHECKING:
@@ -124,9 +124,7 @@ def run(
         )
         return
     where = f"; log {result.log_path}, head {result.head}" if result.log_path else ""
-    sys.stdout.write(
-        f"visited {len(result.visits)} holder(s); model digest {result.model_digest}{where}\n"
-    )
+    out(f"visited {len(result.visits)} holder(s); model digest {result.model_digest}{where}")
 
 
 @travel_app.command("verify-log")
@@ -187,9 +185,9 @@ def verify_log(
         )
         return
     state = "complete" if summary.complete else "STOPPED EARLY"
-    sys.stdout.write(
+    out(
         f"log verified: {summary.entries} of {summary.planned} planned visits ({state}: "
-        f"{', '.join(summary.holders) or 'none'}), head {summary.head}\n"
+        f"{', '.join(summary.holders) or 'none'}), head {summary.head}"
     )
     if expect_head is None and not receipts:
         note("a log cut back with its end re-signed is caught only by --expect-head or --receipt")

@@ -37,7 +37,7 @@ from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from .errors import KeyFileError, UsageError
+from .errors import ExposedKeyFileError, KeyFileError, UsageError
 from .files import read_capped, read_secret
 from .jws import (
     DEFAULT_CLOCK_SKEW,
@@ -120,8 +120,9 @@ class VerifiedEat:
 
     @property
     def overall_result(self) -> bool:
-        """``x-nvidia-overall-att-result`` is exactly ``true``."""
-        return self.overall.get(_OVERALL_RESULT) is True
+        """``x-nvidia-overall-att-result`` is exactly ``true`` and at least one GPU token
+        was verified: a result that vouches for no GPU is not a trusted result."""
+        return self.overall.get(_OVERALL_RESULT) is True and bool(self.devices)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form: ``{"kid", "overall", "devices"}``."""
@@ -383,7 +384,9 @@ def _verify_one(
 def _read_key_file(path: Path, *, private: bool) -> bytes:
     """A key file's bytes; a private key must also be the caller's alone (0600 or 0400)."""
     if private:
-        data = read_secret(path, MAX_KEY_FILE_BYTES, what="signing key", exposed=KeyFileError)
+        data = read_secret(
+            path, MAX_KEY_FILE_BYTES, what="signing key", exposed=ExposedKeyFileError
+        )
     else:
         data = read_capped(path, MAX_KEY_FILE_BYTES, what="key file")
     if len(data) > MAX_KEY_FILE_BYTES:

@@ -41,6 +41,7 @@ __all__ = [
     "CcModeError",
     "CollateralUnavailableError",
     "EnvironmentProblemError",
+    "ExposedKeyFileError",
     "FileAccessError",
     "GpuccError",
     "HttpStatusError",
@@ -268,3 +269,11 @@ class WrongKeyError(GpuccError):
 
 class FileAccessError(GpuccError):
     """A file could not be read or written (missing, permissions, exists, disk full)."""
+
+
+class ExposedKeyFileError(KeyFileError, FileAccessError):
+    """A key file someone else can read or replace (group/other access, another owner).
+
+    A key file problem, and a file access problem: its permissions, not its contents, are
+    wrong (the command line reports it like every other file access problem).
+    """

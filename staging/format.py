@@ -25,6 +25,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
+from gpucc.gpuattest.errors import ExposedKeyFileError
 from gpucc.gpuattest.files import open_secret, write_atomic
 
 from .errors import (
@@ -523,7 +524,7 @@ def read_secret_file(path: StrPath, max_size: int, *, what: str = "key file") ->
             could be read, or replaced by someone else's); the message says how to fix it.
     """
     path = Path(path)
-    fd = open_secret(path, what=what, exposed=KeyFileError)
+    fd = open_secret(path, what=what, exposed=ExposedKeyFileError)
     try:
         with os.fdopen(fd, "rb") as fh:
             return fh.read(max_size + 1)

@@ -16,9 +16,9 @@ from typing import Any
 from gpucc.gpuattest.errors import UsageError
 
 from .digest_cpu import default_threads, hash_items, new_hasher
-from .errors import ModelMismatchError, ModelTreeError
+from .errors import MalformedManifestError, ModelMismatchError, ModelTreeError
 from .manifest import MAX_MANIFEST_SIZE, Manifest, Resource, Serialization, VerificationResult
-from .serialize import model_name, plan_items, relative_ignores, walk_model
+from .serialize import model_ignores, model_name, plan_items, relative_ignores, walk_model
 
 __all__ = [
     "DEVICES",
@@ -42,12 +42,17 @@ def make_serialization(
     allow_symlinks: bool = False,
     ignore: Iterable[Path] = (),
     ignore_git: bool = True,
+    exclude: Iterable[Path] = (),
 ) -> Serialization:
     """The serialization for digesting ``root``: sharded SHA-256 when ``shard_size`` is given,
     whole files otherwise (always whole files for BLAKE3).
 
+    ``ignore`` names paths relative to the model (as model_signing does); ``exclude`` names
+    files by their own path (the manifest or signature being written), left out when they
+    lie inside the model.
+
     Raises:
-        UsageError: an impossible combination.
+        UsageError: an impossible combination, or an ``ignore`` path outside the model.
     """
     if hash_type not in ("sha256", "blake3"):
         raise UsageError(f"--hash {hash_type!r}: choose sha256 or blake3")
@@ -61,7 +66,9 @@ def make_serialization(
         hash_type,
         shard_size,
         allow_symlinks,
-        relative_ignores(root, ignore, git=ignore_git),
+        tuple(
+            sorted({*relative_ignores(root, exclude, git=ignore_git), *model_ignores(root, ignore)})
+        ),
     )
 
 
@@ -71,12 +78,19 @@ def _hash(
     device: str,
     threads: int | None,
     progress: Callable[[int], None] | None,
+    *,
+    allow_empty: bool = False,
 ) -> Manifest:
     if device not in DEVICES:
         raise UsageError(f"--device {device!r}: choose cpu, gpu or auto")
     entries = walk_model(
         root, allow_symlinks=serialization.allow_symlinks, ignore_paths=serialization.ignore_paths
     )
+    if not entries and not allow_empty:
+        raise ModelTreeError(
+            f"the model {root} holds no file to digest (after the ignore paths): a manifest of "
+            "nothing would verify anything"
+        )
     items = plan_items(entries, serialization)
     digests: list[bytes] | None = None
     if device in ("gpu", "auto"):
@@ -125,12 +139,14 @@ def verify_model(
     The result lists each mismatching, missing and extra resource; :func:`require_verified`
     turns a failed result into :class:`ModelMismatchError`.
     """
+    if not trusted.resources:
+        raise MalformedManifestError("the manifest lists no resource: it covers nothing")
     ser = trusted.serialization
     extra = relative_ignores(root, ignore, git=False)
     if extra:
         ignores = (*ser.ignore_paths, *extra)
         ser = Serialization(ser.method, ser.hash_type, ser.shard_size, ser.allow_symlinks, ignores)
-    actual = _hash(root, ser, device, threads, progress)
+    actual = _hash(root, ser, device, threads, progress, allow_empty=True)
     return trusted.compare(actual)
 
 

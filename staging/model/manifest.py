@@ -110,6 +110,10 @@ class Serialization:
             raise MalformedManifestError("file serialization has no shard_size")
         for path in self.ignore_paths:
             check_relative_name(path, "ignore path")
+            if path == ".":
+                raise MalformedManifestError(
+                    "ignore path '.' leaves out the whole model: the manifest would cover nothing"
+                )
         object.__setattr__(self, "ignore_paths", tuple(sorted(set(self.ignore_paths))))
 
     @property
@@ -345,6 +349,8 @@ class Manifest:
                     _hex_digest(entry.get("digest"), f"resource {rname!r} digest"),
                 )
             )
+        if not resources:
+            raise MalformedManifestError("the manifest lists no resource: it covers nothing")
         # The subject covers the digests in the order the statement lists them.
         listed = hashlib.sha256(b"".join(r.digest for r in resources)).digest()
         if not hmac.compare_digest(listed, claimed):

@@ -77,6 +77,29 @@ def relative_ignores(root: Path, paths: Iterable[Path], *, git: bool = True) -> 
     return tuple(sorted(out))
 
 
+def model_ignores(root: Path, paths: Iterable[Path | str]) -> tuple[str, ...]:
+    """Ignore paths given relative to the model root (as model_signing takes them; an
+    absolute path must lie inside the model), as canonical relative names.
+
+    Raises:
+        UsageError: a path outside the model, or the model itself.
+    """
+    from gpucc.gpuattest.errors import UsageError
+
+    out = set()
+    base = os.path.realpath(root)
+    for path in paths:
+        candidate = Path(path) if Path(path).is_absolute() else Path(base) / path
+        rel = os.path.relpath(os.path.realpath(candidate), base)
+        if rel == "." or rel == ".." or rel.startswith("../"):
+            what = "is the model itself" if rel == "." else "is outside the model"
+            raise UsageError(
+                f"--ignore {path}: {what} {root} (ignore paths are relative to the model)"
+            )
+        out.add(PurePosixPath(*Path(rel).parts).as_posix())
+    return tuple(sorted(out))
+
+
 def _entry(name: str, path: Path, st: os.stat_result) -> FileEntry:
     return FileEntry(name, path, st.st_size, st.st_mtime_ns, st.st_dev, st.st_ino)
 

@@ -36,7 +36,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509 import verification
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from gpucc.gpuattest.errors import KeyFileError
+from gpucc.gpuattest.errors import ExposedKeyFileError, KeyFileError
 from gpucc.gpuattest.files import read_secret
 
 from .errors import MalformedManifestError, SignatureError
@@ -88,7 +88,7 @@ def key_hint(key: ec.EllipticCurvePublicKey) -> str:
 
 
 def _read_private(path: Path) -> bytes:
-    data = read_secret(path, MAX_KEY_SIZE, what="private key", exposed=KeyFileError)
+    data = read_secret(path, MAX_KEY_SIZE, what="private key", exposed=ExposedKeyFileError)
     if len(data) > MAX_KEY_SIZE:
         raise KeyFileError(f"private key {path} is too large to be a key")
     return data

@@ -87,18 +87,22 @@ def test_valid_result_json(files: Path) -> None:
         "json",
         "--at",
         AT,
+        "--no-nonce",
         cwd=files,
     )
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
-    assert doc["valid"] and doc["trusted"]
+    assert doc["valid"] and doc["trusted"] and doc["freshness"] == "not-checked"
     assert set(doc["devices"]) == {"GPU-0", "GPU-1"}
     assert doc["overall"]["eat_nonce"] == NONCE
 
 
 def test_signed_not_trusted_result_exits_1(files: Path, key: ec.EllipticCurvePrivateKey) -> None:
     write_result(files / "no.jwt", key, overall_result=False)
-    r = run("token", "verify", "no.jwt", "--key", "pub.pem", "--at", AT, "-f", "json", cwd=files)
+    r = run(
+        "token", "verify", "no.jwt", "--key", "pub.pem", "--at", AT, "-f", "json", "--no-nonce",
+        cwd=files,
+    )  # fmt: skip
     assert r.returncode == 1
     assert json.loads(r.stdout)["valid"] is True and json.loads(r.stdout)["trusted"] is False
     assert r.stderr.count("\n") == 1 and "not trusted" in r.stderr
@@ -134,6 +138,7 @@ def test_wrong_key_exits_1_json(files: Path) -> None:
         "result.jwt",
         "--key",
         "other.pem",
+        "--no-nonce",
         "--at",
         AT,
         "--format",
@@ -155,6 +160,7 @@ def test_expired_exits_1(files: Path) -> None:
         "result.jwt",
         "--key",
         "pub.pem",
+        "--no-nonce",
         "--at",
         "2026-01-15T14:00:00Z",
         cwd=files,
@@ -166,27 +172,27 @@ def test_tampered_file_exits_1(files: Path) -> None:
     doc = json.loads((files / "result.jwt").read_text())
     doc[1]["GPU-0"], doc[1]["GPU-1"] = doc[1]["GPU-1"], doc[1]["GPU-0"]
     (files / "t.jwt").write_text(json.dumps(doc))
-    r = run("token", "verify", "t.jwt", "--key", "pub.pem", "--at", AT, cwd=files)
+    r = run("token", "verify", "t.jwt", "--key", "pub.pem", "--at", AT, "--no-nonce", cwd=files)
     assert r.returncode == 1 and "submods check failed" in r.stderr
 
 
 def test_unsigned_token_exits_1(files: Path) -> None:
     (files / "none.jwt").write_text("eyJhbGciOiJub25lIn0.eyJpc3MiOiJncHVjYyJ9.")
-    r = run("token", "verify", "none.jwt", "--key", "pub.pem", "--at", AT, cwd=files)
+    r = run("token", "verify", "none.jwt", "--key", "pub.pem", "--at", AT, "--no-nonce", cwd=files)
     assert r.returncode == 1 and "alg check failed" in r.stderr
 
 
 @pytest.mark.parametrize("content", ["", "hello", '[["JWT", 1], {}]', "a.b.c"])
 def test_malformed_token_exits_4(files: Path, content: str) -> None:
     (files / "bad.jwt").write_text(content)
-    r = run("token", "verify", "bad.jwt", "--key", "pub.pem", "--at", AT, cwd=files)
+    r = run("token", "verify", "bad.jwt", "--key", "pub.pem", "--at", AT, "--no-nonce", cwd=files)
     assert r.returncode == 4, r.stderr
     assert r.stderr.startswith("gpucc: error:") and r.stderr.count("\n") == 1
 
 
 def test_malformed_key_exits_4(files: Path) -> None:
     (files / "k.pem").write_text("not a key")
-    r = run("token", "verify", "result.jwt", "--key", "k.pem", "--at", AT, cwd=files)
+    r = run("token", "verify", "result.jwt", "--key", "k.pem", "--at", AT, "--no-nonce", cwd=files)
     assert r.returncode == 4 and "k.pem" in r.stderr
 
 
@@ -194,7 +200,6 @@ def test_malformed_key_exits_4(files: Path) -> None:
     "args",
     [
         ("result.jwt",),
-        ("absent.jwt", "--key", "pub.pem"),
         ("result.jwt", "--key", "pub.pem", "--nonce", "xyz"),
         ("result.jwt", "--key", "pub.pem", "--format", "yaml"),
         ("result.jwt", "--key", "pub.pem", "--at", "yesterday"),
@@ -203,6 +208,50 @@ def test_malformed_key_exits_4(files: Path) -> None:
 def test_usage_errors_exit_2(files: Path, args: tuple[str, ...]) -> None:
     r = run("token", "verify", *args, cwd=files)
     assert r.returncode == 2, r.stderr
+
+
+def test_freshness_is_never_assumed(files: Path) -> None:
+    """Without --nonce the caller must say --no-nonce, and the output says what it means."""
+    r = run("token", "verify", "result.jwt", "--key", "pub.pem", "--at", AT, cwd=files)
+    assert r.returncode == 2 and "--no-nonce" in r.stderr and r.stdout == ""
+    both = ("--nonce", NONCE, "--no-nonce")
+    r = run("token", "verify", "result.jwt", "--key", "pub.pem", "--at", AT, *both, cwd=files)
+    assert r.returncode == 2
+    r = run(
+        "token", "verify", "result.jwt", "--key", "pub.pem", "--at", AT, "--no-nonce", cwd=files
+    )
+    assert r.returncode == 0 and "TRUSTED" in r.stdout and "FRESHNESS NOT CHECKED" in r.stdout
+    r = run(
+        "token", "verify", "result.jwt", "--key", "pub.pem", "--at", AT, "--nonce", NONCE,
+        "-f", "json", cwd=files,
+    )  # fmt: skip
+    assert r.returncode == 0 and json.loads(r.stdout)["freshness"] == "nonce-checked"
+
+
+def test_a_result_without_gpu_tokens_is_not_trusted(
+    files: Path, key: ec.EllipticCurvePrivateKey
+) -> None:
+    """A validly signed overall token with no submods vouches for no GPU: exit 1."""
+    from gpucc.gpuattest.jws import sign_es384
+
+    t = int(dt.datetime.fromisoformat(AT.replace("Z", "+00:00")).timestamp())
+    claims = {
+        "iss": "gpucc", "iat": t - 60, "nbf": t - 60, "exp": t + 600, "eat_nonce": NONCE,
+        "x-nvidia-overall-att-result": True,
+    }  # fmt: skip
+    (files / "empty.jwt").write_text(sign_es384({"alg": "ES384"}, claims, key))
+    r = run(
+        "token", "verify", "empty.jwt", "--key", "pub.pem", "--at", AT, "--nonce", NONCE,
+        "-f", "json", cwd=files,
+    )  # fmt: skip
+    assert r.returncode == 1, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["trusted"] is False and doc["exit_code"] == 1 and "no GPU token" in r.stderr
+
+
+def test_missing_result_is_a_file_error(files: Path) -> None:
+    r = run("token", "verify", "absent.jwt", "--key", "pub.pem", "--no-nonce", cwd=files)
+    assert r.returncode == 8 and "absent.jwt does not exist" in r.stderr
 
 
 def test_help_lists_the_command(tmp_path: Path) -> None:

@@ -258,7 +258,7 @@ def test_bad_trees_and_keys(work: Path, tmp_path: Path) -> None:
     (work / "model" / "fifo").unlink()
     (work / "key.pem").chmod(0o644)
     result = run("sign", "model", "--private-key", "key.pem", "--signature", "s.sig", cwd=work)
-    error_line(result, 4, "chmod 600")
+    error_line(result, 8, "chmod 600")  # permissions: file access
     assert not (work / "s.sig").exists()
 
 
@@ -267,7 +267,7 @@ def test_outputs_are_never_replaced_without_force(work: Path) -> None:
     before = (work / "m.json").read_bytes()
     (work / "model" / "new.bin").write_bytes(b"n")
     again = run("digest", "model", "-o", "m.json", cwd=work)
-    error_line(again, 2, "already exists", "--force")
+    error_line(again, 8, "already exists", "--force")
     assert (work / "m.json").read_bytes() == before
     forced = run("digest", "model", "-o", "m.json", "--force", cwd=work)
     assert forced.returncode == 0, forced.stderr

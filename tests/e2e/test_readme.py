@@ -69,13 +69,13 @@ SKIPPED_BLOCKS = {
 #: Lines of run blocks that need a GPU or the network, replaced by stand-ins on the sample.
 STAND_INS = {
     "gpucc evidence collect -o evidence.json --nonce": (
-        'cp "$SAMPLE_EVIDENCE" evidence.json; NONCE="$SAMPLE_NONCE"; '
-        'export GPUCC_AT="$SAMPLE_AT" GPUCC_POLICY="$SAMPLE_POLICY"',
+        'cp "$TEST_SAMPLE_EVIDENCE" evidence.json; NONCE="$TEST_SAMPLE_NONCE"; '
+        'export GPUCC_AT="$TEST_SAMPLE_AT" GPUCC_POLICY="$TEST_SAMPLE_POLICY"',
         "needs a GPU: NVIDIA's sample evidence (and the nonce it answers) stands in; it "
         "verifies as of 2024-01-01, and NVIDIA publishes no stored OCSP answers for it",
     ),
     "gpucc collateral fetch --evidence evidence.json -o bundle.json": (
-        'cp "$SAMPLE_BUNDLE" bundle.json',
+        'cp "$TEST_SAMPLE_BUNDLE" bundle.json',
         "needs the network: a bundle of the sample's RIMs stands in",
     ),
 }
@@ -143,11 +143,11 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, s
     env |= {
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
         "COLUMNS": "100",
-        "SAMPLE_EVIDENCE": str(base / "evidence.json"),
-        "SAMPLE_NONCE": sample.nonce.hex(),
-        "SAMPLE_BUNDLE": str(base / "b.json"),
-        "SAMPLE_AT": SAMPLE_AT,
-        "SAMPLE_POLICY": str(base / "policy.yaml"),
+        "TEST_SAMPLE_EVIDENCE": str(base / "evidence.json"),
+        "TEST_SAMPLE_NONCE": sample.nonce.hex(),
+        "TEST_SAMPLE_BUNDLE": str(base / "b.json"),
+        "TEST_SAMPLE_AT": SAMPLE_AT,
+        "TEST_SAMPLE_POLICY": str(base / "policy.yaml"),
     }
     return base, env
 
@@ -179,6 +179,16 @@ def _runnable(block: str) -> str:
         stand_in = next((v for k, v in STAND_INS.items() if line.startswith(k)), None)
         lines.append(stand_in[0] if stand_in else line)
     return "\n".join(lines)
+
+
+def test_examples_use_nothing_the_test_defines(sandbox: tuple[Path, dict[str, str]]) -> None:
+    """The examples run in a shell that defines only what a reader has: the variables the
+    stand-ins use are the test's own, and no README text names them."""
+    _, env = sandbox
+    text = README.read_text(encoding="utf-8")
+    own = [name for name in env if name.startswith("TEST_")]
+    assert len(own) >= 5
+    assert not [name for name in own if name in text]
 
 
 def test_every_example_is_run_or_skipped_with_a_reason() -> None:
@@ -239,7 +249,7 @@ def test_ci_gate_passes_a_trusted_gpu_and_keeps_the_json(
     result = _bash(
         f"{setup}\n{gate}",
         work,
-        env | {"GPUCC_COLLATERAL": env["SAMPLE_BUNDLE"], "GPUCC_OFFLINE": "1"},
+        env | {"GPUCC_COLLATERAL": env["TEST_SAMPLE_BUNDLE"], "GPUCC_OFFLINE": "1"},
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "GPU attested: 1 GPU(s) trusted" in result.stdout
@@ -252,7 +262,7 @@ def test_ci_gate_passes_a_trusted_gpu_and_keeps_the_json(
     [
         ("nonce", 1, "::error::GPU not trusted"),
         ("no-collateral", 3, "::error::undecided, collateral missing"),
-        ("no-evidence", 2, "::error::attestation did not run (exit 2)"),
+        ("no-evidence", 8, "::error::attestation did not run (exit 8)"),
     ],
 )
 def test_ci_gate_stops_the_pipeline(
@@ -265,7 +275,7 @@ def test_ci_gate_stops_the_pipeline(
     base, env = sandbox
     work = _workdir(tmp_path)
     setup = _runnable("gpucc evidence collect -o evidence.json --nonce")
-    extra = {"GPUCC_COLLATERAL": env["SAMPLE_BUNDLE"], "GPUCC_OFFLINE": "1"}
+    extra = {"GPUCC_COLLATERAL": env["TEST_SAMPLE_BUNDLE"], "GPUCC_OFFLINE": "1"}
     if change == "nonce":
         setup += '; NONCE="$(gpucc session challenge)"'
     elif change == "no-collateral":

@@ -111,13 +111,13 @@ def test_seal_never_replaces_its_key_file_or_dataset(work: Path, force: tuple[st
     (work / "soft.key").symlink_to("k.key")
     for name in ("k.key", "hard.key", "soft.key", "./k.key"):
         result = run("seal", "d.bin", "-o", name, "--key-file", "k.key", *force, cwd=work)
-        assert result.returncode == 2, (name, result.stderr)
+        assert result.returncode == 8, (name, result.stderr)  # an existing output
         _one_error_line(result)
         assert (work / "k.key").read_bytes() == key
     data = (work / "d.bin").read_bytes()
     for name in ("d.bin", "./d.bin"):
         result = run("seal", "d.bin", "-o", name, "--key-file", "k.key", *force, cwd=work)
-        assert result.returncode == 2
+        assert result.returncode == 8
         assert (work / "d.bin").read_bytes() == data
     assert _leftovers(work) == []
 
@@ -143,7 +143,7 @@ def test_session_outputs_never_replace_keys(work: Path) -> None:
             "session", "answer", "offer.json", "--challenge", value, "--dataset", "d.gcc",
             "--key-file", "k.key", "-o", "k.key", "--simulate", "sim", *force, cwd=work,
         )  # fmt: skip
-        assert answer.returncode == 2
+        assert answer.returncode == 8  # an existing output, and an input
         assert (work / "k.key").read_bytes() == key
     (work / "answer.json").write_text("keep me")
     exists = run(
@@ -237,7 +237,7 @@ def test_key_file_symlink_fifo_and_mode_are_refused(work: Path) -> None:
     _one_error_line(fifo, "FIFO")
     (work / "k.key").chmod(0o640)
     exposed = run("stage", "d.gcc", "--key-file", "k.key", cwd=work)
-    assert exposed.returncode == 4
+    assert exposed.returncode == 8  # permissions: file access
     _one_error_line(exposed, "chmod 600")
 
 
@@ -255,10 +255,10 @@ def test_key_file_owned_by_another_user_is_refused(work: Path) -> None:
     _seal(work)
     os.chown(work / "k.key", 65534, 65534)
     result = run("stage", "d.gcc", "--key-file", "k.key", cwd=work)
-    assert result.returncode == 4
+    assert result.returncode == 8  # permissions: file access
     _one_error_line(result, "owned by uid 65534", "chown")
     again = run("seal", "d.bin", "-o", "z.gcc", "--key-file", "k.key", cwd=work)
-    assert again.returncode == 4 and not (work / "z.gcc").exists()
+    assert again.returncode == 8 and not (work / "z.gcc").exists()
 
 
 def test_open_secret_in_the_library(tmp_path: Path) -> None:

@@ -408,7 +408,9 @@ def test_private_key_file_rules(tmp_path: Path, key: ec.EllipticCurvePrivateKey)
         path = _write_key(tmp_path / f"m{mode:o}.pem", key, mode)
         with pytest.raises(KeyFileError) as info:
             load_private_key_pem(path)
-        assert "chmod 600" in str(info.value) and exit_code_for(info.value) == 4
+        assert (
+            "chmod 600" in str(info.value) and exit_code_for(info.value) == 8
+        )  # permissions: file access
         assert secret not in str(info.value)
     link = tmp_path / "link.pem"
     link.symlink_to(good)

@@ -310,7 +310,7 @@ def test_exposed_key_file_is_refused_in_one_line(tmp_path: Path, mode: int) -> N
         fmt.read_key_file(path)
     text = info.value.diagnostics()
     assert "\n" not in text and f"{mode:04o}" in text and "chmod 600" in text
-    assert exit_code_for(info.value) == 4
+    assert exit_code_for(info.value) == 8  # permissions: file access
 
 
 @pytest.mark.parametrize(
