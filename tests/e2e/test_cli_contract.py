@@ -231,6 +231,7 @@ CASES: dict[str, dict[str, tuple[str, ...]]] = {
         "missing-input": ("holder", "datasets", "--datasets", MISSING),
         "input-is-directory": ("holder", "datasets", "--datasets", "d.bin"),
     },
+    "holder receipts": {"missing-input": ("holder", "receipts", "--receipt-dir", MISSING)},
     "travel run": {"missing-input": ("travel", "run", MISSING)},
     "travel verify-log": {
         "missing-input": ("travel", "verify-log", MISSING, "--key", PUB),
@@ -589,6 +590,7 @@ def test_documents_of_model_holder_keygen_and_shards_match_their_schemas(tmp_pat
                                 "--signature", "m.sig"),
         "gpucc.holder.datasets/v1": ("holder", "datasets", "--datasets", "data"),
         "gpucc.keygen/v1": ("holder", "keygen", "--key", "h.key", "--pub", "h.pub"),
+        "gpucc.holder.receipts/v1": ("holder", "receipts", "--receipt-dir", "data"),
         "gpucc.seal.shards/v1": ("seal", "d.bin", "-o", "shards", "--key-file", "k.key",
                                  "--shards", "2", "--chunk-size", "4KiB"),
     }  # fmt: skip

@@ -86,7 +86,7 @@ def test_seal_shards_never_writes_over_the_key_file_or_the_dataset(
         result = run_gpucc(
             "seal", "d.bin", "-o", "out", "--key-file", key_file, *flags, cwd=tmp_path
         )
-        assert result.returncode == 2, (key_file, result.stderr)
+        assert result.returncode == 8, (key_file, result.stderr)
         assert "key" in result.stderr or "output" in result.stderr
         assert shard.read_bytes() == key == (tmp_path / "k.key").read_bytes()
     shard.unlink()
@@ -94,5 +94,5 @@ def test_seal_shards_never_writes_over_the_key_file_or_the_dataset(
     # the dataset as a shard (a hard link at the shard's name)
     os.link(tmp_path / "d.bin", shard)
     result = run_gpucc("seal", "d.bin", "-o", "out", "--key-file", "k.key", *flags, cwd=tmp_path)
-    assert result.returncode == 2, result.stderr
+    assert result.returncode == 8, result.stderr
     assert (tmp_path / "d.bin").read_bytes() == data
