@@ -11,6 +11,12 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from .attest_cvm import (
+    CvmCollateralOption,
+    CvmEvidenceOption,
+    CvmOnlyOption,
+    CvmReportDataOption,
+)
 from .options import (
     AtOption,
     CacheDirOption,
@@ -32,8 +38,11 @@ from .safety_options import ForceOption, force_hint
 
 if TYPE_CHECKING:
     from gpucc.gpuattest.collateral import OcspChecker, RimSource
+    from gpucc.gpuattest.cvm.appraise import CvmResult
     from gpucc.gpuattest.evidence import EvidenceSet
     from gpucc.gpuattest.netconfig import NetworkSettings
+    from gpucc.gpuattest.policy import Policy
+    from gpucc.gpuattest.result import AttestationResult
 
 evidence_app = typer.Typer(
     help="Collect GPU evidence.", no_args_is_help=True, pretty_exceptions_show_locals=False
@@ -212,8 +221,12 @@ def attest(
     ] = None,
     force: ForceOption = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+    cvm_evidence: CvmEvidenceOption = None,
+    cvm_collateral: CvmCollateralOption = None,
+    cvm_report_data: CvmReportDataOption = None,
+    cvm_only_: CvmOnlyOption = False,
 ) -> None:
-    """Verify GPU attestation evidence and print a verdict.
+    """Verify GPU attestation evidence (and a confidential VM's) and print a verdict.
 
     Exit codes: 0 trusted, 1 not trusted, 2 usage, 3 collateral missing,
     4 malformed input, 5 environment (no GPU/NVML, CC off).
@@ -233,6 +246,15 @@ def attest(
         raise UsageError("--sign-eat KEY and -o FILE go together")
     if sign_eat is not None and verifier is Verifier.REMOTE:
         raise UsageError("--sign-eat signs a local verification; NRAS's tokens are already signed")
+    if cvm_evidence is not None and (sign_eat is not None or verifier is Verifier.REMOTE):
+        raise UsageError("--cvm-evidence is verified locally only: drop --sign-eat/--verifier")
+    if cvm_only_ and (evidence or cert_chain or sample):
+        raise UsageError("--cvm-only verifies --cvm-evidence alone: drop the GPU evidence")
+    cvm = _cvm(cvm_evidence, cvm_collateral, cvm_report_data, cvm_only_, pol, now)
+    if cvm_only_ and cvm is not None:  # --cvm-only without --cvm-evidence was refused above
+        from .attest_cvm import cvm_only
+
+        _show(cvm_only(cvm, policy=pol, now=now), output=output, verbose=verbose)
     if sample:
         if evidence or cert_chain:
             raise UsageError("--sample cannot be combined with --evidence/--cert-chain")
@@ -276,6 +298,10 @@ def attest(
     result = verify(
         ev, expected_nonce=expected, roots=roots, now=now, rims=rims, ocsp=ocsp, policy=pol
     )
+    if cvm is not None:
+        from .attest_cvm import with_cvm
+
+        result = with_cvm(result, cvm)
     if output is OutputFormat.JSON:
         sys.stdout.write(render_json(result) + "\n")
     else:
@@ -287,6 +313,38 @@ def attest(
 
         kid, path = sign_result(result, sign_eat, token_output, force=force)
         typer.echo(f"gpucc: signed result (key {kid}) written to {path}", err=True)
+    raise typer.Exit(verdict_exit_code(result.verdict))
+
+
+def _cvm(
+    evidence: Path | None,
+    collateral: Path | None,
+    report_data: str | None,
+    only: bool,
+    policy: Policy,
+    now: dt.datetime,
+) -> CvmResult | None:
+    from gpucc.gpuattest.errors import UsageError
+
+    from .attest_cvm import verify_cvm
+
+    if evidence is None:
+        if only or collateral is not None or report_data is not None:
+            raise UsageError("--cvm-only, --cvm-collateral, --cvm-report-data need --cvm-evidence")
+        return None
+    return verify_cvm(evidence, collateral, report_data, policy=policy, now=now)
+
+
+def _show(result: AttestationResult, *, output: OutputFormat, verbose: bool) -> None:
+    """Print a result and exit with its verdict's status."""
+    from .render import render_json, render_text, verdict_exit_code
+
+    if output is OutputFormat.JSON:
+        sys.stdout.write(render_json(result) + "\n")
+    else:
+        from rich.console import Console
+
+        render_text(result, Console(), verbose=verbose)
     raise typer.Exit(verdict_exit_code(result.verdict))
 
 
