@@ -88,6 +88,11 @@ def _tcb_check(findings: CvmFindings, policy: CvmPolicy) -> Check:
     advisories = [str(a) for a in findings.claims.get("advisory_ids") or []]
     if status is None:
         reason = "not evaluated (the evidence checks did not complete)"
+        if any(c.collateral_missing for c in findings.checks):
+            reason = "not evaluated (collateral missing)"
+            return Check(
+                "cvm-tcb", title, CheckStatus.NOT_CHECKED, reason, True, Decision.UNDECIDED
+            )
         return _unchecked("cvm-tcb", title, Decision.REFUSE, reason)
     if status not in policy.accept_tcb_status:
         allowed = ", ".join(sorted(policy.accept_tcb_status))

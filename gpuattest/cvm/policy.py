@@ -5,7 +5,8 @@ Schema (every key optional; shown with its default)::
     cvm:
       accept_tcb_status: [UpToDate]  # any other status is a named relaxation
       accept_advisories: []          # advisory IDs accepted (every reported one must be listed)
-      allow_debug: false             # a debuggable TD / SNP guest is refused
+      allow_debug: false             # a debuggable guest is refused (dcap-qvl refuses
+                                     # debug TDs itself, so this relaxes SEV-SNP only)
       require_report_data: true      # false: accept evidence without an expected report data
       measurements:                  # expected values (hex) per kind; none pinned by default
         tdx: {mrtd: ..., rtmr0: ..., rtmr1: ..., rtmr2: ..., rtmr3: ..., mrseam: ...}

@@ -103,6 +103,8 @@ def test_evidence_checks_decide_collateral_missing_as_undecided() -> None:
     stale = Check("cvm-collateral", "Collateral", CheckStatus.NOT_CHECKED, "expired", True)
     f = findings(checks=(stale, Check("cvm-quote", "Quote", CheckStatus.PASS)))
     assert decisions(CvmPolicy(), f)["verdict"] == "undecided"
+    # No TCB status because the collateral could not be used: still undecided, not refused.
+    assert decisions(CvmPolicy(), findings(status=None, checks=(stale,)))["verdict"] == "undecided"
     bad = Check("cvm-quote", "Quote", CheckStatus.FAIL, "signature")
     assert decisions(CvmPolicy(), findings(checks=(stale, bad)))["verdict"] == "not-trusted"
 
