@@ -107,6 +107,9 @@ def _verify_peer(
             attest=attest,
             load_evidence=load_evidence,
             private_key=private_key,
+            # Ranks bind the group key to GPU evidence only (protocol version 1): the CVM
+            # binding is not part of the rank exchange yet, and docs/DDP.md says so.
+            allow_gpu_only=True,
         )
     except GpuccError as exc:
         return _short(exc.diagnostics())

@@ -14,6 +14,8 @@ import hmac
 from dataclasses import dataclass, field
 from typing import Any
 
+from cryptography import x509
+
 from ..errors import CollateralUnavailableError, MalformedEvidenceError
 from ..result import Check, CheckStatus, Decision, Verdict, combine_verdicts
 from .findings import CvmFindings, CvmKind
@@ -118,9 +120,12 @@ def _debug_check(findings: CvmFindings, policy: CvmPolicy) -> Check:
     return _judged("cvm-debug", "Not debuggable", not debug, f"the {what} is debuggable")
 
 
-def _measurement_check(findings: CvmFindings, policy: CvmPolicy) -> Check:
+def _measurement_check(findings: CvmFindings, policy: CvmPolicy, require_pins: bool) -> Check:
     title = "Measurements"
     pins = policy.pins(str(findings.kind))
+    if not pins and require_pins:
+        reason = f"not pinned: releasing keys needs cvm.measurements.{findings.kind} in the policy"
+        return _unchecked("cvm-measurements", title, Decision.REFUSE, reason)
     if not pins:
         note = f"not pinned: no cvm.measurements.{findings.kind} in the policy; reported only"
         return _unchecked("cvm-measurements", title, Decision.ACCEPT, note=note)
@@ -146,9 +151,15 @@ def _report_data_check(findings: CvmFindings, policy: CvmPolicy, expected: bytes
 
 
 def appraise(
-    findings: CvmFindings, policy: CvmPolicy, *, expected_report_data: bytes | None
+    findings: CvmFindings,
+    policy: CvmPolicy,
+    *,
+    expected_report_data: bytes | None,
+    require_pins: bool = False,
 ) -> CvmResult:
     """Apply ``policy`` to ``findings``; ``expected_report_data`` is what the evidence must sign.
+
+    With ``require_pins`` (key release) unpinned measurements are refused, not just shown.
 
     Raises:
         MalformedEvidenceError: the expected report data is not 64 bytes.
@@ -159,7 +170,7 @@ def appraise(
     checks += [
         _tcb_check(findings, policy),
         _debug_check(findings, policy),
-        _measurement_check(findings, policy),
+        _measurement_check(findings, policy, require_pins),
         _report_data_check(findings, policy, expected_report_data),
     ]
     verdicts = [
@@ -209,6 +220,8 @@ def verify_cvm_evidence(
     now: dt.datetime,
     policy: CvmPolicy,
     expected_report_data: bytes | None,
+    tdx_root: x509.Certificate | None = None,
+    require_pins: bool = False,
 ) -> CvmResult:
     """Detect, verify and judge one piece of CVM evidence.
 
@@ -219,6 +232,8 @@ def verify_cvm_evidence(
         now: the verification time (timezone-aware).
         policy: the ``cvm:`` policy.
         expected_report_data: the 64 bytes the evidence must sign, or None.
+        tdx_root: the TDX trust anchor; Intel's pinned SGX Root CA when None.
+        require_pins: refuse unpinned measurements (key release).
 
     Raises:
         MalformedEvidenceError: unknown kind, oversized or malformed evidence or collateral.
@@ -235,10 +250,14 @@ def verify_cvm_evidence(
             raise CollateralUnavailableError(
                 "a TDX quote needs Intel's collateral (PCK CRL, TCB info, QE identity)"
             )
-        findings = verify_tdx_quote(evidence, TdxCollateral.from_json(collateral), now=now)
+        findings = verify_tdx_quote(
+            evidence, TdxCollateral.from_json(collateral), now=now, root=tdx_root
+        )
     else:
         # SEV-SNP seam: connected to the SNP verifier (VCEK from ``collateral``).
         from . import snp  # type: ignore[attr-defined,unused-ignore]
 
         findings = snp.verify_snp_report(evidence, vcek=collateral, now=now)
-    return appraise(findings, policy, expected_report_data=expected_report_data)
+    return appraise(
+        findings, policy, expected_report_data=expected_report_data, require_pins=require_pins
+    )

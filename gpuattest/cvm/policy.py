@@ -8,13 +8,15 @@ Schema (every key optional; shown with its default)::
       allow_debug: false             # a debuggable guest is refused (dcap-qvl refuses
                                      # debug TDs itself, so this relaxes SEV-SNP only)
       require_report_data: true      # false: accept evidence without an expected report data
+      allow_gpu_only: false          # key release: accept GPU-only (protocol version 1) offers
+      allow_unpinned: false          # key release: accept unpinned measurements
       measurements:                  # expected values (hex) per kind; none pinned by default
         tdx: {mrtd: ..., rtmr0: ..., rtmr1: ..., rtmr2: ..., rtmr3: ..., mrseam: ...}
         snp: {measurement: ..., host_data: ...}
 
 Measurements are the user's own image, so nothing is pinned by default: the values are
 reported and the check is shown as "not pinned", a visible relaxation. A key-releasing holder
-must pin them.
+must pin them (or name the relaxation ``allow_unpinned``).
 """
 
 from __future__ import annotations
@@ -59,6 +61,8 @@ _KEYS = {
     "allow_debug",
     "require_report_data",
     "measurements",
+    "allow_gpu_only",
+    "allow_unpinned",
 }
 
 
@@ -71,6 +75,8 @@ class CvmPolicy:
     allow_debug: bool = False
     require_report_data: bool = True
     measurements: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    allow_gpu_only: bool = False
+    allow_unpinned: bool = False
 
     def pins(self, kind: str) -> Mapping[str, str]:
         """The pinned values (lower-case hex) for evidence of ``kind``."""
@@ -84,6 +90,8 @@ class CvmPolicy:
             "allow_debug": self.allow_debug,
             "require_report_data": self.require_report_data,
             "measurements": {k: dict(v) for k, v in sorted(self.measurements.items())},
+            "allow_gpu_only": self.allow_gpu_only,
+            "allow_unpinned": self.allow_unpinned,
         }
 
 
@@ -152,4 +160,6 @@ def parse_cvm_policy(doc: Any) -> CvmPolicy:
         allow_debug=_bool(doc, "allow_debug", False),
         require_report_data=_bool(doc, "require_report_data", True),
         measurements=_measurements(doc.get("measurements", {})),
+        allow_gpu_only=_bool(doc, "allow_gpu_only", False),
+        allow_unpinned=_bool(doc, "allow_unpinned", False),
     )

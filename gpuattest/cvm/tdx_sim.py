@@ -26,7 +26,10 @@ from cryptography.x509.oid import NameOID
 
 from .tdx import TdxCollateral
 
-__all__ = ["SimulatedTdx", "simulated_tdx"]
+__all__ = ["SIMULATED_MRTD", "SimulatedTdx", "simulated_tdx"]
+
+#: The MRTD of the simulated TD image (what a simulation's policy pins by default).
+SIMULATED_MRTD = b"\x11" * 48
 
 _SGX_EXT = "1.2.840.113741.1.13.1"
 _FMSPC = bytes.fromhex("50806f000000")
@@ -204,7 +207,7 @@ class SimulatedTdx:
         self,
         report_data: bytes,
         *,
-        mrtd: bytes = b"\x11" * 48,
+        mrtd: bytes = SIMULATED_MRTD,
         rtmrs: tuple[bytes, bytes, bytes, bytes] = (
             b"\x20" * 48,
             b"\x21" * 48,
