@@ -228,8 +228,9 @@ def _cvm_check(
 
     pol = _policy(simulate, policy)
     outcomes: list[CvmOutcome] = []
+    now = parse_time(at)
     attest = cvm_attester(
-        simulate=simulate, policy=pol, collateral=collateral, now=parse_time(at), outcomes=outcomes
+        simulate=simulate, policy=pol, collateral=collateral, clock=lambda: now, outcomes=outcomes
     )
     if pol.cvm.allow_gpu_only:
         note("policy relaxation cvm.allow_gpu_only: GPU-only (version 1) offers are accepted")

@@ -71,7 +71,10 @@ def cvm_collector(
         now = dt.datetime.now(dt.UTC)
         platform = simulated_tdx(now)
         simulate.mkdir(parents=True, exist_ok=True)
-        (simulate / _SIM_ROOT).write_bytes(platform.root.public_bytes(Encoding.PEM))
+        from gpucc.gpuattest.files import write_atomic
+
+        root_pem = platform.root.public_bytes(Encoding.PEM)
+        write_atomic(simulate / _SIM_ROOT, root_pem, force=True)  # holders may be reading it
         made = platform.collateral(issued=now - dt.timedelta(minutes=5)).to_json()
         return lambda report_data: CollectedCvmEvidence(platform.quote(report_data), made)
 
@@ -99,7 +102,7 @@ def cvm_attester(
     simulate: Path | None,
     policy: Policy,
     collateral: Path | None,
-    now: dt.datetime,
+    clock: Callable[[], dt.datetime],
     outcomes: list[CvmOutcome],
 ) -> CvmAttester:
     """The holder's CVM check: the CVM verifier and the ``cvm:`` policy, measurements pinned
@@ -135,7 +138,7 @@ def cvm_attester(
         result = verify_cvm_evidence(
             evidence,
             override if override is not None else offered,
-            now=now,
+            now=clock(),
             policy=policy.cvm,
             expected_report_data=expected,
             tdx_root=simulated_root(),

@@ -43,6 +43,7 @@ from gpucc.staging.errors import ProtocolError
 from gpucc.staging.release import (
     CHALLENGE_SIZE,
     Attester,
+    CvmAttester,
     DatasetKey,
     Offer,
     accept_offer,
@@ -77,6 +78,8 @@ class HolderConfig:
         rate_per_s, burst: each client's token bucket.
         max_outstanding: challenges kept at most (oldest evicted first).
         body_timeout_s: a request body must arrive within this many seconds.
+        attest_cvm: the CVM verifier and policy for version-2 offers (None: none accepted).
+        allow_gpu_only: the named relaxation that accepts GPU-only (version 1) offers.
     """
 
     datasets: tuple[DatasetKey, ...] = field(repr=False)
@@ -88,6 +91,8 @@ class HolderConfig:
     burst: int = 40
     max_outstanding: int = 10_000
     body_timeout_s: float = 30.0
+    attest_cvm: CvmAttester | None = field(default=None, repr=False)
+    allow_gpu_only: bool = False
 
 
 class ChallengeRefused(Exception):  # noqa: N818 - an outcome, mapped to HTTP 409
@@ -235,7 +240,13 @@ def directory_attester(directory: Path, policy: Any) -> Attester:
 
 
 def _answer_offer(config: HolderConfig, offer: Offer) -> bytes:
-    holder = accept_offer(offer, challenge=offer.challenge, attest=config.attest)
+    holder = accept_offer(
+        offer,
+        challenge=offer.challenge,
+        attest=config.attest,
+        attest_cvm=config.attest_cvm,
+        allow_gpu_only=config.allow_gpu_only,
+    )
     answer = holder.answer([holder.wrap(d) for d in config.datasets]).to_json()
     return sign_answer(config.signing_key, answer, holder.transcript_hash).to_json()
 

@@ -19,6 +19,7 @@ relying party needs around it:
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
 import json
 import struct
@@ -69,6 +70,7 @@ _COLLATERAL_HEX = ("root_ca_crl", "pck_crl", "tcb_info_signature", "qe_identity_
 _CHAINS = ("pck_crl_issuer_chain", "tcb_info_issuer_chain", "qe_identity_issuer_chain")
 
 
+@functools.cache
 def intel_sgx_root() -> x509.Certificate:
     """Intel's SGX Root CA from package data, checked against its pinned fingerprint.
 

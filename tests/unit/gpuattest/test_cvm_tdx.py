@@ -225,3 +225,22 @@ def test_kind_detection() -> None:
 def test_naive_time_is_refused() -> None:
     with pytest.raises(ValueError, match="timezone"):
         verify_tdx_quote(QUOTE, collateral(), now=AT.replace(tzinfo=None))
+
+
+def test_the_benchmark_smoke_run_verifies_the_sample() -> None:
+    import subprocess
+    import sys
+
+    from tests.support.paths import ROOT
+
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "bench_cvm.py"), "--smoke", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["target_ms"] == 20.0 and len(doc["results"]) == 3
+    assert all(r["median_ms"] > 0 for r in doc["results"])
