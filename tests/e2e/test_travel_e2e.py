@@ -965,3 +965,27 @@ def test_holder_that_trickles_its_reply_is_cut_off(world: World) -> None:
         stop.set()
         thread.join()
         listener.close()
+
+
+# --- the confidential VM: keys go only to an attested CVM holding an attested GPU ----------
+
+
+def test_a_gpu_only_journey_gets_no_keys(world: World) -> None:
+    staged = Staged()
+    with pytest.raises(HolderRefusedError, match="GPU-only"):
+        run_plan(_plan(world, ["a"]), collect=world.collect, on_staged=staged)
+    assert staged.seen == []
+
+
+def test_relayed_cvm_evidence_gets_no_keys(world: World) -> None:
+    """A genuine quote of the same simulated platform, made for another session."""
+    other = hashlib.sha512(b"another session").digest()
+    staged = Staged()
+    with pytest.raises(HolderRefusedError, match="does not commit"):
+        run_plan(
+            _plan(world, ["a"]),
+            collect=world.collect,
+            collect_cvm=lambda report_data: world.collect_cvm(other),
+            on_staged=staged,
+        )
+    assert staged.seen == []
