@@ -250,7 +250,8 @@ def attest(
         raise UsageError("--cvm-evidence is verified locally only: drop --sign-eat/--verifier")
     if cvm_only_ and (evidence or cert_chain or sample):
         raise UsageError("--cvm-only verifies --cvm-evidence alone: drop the GPU evidence")
-    cvm = _cvm(cvm_evidence, cvm_collateral, cvm_report_data, cvm_only_, pol, now)
+    gpu_nonce = parse_nonce_hex(nonce) if nonce and not cvm_only_ else None
+    cvm = _cvm(cvm_evidence, cvm_collateral, cvm_report_data, cvm_only_, pol, now, gpu_nonce)
     if cvm_only_ and cvm is not None:  # --cvm-only without --cvm-evidence was refused above
         from .attest_cvm import cvm_only
 
@@ -323,6 +324,7 @@ def _cvm(
     only: bool,
     policy: Policy,
     now: dt.datetime,
+    nonce: bytes | None,
 ) -> CvmResult | None:
     from gpucc.gpuattest.errors import UsageError
 
@@ -332,7 +334,7 @@ def _cvm(
         if only or collateral is not None or report_data is not None:
             raise UsageError("--cvm-only, --cvm-collateral, --cvm-report-data need --cvm-evidence")
         return None
-    return verify_cvm(evidence, collateral, report_data, policy=policy, now=now)
+    return verify_cvm(evidence, collateral, report_data, policy=policy, now=now, nonce=nonce)
 
 
 def _show(result: AttestationResult, *, output: OutputFormat, verbose: bool) -> None:
@@ -346,6 +348,15 @@ def _show(result: AttestationResult, *, output: OutputFormat, verbose: bool) -> 
 
         render_text(result, Console(), verbose=verbose)
     raise typer.Exit(verdict_exit_code(result.verdict))
+
+
+def _cvm_evidence(nonce: bytes, tsm_root: Path | None) -> bytes:
+    """This CVM's quote or report over the report data bound to ``nonce``."""
+    from gpucc.gpuattest.cvm.appraise import attest_report_data
+    from gpucc.gpuattest.cvm.tsm import TSM_REPORT_ROOT, collect_tsm_report
+
+    report = collect_tsm_report(attest_report_data(nonce), root=tsm_root or TSM_REPORT_ROOT)
+    return report.evidence
 
 
 def _attest_remote(
@@ -388,6 +399,20 @@ def collect(
     ] = None,
     force: ForceOption = False,
     fmt: FormatOption = OutputFormat.TEXT,
+    cvm: Annotated[
+        Path | None,
+        typer.Option(
+            "--cvm",
+            dir_okay=False,
+            rich_help_panel="Confidential VM",
+            help="Also write this CVM's TDX quote or SEV-SNP report (configfs-tsm) to FILE, "
+            "over report data SHA-512('gpucc/attest/v1/cvm-report-data' || nonce), which binds "
+            "it to the GPU evidence; 'gpucc attest --cvm-evidence FILE' expects the same.",
+        ),
+    ] = None,
+    tsm_root: Annotated[
+        Path | None, typer.Option("--tsm-root", hidden=True, file_okay=False)
+    ] = None,
 ) -> None:
     """Collect evidence from the local GPUs (NVML) into an nvattest-format JSON file.
 
@@ -402,10 +427,20 @@ def collect(
     from .output import emit
 
     value = parse_nonce_hex(nonce) if nonce else os.urandom(32)
+    if cvm is not None and cvm == output:
+        from gpucc.gpuattest.errors import UsageError
+
+        raise UsageError("--cvm and -o must name different files")
     with force_hint():
         refuse_existing(output, force=force)
+        if cvm is not None:
+            refuse_existing(cvm, force=force)
         ev = collect_evidence(value)
+        quote = _cvm_evidence(value, tsm_root) if cvm is not None else None
         write_atomic(output, dump_evidence_json(ev), force=force, what="evidence file")
+        if cvm is not None and quote is not None:
+            write_atomic(cvm, quote, force=force, what="CVM evidence file")
+            Console(stderr=True).print(f"gpucc: wrote the CVM's evidence to {cvm}", highlight=False)
     Console(stderr=True).print(
         f"gpucc: wrote evidence for {len(ev.gpus)} GPU(s) to {output}; nonce {value.hex()}",
         highlight=False,

@@ -44,8 +44,9 @@ CvmReportDataOption = Annotated[
     typer.Option(
         "--cvm-report-data",
         rich_help_panel=_PANEL,
-        help="The 64 bytes (128 hex) the CVM evidence must sign. Required by the default "
-        "policy (cvm.require_report_data).",
+        help="The 64 bytes (128 hex) the CVM evidence must sign. Default with GPU evidence: "
+        "SHA-512('gpucc/attest/v1/cvm-report-data' || nonce), what 'gpucc evidence collect "
+        "--cvm' asks for; required otherwise by the default policy (cvm.require_report_data).",
     ),
 ]
 CvmOnlyOption = Annotated[
@@ -79,8 +80,10 @@ def verify_cvm(
     *,
     policy: Policy,
     now: dt.datetime,
+    nonce: bytes | None = None,
 ) -> CvmResult:
-    """Read, verify and judge the CVM evidence the options name.
+    """Read, verify and judge the CVM evidence the options name; without --cvm-report-data
+    the report data expected is the one bound to the GPU ``nonce`` (when there is one).
 
     Raises:
         MalformedEvidenceError: unknown kind, malformed or oversized evidence or collateral.
@@ -88,12 +91,18 @@ def verify_cvm(
         FileAccessError: a file cannot be read.
         UsageError: --cvm-report-data is not 64 bytes of hex.
     """
-    from gpucc.gpuattest.cvm.appraise import MAX_EVIDENCE_BYTES, verify_cvm_evidence
+    from gpucc.gpuattest.cvm.appraise import (
+        MAX_EVIDENCE_BYTES,
+        attest_report_data,
+        verify_cvm_evidence,
+    )
     from gpucc.gpuattest.cvm.tdx import MAX_COLLATERAL_BYTES
     from gpucc.gpuattest.errors import CollateralUnavailableError
     from gpucc.gpuattest.files import read_capped
 
     expected = _report_data(report_data)
+    if expected is None and nonce is not None:
+        expected = attest_report_data(nonce)
     data = read_capped(evidence, MAX_EVIDENCE_BYTES, what="CVM evidence")
     extra = None
     if collateral is not None:

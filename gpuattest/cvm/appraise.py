@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import hashlib
 import hmac
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,9 +22,26 @@ from ..result import Check, CheckStatus, Decision, Verdict, combine_verdicts
 from .findings import CvmFindings, CvmKind
 from .policy import CvmPolicy
 
-__all__ = ["CvmResult", "appraise", "detect_kind", "verify_cvm_evidence"]
+__all__ = [
+    "ATTEST_REPORT_DATA_LABEL",
+    "CvmResult",
+    "appraise",
+    "attest_report_data",
+    "detect_kind",
+    "verify_cvm_evidence",
+]
 
 MAX_EVIDENCE_BYTES = 64 * 1024
+ATTEST_REPORT_DATA_LABEL = b"gpucc/attest/v1/cvm-report-data"
+
+
+def attest_report_data(nonce: bytes) -> bytes:
+    """The CVM report data that binds CVM evidence to GPU evidence collected with ``nonce``
+    (``gpucc evidence collect --cvm``): ``SHA-512("gpucc/attest/v1/cvm-report-data" || nonce)``.
+    """
+    if len(nonce) != 32:
+        raise ValueError("the nonce is 32 bytes")
+    return hashlib.sha512(ATTEST_REPORT_DATA_LABEL + nonce).digest()
 
 
 @dataclass(frozen=True)

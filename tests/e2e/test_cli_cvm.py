@@ -230,3 +230,15 @@ def test_composite_verdict_needs_the_cvm_and_every_gpu(tmp_path: Path) -> None:
     assert doc["reasons"][0].startswith("CVM: ")  # type: ignore[index]
     proc = run_cli(*_gpu(policy), "--cvm-evidence", QUOTE, "--at", "2025-06-19T09:00:00Z")
     assert proc.returncode == 3 and json_doc(proc)["verdict"] == "undecided"
+
+
+def test_with_gpu_evidence_the_cvm_must_commit_to_its_nonce(tmp_path: Path) -> None:
+    """Without --cvm-report-data the CVM evidence must sign SHA-512(label || GPU nonce): the
+    sample quote was made for something else, so it does not belong to this GPU evidence."""
+    policy = tmp_path / "p.yaml"
+    policy.write_text("ocsp:\n  require: false\n")
+    args = [a for a in _gpu(policy) if a not in ("--cvm-report-data", REPORT_DATA)]
+    proc = run_cli(*args, "--cvm-evidence", QUOTE, "--at", AT)
+    doc = json_doc(proc)
+    assert proc.returncode == 1 and doc["gpus"][0]["verdict"] == "trusted"  # type: ignore[index]
+    assert any("does not commit" in r for r in doc["reasons"])  # type: ignore[attr-defined]

@@ -139,3 +139,19 @@ def test_kind_detection_and_missing_collateral() -> None:
         verify_cvm_evidence(
             quote * 20, None, now=now, policy=CvmPolicy(), expected_report_data=None
         )
+
+
+def test_the_attest_binding_of_cvm_and_gpu_evidence() -> None:
+    import hashlib
+
+    from gpucc.gpuattest.cvm.appraise import attest_report_data
+
+    nonce = bytes(range(32))
+    expected = hashlib.sha512(b"gpucc/attest/v1/cvm-report-data" + nonce).digest()
+    assert attest_report_data(nonce) == expected
+    assert expected.hex() == (
+        "fea97bde63aacab78ae3573323e3d6a3702769de9ed7df30948abc930142857c"
+        "ab9a6b0b3ab6b4362444a3b2d8f7cafbc3f0fa3a03618230014cd926a9692586"
+    )
+    with pytest.raises(ValueError, match="32 bytes"):
+        attest_report_data(b"short")
