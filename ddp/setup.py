@@ -108,7 +108,7 @@ def _verify_peer(
             load_evidence=load_evidence,
             private_key=private_key,
             # Ranks bind the group key to GPU evidence only (protocol version 1): the CVM
-            # binding is not part of the rank exchange yet, and docs/DDP.md says so.
+            # binding is not part of the rank exchange yet (docs/DDP.md says so).
             allow_gpu_only=True,
         )
     except GpuccError as exc:

@@ -59,6 +59,7 @@ from gpucc.gpuattest.files import read_capped, write_all
 
 from .errors import DatasetKeyMismatchError, MalformedSessionMessageError, ProtocolError
 from .format import StrPath, WrapKind, unwrap_key, wrap_key
+from .release_cvm import CollectedCvmEvidence, CvmAttester, CvmOutcome, check_cvm
 from .release_messages import (
     CHALLENGE_SIZE,
     CURVE,
@@ -160,34 +161,6 @@ class AttestationOutcome(Protocol):
 #: ``attest(evidence_set, expected_nonce) -> outcome``. It must require every report to
 #: carry ``expected_nonce``.
 Attester = Callable[[Any, bytes], AttestationOutcome]
-
-
-class CvmOutcome(Protocol):
-    """The verdict on a CVM's evidence (``gpuattest.cvm.appraise.CvmResult`` fits)."""
-
-    @property
-    def trusted(self) -> bool:
-        """The evidence verified and the policy accepts it, report data included."""
-        ...
-
-    @property
-    def reasons(self) -> tuple[str, ...]:
-        """Why not, when not trusted."""
-        ...
-
-
-#: ``attest_cvm(evidence, collateral, expected_report_data) -> outcome``. It must require the
-#: evidence to sign exactly ``expected_report_data``.
-CvmAttester = Callable[[bytes, bytes | None, bytes], CvmOutcome]
-
-
-@dataclass(frozen=True)
-class CollectedCvmEvidence:
-    """What the host's CVM collector returns for report data: the quote or report, and
-    collateral for it when the host has some (optional; the holder may fetch its own)."""
-
-    evidence: bytes = field(repr=False)
-    collateral: bytes | None = field(default=None, repr=False)
 
 
 #: ``load_evidence(evidence_json) -> evidence_set`` (default: gpuattest.evidence).
@@ -544,7 +517,7 @@ def accept_offer(
     digests = tuple(bytes(g.report_digest) for g in result.gpus)
     if not 1 <= len(digests) <= MAX_GPUS or any(len(d) != 32 for d in digests):
         raise ProtocolError("the attestation verdict names no GPU report")
-    cvm_digest = _check_cvm(offer, nonce, attest_cvm)
+    cvm_digest = check_cvm(offer, nonce, attest_cvm)
     if replay is not None:
         replay.claim(challenge)
     # (4) ECDH and the transcript-bound key.
@@ -569,20 +542,6 @@ def accept_offer(
         transcript_hash=transcript_hash(transcript),
         session_key=derive_session_key(shared, nonce=nonce, transcript=transcript),
     )
-
-
-def _check_cvm(offer: Offer, nonce: bytes, attest_cvm: CvmAttester | None) -> bytes | None:
-    """Step 3b: the CVM evidence of a version-2 offer; its digest for the transcript."""
-    if offer.version == GPU_ONLY_VERSION or offer.cvm_evidence is None:
-        return None
-    if attest_cvm is None:
-        raise ProtocolError("the offer carries CVM evidence but no CVM verifier is configured")
-    expected = cvm_report_data(nonce, offer.host_public_key)
-    outcome = attest_cvm(offer.cvm_evidence, offer.cvm_collateral, expected)
-    if not outcome.trusted:
-        reasons = "; ".join(outcome.reasons) or "no reason given"
-        raise ProtocolError(f"the offer's CVM attestation is not trusted: {reasons}")
-    return hashlib.sha256(offer.cvm_evidence).digest()
 
 
 class DataHolder:
