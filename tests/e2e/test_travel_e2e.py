@@ -25,7 +25,7 @@ import requests
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.serialization import Encoding, load_pem_public_key
 
-from gpucc.gpuattest.cvm.tdx_sim import SimulatedTdx, simulated_tdx
+from gpucc.gpuattest.cvm.tdx_sim import SIMULATED_MRTD, SimulatedTdx, simulated_tdx
 from gpucc.gpuattest.simulate import SimulatedGpu
 from gpucc.staging import open_sealed, seal_file
 from gpucc.staging.errors import ProtocolError
@@ -185,12 +185,18 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     policy.write_text(
         "version: 1\nocsp:\n  require: false\nversions:\n  allowed_drivers: ['999.99.99']\n"
     )
+    relaxed = tmp / "gpu-only.yaml"  # a holder that names the GPU-only relaxation
+    relaxed.write_text(
+        "version: 1\nocsp:\n  require: false\ncvm:\n  allow_gpu_only: true\n"
+        f"  measurements:\n    tdx:\n      mrtd: '{SIMULATED_MRTD.hex()}'\n"
+    )
     specs: list[tuple[str, list[int], tuple[str, ...]]] = [
         ("a", [70_001, 20_000], ()),
         ("b", [50_000], ()),
         ("c", [33_333], ()),
         ("refuser", [5_000], ("--policy", str(policy), "--body-timeout-s", "1")),
         ("limited", [5_000], ("--rate", "0.1", "--burst", "3", "--max-request-kib", "64")),
+        ("relaxed", [5_000], ("--policy", str(relaxed))),
     ]
     for name, sizes, extra in specs:
         w.holders[name] = _start(w, name, sizes, *extra)
@@ -989,3 +995,20 @@ def test_relayed_cvm_evidence_gets_no_keys(world: World) -> None:
             on_staged=staged,
         )
     assert staged.seen == []
+
+
+def test_a_holder_that_names_the_gpu_only_relaxation_releases_to_gpu_evidence(
+    world: World,
+) -> None:
+    holder = world.holders["relaxed"]
+    staged = Staged()
+    result = run_plan(_plan(world, ["relaxed"]), collect=world.collect, on_staged=staged)
+    assert [v.holder_id for v in result.visits] == ["relaxed"] and staged.all_zero()
+    assert "cvm.allow_gpu_only" in holder.log.read_text()
+    # The same holder still checks CVM evidence when it is offered.
+    with pytest.raises(HolderRefusedError, match="does not commit"):
+        run_plan(
+            _plan(world, ["relaxed"]),
+            collect=world.collect,
+            collect_cvm=lambda report_data: world.collect_cvm(bytes(64)),
+        )
