@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from gpucc.gpuattest.errors import CollateralUnavailableError
+
 from .errors import ProtocolError
 from .release_messages import GPU_ONLY_VERSION, Offer, cvm_report_data
 
@@ -57,5 +59,8 @@ def check_cvm(offer: Offer, nonce: bytes, attest_cvm: CvmAttester | None) -> byt
     outcome = attest_cvm(offer.cvm_evidence, offer.cvm_collateral, expected)
     if not outcome.trusted:
         reasons = "; ".join(outcome.reasons) or "no reason given"
+        if getattr(outcome, "undecided", False):
+            # Nothing was refused; the collateral could not be used (expired, not yet valid).
+            raise CollateralUnavailableError(f"the offer's CVM attestation is undecided: {reasons}")
         raise ProtocolError(f"the offer's CVM attestation is not trusted: {reasons}")
     return hashlib.sha256(offer.cvm_evidence).digest()

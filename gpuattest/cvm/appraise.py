@@ -61,6 +61,11 @@ class CvmResult:
         return self.verdict is Verdict.TRUSTED
 
     @property
+    def undecided(self) -> bool:
+        """Nothing was refused, but collateral was missing or unusable (exit 3, not 1)."""
+        return self.verdict is Verdict.UNDECIDED
+
+    @property
     def reasons(self) -> tuple[str, ...]:
         """Why this CVM is not trusted (refusals first, then undecided items)."""
         refused = [f"{c.title}: {c.reason}" for c in self.checks if c.decision is Decision.REFUSE]

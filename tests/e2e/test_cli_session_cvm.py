@@ -126,3 +126,14 @@ def test_session_local_runs_version_2(work: Path) -> None:
         "--host-key", "h2.key", "--simulate", "sim", "--gpu-only", cwd=work,
     )  # fmt: skip
     assert gpu_only.returncode == 1 and "GPU-only" in last_error(gpu_only)
+
+
+def test_stale_cvm_collateral_is_exit_3_and_releases_nothing(work: Path) -> None:
+    import datetime as dt
+
+    challenge = offer(work, "s")
+    later = (dt.datetime.now(dt.UTC) + dt.timedelta(days=40)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    stale = answer(work, "s", challenge, "--at", later)
+    assert stale.returncode == 3
+    assert "undecided" in last_error(stale) and "expired" in last_error(stale)
+    assert not (work / "s-answer.json").exists()

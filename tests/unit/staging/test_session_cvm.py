@@ -339,3 +339,19 @@ def test_the_host_key_file_keeps_the_cvm_evidence_digest(
     again = s.HostKey.read(tmp_path / "k")
     assert again.version == 2
     assert again.cvm_evidence_digest == hashlib.sha256(offer.cvm_evidence).digest()
+
+
+def test_stale_cvm_collateral_is_undecided_not_refused(
+    gpu: SimulatedGpu, tdx: SimulatedTdx
+) -> None:
+    from gpucc.gpuattest.errors import CollateralUnavailableError
+
+    challenge = s.new_challenge()
+    stale = tdx.collateral(issued=NOW - dt.timedelta(days=40)).to_json()
+
+    def collect(report_data: bytes) -> s.CollectedCvmEvidence:
+        return s.CollectedCvmEvidence(tdx.quote(report_data, mrtd=MRTD), stale)
+
+    offer, _ = s.create_offer(challenge, _collect(gpu), collect_cvm=collect)
+    with pytest.raises(CollateralUnavailableError, match="undecided.*expired"):
+        _accept(offer, challenge, gpu, tdx)
