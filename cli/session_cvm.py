@@ -81,7 +81,14 @@ def cvm_collector(
     from gpucc.gpuattest.cvm.tsm import TSM_REPORT_ROOT, collect_tsm_report
 
     def collect(report_data: bytes) -> CollectedCvmEvidence:
-        report = collect_tsm_report(report_data, root=tsm_root or TSM_REPORT_ROOT)
+        from gpucc.gpuattest.errors import EnvironmentProblemError
+
+        try:
+            report = collect_tsm_report(report_data, root=tsm_root or TSM_REPORT_ROOT)
+        except EnvironmentProblemError as exc:
+            exc.hint = "--gpu-only offers GPU evidence alone; holders accept it only under the "
+            exc.hint += "relaxation cvm.allow_gpu_only"
+            raise
         return CollectedCvmEvidence(report.evidence, attached)
 
     return collect

@@ -58,6 +58,8 @@ _ECDSA_P256 = 2
 _V5_BODIES = {2: ("1.0", 584), 3: ("1.5", 648)}
 _V4_BODY = 584
 _DEBUG_BIT = 0x01  # TDATTRIBUTES bit 0 (first byte, little-endian)
+_QE_REPORT_CERT = 6  # certification data: QE report, its signature, auth data, nested data
+_PCK_CHAIN_CERT = 5  # nested certification data: the PCK certificate chain (PEM)
 
 _COLLATERAL_TEXT = (
     "pck_crl_issuer_chain",
@@ -195,7 +197,37 @@ def _layout(quote: bytes) -> tuple[int, str]:
     # Quote buffers are often handed over zero-padded; anything else after the quote is not.
     if quote[end:].strip(b"\0"):
         raise MalformedEvidenceError("the TDX quote is followed by extra bytes")
+    _certification(quote[offset + 4 : end])
     return version, td_version
+
+
+def _certification(sig: bytes) -> None:
+    """The signature data's certification data: type 6 (QE report) holding type 5 (PCK chain),
+    every size consistent. Nothing else is accepted, even where a parser would tolerate it.
+
+    Raises:
+        MalformedEvidenceError: another type, or sizes that do not add up.
+    """
+    outer = 128  # quote signature and attestation key
+    if len(sig) < outer + 6:
+        raise MalformedEvidenceError("the TDX quote's signature data is truncated")
+    kind, size = struct.unpack_from("<HI", sig, outer)
+    if kind != _QE_REPORT_CERT:
+        raise MalformedEvidenceError(f"unsupported certification data type {kind} (expected 6)")
+    if outer + 6 + size != len(sig):
+        raise MalformedEvidenceError("the TDX quote's certification data size is inconsistent")
+    inner = outer + 6 + 384 + 64  # QE report and its signature
+    if len(sig) < inner + 2:
+        raise MalformedEvidenceError("the TDX quote's QE report data is truncated")
+    (auth,) = struct.unpack_from("<H", sig, inner)
+    nested = inner + 2 + auth
+    if len(sig) < nested + 6:
+        raise MalformedEvidenceError("the TDX quote's QE authentication data is truncated")
+    kind, size = struct.unpack_from("<HI", sig, nested)
+    if kind != _PCK_CHAIN_CERT or nested + 6 + size != len(sig):
+        raise MalformedEvidenceError(
+            f"unsupported nested certification data (type {kind}; expected 5, the PCK chain)"
+        )
 
 
 def _parse(quote: bytes) -> Any:

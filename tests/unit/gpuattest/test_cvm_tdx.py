@@ -181,6 +181,9 @@ def _header(version: int, tee: int) -> bytes:
         (_header(6, 0x81), "unsupported quote version 6"),
         (_header(5, 0x81), "unsupported quote body"),
         (b"", "truncated"),
+        (flipped(QUOTE, SIG + 128), "certification data type 7"),
+        (flipped(QUOTE, SIG - 4), "certification data size is inconsistent"),
+        (flipped(QUOTE, AUTH_DATA - 2), "QE authentication data|nested certification data"),
     ],
 )
 def test_malformed_quotes_are_malformed_input(quote: bytes, words: str) -> None:

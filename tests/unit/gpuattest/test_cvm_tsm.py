@@ -69,3 +69,14 @@ def test_a_fresh_entry_without_a_kernel_behind_it_fails_cleanly(tmp_path: Path) 
 def test_report_data_must_be_64_bytes(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="64 bytes"):
         collect_tsm_report(b"short", root=tmp_path)
+
+
+def test_the_session_collector_names_the_gpu_only_way_out(tmp_path: Path) -> None:
+    from gpucc.cli.session_cvm import cvm_collector
+
+    collect = cvm_collector(simulate=None, collateral=None, gpu_only=False, tsm_root=tmp_path / "x")
+    assert collect is not None
+    with pytest.raises(EnvironmentProblemError) as info:
+        collect(RD)
+    assert "--gpu-only" in info.value.diagnostics()
+    assert cvm_collector(simulate=None, collateral=None, gpu_only=True) is None
