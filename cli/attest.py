@@ -15,7 +15,9 @@ from .attest_cvm import (
     CvmCollateralOption,
     CvmEvidenceOption,
     CvmOnlyOption,
+    CvmPccsOption,
     CvmReportDataOption,
+    verify_cvm,
 )
 from .options import (
     AtOption,
@@ -38,7 +40,6 @@ from .safety_options import ForceOption, force_hint
 
 if TYPE_CHECKING:
     from gpucc.gpuattest.collateral import OcspChecker, RimSource
-    from gpucc.gpuattest.cvm.appraise import CvmResult
     from gpucc.gpuattest.evidence import EvidenceSet
     from gpucc.gpuattest.netconfig import NetworkSettings
     from gpucc.gpuattest.policy import Policy
@@ -225,6 +226,7 @@ def attest(
     cvm_collateral: CvmCollateralOption = None,
     cvm_report_data: CvmReportDataOption = None,
     cvm_only_: CvmOnlyOption = False,
+    cvm_pccs_url: CvmPccsOption = None,
 ) -> None:
     """Verify GPU attestation evidence (and a confidential VM's) and print a verdict.
 
@@ -250,8 +252,38 @@ def attest(
         raise UsageError("--cvm-evidence is verified locally only: drop --sign-eat/--verifier")
     if cvm_only_ and (evidence or cert_chain or sample):
         raise UsageError("--cvm-only verifies --cvm-evidence alone: drop the GPU evidence")
+    from gpucc.gpuattest.netconfig import NetworkSettings
+
+    settings = NetworkSettings(
+        rim_url=rim_url,
+        ocsp_url=ocsp_url,
+        service_key=service_key,
+        ocsp_nonce=not no_ocsp_nonce,
+        cache_dir=cache_dir,
+        use_cache=not no_cache,
+        bundle=collateral,
+        offline=offline,
+        timeout=timeout,
+    )
     gpu_nonce = parse_nonce_hex(nonce) if nonce and not cvm_only_ else None
-    cvm = _cvm(cvm_evidence, cvm_collateral, cvm_report_data, cvm_only_, pol, now, gpu_nonce)
+    cvm = (
+        verify_cvm(
+            cvm_evidence,
+            cvm_collateral,
+            cvm_report_data,
+            policy=pol,
+            now=now,
+            nonce=gpu_nonce,
+            network=settings,
+            pccs_url=cvm_pccs_url,
+        )
+        if cvm_evidence is not None
+        else None
+    )
+    if cvm is None and (cvm_only_ or cvm_collateral or cvm_report_data or cvm_pccs_url):
+        raise UsageError(
+            "--cvm-only, --cvm-collateral, --cvm-report-data, --cvm-pccs-url need --cvm-evidence"
+        )
     if cvm_only_ and cvm is not None:  # --cvm-only without --cvm-evidence was refused above
         from .attest_cvm import cvm_only
 
@@ -280,19 +312,6 @@ def attest(
         nonce = fresh.hex()
     expected = parse_nonce_hex(nonce) if nonce else None
     roots = TrustRoots.nvidia()
-    from gpucc.gpuattest.netconfig import NetworkSettings
-
-    settings = NetworkSettings(
-        rim_url=rim_url,
-        ocsp_url=ocsp_url,
-        service_key=service_key,
-        ocsp_nonce=not no_ocsp_nonce,
-        cache_dir=cache_dir,
-        use_cache=not no_cache,
-        bundle=collateral,
-        offline=offline,
-        timeout=timeout,
-    )
     if verifier is Verifier.REMOTE:
         _attest_remote(ev, expected, settings, nras_url=nras_url, now=now, output=output)
     rims, ocsp = _collateral(_rim_source(rim_dir, driver_rim, vbios_rim), settings)
@@ -315,26 +334,6 @@ def attest(
         kid, path = sign_result(result, sign_eat, token_output, force=force)
         typer.echo(f"gpucc: signed result (key {kid}) written to {path}", err=True)
     raise typer.Exit(verdict_exit_code(result.verdict))
-
-
-def _cvm(
-    evidence: Path | None,
-    collateral: Path | None,
-    report_data: str | None,
-    only: bool,
-    policy: Policy,
-    now: dt.datetime,
-    nonce: bytes | None,
-) -> CvmResult | None:
-    from gpucc.gpuattest.errors import UsageError
-
-    from .attest_cvm import verify_cvm
-
-    if evidence is None:
-        if only or collateral is not None or report_data is not None:
-            raise UsageError("--cvm-only, --cvm-collateral, --cvm-report-data need --cvm-evidence")
-        return None
-    return verify_cvm(evidence, collateral, report_data, policy=policy, now=now, nonce=nonce)
 
 
 def _show(result: AttestationResult, *, output: OutputFormat, verbose: bool) -> None:

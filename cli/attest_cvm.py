@@ -11,6 +11,7 @@ import typer
 
 if TYPE_CHECKING:
     from gpucc.gpuattest.cvm.appraise import CvmResult
+    from gpucc.gpuattest.netconfig import NetworkSettings
     from gpucc.gpuattest.policy import Policy
     from gpucc.gpuattest.result import AttestationResult
 
@@ -49,6 +50,16 @@ CvmReportDataOption = Annotated[
         "--cvm' asks for; required otherwise by the default policy (cvm.require_report_data).",
     ),
 ]
+CvmPccsOption = Annotated[
+    str | None,
+    typer.Option(
+        "--cvm-pccs-url",
+        envvar="GPUCC_PCCS_URL",
+        rich_help_panel=_PANEL,
+        help="Where TDX collateral comes from without --cvm-collateral: a PCCS base URL "
+        "(default Intel's PCS). Fetched through the cache; --offline uses the cache only.",
+    ),
+]
 CvmOnlyOption = Annotated[
     bool,
     typer.Option(
@@ -81,6 +92,8 @@ def verify_cvm(
     policy: Policy,
     now: dt.datetime,
     nonce: bytes | None = None,
+    network: NetworkSettings | None = None,
+    pccs_url: str | None = None,
 ) -> CvmResult:
     """Read, verify and judge the CVM evidence the options name; without --cvm-report-data
     the report data expected is the one bound to the GPU ``nonce`` (when there is one).
@@ -94,19 +107,40 @@ def verify_cvm(
     from gpucc.gpuattest.cvm.appraise import (
         MAX_EVIDENCE_BYTES,
         attest_report_data,
+        detect_kind,
         verify_cvm_evidence,
     )
-    from gpucc.gpuattest.cvm.tdx import MAX_COLLATERAL_BYTES
-    from gpucc.gpuattest.errors import CollateralUnavailableError
+    from gpucc.gpuattest.cvm.findings import CvmKind
+    from gpucc.gpuattest.cvm.tdx import MAX_COLLATERAL_BYTES, check_layout
+    from gpucc.gpuattest.errors import CollateralUnavailableError, MalformedEvidenceError
     from gpucc.gpuattest.files import read_capped
 
     expected = _report_data(report_data)
     if expected is None and nonce is not None:
         expected = attest_report_data(nonce)
     data = read_capped(evidence, MAX_EVIDENCE_BYTES, what="CVM evidence")
+    if len(data) > MAX_EVIDENCE_BYTES:
+        raise MalformedEvidenceError(f"the CVM evidence is larger than {MAX_EVIDENCE_BYTES} bytes")
     extra = None
     if collateral is not None:
         extra = read_capped(collateral, MAX_COLLATERAL_BYTES, what="CVM collateral")
+    elif network is not None and detect_kind(data) is CvmKind.TDX:
+        from gpucc.gpuattest.cvm.pcs import INTEL_PCS_URL, tdx_collateral_for
+        from gpucc.gpuattest.netconfig import build_fetcher
+
+        check_layout(data)  # a malformed quote is told as such, before any network use
+        try:
+            with build_fetcher(network) as fetcher:
+                extra = tdx_collateral_for(
+                    data,
+                    fetcher,
+                    now=now,
+                    cache=network.cache(),
+                    base_url=pccs_url or INTEL_PCS_URL,
+                ).to_json()
+        except CollateralUnavailableError as exc:
+            exc.hint = "or give Intel's collateral with --cvm-collateral FILE"
+            raise
     try:
         return verify_cvm_evidence(
             data, extra, now=now, policy=policy.cvm, expected_report_data=expected

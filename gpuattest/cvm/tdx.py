@@ -40,6 +40,7 @@ __all__ = [
     "MAX_COLLATERAL_BYTES",
     "MAX_QUOTE_BYTES",
     "TdxCollateral",
+    "check_layout",
     "intel_sgx_root",
     "looks_like_tdx_quote",
     "verify_tdx_quote",
@@ -154,6 +155,15 @@ def looks_like_tdx_quote(data: bytes) -> bool:
         return False
     version, key_type, tee = struct.unpack_from("<HHI", data)
     return version in (4, 5) and key_type == _ECDSA_P256 and tee in (_TEE_TDX, _TEE_SGX)
+
+
+def check_layout(quote: bytes) -> None:
+    """Check a TDX quote's outer layout only (before fetching collateral for it).
+
+    Raises:
+        MalformedEvidenceError: truncated, oversized, SGX, unknown version or body type.
+    """
+    _layout(quote)
 
 
 def _layout(quote: bytes) -> tuple[int, str]:

@@ -180,7 +180,10 @@ def test_bad_collateral_is_malformed_and_missing_collateral_is_exit_3(tmp_path: 
     proc = run_cli("attest", "--cvm-only", "--cvm-evidence", QUOTE, "--cvm-collateral", bad)
     assert proc.returncode == 4
     one_error_line(proc, "missing keys")
-    proc = run_cli("attest", "--cvm-only", "--cvm-evidence", QUOTE, "--at", AT)
+    proc = run_cli(
+        "attest", "--cvm-only", "--cvm-evidence", QUOTE, "--at", AT,
+        "--offline", "--cache-dir", tmp_path / "cache",
+    )  # fmt: skip
     assert proc.returncode == 3
     one_error_line(proc, "--cvm-collateral")
 
