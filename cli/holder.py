@@ -90,9 +90,10 @@ def _attester(
     )
 
 
-def _cvm(simulate_roots: Path | None, policy: Path | None) -> tuple[Any, bool]:
+def _cvm(simulate_roots: Path | None, policy: Path | None, offline: bool) -> tuple[Any, bool]:
     """The CVM check of version-2 offers (the cvm: policy, measurements pinned) and whether
     GPU-only offers are accepted (the named relaxation cvm.allow_gpu_only)."""
+    from gpucc.gpuattest.netconfig import NetworkSettings
     from gpucc.gpuattest.policy import Policy, load_policy, parse_policy
 
     from .session_cvm import cvm_attester, simulation_policy
@@ -107,7 +108,8 @@ def _cvm(simulate_roots: Path | None, policy: Path | None) -> tuple[Any, bool]:
         policy=pol,
         collateral=None,
         clock=lambda: dt.datetime.now(dt.UTC),
-        outcomes=[],
+        outcomes=None,  # a long-running service keeps no history
+        network=NetworkSettings(offline=offline),
     )
     return attest, pol.cvm.allow_gpu_only
 
@@ -196,7 +198,7 @@ def serve(
         )
     if simulate_roots is not None:
         note("SIMULATED GPU roots: for tests and demos only, this attests nothing real")
-    attest_cvm, allow_gpu_only = _cvm(simulate_roots, policy)
+    attest_cvm, allow_gpu_only = _cvm(simulate_roots, policy, offline)
     config = HolderConfig(
         datasets=load_datasets(datasets, dataset_keys),
         signing_key=load_signing_key(key),

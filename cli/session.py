@@ -220,17 +220,29 @@ def _policy(simulate: Path | None, policy: Path | None) -> Policy:
 
 
 def _cvm_check(
-    simulate: Path | None, policy: Path | None, collateral: Path | None, at: str | None
+    simulate: Path | None,
+    policy: Path | None,
+    collateral: Path | None,
+    at: str | None,
+    offline: bool = False,
 ) -> tuple[CvmAttester, bool]:
     """The holder's CVM attester, and whether GPU-only offers are accepted (the named
-    relaxation cvm.allow_gpu_only)."""
+    relaxation cvm.allow_gpu_only). TDX collateral an offer lacks comes from Intel's PCS
+    through the cache (only the cache with ``offline``)."""
+    from gpucc.gpuattest.netconfig import NetworkSettings
+
     from .session_cvm import cvm_attester
 
     pol = _policy(simulate, policy)
     outcomes: list[CvmOutcome] = []
     now = parse_time(at)
     attest = cvm_attester(
-        simulate=simulate, policy=pol, collateral=collateral, clock=lambda: now, outcomes=outcomes
+        simulate=simulate,
+        policy=pol,
+        collateral=collateral,
+        clock=lambda: now,
+        outcomes=outcomes,
+        network=NetworkSettings(offline=offline),
     )
     if pol.cvm.allow_gpu_only:
         note("policy relaxation cvm.allow_gpu_only: GPU-only (version 1) offers are accepted")
@@ -442,7 +454,7 @@ def answer(
         verdicts=verdicts,
     )
     replay = FileReplayStore(_state_dir(state_dir) / "answered-challenges")
-    attest_cvm, gpu_only = _cvm_check(simulate, policy, cvm_collateral, at)
+    attest_cvm, gpu_only = _cvm_check(simulate, policy, cvm_collateral, at, offline)
     try:
         holder = accept_offer(
             received,
@@ -584,7 +596,7 @@ def local(
     from .session_cvm import cvm_collector
 
     collect_cvm = cvm_collector(simulate=simulate, collateral=cvm_collateral, gpu_only=gpu_only)
-    attest_cvm, allow_gpu_only = _cvm_check(simulate, policy, None, at)
+    attest_cvm, allow_gpu_only = _cvm_check(simulate, policy, None, at, offline)
     try:
         result = local_session(
             collect=collect,

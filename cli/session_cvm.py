@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 if TYPE_CHECKING:
+    from gpucc.gpuattest.netconfig import NetworkSettings
     from gpucc.gpuattest.policy import Policy
     from gpucc.staging.release import CollectedCvmEvidence, CvmAttester, CvmOutcome
 
@@ -110,7 +111,9 @@ def cvm_attester(
     policy: Policy,
     collateral: Path | None,
     clock: Callable[[], dt.datetime],
-    outcomes: list[CvmOutcome],
+    outcomes: list[CvmOutcome] | None,
+    network: NetworkSettings | None = None,
+    pccs_url: str | None = None,
 ) -> CvmAttester:
     """The holder's CVM check: the CVM verifier and the ``cvm:`` policy, measurements pinned
     unless ``cvm.allow_unpinned``; every verdict is appended to ``outcomes``.
@@ -142,16 +145,40 @@ def cvm_attester(
         override = read_capped(collateral, MAX_COLLATERAL_BYTES, what="CVM collateral")
 
     def attest(evidence: bytes, offered: bytes | None, expected: bytes) -> CvmOutcome:
+        given = override if override is not None else offered
+        if given is None and network is not None and simulate is None:
+            given = _fetched(evidence, network, clock(), pccs_url)
         result = verify_cvm_evidence(
             evidence,
-            override if override is not None else offered,
+            given,
             now=clock(),
             policy=policy.cvm,
             expected_report_data=expected,
             tdx_root=simulated_root(),
             require_pins=not policy.cvm.allow_unpinned,
         )
-        outcomes.append(result)
+        if outcomes is not None:
+            outcomes.append(result)
         return result
 
     return attest
+
+
+def _fetched(
+    evidence: bytes, network: NetworkSettings, now: dt.datetime, pccs_url: str | None
+) -> bytes | None:
+    """Intel's collateral for a TDX quote the offer came without (PCS, through the cache)."""
+    from gpucc.gpuattest.cvm.appraise import detect_kind
+    from gpucc.gpuattest.cvm.findings import CvmKind
+    from gpucc.gpuattest.cvm.pcs import INTEL_PCS_URL, tdx_collateral_for
+    from gpucc.gpuattest.cvm.tdx import check_layout
+    from gpucc.gpuattest.netconfig import build_fetcher
+
+    if detect_kind(evidence) is not CvmKind.TDX:
+        return None
+    check_layout(evidence)
+    with build_fetcher(network) as fetcher:
+        found = tdx_collateral_for(
+            evidence, fetcher, now=now, cache=network.cache(), base_url=pccs_url or INTEL_PCS_URL
+        )
+    return found.to_json()
