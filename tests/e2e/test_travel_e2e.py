@@ -122,7 +122,10 @@ def _holder_files(
 
 def _start(world: World, name: str, sizes: list[int], *extra: str) -> Holder:
     data, kek_path, key_path, datasets, keys, key = _holder_files(world.tmp, name, sizes)
+    taken = {int(h.url.rsplit(":", 1)[1]) for h in world.holders.values()}
     port = free_port()
+    while port in taken:  # a port handed out again before its holder bound it
+        port = free_port()
     log = world.tmp / name / "service.log"
     proc = subprocess.Popen(
         [
