@@ -32,13 +32,14 @@ import requests
 from cryptography.hazmat.primitives.serialization import Encoding
 
 from gpucc.gpuattest.collateral import NoOcsp, rim_sources_from_mapping
+from gpucc.gpuattest.cvm.tdx_sim import simulated_tdx
 from gpucc.gpuattest.evidence import load_evidence_json
 from gpucc.gpuattest.policy import parse_policy
 from gpucc.gpuattest.simulate import SimulatedGpu
 from gpucc.gpuattest.verifier import verify
 from gpucc.staging import seal_file
 from gpucc.staging.format import write_key_file
-from gpucc.staging.release import CollectedEvidence, create_offer
+from gpucc.staging.release import CollectedCvmEvidence, CollectedEvidence, create_offer
 from gpucc.travel.client import HolderClient
 from gpucc.travel.signing import generate_signing_key, write_signing_key
 
@@ -82,6 +83,9 @@ def main() -> int:
         (roots / "rim_root.pem").write_bytes(gpu.roots.rim_root.public_bytes(Encoding.PEM))
         for rim_id, rim in gpu.rims.items():
             (roots / "rims" / f"{rim_id}.xml").write_bytes(rim)
+        tdx = simulated_tdx(dt.datetime.now(dt.UTC))  # the CVM the GPU sits in
+        (roots / "tdx_root.pem").write_bytes(tdx.root.public_bytes(Encoding.PEM))
+        tdx_collateral = tdx.collateral(issued=dt.datetime.now(dt.UTC)).to_json()
         (tmp / "data").mkdir()
         kek = write_key_file(tmp / "data.key")
         (tmp / "plain").write_bytes(os.urandom(1 << 16))
@@ -117,7 +121,14 @@ def main() -> int:
                 return CollectedEvidence.from_evidence_set(gpu.evidence(nonce))
 
             client = HolderClient(url)
-            offers = [create_offer(client.challenge(), collect)[0].to_json() for _ in range(count)]
+
+            def collect_cvm(report_data: bytes) -> CollectedCvmEvidence:
+                return CollectedCvmEvidence(tdx.quote(report_data), tdx_collateral)
+
+            offers = [
+                create_offer(client.challenge(), collect, collect_cvm=collect_cvm)[0].to_json()
+                for _ in range(count)
+            ]
 
             barrier = threading.Barrier(count)
             latencies: list[float] = []

@@ -11,6 +11,14 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from .attest_cvm import (
+    CvmCollateralOption,
+    CvmEvidenceOption,
+    CvmOnlyOption,
+    CvmPccsOption,
+    CvmReportDataOption,
+    verify_cvm,
+)
 from .options import (
     AtOption,
     CacheDirOption,
@@ -35,6 +43,8 @@ if TYPE_CHECKING:
     from gpucc.gpuattest.collateral import OcspChecker, RimSource
     from gpucc.gpuattest.evidence import EvidenceSet
     from gpucc.gpuattest.netconfig import NetworkSettings
+    from gpucc.gpuattest.policy import Policy
+    from gpucc.gpuattest.result import AttestationResult
 
 evidence_app = typer.Typer(
     help="Collect GPU evidence.", no_args_is_help=True, pretty_exceptions_show_locals=False
@@ -225,8 +235,13 @@ def attest(
     ] = None,
     force: ForceOption = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+    cvm_evidence: CvmEvidenceOption = None,
+    cvm_collateral: CvmCollateralOption = None,
+    cvm_report_data: CvmReportDataOption = None,
+    cvm_only_: CvmOnlyOption = False,
+    cvm_pccs_url: CvmPccsOption = None,
 ) -> None:
-    """Verify GPU attestation evidence and print a verdict.
+    """Verify GPU attestation evidence (and a confidential VM's) and print a verdict.
 
     Exit codes: 0 trusted, 1 not trusted, 2 usage, 3 collateral missing,
     4 malformed input, 5 environment (no GPU/NVML, CC off).
@@ -237,9 +252,7 @@ def attest(
     from gpucc.gpuattest.trust import TrustRoots
     from gpucc.gpuattest.verifier import verify
 
-    from .output import emit
-    from .render import attest_document, render_text, verdict_exit_code
-    from .terminal import console
+    from .render import verdict_exit_code
 
     now = parse_time(at)
     pol: Policy = load_policy(policy) if policy else Policy()
@@ -248,6 +261,47 @@ def attest(
         raise UsageError("--sign-eat KEY and -o FILE go together")
     if sign_eat is not None and verifier is Verifier.REMOTE:
         raise UsageError("--sign-eat signs a local verification; NRAS's tokens are already signed")
+    if cvm_evidence is not None and (sign_eat is not None or verifier is Verifier.REMOTE):
+        raise UsageError("--cvm-evidence is verified locally only: drop --sign-eat/--verifier")
+    if cvm_only_ and (evidence or cert_chain or sample):
+        raise UsageError("--cvm-only verifies --cvm-evidence alone: drop the GPU evidence")
+    from gpucc.gpuattest.netconfig import NetworkSettings
+
+    settings = NetworkSettings(
+        rim_url=rim_url,
+        ocsp_url=ocsp_url,
+        service_key=service_key,
+        ocsp_nonce=not no_ocsp_nonce,
+        cache_dir=cache_dir,
+        use_cache=not no_cache,
+        bundle=collateral,
+        offline=offline,
+        timeout=timeout,
+        deadline=deadline,
+    )
+    gpu_nonce = parse_nonce_hex(nonce) if nonce and not cvm_only_ else None
+    cvm = (
+        verify_cvm(
+            cvm_evidence,
+            cvm_collateral,
+            cvm_report_data,
+            policy=pol,
+            now=now,
+            nonce=gpu_nonce,
+            network=settings,
+            pccs_url=cvm_pccs_url,
+        )
+        if cvm_evidence is not None
+        else None
+    )
+    if cvm is None and (cvm_only_ or cvm_collateral or cvm_report_data or cvm_pccs_url):
+        raise UsageError(
+            "--cvm-only, --cvm-collateral, --cvm-report-data, --cvm-pccs-url need --cvm-evidence"
+        )
+    if cvm_only_ and cvm is not None:  # --cvm-only without --cvm-evidence was refused above
+        from .attest_cvm import cvm_only
+
+        _show(cvm_only(cvm, policy=pol, now=now), output=output, verbose=verbose)
     if sample:
         if evidence or cert_chain:
             raise UsageError("--sample cannot be combined with --evidence/--cert-chain")
@@ -272,20 +326,6 @@ def attest(
         nonce = fresh.hex()
     expected = parse_nonce_hex(nonce) if nonce else None
     roots = TrustRoots.nvidia()
-    from gpucc.gpuattest.netconfig import NetworkSettings
-
-    settings = NetworkSettings(
-        rim_url=rim_url,
-        ocsp_url=ocsp_url,
-        service_key=service_key,
-        ocsp_nonce=not no_ocsp_nonce,
-        cache_dir=cache_dir,
-        use_cache=not no_cache,
-        bundle=collateral,
-        offline=offline,
-        timeout=timeout,
-        deadline=deadline,
-    )
     if verifier is Verifier.REMOTE:
         _attest_remote(
             ev,
@@ -300,14 +340,11 @@ def attest(
     result = verify(
         ev, expected_nonce=expected, roots=roots, now=now, rims=rims, ocsp=ocsp, policy=pol
     )
-    if output is OutputFormat.JSON:
-        emit(attest_document(result))
-    else:
-        from .plain import is_terminal, render_plain
+    if cvm is not None:
+        from .attest_cvm import with_cvm
 
-        # Rich's console only for a terminal: it costs more to import than verifying.
-        if is_terminal(sys.stdout) or not render_plain(result, verbose=verbose):
-            render_text(result, console(), verbose=verbose)
+        result = with_cvm(result, cvm)
+    _print(result, output=output, verbose=verbose)
     if sign_eat is not None and token_output is not None:
         from .attest_remote import sign_result
 
@@ -316,6 +353,41 @@ def attest(
 
         note(f"signed result (key {kid}) written to {path}")
     raise typer.Exit(verdict_exit_code(result.verdict))
+
+
+def _print(result: AttestationResult, *, output: OutputFormat, verbose: bool) -> None:
+    """Print a result: its JSON document, or the text report (Rich's console only for a
+    terminal or a composite result: it costs more to import than verifying)."""
+    from .output import emit
+    from .plain import is_terminal, render_plain
+    from .render import attest_document, render_text
+    from .terminal import console
+
+    if output is OutputFormat.JSON:
+        emit(attest_document(result))
+    elif (
+        is_terminal(sys.stdout)
+        or result.cvm is not None  # the plain writer draws the GPUs' report only
+        or not render_plain(result, verbose=verbose)
+    ):
+        render_text(result, console(), verbose=verbose)
+
+
+def _show(result: AttestationResult, *, output: OutputFormat, verbose: bool) -> None:
+    """Print a result and exit with its verdict's status."""
+    from .render import verdict_exit_code
+
+    _print(result, output=output, verbose=verbose)
+    raise typer.Exit(verdict_exit_code(result.verdict))
+
+
+def _cvm_evidence(nonce: bytes, tsm_root: Path | None) -> bytes:
+    """This CVM's quote or report over the report data bound to ``nonce``."""
+    from gpucc.gpuattest.cvm.appraise import attest_report_data
+    from gpucc.gpuattest.cvm.tsm import DEFAULT_TSM_ROOT, collect_tsm_report
+
+    report = collect_tsm_report(attest_report_data(nonce), root=tsm_root or DEFAULT_TSM_ROOT)
+    return report.outblob
 
 
 def _attest_remote(
@@ -359,6 +431,20 @@ def collect(
     ] = None,
     force: ForceOption = False,
     fmt: FormatOption = OutputFormat.TEXT,
+    cvm: Annotated[
+        Path | None,
+        typer.Option(
+            "--cvm",
+            dir_okay=False,
+            rich_help_panel="Confidential VM",
+            help="Also write this CVM's TDX quote or SEV-SNP report (configfs-tsm) to FILE, "
+            "over report data SHA-512('gpucc/attest/v1/cvm-report-data' || nonce), which binds "
+            "it to the GPU evidence; 'gpucc attest --cvm-evidence FILE' expects the same.",
+        ),
+    ] = None,
+    tsm_root: Annotated[
+        Path | None, typer.Option("--tsm-root", hidden=True, file_okay=False)
+    ] = None,
 ) -> None:
     """Collect evidence from the local GPUs (NVML) into an nvattest-format JSON file.
 
@@ -371,10 +457,20 @@ def collect(
     from .output import emit, note
 
     value = parse_nonce_hex(nonce) if nonce else os.urandom(32)
+    if cvm is not None and cvm == output:
+        from gpucc.gpuattest.errors import UsageError
+
+        raise UsageError("--cvm and -o must name different files")
     with force_hint():
         refuse_existing(output, force=force)
+        if cvm is not None:
+            refuse_existing(cvm, force=force)
         ev = collect_evidence(value)
+        quote = _cvm_evidence(value, tsm_root) if cvm is not None else None
         write_atomic(output, dump_evidence_json(ev), force=force, what="evidence file")
+        if cvm is not None and quote is not None:
+            write_atomic(cvm, quote, force=force, what="CVM evidence file")
+            note(f"wrote the CVM's evidence to {cvm}")
     note(f"wrote evidence for {len(ev.gpus)} GPU(s) to {output}; nonce {value.hex()}")
     if fmt is OutputFormat.JSON:
         emit(

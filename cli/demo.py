@@ -118,10 +118,18 @@ def demo(
         seal_s = time.perf_counter() - t0
         header = open_sealed(sealed).header
         grant = DatasetKey(header.dataset_id, header.digest, dataset_key)
-        session = local_session(collect=collect, attest=attest, datasets=[grant])
+        collect_cvm, attest_cvm = _simulated_cvm(now)
+        session = local_session(
+            collect=collect,
+            attest=attest,
+            datasets=[grant],
+            collect_cvm=collect_cvm,
+            attest_cvm=attest_cvm,
+        )
         out.print(
-            "[bold]2. session[/bold] a simulated H100 (its own test PKI, not NVIDIA-rooted: no GPU "
-            "here) attested with a nonce bound to the host's ephemeral key; transcript "
+            "[bold]2. session[/bold] a simulated H100 in a simulated TDX CVM (their own test PKIs, "
+            "not NVIDIA- or Intel-rooted: no GPU here) attested with a nonce and CVM report data "
+            "bound to the host's ephemeral key; transcript "
             f"{session.answer.transcript_hash.hex()[:16]}...; dataset key released, wrapped for "
             "this session only",
             highlight=False,
@@ -183,3 +191,31 @@ def demo(
     )
     if fmt is OutputFormat.JSON:
         emit({"schema": "gpucc.demo/v1", "ok": True, "steps": steps})
+
+
+def _simulated_cvm(now: dt.datetime) -> tuple[Any, Any]:
+    """A simulated TDX platform's collector and the holder's check of it (image pinned)."""
+    from gpucc.gpuattest.cvm.appraise import verify_cvm_evidence
+    from gpucc.gpuattest.cvm.policy import parse_cvm_policy
+    from gpucc.gpuattest.cvm.tdx_sim import SIMULATED_MRTD, simulated_tdx
+    from gpucc.staging.release import CollectedCvmEvidence
+
+    tdx = simulated_tdx(now)
+    collateral = tdx.collateral(issued=now - dt.timedelta(minutes=5)).to_json()
+    policy = parse_cvm_policy({"measurements": {"tdx": {"mrtd": SIMULATED_MRTD.hex()}}})
+
+    def collect_cvm(report_data: bytes) -> CollectedCvmEvidence:
+        return CollectedCvmEvidence(tdx.quote(report_data), collateral)
+
+    def attest_cvm(evidence: bytes, offered: bytes | None, expected: bytes) -> Any:
+        return verify_cvm_evidence(
+            evidence,
+            offered,
+            now=now,
+            policy=policy,
+            expected_report_data=expected,
+            tdx_root=tdx.root,
+            require_pins=True,
+        )
+
+    return collect_cvm, attest_cvm

@@ -76,7 +76,9 @@ def _attester(
     pol: Policy = load_policy(policy) if policy else Policy()
     if simulate_roots is not None:
         if policy is None:
-            pol = parse_policy({"ocsp": {"require": False}}, source="simulation default")
+            from .session_cvm import simulation_policy
+
+            pol = parse_policy(simulation_policy(), source="simulation default")
         return directory_attester(simulate_roots, pol)
     from gpucc.gpuattest.collateral import CompositeRimSource, DirectoryRimSource
     from gpucc.gpuattest.netconfig import NetworkSettings, build_collateral
@@ -94,6 +96,30 @@ def _attester(
         policy=pol,
         clock=lambda: dt.datetime.now(dt.UTC),
     )
+
+
+def _cvm(simulate_roots: Path | None, policy: Path | None, offline: bool) -> tuple[Any, bool]:
+    """The CVM check of version-2 offers (the cvm: policy, measurements pinned) and whether
+    GPU-only offers are accepted (the named relaxation cvm.allow_gpu_only)."""
+    from gpucc.gpuattest.netconfig import NetworkSettings
+    from gpucc.gpuattest.policy import Policy, load_policy, parse_policy
+
+    from .session_cvm import cvm_attester, simulation_policy
+
+    pol: Policy = load_policy(policy) if policy else Policy()
+    if simulate_roots is not None and policy is None:
+        pol = parse_policy(simulation_policy(), source="simulation default")
+    if pol.cvm.allow_gpu_only:
+        note("policy relaxation cvm.allow_gpu_only: GPU-only (version 1) offers are accepted")
+    attest = cvm_attester(
+        simulate=simulate_roots,
+        policy=pol,
+        collateral=None,
+        clock=lambda: dt.datetime.now(dt.UTC),
+        outcomes=None,  # a long-running service keeps no history
+        network=NetworkSettings(offline=offline),
+    )
+    return attest, pol.cvm.allow_gpu_only
 
 
 @holder_app.command("serve")
@@ -254,10 +280,13 @@ def serve(
         if missing:
             raise UsageError(f"--simulate-roots {simulate_roots} lacks {', '.join(missing)}")
         note("SIMULATED GPU roots: for tests and demos only, this attests nothing real")
+    attest_cvm, allow_gpu_only = _cvm(simulate_roots, policy, offline)
     config = HolderConfig(
         datasets=load_datasets(datasets, dataset_keys),
         signing_key=load_signing_key(key),
         attest=_attester(simulate_roots, policy, rim_dir, collateral, offline),
+        attest_cvm=attest_cvm,
+        allow_gpu_only=allow_gpu_only,
         challenge_ttl=challenge_ttl,
         max_request_bytes=max_request_kib * 1024,
         rate_per_s=rate,

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from rich.table import Table
     from rich.text import Text
 
+    from gpucc.gpuattest.cvm.appraise import CvmResult
     from gpucc.gpuattest.measurements import MismatchRecord
     from gpucc.gpuattest.result import GpuResult
 
@@ -183,7 +184,7 @@ def sized_table(console: Console, headers: Sequence[str], rows: Sequence[Sequenc
     return table
 
 
-def _check_rows(gpu: GpuResult) -> list[list[Text]]:
+def _check_rows(gpu: GpuResult | CvmResult) -> list[list[Text]]:
     from rich.text import Text
 
     rows: list[list[Text]] = []
@@ -253,6 +254,8 @@ def render_text(result: AttestationResult, console: Console, *, verbose: bool = 
     """
     from rich.text import Text
 
+    if result.cvm is not None:
+        _render_cvm(result.cvm, console, verbose=verbose)
     for gpu in result.gpus:
         title = f"GPU {gpu.index}" + (f" {gpu.uuid}" if gpu.uuid else "") + f" ({gpu.arch})"
         console.print(Text(title, style="bold"), highlight=False)
@@ -279,9 +282,30 @@ def render_text(result: AttestationResult, console: Console, *, verbose: bool = 
     label, style = _VERDICT_LINE[str(result.verdict)]
     at = result.verified_at.isoformat().replace("+00:00", "Z")
     line = Text(f"{label}", style=style)
-    line.append(f": {len(result.gpus)} GPU(s) verified as of {at}", style="")
+    cvm = f"the CVM ({result.cvm.kind}) and " if result.cvm is not None else ""
+    line.append(f": {cvm}{len(result.gpus)} GPU(s) verified as of {at}", style="")
     if result.reasons:
         line.append(f"; {shorten_hex(result.reasons[0])}", style="")
         if len(result.reasons) > 1:
             line.append(f" (+{len(result.reasons) - 1} more)", style="")
     console.print(line, highlight=False)
+
+
+# TDX's, then SEV-SNP's.
+_CVM_SUMMARY = (
+    *("tcb_status", "mrtd", "rtmr0", "rtmr1", "rtmr2", "rtmr3"),
+    *("measurement", "host_data"),
+)
+
+
+def _render_cvm(cvm: CvmResult, console: Console, *, verbose: bool) -> None:
+    """The CVM's checks, then its TCB status and measurements (in full with ``verbose``)."""
+    from rich.text import Text
+
+    console.print(Text(f"CVM ({cvm.kind})", style="bold"), highlight=False)
+    console.print(sized_table(console, ("check", "result", "detail"), _check_rows(cvm)))
+    pairs = [(k, str(cvm.claims[k])) for k in _CVM_SUMMARY if k in cvm.claims]
+    pairs.append(("report data", str(cvm.claims.get("report_data"))))
+    _print_pairs(console, [(k, v if verbose else shorten_hex(v)) for k, v in pairs])
+    if verbose:
+        console.print(f"CVM evidence sha256 {cvm.evidence_sha256.hex()}", soft_wrap=True)

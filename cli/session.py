@@ -42,9 +42,17 @@ from .options import (
 )
 from .output import emit, note, out, warn
 from .safety_options import ForceOption, check_output, force_hint
+from .session_cvm import CvmCollateralOption, GpuOnlyOption
 
 if TYPE_CHECKING:
-    from gpucc.staging.release import AttestationOutcome, CollectedEvidence, DatasetKey
+    from gpucc.gpuattest.policy import Policy
+    from gpucc.staging.release import (
+        AttestationOutcome,
+        CollectedEvidence,
+        CvmAttester,
+        CvmOutcome,
+        DatasetKey,
+    )
 
 __all__ = ["session_app"]
 
@@ -175,20 +183,17 @@ def _attester(
     with its reasons one by one.
     """
     from gpucc.gpuattest.collateral import DirectoryRimSource, NoOcsp
-    from gpucc.gpuattest.policy import Policy, load_policy, parse_policy
     from gpucc.gpuattest.trust import TrustRoots
     from gpucc.gpuattest.verifier import verify
 
     now = parse_time(at)
-    pol: Policy = load_policy(policy) if policy else Policy()
+    pol = _policy(simulate, policy)
     if simulate is not None:
         roots = TrustRoots.from_pem(
             (simulate / "device_root.pem").read_bytes(), (simulate / "rim_root.pem").read_bytes()
         )
         rims: Any = DirectoryRimSource(simulate / "rims")
         ocsp: Any = NoOcsp("simulated GPU: no OCSP responder")
-        if policy is None:
-            pol = parse_policy({"ocsp": {"require": False}}, source="simulation default")
     else:
         from gpucc.gpuattest.collateral import CompositeRimSource
         from gpucc.gpuattest.netconfig import NetworkSettings, build_collateral
@@ -208,6 +213,49 @@ def _attester(
         return result
 
     return attest
+
+
+def _policy(simulate: Path | None, policy: Path | None) -> Policy:
+    """The policy file, or the default (the simulation's own when simulating)."""
+    from gpucc.gpuattest.policy import Policy, load_policy, parse_policy
+
+    from .session_cvm import simulation_policy
+
+    if policy is not None:
+        return load_policy(policy)
+    if simulate is not None:
+        return parse_policy(simulation_policy(), source="simulation default")
+    return Policy()
+
+
+def _cvm_check(
+    simulate: Path | None,
+    policy: Path | None,
+    collateral: Path | None,
+    at: str | None,
+    offline: bool = False,
+) -> tuple[CvmAttester, bool]:
+    """The holder's CVM attester, and whether GPU-only offers are accepted (the named
+    relaxation cvm.allow_gpu_only). TDX collateral an offer lacks comes from Intel's PCS
+    through the cache (only the cache with ``offline``)."""
+    from gpucc.gpuattest.netconfig import NetworkSettings
+
+    from .session_cvm import cvm_attester
+
+    pol = _policy(simulate, policy)
+    outcomes: list[CvmOutcome] = []
+    now = parse_time(at)
+    attest = cvm_attester(
+        simulate=simulate,
+        policy=pol,
+        collateral=collateral,
+        clock=lambda: now,
+        outcomes=outcomes,
+        network=NetworkSettings(offline=offline),
+    )
+    if pol.cvm.allow_gpu_only:
+        note("policy relaxation cvm.allow_gpu_only: GPU-only (version 1) offers are accepted")
+    return attest, pol.cvm.allow_gpu_only
 
 
 class RefusedError(NotTrustedError):
@@ -307,8 +355,13 @@ def offer(
     simulate: SimulateOption = None,
     force: ForceOption = False,
     fmt: FormatOption = OutputFormat.TEXT,
+    gpu_only: GpuOnlyOption = False,
+    cvm_collateral: CvmCollateralOption = None,
 ) -> None:
-    """Host: make a session key, collect GPU evidence bound to it, and write the offer.
+    """Host: make a session key, collect GPU and CVM evidence bound to it, write the offer.
+
+    The CVM's TDX quote or SNP report comes from configfs-tsm, over report data that commits
+    to the session (protocol version 2); --gpu-only offers GPU evidence alone (version 1).
 
     The offer replaces an existing file only with --force; the host key file is always new.
     """
@@ -320,18 +373,19 @@ def offer(
     with force_hint():
         refuse_existing(output, force=force)
     _warn_if_simulated(simulate)
-    made, secret = create_offer(value, _collector(simulate))
+    from .session_cvm import cvm_collector
+
+    collect_cvm = cvm_collector(simulate=simulate, collateral=cvm_collateral, gpu_only=gpu_only)
+    made, secret = create_offer(value, _collector(simulate), collect_cvm=collect_cvm)
     secret.write(host_key)
     check_output(output, also=(host_key,))
     _write(output, made.to_json(), force=force)
+    cvm = "and the CVM's evidence" if made.version == 2 else "only (GPU-only, version 1)"
     note(
-        f"wrote offer {output} for {len(secret.report_digests)} GPU(s); session key in "
+        f"wrote offer {output} for {len(secret.report_digests)} GPU(s) {cvm}; session key in "
         f"{host_key} (mode 0600)"
     )
-    # The nonce is public; printing it lets a CPU TEE bind the same value into its report data.
-    note(
-        f"session nonce {made.nonce.hex()} (bind it into TDX/SNP report data if you have a CPU TEE)"
-    )
+    note(f"session nonce {made.nonce.hex()}")
     if fmt is OutputFormat.JSON:
         emit(
             {
@@ -341,6 +395,7 @@ def offer(
                 "gpus": len(secret.report_digests),
                 "nonce": made.nonce.hex(),
                 "simulated": simulate is not None,
+                "protocol_version": made.version,
             }
         )
 
@@ -374,11 +429,14 @@ def answer(
         ),
     ] = None,
     fmt: FormatOption = OutputFormat.TEXT,
+    cvm_collateral: CvmCollateralOption = None,
 ) -> None:
     """Data holder: verify the offer's attestation, then wrap dataset keys for it.
 
-    The offer must answer CHALLENGE (yours), and its GPU evidence must pass full
-    verification and policy with the nonce bound to the offered key. Exit 1 if not.
+    The offer must answer CHALLENGE (yours), its GPU evidence must pass full verification and
+    policy with the nonce bound to the offered key, and its CVM evidence the cvm: policy with
+    report data bound to the same session (GPU-only offers: only with cvm.allow_gpu_only).
+    Exit 1 if not.
     Each challenge is answered at most once (docs/PROTOCOL.md, "Replay store").
     """
     from gpucc.gpuattest.files import read_capped
@@ -404,8 +462,16 @@ def answer(
         verdicts=verdicts,
     )
     replay = FileReplayStore(_state_dir(state_dir) / "answered-challenges")
+    attest_cvm, gpu_only = _cvm_check(simulate, policy, cvm_collateral, at, offline)
     try:
-        holder = accept_offer(received, challenge=value, attest=attest, replay=replay)
+        holder = accept_offer(
+            received,
+            challenge=value,
+            attest=attest,
+            replay=replay,
+            attest_cvm=attest_cvm,
+            allow_gpu_only=gpu_only,
+        )
     except NotTrustedError as exc:
         raise _refused(exc, verdicts) from None
     _write(output, holder.answer([holder.wrap(g) for g in grants]).to_json(), force=force)
@@ -422,6 +488,7 @@ def answer(
                 "dataset_ids": [g.dataset_id.hex() for g in grants],
                 "transcript_hash": holder.transcript_hash.hex(),
                 "simulated": simulate is not None,
+                "protocol_version": holder.version,
             }
         )
 
@@ -506,8 +573,10 @@ def local(
     simulate: SimulateOption = None,
     force: ForceOption = False,
     fmt: FormatOption = OutputFormat.TEXT,
+    gpu_only: GpuOnlyOption = False,
+    cvm_collateral: CvmCollateralOption = None,
 ) -> None:
-    """One machine: attest the local GPU under a fresh session and release dataset keys.
+    """One machine: attest the local GPU and CVM under a fresh session, release dataset keys.
 
     Then stage with ``gpucc stage DATASET --session ANSWER --host-key HOST_KEY``. The answer
     replaces an existing file only with --force; the host key file is always new.
@@ -532,8 +601,19 @@ def local(
         at=at,
         verdicts=verdicts,
     )
+    from .session_cvm import cvm_collector
+
+    collect_cvm = cvm_collector(simulate=simulate, collateral=cvm_collateral, gpu_only=gpu_only)
+    attest_cvm, allow_gpu_only = _cvm_check(simulate, policy, None, at, offline)
     try:
-        result = local_session(collect=collect, attest=attest, datasets=grants)
+        result = local_session(
+            collect=collect,
+            attest=attest,
+            datasets=grants,
+            collect_cvm=collect_cvm,
+            attest_cvm=attest_cvm,
+            allow_gpu_only=allow_gpu_only,
+        )
     except NotTrustedError as exc:
         raise _refused(exc, verdicts) from None
     result.host_key.write(host_key)
@@ -551,5 +631,6 @@ def local(
                 "host_key": str(host_key),
                 "dataset_ids": [g.dataset_id.hex() for g in grants],
                 "simulated": simulate is not None,
+                "protocol_version": result.answer.version,
             }
         )

@@ -91,13 +91,16 @@ def run(
     from gpucc.travel.orchestrator import run_plan
     from gpucc.travel.plan import load_plan
 
+    from .session_cvm import cvm_collector
+
     plan = load_plan(plan_file)
     if simulate is not None:
         note("SIMULATED GPU: for tests and demos only, this attests nothing real")
         collect = _simulated_collector(simulate)
     else:
         collect = _nvml_collector()
-    result = run_plan(plan, collect=collect, log_path=log, force=force)
+    collect_cvm = cvm_collector(simulate=simulate, collateral=None, gpu_only=False)
+    result = run_plan(plan, collect=collect, collect_cvm=collect_cvm, log_path=log, force=force)
     for visit in result.visits:
         note(
             f"{visit.holder_id}: {visit.bytes_staged} bytes staged and scrubbed "

@@ -36,7 +36,13 @@ from .messages import MAX_EPOCH, MAX_STEP, TAG_SIZE, MessageId, derive_edge_key
 if TYPE_CHECKING:
     from torch.distributed import ProcessGroup
 
-    from gpucc.staging.release import Attester, CollectedEvidence, EvidenceLoader
+    from gpucc.staging.release import (
+        Attester,
+        CollectedCvmEvidence,
+        CollectedEvidence,
+        CvmAttester,
+        EvidenceLoader,
+    )
 
 __all__ = ["Buffer", "GroupKeys", "KeyUsage", "UsageLimits"]
 
@@ -136,6 +142,8 @@ class GroupKeys:
         timeout: dt.timedelta = dt.timedelta(seconds=120),
         limits: UsageLimits | None = None,
         load_evidence: EvidenceLoader | None = None,
+        collect_cvm: Callable[[bytes], CollectedCvmEvidence] | None = None,
+        attest_cvm: CvmAttester | None = None,
     ) -> GroupKeys:
         """Attested key setup over ``process_group`` (the default group when None).
 
@@ -144,6 +152,11 @@ class GroupKeys:
         are exchanged, and every rank verifies every peer's offer with ``attest`` (the
         caller's verifier and policy; it must require the nonce). The verdicts are
         exchanged too, so every rank learns about every refusal.
+
+        With ``collect_cvm`` and ``attest_cvm`` the ranks use key release's version-2 binding:
+        each offer carries its CVM's evidence over report data bound to the offer's nonce and
+        key, and every peer must offer such evidence that ``attest_cvm`` trusts. Without
+        ``attest_cvm`` the group binds to GPU evidence only (protocol version 1).
 
         Raises:
             PeerNotTrustedError: some rank's evidence was refused (on every rank).
@@ -160,6 +173,8 @@ class GroupKeys:
             timeout=timeout,
             limits=limits,
             load_evidence=load_evidence,
+            collect_cvm=collect_cvm,
+            attest_cvm=attest_cvm,
         )
 
     # --- epochs ---------------------------------------------------------------------

@@ -28,7 +28,9 @@ from gpucc.gpuattest._internal.jsonio import loads_untrusted
 from gpucc.gpuattest.errors import GpuccError, MalformedInputError
 from gpucc.staging.release import (
     Attester,
+    CollectedCvmEvidence,
     CollectedEvidence,
+    CvmAttester,
     EvidenceLoader,
     Offer,
     accept_offer,
@@ -96,6 +98,7 @@ def _verify_peer(
     attest: Attester,
     load_evidence: EvidenceLoader | None,
     private_key: ec.EllipticCurvePrivateKey,
+    attest_cvm: CvmAttester | None,
 ) -> str | None:
     """None when the peer's offer is trusted, else the reason (never key material)."""
     if not raw:
@@ -108,6 +111,10 @@ def _verify_peer(
             attest=attest,
             load_evidence=load_evidence,
             private_key=private_key,
+            attest_cvm=attest_cvm,
+            # Without a CVM verifier the group binds to GPU evidence only (version 1), as the
+            # caller chose; with one, every peer must offer CVM evidence (docs/DDP.md).
+            allow_gpu_only=attest_cvm is None,
         )
     except GpuccError as exc:
         return _short(exc.diagnostics())
@@ -126,6 +133,8 @@ def establish_group(
     timeout: dt.timedelta,
     limits: UsageLimits | None,
     load_evidence: EvidenceLoader | None,
+    collect_cvm: Callable[[bytes], CollectedCvmEvidence] | None = None,
+    attest_cvm: CvmAttester | None = None,
 ) -> K:
     """See :meth:`gpucc.ddp.keys.GroupKeys.establish`."""
     import torch.distributed as dist
@@ -148,7 +157,7 @@ def establish_group(
     private = ec.generate_private_key(CURVE)
     own_error: BaseException | None = None
     try:
-        offer, _ = create_offer(challenge, collect, private_key=private)
+        offer, _ = create_offer(challenge, collect, private_key=private, collect_cvm=collect_cvm)
         own = offer.to_json()
     except Exception as exc:
         own_error, own = exc, b""
@@ -165,6 +174,7 @@ def establish_group(
                 attest=attest,
                 load_evidence=load_evidence,
                 private_key=private,
+                attest_cvm=attest_cvm,
             )
             if reason is not None:
                 refused[peer] = reason

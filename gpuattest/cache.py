@@ -63,6 +63,7 @@ _KIND_RE = re.compile(r"^[a-z][a-z0-9\-]{0,31}$")
 # An OCSP response is a few KiB; anything bigger in the cache is not ours.
 _MAX_OCSP_ENTRY = 256 * 1024
 _MAX_RIM_ENTRY = (MAX_RIM_BYTES * 4) // 3 + 4096
+_MAX_TDX_ENTRY = 16 * 1024 * 1024  # PCCS JSON of a TDX platform's collateral, base64
 
 
 def default_cache_dir() -> Path:
@@ -149,6 +150,21 @@ class CollateralCache:
         if _KIND_RE.match(kind) and _KEY_RE.match(key):
             self._discard(self._path(kind, key))
 
+    # -- TDX collateral ------------------------------------------------------
+
+    def get_tdx(self, key: str, *, now: dt.datetime) -> bytes | None:
+        """Cached TDX collateral (PCCS JSON) for ``key`` if intact and ``now < expires``."""
+        if not _KEY_RE.match(key):
+            return None
+        return self._read("tdx", key, _MAX_TDX_ENTRY, now=now)
+
+    def put_tdx(self, key: str, collateral: bytes, *, expires: dt.datetime) -> None:
+        """Store TDX collateral until ``expires`` (its earliest next update; best effort)."""
+        if expires.tzinfo is None:
+            raise ValueError("expires must be timezone-aware")
+        if _KEY_RE.match(key) and 0 < len(collateral) <= _MAX_TDX_ENTRY // 2:
+            self._write("tdx", key, collateral, expires=expires)
+
     # -- internals ---------------------------------------------------------
 
     def _path(self, kind: str, key: str) -> Path:
@@ -208,7 +224,7 @@ class CollateralCache:
         if not payload or hashlib.sha256(payload).hexdigest() != digest:
             return None
         expires: dt.datetime | None = None
-        if kind == "ocsp":
+        if kind in ("ocsp", "tdx"):
             text = doc.get("expires")
             if not isinstance(text, str):
                 return None

@@ -27,6 +27,7 @@ Schema (every key optional; shown with its default)::
     cc:
       require_cc_on: true        # NVML evidence only: CC feature must be on
       forbid_devtools: true      # NVML evidence only: DevTools mode must be off
+    cvm: {}                      # confidential-VM evidence: see gpuattest.cvm.policy
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .cvm.policy import CvmPolicy, parse_cvm_policy
 from .errors import MalformedPolicyError
 
 __all__ = ["Policy", "load_policy", "parse_policy", "version_tuple"]
@@ -70,6 +72,7 @@ class Policy:
     allowed_vbios: frozenset[str] | None = None
     require_cc_on: bool = True
     forbid_devtools: bool = True
+    cvm: CvmPolicy = field(default_factory=CvmPolicy)
     source: str = field(default="built-in strict default", compare=False)
 
     def to_dict(self) -> dict[str, Any]:
@@ -95,6 +98,7 @@ class Policy:
                 else None,
             },
             "cc": {"require_cc_on": self.require_cc_on, "forbid_devtools": self.forbid_devtools},
+            "cvm": self.cvm.to_dict(),
         }
 
 
@@ -153,7 +157,7 @@ def parse_policy(doc: Any, *, source: str = "policy") -> Policy:
     if not isinstance(doc, dict):
         raise MalformedPolicyError("a policy must be a YAML mapping")
     for key in doc:
-        if key != "version" and key not in _SCHEMA:
+        if key not in ("version", "cvm") and key not in _SCHEMA:
             raise MalformedPolicyError(f"unknown policy key '{key}'")
     version = doc.get("version", 1)
     if isinstance(version, bool) or not isinstance(version, int) or version != 1:
@@ -198,6 +202,7 @@ def parse_policy(doc: Any, *, source: str = "policy") -> Policy:
         else None,
         require_cc_on=cc.get("require_cc_on", True),
         forbid_devtools=cc.get("forbid_devtools", True),
+        cvm=parse_cvm_policy(doc.get("cvm")),
         source=source,
     )
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     # Types only: the CLI imports verdicts at start-up, before any verification.
+    from .cvm.appraise import CvmResult
     from .measurements import MeasurementResult
     from .policy import Policy
 
@@ -146,16 +147,18 @@ class AttestationResult:
     verified_at: dt.datetime
     expected_nonce: bytes | None
     source: str
+    cvm: CvmResult | None = None  # the confidential VM's result, when its evidence was given
 
     @property
     def trusted(self) -> bool:
-        """True only when every GPU passed every check the policy requires."""
+        """True only when every GPU (and the CVM, if any) passed every required check."""
         return self.verdict is Verdict.TRUSTED
 
     @property
     def reasons(self) -> tuple[str, ...]:
         """Per-GPU reasons, prefixed with the GPU index."""
-        return tuple(f"GPU {g.index}: {r}" for g in self.gpus for r in g.reasons)
+        cvm = tuple(f"CVM: {r}" for r in self.cvm.reasons) if self.cvm is not None else ()
+        return cvm + tuple(f"GPU {g.index}: {r}" for g in self.gpus for r in g.reasons)
 
     def to_dict(self) -> dict[str, Any]:
         """The ``gpucc.attest/v1`` document, less what only a command line knows.
@@ -175,6 +178,7 @@ class AttestationResult:
             "policy": self.policy.to_dict(),
             "reasons": list(self.reasons),
             "gpus": [g.to_dict() for g in self.gpus],
+            "cvm": self.cvm.to_dict() if self.cvm is not None else None,
         }
 
 

@@ -1,4 +1,10 @@
-"""Dataset-key release bound to GPU attestation: protocol v1 (``docs/PROTOCOL.md``).
+"""Dataset-key release bound to GPU and CVM attestation (``docs/PROTOCOL.md``).
+
+Protocol version 2 adds the confidential VM to version 1's GPU binding: the host's CVM
+evidence carries report data ``SHA-512(label || nonce || SHA-256(Q_H))`` and the transcript
+its digest, so the holder knows ``Q_H`` was made inside that attested CVM. A version-1
+(GPU-only) offer is accepted only when the holder sets the named relaxation
+``allow_gpu_only``; no version-2 offer is ever silently treated as version 1.
 
 Two parties: the **host** (the confidential VM that owns the GPU) and the **data holder**
 (who has the dataset keys). The holder releases a dataset key only to a session whose GPU
@@ -53,18 +59,22 @@ from gpucc.gpuattest.files import read_capped, write_all
 
 from .errors import DatasetKeyMismatchError, MalformedSessionMessageError, ProtocolError
 from .format import StrPath, WrapKind, unwrap_key, wrap_key
+from .release_cvm import CollectedCvmEvidence, CvmAttester, CvmOutcome, check_cvm
 from .release_messages import (
     CHALLENGE_SIZE,
     CURVE,
+    GPU_ONLY_VERSION,
     MAX_ANSWER_BYTES,
     MAX_GPUS,
     MAX_OFFER_BYTES,
     PROTOCOL_VERSION,
+    VERSIONS,
     Answer,
     HostKey,
     Offer,
     SessionWrap,
     check_length,
+    cvm_report_data,
     decode_public_key,
     derive_session_key,
     encode_public_key,
@@ -85,7 +95,10 @@ __all__ = [
     "AttestationOutcome",
     "Attester",
     "ChallengeReplayError",
+    "CollectedCvmEvidence",
     "CollectedEvidence",
+    "CvmAttester",
+    "CvmOutcome",
     "DataHolder",
     "DatasetKey",
     "EvidenceLoader",
@@ -102,6 +115,7 @@ __all__ = [
     "SessionWrap",
     "accept_offer",
     "create_offer",
+    "cvm_report_data",
     "derive_session_key",
     "encode_public_key",
     "encode_transcript",
@@ -147,6 +161,8 @@ class AttestationOutcome(Protocol):
 #: ``attest(evidence_set, expected_nonce) -> outcome``. It must require every report to
 #: carry ``expected_nonce``.
 Attester = Callable[[Any, bytes], AttestationOutcome]
+
+
 #: ``load_evidence(evidence_json) -> evidence_set`` (default: gpuattest.evidence).
 EvidenceLoader = Callable[[bytes], Any]
 
@@ -194,6 +210,7 @@ def create_offer(
     collect: Callable[[bytes], CollectedEvidence],
     *,
     private_key: ec.EllipticCurvePrivateKey | None = None,
+    collect_cvm: Callable[[bytes], CollectedCvmEvidence] | None = None,
 ) -> tuple[Offer, HostKey]:
     """Host, step 1: make an ephemeral key, collect evidence bound to it, build the offer.
 
@@ -201,6 +218,8 @@ def create_offer(
         challenge: the data holder's 32-byte challenge.
         collect: ``collect(nonce)`` collects GPU evidence carrying ``nonce``.
         private_key: a fixed key (known-answer tests only); fresh by default.
+        collect_cvm: ``collect_cvm(report_data)`` gets the CVM's quote or report over
+            ``report_data`` (a version-2 offer); None makes a GPU-only (version 1) offer.
 
     Returns:
         The offer to send, and the host key to keep (write it with :meth:`HostKey.write`).
@@ -211,11 +230,24 @@ def create_offer(
     collected = collect(session_nonce(challenge, public))
     if not collected.reports:
         raise ProtocolError("evidence collection returned no GPU")
+    cvm = None
+    if collect_cvm is not None:
+        cvm = collect_cvm(cvm_report_data(session_nonce(challenge, public), public))
+        if not cvm.evidence:
+            raise ProtocolError("CVM evidence collection returned nothing")
     offer = Offer(
-        challenge=challenge, host_public_key=public, evidence_json=collected.evidence_json
+        challenge=challenge,
+        host_public_key=public,
+        evidence_json=collected.evidence_json,
+        version=GPU_ONLY_VERSION if cvm is None else PROTOCOL_VERSION,
+        cvm_evidence=None if cvm is None else cvm.evidence,
+        cvm_collateral=None if cvm is None else cvm.collateral,
     )
     host_key = HostKey(
-        private_key=scalar_of(key), challenge=challenge, report_digests=collected.report_digests
+        private_key=scalar_of(key),
+        challenge=challenge,
+        report_digests=collected.report_digests,
+        cvm_evidence_digest=None if cvm is None else hashlib.sha256(cvm.evidence).digest(),
     )
     return offer, host_key
 
@@ -266,6 +298,7 @@ class HolderSession:
     transcript: bytes = field(repr=False)
     transcript_hash: bytes
     session_key: bytes = field(repr=False)
+    version: int = GPU_ONLY_VERSION
 
     def wrap(self, dataset: DatasetKey, *, wrap_nonce: bytes | None = None) -> SessionWrap:
         """Wrap a dataset key for this session (wrap record kind 2).
@@ -290,6 +323,7 @@ class HolderSession:
             holder_public_key=self.holder_public_key,
             transcript_hash=self.transcript_hash,
             wraps=tuple(wraps),
+            version=self.version,
         )
 
 
@@ -424,16 +458,24 @@ def accept_offer(
     load_evidence: EvidenceLoader | None = None,
     private_key: ec.EllipticCurvePrivateKey | None = None,
     replay: ReplayStore | None = None,
+    attest_cvm: CvmAttester | None = None,
+    allow_gpu_only: bool = False,
 ) -> HolderSession:
     """Data holder, step 2: verify the offer and derive the session key.
 
     Steps, each failing closed:
 
-    1. The offer answers *this* holder's ``challenge`` (else: replayed or misdirected).
+    1. The offer answers *this* holder's ``challenge`` (else: replayed or misdirected), and
+       carries CVM evidence (version 2) unless ``allow_gpu_only`` (the named relaxation that
+       accepts version-1, GPU-only offers).
     2. The nonce is recomputed from the holder's own challenge and the offered key.
     3. ``attest(evidence, nonce)`` must be trusted: full verification and policy, with
        every report carrying that nonce, which binds the offered key to the GPU.
-    4. The transcript (version, nonce, report digests, both keys) feeds HKDF.
+    3b. Version 2: ``attest_cvm(cvm_evidence, cvm_collateral, report_data)`` must be trusted,
+       with ``report_data`` recomputed from the nonce and the offered key: the key was made
+       inside that CVM, and the CVM's and the GPU's evidence belong to one session.
+    4. The transcript (version, nonce, report digests, both keys, the CVM evidence digest)
+       feeds HKDF.
 
     With ``replay``, the challenge is claimed once the attestation is trusted: an offer
     to a challenge this holder already answered is refused (offers are single-use). The
@@ -446,9 +488,17 @@ def accept_offer(
         MalformedInputError: the evidence cannot be parsed.
     """
     check_length(challenge, CHALLENGE_SIZE, "a challenge")
-    # (1) The offer must answer our challenge.
-    if type(offer.version) is not int or offer.version != PROTOCOL_VERSION:
+    # (1) The offer must answer our challenge, and carry CVM evidence unless relaxed.
+    if type(offer.version) is not int or offer.version not in VERSIONS:
         raise ProtocolError(f"offer protocol version {offer.version} is not supported")
+    if offer.version == GPU_ONLY_VERSION and not allow_gpu_only:
+        raise ProtocolError(
+            "the offer is GPU-only (protocol version 1, no CVM evidence): nothing proves the "
+            "session key was made inside a confidential VM; it is accepted only under the "
+            "named relaxation allow_gpu_only"
+        )
+    if offer.version == PROTOCOL_VERSION and not offer.cvm_evidence:
+        raise ProtocolError("a version-2 offer must carry CVM evidence")
     if not hmac.compare_digest(offer.challenge, challenge):
         raise ProtocolError(
             "the offer answers another challenge (replayed, or meant for another data holder)"
@@ -467,6 +517,7 @@ def accept_offer(
     digests = tuple(bytes(g.report_digest) for g in result.gpus)
     if not 1 <= len(digests) <= MAX_GPUS or any(len(d) != 32 for d in digests):
         raise ProtocolError("the attestation verdict names no GPU report")
+    cvm_digest = check_cvm(offer, nonce, attest_cvm)
     if replay is not None:
         replay.claim(challenge)
     # (4) ECDH and the transcript-bound key.
@@ -477,9 +528,12 @@ def accept_offer(
         report_digests=digests,
         host_public_key=offer.host_public_key,
         holder_public_key=holder_public,
+        version=offer.version,
+        cvm_evidence_digest=cvm_digest,
     )
     shared = holder.exchange(ec.ECDH(), host_key)
     return HolderSession(
+        version=offer.version,
         nonce=nonce,
         report_digests=digests,
         host_public_key=offer.host_public_key,
@@ -503,10 +557,14 @@ class DataHolder:
         *,
         replay: ReplayStore | None = None,
         load_evidence: EvidenceLoader | None = None,
+        attest_cvm: CvmAttester | None = None,
+        allow_gpu_only: bool = False,
     ) -> None:
         self.attest = attest
         self.replay: ReplayStore = MemoryReplayStore() if replay is None else replay
         self.load_evidence = load_evidence
+        self.attest_cvm = attest_cvm
+        self.allow_gpu_only = allow_gpu_only
 
     def accept(self, offer: Offer, challenge: bytes) -> HolderSession:
         """Verify ``offer`` for ``challenge`` and claim the challenge (see :func:`accept_offer`).
@@ -521,6 +579,8 @@ class DataHolder:
             attest=self.attest,
             load_evidence=self.load_evidence,
             replay=self.replay,
+            attest_cvm=self.attest_cvm,
+            allow_gpu_only=self.allow_gpu_only,
         )
 
 
@@ -568,8 +628,11 @@ def open_answer(answer: Answer, host_key: HostKey) -> HostSession:
         ProtocolError: the transcript does not match (an answer to another offer, or a
             holder that verified something else), or a wrap is for another session.
     """
-    if type(answer.version) is not int or answer.version != PROTOCOL_VERSION:
-        raise ProtocolError(f"answer protocol version {answer.version} is not supported")
+    if type(answer.version) is not int or answer.version != host_key.version:
+        raise ProtocolError(
+            f"answer protocol version {answer.version} does not match the offer's "
+            f"({host_key.version})"
+        )
     holder_key = decode_public_key(answer.holder_public_key, "holder")
     private = private_key_from_scalar(host_key.private_key)
     host_public = encode_public_key(private.public_key())
@@ -579,6 +642,8 @@ def open_answer(answer: Answer, host_key: HostKey) -> HostSession:
         report_digests=host_key.report_digests,
         host_public_key=host_public,
         holder_public_key=answer.holder_public_key,
+        version=host_key.version,
+        cvm_evidence_digest=host_key.cvm_evidence_digest,
     )
     expected = transcript_hash(transcript)
     if not hmac.compare_digest(expected, answer.transcript_hash):
@@ -622,6 +687,9 @@ def local_session(
     attest: Attester,
     datasets: Sequence[DatasetKey],
     load_evidence: EvidenceLoader | None = None,
+    collect_cvm: Callable[[bytes], CollectedCvmEvidence] | None = None,
+    attest_cvm: CvmAttester | None = None,
+    allow_gpu_only: bool = False,
 ) -> LocalSession:
     """Release dataset keys to this machine's GPU session after verifying it, in one call.
 
@@ -632,8 +700,15 @@ def local_session(
         ProtocolError: the evidence is not trusted, or any protocol check fails.
     """
     challenge = new_challenge()
-    offer, host_key = create_offer(challenge, collect)
-    holder = accept_offer(offer, challenge=challenge, attest=attest, load_evidence=load_evidence)
+    offer, host_key = create_offer(challenge, collect, collect_cvm=collect_cvm)
+    holder = accept_offer(
+        offer,
+        challenge=challenge,
+        attest=attest,
+        load_evidence=load_evidence,
+        attest_cvm=attest_cvm,
+        allow_gpu_only=allow_gpu_only,
+    )
     answer = holder.answer([holder.wrap(d) for d in datasets])
     return LocalSession(
         offer=offer, answer=answer, host_key=host_key, session=open_answer(answer, host_key)

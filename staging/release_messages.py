@@ -1,4 +1,8 @@
-"""Key-release protocol v1 (``docs/PROTOCOL.md``): constants, derivations and messages.
+"""Key-release protocol (``docs/PROTOCOL.md``): constants, derivations and messages.
+
+Version 1 binds the session to GPU evidence only. Version 2 adds the confidential VM's
+evidence: its report data commits to the session (:func:`cvm_report_data`) and the
+transcript carries the evidence's digest. A version-1 offer is a GPU-only offer.
 
 The pure parts of :mod:`staging.release`: the nonce, transcript and session-key
 derivations, and the offer, answer and host key file with their strict parsers. Nothing
@@ -33,12 +37,14 @@ __all__ = [
     "MAX_GPUS",
     "MAX_OFFER_BYTES",
     "OFFER_SCHEMA",
+    "GPU_ONLY_VERSION",
     "PROTOCOL_VERSION",
     "PUBLIC_KEY_SIZE",
     "Answer",
     "HostKey",
     "Offer",
     "SessionWrap",
+    "cvm_report_data",
     "derive_session_key",
     "encode_public_key",
     "encode_transcript",
@@ -47,7 +53,11 @@ __all__ = [
     "transcript_hash",
 ]
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2  # GPU and CVM evidence
+GPU_ONLY_VERSION = 1  # GPU evidence only: accepted by a holder only under a named relaxation
+VERSIONS = (GPU_ONLY_VERSION, PROTOCOL_VERSION)
+MAX_CVM_EVIDENCE_BYTES = 64 * 1024
+MAX_CVM_COLLATERAL_BYTES = 4 * 1024 * 1024
 CHALLENGE_SIZE = 32
 PUBLIC_KEY_SIZE = 97  # uncompressed SEC1 P-384 point: 0x04 || X || Y
 PRIVATE_KEY_SIZE = 48
@@ -60,6 +70,8 @@ MAX_ANSWER_BYTES = 4 * 1024 * 1024
 
 NONCE_LABEL = b"gpucc/session/v1/nonce"
 TRANSCRIPT_LABEL = b"gpucc/session/v1/transcript"
+TRANSCRIPT_LABEL_V2 = b"gpucc/session/v2/transcript"
+CVM_REPORT_DATA_LABEL = b"gpucc/session/v2/cvm-report-data"
 OFFER_SCHEMA = "gpucc.session-offer/v1"
 ANSWER_SCHEMA = "gpucc.session-answer/v1"
 _HOST_KEY_MAGIC = "gpucc-session-host-key v1"
@@ -108,6 +120,20 @@ def session_nonce(challenge: bytes, host_public_key: bytes) -> bytes:
     ).digest()
 
 
+def cvm_report_data(nonce: bytes, host_public_key: bytes) -> bytes:
+    """The CVM's report data (64 bytes) for a version-2 session:
+    ``SHA-512("gpucc/session/v2/cvm-report-data" || nonce || SHA-256(Q_H))``.
+
+    It ties the CVM's evidence to the GPU's (the same nonce) and to the host key (made inside
+    that CVM): another VM's evidence, relayed, carries other report data.
+    """
+    check_length(nonce, 32, "a nonce")
+    check_length(host_public_key, PUBLIC_KEY_SIZE, "a public key")
+    return hashlib.sha512(
+        CVM_REPORT_DATA_LABEL + nonce + hashlib.sha256(host_public_key).digest()
+    ).digest()
+
+
 def _field(value: bytes) -> bytes:
     return len(value).to_bytes(4, "big") + value
 
@@ -118,13 +144,22 @@ def encode_transcript(
     report_digests: Sequence[bytes],
     host_public_key: bytes,
     holder_public_key: bytes,
-    version: int = PROTOCOL_VERSION,
+    version: int = GPU_ONLY_VERSION,
+    cvm_evidence_digest: bytes | None = None,
 ) -> bytes:
-    """The session transcript: six length-prefixed fields (uint32 big-endian lengths).
+    """The session transcript: length-prefixed fields (uint32 big-endian lengths).
 
     ``label || uint16_be(version) || nonce || digest_0 || ... || digest_{g-1} || Q_H || Q_D``,
     each field preceded by its length; the digests form one field of ``32 * g`` bytes.
+    Version 2 uses the label ``gpucc/session/v2/transcript`` and appends a seventh field,
+    the SHA-256 of the CVM evidence.
     """
+    if version not in VERSIONS or (version == PROTOCOL_VERSION) != (
+        cvm_evidence_digest is not None
+    ):
+        raise ValueError("version 2 transcripts, and only they, carry a CVM evidence digest")
+    if cvm_evidence_digest is not None:
+        check_length(cvm_evidence_digest, 32, "a CVM evidence digest")
     check_length(nonce, 32, "a nonce")
     if not 1 <= len(report_digests) <= MAX_GPUS:
         raise ValueError("a transcript covers 1 to 64 report digests")
@@ -132,17 +167,17 @@ def encode_transcript(
         check_length(digest, REPORT_DIGEST_SIZE, "a report digest")
     check_length(host_public_key, PUBLIC_KEY_SIZE, "a public key")
     check_length(holder_public_key, PUBLIC_KEY_SIZE, "a public key")
-    return b"".join(
-        _field(value)
-        for value in (
-            TRANSCRIPT_LABEL,
-            version.to_bytes(2, "big"),
-            nonce,
-            b"".join(report_digests),
-            host_public_key,
-            holder_public_key,
-        )
-    )
+    fields = [
+        TRANSCRIPT_LABEL if version == GPU_ONLY_VERSION else TRANSCRIPT_LABEL_V2,
+        version.to_bytes(2, "big"),
+        nonce,
+        b"".join(report_digests),
+        host_public_key,
+        holder_public_key,
+    ]
+    if cvm_evidence_digest is not None:
+        fields.append(cvm_evidence_digest)
+    return b"".join(_field(value) for value in fields)
 
 
 def transcript_hash(transcript: bytes) -> bytes:
@@ -190,7 +225,7 @@ def _load_json(data: bytes, limit: int, what: str) -> dict[str, Any]:
     return doc
 
 
-def _check_keys(doc: dict[str, Any], expected: set[str], schema: str, what: str) -> None:
+def _check_keys(doc: dict[str, Any], expected: set[str], schema: str, what: str) -> int:
     if doc.get("schema") != schema:
         raise MalformedSessionMessageError(f"not a {what} (schema {doc.get('schema')!r})")
     version = doc.get("version")
@@ -199,10 +234,10 @@ def _check_keys(doc: dict[str, Any], expected: set[str], schema: str, what: str)
         raise MalformedSessionMessageError(
             f"the {what} version must be an integer, not {json.dumps(version)}"
         )
-    if version != PROTOCOL_VERSION:
+    if version not in VERSIONS:
         raise ProtocolError(
             f"the {what} uses protocol version {doc.get('version')!r}; gpucc speaks "
-            f"version {PROTOCOL_VERSION}"
+            f"versions {GPU_ONLY_VERSION} and {PROTOCOL_VERSION}"
         )
     missing = sorted(expected - doc.keys())
     unknown = sorted(doc.keys() - expected)
@@ -210,6 +245,16 @@ def _check_keys(doc: dict[str, Any], expected: set[str], schema: str, what: str)
         raise MalformedSessionMessageError(
             f"the {what} has missing keys {missing} or unknown keys {unknown}"
         )
+    return version
+
+
+def _b64(value: Any, limit: int, what: str) -> bytes:
+    if not isinstance(value, str) or len(value) > limit * 4 // 3 + 4:
+        raise MalformedSessionMessageError(f"{what} must be base64 of at most {limit} bytes")
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        raise MalformedSessionMessageError(f"{what} is not base64") from None
 
 
 @dataclass(frozen=True)
@@ -220,12 +265,19 @@ class Offer:
         challenge: the data holder's challenge this offer answers.
         host_public_key: the host's ephemeral P-384 key, uncompressed SEC1.
         evidence_json: NVAT evidence JSON collected with :attr:`nonce`.
+        version: 2 with CVM evidence, 1 (GPU only) without.
+        cvm_evidence: version 2: the CVM's TDX quote or SEV-SNP report, over
+            :func:`cvm_report_data`.
+        cvm_collateral: version 2, optional: collateral for it (Intel's PCCS JSON, a VCEK),
+            as signed by Intel or AMD; the holder checks it like its own.
     """
 
     challenge: bytes
     host_public_key: bytes
     evidence_json: bytes = field(repr=False)
-    version: int = PROTOCOL_VERSION
+    version: int = GPU_ONLY_VERSION
+    cvm_evidence: bytes | None = field(default=None, repr=False)
+    cvm_collateral: bytes | None = field(default=None, repr=False)
 
     @property
     def nonce(self) -> bytes:
@@ -241,7 +293,18 @@ class Offer:
             "host_public_key": self.host_public_key.hex(),
             "evidence": json.loads(self.evidence_json),
         }
+        if self.version == PROTOCOL_VERSION:
+            if not self.cvm_evidence:
+                raise ValueError("a version-2 offer carries CVM evidence")
+            doc["cvm_evidence"] = base64.b64encode(self.cvm_evidence).decode()
+            collateral = self.cvm_collateral
+            doc["cvm_collateral"] = base64.b64encode(collateral).decode() if collateral else None
         return (json.dumps(doc, indent=2) + "\n").encode()
+
+    @property
+    def cvm_report_data(self) -> bytes:
+        """The report data the CVM evidence claims to sign (recomputed by the holder anyway)."""
+        return cvm_report_data(self.nonce, self.host_public_key)
 
     @classmethod
     def from_json(cls, data: bytes) -> Offer:
@@ -252,12 +315,19 @@ class Offer:
             ProtocolError: another protocol version.
         """
         doc = _load_json(data, MAX_OFFER_BYTES, "offer")
-        _check_keys(
-            doc,
-            {"schema", "version", "challenge", "host_public_key", "evidence"},
-            OFFER_SCHEMA,
-            "session offer",
-        )
+        keys = {"schema", "version", "challenge", "host_public_key", "evidence"}
+        if doc.get("version") == PROTOCOL_VERSION:
+            keys |= {"cvm_evidence", "cvm_collateral"}
+        version = _check_keys(doc, keys, OFFER_SCHEMA, "session offer")
+        cvm_evidence = cvm_collateral = None
+        if version == PROTOCOL_VERSION:
+            cvm_evidence = _b64(doc["cvm_evidence"], MAX_CVM_EVIDENCE_BYTES, "the CVM evidence")
+            if not cvm_evidence:
+                raise MalformedSessionMessageError("the CVM evidence is empty")
+            if doc["cvm_collateral"] is not None:
+                cvm_collateral = _b64(
+                    doc["cvm_collateral"], MAX_CVM_COLLATERAL_BYTES, "the CVM collateral"
+                )
         challenge = _hex(doc["challenge"], CHALLENGE_SIZE, "the offer challenge")
         host_public_key = _hex(doc["host_public_key"], PUBLIC_KEY_SIZE, "the host public key")
         decode_public_key(host_public_key, "host")
@@ -267,6 +337,9 @@ class Offer:
             challenge=challenge,
             host_public_key=host_public_key,
             evidence_json=json.dumps(doc["evidence"]).encode(),
+            version=version,
+            cvm_evidence=cvm_evidence,
+            cvm_collateral=cvm_collateral,
         )
 
 
@@ -324,7 +397,7 @@ class Answer:
     holder_public_key: bytes
     transcript_hash: bytes
     wraps: tuple[SessionWrap, ...]
-    version: int = PROTOCOL_VERSION
+    version: int = GPU_ONLY_VERSION
 
     def to_json(self) -> bytes:
         """The answer file (``schema: gpucc.session-answer/v1``)."""
@@ -346,7 +419,7 @@ class Answer:
             ProtocolError: another protocol version.
         """
         doc = _load_json(data, MAX_ANSWER_BYTES, "answer")
-        _check_keys(
+        version = _check_keys(
             doc,
             {"schema", "version", "holder_public_key", "transcript_hash", "wraps"},
             ANSWER_SCHEMA,
@@ -361,6 +434,7 @@ class Answer:
             holder_public_key=holder,
             transcript_hash=_hex(doc["transcript_hash"], TRANSCRIPT_HASH_SIZE, "transcript hash"),
             wraps=tuple(SessionWrap.from_dict(w, i) for i, w in enumerate(wraps)),
+            version=version,
         )
 
 
@@ -375,11 +449,19 @@ class HostKey:
         private_key: the 48-byte P-384 scalar (never in a repr, argv, JSON or log).
         challenge: the challenge the offer answered.
         report_digests: SHA-256 of each report the offer carried, in order.
+        cvm_evidence_digest: SHA-256 of the CVM evidence a version-2 offer carried; None for
+            a GPU-only (version 1) offer.
     """
 
     private_key: bytes = field(repr=False)
     challenge: bytes
     report_digests: tuple[bytes, ...]
+    cvm_evidence_digest: bytes | None = None
+
+    @property
+    def version(self) -> int:
+        """The protocol version of the offer this key belongs to."""
+        return GPU_ONLY_VERSION if self.cvm_evidence_digest is None else PROTOCOL_VERSION
 
     @property
     def public_key(self) -> bytes:
@@ -395,6 +477,8 @@ class HostKey:
         """The host key file: a header line, then ``name: hex`` lines."""
         lines = [_HOST_KEY_MAGIC, f"challenge: {self.challenge.hex()}"]
         lines += [f"report-digest: {d.hex()}" for d in self.report_digests]
+        if self.cvm_evidence_digest is not None:
+            lines.append(f"cvm-evidence-digest: {self.cvm_evidence_digest.hex()}")
         lines.append(f"private-key: {self.private_key.hex()}")
         return ("\n".join(lines) + "\n").encode()
 
@@ -430,12 +514,14 @@ class HostKey:
             (challenge,) = values.pop("challenge")
             (private,) = values.pop("private-key")
             digests = values.pop("report-digest")
-            if values:
+            cvm = values.pop("cvm-evidence-digest", None)
+            if values or (cvm is not None and len(cvm) != 1):
                 raise ValueError
             key = cls(
                 private_key=bytes.fromhex(private),
                 challenge=bytes.fromhex(challenge),
                 report_digests=tuple(bytes.fromhex(d) for d in digests),
+                cvm_evidence_digest=bytes.fromhex(cvm[0]) if cvm else None,
             )
         except (KeyError, ValueError):
             raise KeyFileError(f"{path}: malformed host key file") from None
@@ -444,6 +530,7 @@ class HostKey:
             or len(key.challenge) != CHALLENGE_SIZE
             or not 1 <= len(key.report_digests) <= MAX_GPUS
             or any(len(d) != REPORT_DIGEST_SIZE for d in key.report_digests)
+            or (key.cvm_evidence_digest is not None and len(key.cvm_evidence_digest) != 32)
         ):
             raise KeyFileError(f"{path}: malformed host key file")
         private_key_from_scalar(key.private_key)

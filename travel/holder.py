@@ -46,6 +46,7 @@ from gpucc.staging.errors import ProtocolError
 from gpucc.staging.release import (
     CHALLENGE_SIZE,
     Attester,
+    CvmAttester,
     DatasetKey,
     Offer,
     accept_offer,
@@ -89,6 +90,8 @@ class HolderConfig:
         receipt_dir: where receipts of visits are kept (``None``: not kept).
         orchestrator_key: receipts are accepted only when signed by this key (``None``:
             by any key, a few per session).
+        attest_cvm: the CVM verifier and policy for version-2 offers (None: none accepted).
+        allow_gpu_only: the named relaxation that accepts GPU-only (version 1) offers.
     """
 
     datasets: tuple[DatasetKey, ...] = field(repr=False)
@@ -103,6 +106,8 @@ class HolderConfig:
     body_timeout_s: float = 30.0
     receipt_dir: Path | None = None
     orchestrator_key: ec.EllipticCurvePublicKey | None = None
+    attest_cvm: CvmAttester | None = field(default=None, repr=False)
+    allow_gpu_only: bool = False
 
 
 class ChallengeRefused(Exception):  # noqa: N818 - an outcome, mapped to HTTP 409
@@ -280,7 +285,13 @@ def directory_attester(directory: Path, policy: Any) -> Attester:
 
 
 def _answer_offer(config: HolderConfig, offer: Offer) -> tuple[bytes, bytes]:
-    holder = accept_offer(offer, challenge=offer.challenge, attest=config.attest)
+    holder = accept_offer(
+        offer,
+        challenge=offer.challenge,
+        attest=config.attest,
+        attest_cvm=config.attest_cvm,
+        allow_gpu_only=config.allow_gpu_only,
+    )
     answer = holder.answer([holder.wrap(d) for d in config.datasets]).to_json()
     envelope = sign_answer(config.signing_key, answer, holder.transcript_hash).to_json()
     return envelope, holder.transcript_hash

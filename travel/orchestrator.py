@@ -34,7 +34,13 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from gpucc.gpuattest.errors import UsageError
 from gpucc.gpuattest.files import OutputExistsError, write_atomic
-from gpucc.staging.release import Answer, CollectedEvidence, create_offer, open_answer
+from gpucc.staging.release import (
+    Answer,
+    CollectedCvmEvidence,
+    CollectedEvidence,
+    create_offer,
+    open_answer,
+)
 
 from .client import HolderClient
 from .errors import DatasetDigestMismatchError, ModelDigestMismatchError
@@ -100,6 +106,7 @@ def _visit(
     *,
     plan: Plan,
     collect: Callable[[bytes], CollectedEvidence],
+    collect_cvm: Callable[[bytes], CollectedCvmEvidence] | None,
     step: TrainingStep | None,
     model: MutableMapping[str, Any],
     expected_in: str | None,
@@ -115,7 +122,7 @@ def _visit(
     )
     started = clock()
     challenge = client.challenge()
-    offer, host_key = create_offer(challenge, collect)
+    offer, host_key = create_offer(challenge, collect, collect_cvm=collect_cvm)
     envelope = client.offer(offer)
     answer = Answer.from_json(envelope.answer)
     envelope.verify(holder.pin, answer.transcript_hash)
@@ -186,6 +193,7 @@ def run_plan(
     plan: Plan,
     *,
     collect: Callable[[bytes], CollectedEvidence],
+    collect_cvm: Callable[[bytes], CollectedCvmEvidence] | None = None,
     training_step: TrainingStep | None = None,
     model: MutableMapping[str, Any] | None = None,
     signing_key: ec.EllipticCurvePrivateKey | None = None,
@@ -201,6 +209,9 @@ def run_plan(
         plan: the parsed plan.
         collect: ``collect(nonce)`` collects GPU evidence for ``nonce`` (NVML, or a
             simulated GPU in tests).
+        collect_cvm: ``collect_cvm(report_data)`` gets this CVM's quote or report
+            (configfs-tsm, or a simulated TDX platform); None offers GPU evidence alone, which
+            holders refuse unless their policy names the relaxation cvm.allow_gpu_only.
         training_step: the step to run per holder (default: the plan's entry point, or none).
         model: the model state, a mapping of names to arrays (CPU or device); empty by default.
         signing_key: the orchestrator's log key (default: the plan's key file).
@@ -267,6 +278,7 @@ def run_plan(
                 holder,
                 plan=plan,
                 collect=collect,
+                collect_cvm=collect_cvm,
                 step=step,
                 model=state,
                 expected_in=expected,

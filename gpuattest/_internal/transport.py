@@ -329,6 +329,20 @@ class RequestsFetcher:
             "POST", url, body, content_type, max_bytes, accept, headers, bearer, guard
         )
 
+    def get_with_headers(
+        self, url: str, *, max_bytes: int, accept: Collection[int] = (200,)
+    ) -> tuple[bytes, dict[str, str]]:
+        """GET ``url``: the body and the response headers (names in lower case).
+
+        For services that put signed data's issuer chains in headers (Intel's PCS); the same
+        limits and errors as :meth:`get`.
+        """
+        seen: list[dict[str, str]] = []
+        body = self._request(
+            "GET", url, None, None, max_bytes, accept, None, None, None, response_headers=seen
+        )
+        return body, seen[0] if seen else {}
+
     # -- internals ---------------------------------------------------------
 
     def _request(
@@ -342,6 +356,7 @@ class RequestsFetcher:
         headers: Mapping[str, str] | None,
         bearer: str | None,
         guard: OriginGuard | None,
+        response_headers: list[dict[str, str]] | None = None,
     ) -> bytes:
         shown = safe_url(url)
         if self.offline:
@@ -377,6 +392,8 @@ class RequestsFetcher:
                     reason = _one_line(response.reason or "", 60)
                     text = f"{shown} answered HTTP {status}" + (f" {reason}" if reason else "")
                     raise HttpStatusError(self._scrub(text, bearer), status=status)
+                if response_headers is not None:
+                    response_headers.append({k.lower(): v for k, v in response.headers.items()})
                 data = self._read_body(response, shown, limit, deadline.expired, bearer)
             finally:
                 response.close()

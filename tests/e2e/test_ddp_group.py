@@ -35,17 +35,24 @@ from gpucc.ddp import (
     encrypted_allreduce_hook,
 )
 from gpucc.gpuattest.collateral import NoOcsp, rim_sources_from_mapping
+from gpucc.gpuattest.cvm.appraise import CvmResult, verify_cvm_evidence
+from gpucc.gpuattest.cvm.policy import parse_cvm_policy
+from gpucc.gpuattest.cvm.tdx_sim import SIMULATED_MRTD, simulated_tdx
 from gpucc.gpuattest.evidence import EvidenceSet
 from gpucc.gpuattest.policy import parse_policy
 from gpucc.gpuattest.simulate import SimulatedGpu
 from gpucc.gpuattest.verifier import AttestationResult, verify
-from gpucc.staging.release import CollectedEvidence
+from gpucc.staging.release import CollectedCvmEvidence, CollectedEvidence
 
 NOW = dt.datetime.now(dt.UTC)
 POLICY = parse_policy({"ocsp": {"require": False}})
 # Made before the ranks fork, so every rank knows the same trusted simulator.
 GOOD = SimulatedGpu.create(now=NOW)
 OTHER = SimulatedGpu.create(now=NOW)  # roots the policy does not trust
+# The CVM every rank runs in (a simulated TDX platform), also made before the fork.
+TDX = simulated_tdx(NOW)
+TDX_COLLATERAL = TDX.collateral(issued=NOW - dt.timedelta(minutes=5)).to_json()
+CVM_POLICY = parse_cvm_policy({"measurements": {"tdx": {"mrtd": SIMULATED_MRTD.hex()}}})
 STEPS = 3
 GROUP_TIMEOUT = dt.timedelta(seconds=60)
 
@@ -64,6 +71,22 @@ def attest(evidence: EvidenceSet, nonce: bytes) -> AttestationResult:
 
 def collector(gpu: SimulatedGpu) -> Callable[[bytes], CollectedEvidence]:
     return lambda nonce: CollectedEvidence.from_evidence_set(gpu.evidence(nonce))
+
+
+def collect_cvm(report_data: bytes) -> CollectedCvmEvidence:
+    return CollectedCvmEvidence(TDX.quote(report_data), TDX_COLLATERAL)
+
+
+def attest_cvm(evidence: bytes, collateral: bytes | None, expected: bytes) -> CvmResult:
+    return verify_cvm_evidence(
+        evidence,
+        collateral,
+        now=NOW,
+        policy=CVM_POLICY,
+        expected_report_data=expected,
+        tdx_root=TDX.root,
+        require_pins=True,
+    )
 
 
 def establish(gpu: SimulatedGpu = GOOD, **kwargs: Any) -> GroupKeys:
@@ -243,6 +266,14 @@ def scenario(rank: int, size: int) -> dict[str, Any]:
     mine, foreign = establish(), establish()
     out["wrong-key"] = run_attack(foreign if rank == 1 else mine, "a2a", None, start=0)
     out["after"] = parity(keys, "a2a")  # the group still works after the failures
+    # The key-release binding between ranks: every offer carries its CVM's evidence.
+    out["parity_cvm"] = parity(establish(collect_cvm=collect_cvm, attest_cvm=attest_cvm), "a2a")
+    try:
+        last = rank == size - 1  # offers GPU evidence only
+        establish(collect_cvm=None if last else collect_cvm, attest_cvm=attest_cvm)
+        out["gpu_only_peer"] = {"error": None}
+    except PeerNotTrustedError as exc:
+        out["gpu_only_peer"] = describe(exc)
     if size >= 3:
         try:
             establish(OTHER if rank == size - 1 else GOOD)
@@ -339,7 +370,9 @@ def group(request: pytest.FixtureRequest) -> Any:
 # --- assertions --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("case", ["parity_a2a", "parity_ring", "parity_rotating", "after"])
+@pytest.mark.parametrize(
+    "case", ["parity_a2a", "parity_ring", "parity_rotating", "after", "parity_cvm"]
+)
 def test_parameters_equal_plain_ddp(group: Any, case: str) -> None:
     size, results = group
     for r in results:
@@ -435,3 +468,11 @@ def test_a_rank_fails_rather_than_waits_when_its_peer_vanishes(
     assert results[1] == {"left": True}
     assert results[0]["error"] is not None
     assert results[0]["unchanged"]
+
+
+def test_ranks_requiring_cvm_evidence_refuse_a_gpu_only_peer(group: Any) -> None:
+    size, results = group
+    for r in results:
+        got = r["gpu_only_peer"]
+        assert got["error"] == "PeerNotTrustedError" and got["ranks"] == [size - 1], got
+        assert "GPU-only" in got["message"]

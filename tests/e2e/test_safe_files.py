@@ -568,7 +568,7 @@ def test_data_holder_answers_each_challenge_once() -> None:
     gpu = SimulatedGpu.create(now=NOW)
     challenge = release.new_challenge()
     offer, _ = release.create_offer(challenge, _collector(gpu))
-    holder = release.DataHolder(_attester(gpu))
+    holder = release.DataHolder(_attester(gpu), allow_gpu_only=True)
     holder.accept(offer, challenge)
     with pytest.raises(release.ChallengeReplayError):
         holder.accept(offer, challenge)

@@ -25,11 +25,12 @@ import requests
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.serialization import Encoding, load_pem_public_key
 
+from gpucc.gpuattest.cvm.tdx_sim import SIMULATED_MRTD, SimulatedTdx, simulated_tdx
 from gpucc.gpuattest.simulate import SimulatedGpu
 from gpucc.staging import open_sealed, seal_file
 from gpucc.staging.errors import ProtocolError
 from gpucc.staging.format import write_key_file
-from gpucc.staging.release import CollectedEvidence, create_offer
+from gpucc.staging.release import CollectedCvmEvidence, CollectedEvidence, create_offer
 from gpucc.travel.client import HolderClient
 from gpucc.travel.errors import (
     DatasetDigestMismatchError,
@@ -71,9 +72,16 @@ class World:
     gpu: SimulatedGpu
     roots: Path
     holders: dict[str, Holder] = field(default_factory=dict)
+    tdx: SimulatedTdx = field(default_factory=lambda: simulated_tdx(dt.datetime.now(dt.UTC)))
 
     def collect(self, nonce: bytes) -> CollectedEvidence:
         return CollectedEvidence.from_evidence_set(self.gpu.evidence(nonce))
+
+    def collect_cvm(self, report_data: bytes) -> CollectedCvmEvidence:
+        issued = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)
+        return CollectedCvmEvidence(
+            self.tdx.quote(report_data), self.tdx.collateral(issued=issued).to_json()
+        )
 
     def write_roots(self) -> None:
         (self.roots / "rims").mkdir(parents=True, exist_ok=True)
@@ -85,6 +93,7 @@ class World:
         (self.roots / "device_root.pem").write_bytes(
             self.gpu.roots.device_root.public_bytes(Encoding.PEM)
         )
+        (self.roots / "tdx_root.pem").write_bytes(self.tdx.root.public_bytes(Encoding.PEM))
 
 
 def _holder_files(
@@ -113,7 +122,10 @@ def _holder_files(
 
 def _start(world: World, name: str, sizes: list[int], *extra: str) -> Holder:
     data, kek_path, key_path, datasets, keys, key = _holder_files(world.tmp, name, sizes)
+    taken = {int(h.url.rsplit(":", 1)[1]) for h in world.holders.values()}
     port = free_port()
+    while port in taken:  # a port handed out again before its holder bound it
+        port = free_port()
     log = world.tmp / name / "service.log"
     receipts = world.tmp / name / "receipts"
     receipts.mkdir()
@@ -180,12 +192,18 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     policy.write_text(
         "version: 1\nocsp:\n  require: false\nversions:\n  allowed_drivers: ['999.99.99']\n"
     )
+    relaxed = tmp / "gpu-only.yaml"  # a holder that names the GPU-only relaxation
+    relaxed.write_text(
+        "version: 1\nocsp:\n  require: false\ncvm:\n  allow_gpu_only: true\n"
+        f"  measurements:\n    tdx:\n      mrtd: '{SIMULATED_MRTD.hex()}'\n"
+    )
     specs: list[tuple[str, list[int], tuple[str, ...]]] = [
         ("a", [70_001, 20_000], ()),
         ("b", [50_000], ()),
         ("c", [33_333], ()),
         ("refuser", [5_000], ("--policy", str(policy), "--body-timeout-s", "1")),
         ("limited", [5_000], ("--rate", "0.1", "--burst", "3", "--max-request-kib", "64")),
+        ("relaxed", [5_000], ("--policy", str(relaxed))),
     ]
     for name, sizes, extra in specs:
         w.holders[name] = _start(w, name, sizes, *extra)
@@ -261,6 +279,7 @@ def test_three_holders_each_staged_once_scrubbed_and_logged(world: World, tmp_pa
     result = run_plan(
         _plan(world, ["a", "b", "c"]),
         collect=world.collect,
+        collect_cvm=world.collect_cvm,
         training_step=step,
         model=model,
         signing_key=okey,
@@ -496,7 +515,7 @@ def _forward(target: str, seen: Seen) -> bytes:
 
 def _envelope_for_another_session(world: World, holder: Holder) -> bytes:
     client = HolderClient(holder.url)
-    offer, _ = create_offer(client.challenge(), world.collect)
+    offer, _ = create_offer(client.challenge(), world.collect, collect_cvm=world.collect_cvm)
     return client.offer(offer).to_json()
 
 
@@ -505,7 +524,7 @@ def _expect_nothing_staged(
 ) -> BaseException:
     staged = Staged()
     with pytest.raises(exc, match=match) as info:
-        run_plan(plan, collect=world.collect, on_staged=staged)
+        run_plan(plan, collect=world.collect, collect_cvm=world.collect_cvm, on_staged=staged)
     assert staged.seen == []
     return info.value
 
@@ -530,7 +549,9 @@ def test_replayed_answer_is_refused(world: World) -> None:
 
     with serve(_proxy(a.url, record_or_replay)) as proxy:
         plan = _plan(world, ["a"], url={"a": proxy.url})
-        run_plan(plan, collect=world.collect)  # the first run passes through
+        run_plan(
+            plan, collect=world.collect, collect_cvm=world.collect_cvm
+        )  # the first run passes through
         _expect_nothing_staged(world, plan, ProtocolError, "transcript mismatch")
 
 
@@ -635,6 +656,7 @@ def test_a_failed_visit_leaves_zeros_and_a_valid_log(world: World, tmp_path: Pat
         run_plan(
             _plan(world, ["a", "b", "c"]),
             collect=world.collect,
+            collect_cvm=world.collect_cvm,
             training_step=step,
             signing_key=okey,
             log_path=log,
@@ -654,6 +676,7 @@ def test_model_swapped_between_holders_is_caught(world: World) -> None:
         run_plan(
             _plan(world, ["a", "b"]),
             collect=world.collect,
+            collect_cvm=world.collect_cvm,
             model={"w": np.zeros(4)},
             transit=swap,
             on_staged=staged,
@@ -665,7 +688,10 @@ def test_two_orchestrators_racing_for_one_challenge(world: World) -> None:
     a = world.holders["a"]
     client = HolderClient(a.url)
     challenge = client.challenge()
-    bodies = [create_offer(challenge, world.collect)[0].to_json() for _ in range(2)]
+    bodies = [
+        create_offer(challenge, world.collect, collect_cvm=world.collect_cvm)[0].to_json()
+        for _ in range(2)
+    ]
     statuses: list[int] = []
     barrier = threading.Barrier(2)
 
@@ -697,11 +723,11 @@ def test_service_limits(world: World) -> None:
 
     assert requests.post(a.url + "/v1/offer", data=chunks(), timeout=5).status_code == 413
     assert requests.post(a.url + "/v1/offer", data=b"{nope", timeout=5).status_code == 400
-    offer, _ = create_offer(os.urandom(32), world.collect)
+    offer, _ = create_offer(os.urandom(32), world.collect, collect_cvm=world.collect_cvm)
     unknown = requests.post(a.url + "/v1/offer", data=offer.to_json(), timeout=5)
     assert unknown.status_code == 409 and "unknown challenge" in unknown.json()["message"]
     client = HolderClient(a.url)
-    offer, _ = create_offer(client.challenge(), world.collect)
+    offer, _ = create_offer(client.challenge(), world.collect, collect_cvm=world.collect_cvm)
     assert requests.post(a.url + "/v1/offer", data=offer.to_json(), timeout=20).status_code == 200
     replay = requests.post(a.url + "/v1/offer", data=offer.to_json(), timeout=5)
     assert replay.status_code == 409 and "already used" in replay.json()["message"]
@@ -812,7 +838,7 @@ def test_fake_device_ordering(world: World, monkeypatch: pytest.MonkeyPatch) -> 
         assert all(np.count_nonzero(b.data) for b in buffers.values())
         events.append(f"train {holder}")
 
-    result = run_plan(plan, collect=collect, training_step=step)
+    result = run_plan(plan, collect=collect, collect_cvm=world.collect_cvm, training_step=step)
     assert events == [
         "attest", "stage a-0", "stage a-1", "train a",
         "scrub a-0", "read back a-0 on the device", "scrub a-1", "read back a-1 on the device",
@@ -854,7 +880,11 @@ def test_gpu_scrub_reads_back_zero_on_the_device(world: World) -> None:
             assert bytes(buf.get()) == plain[name]
 
     result = run_plan(
-        plan, collect=world.collect, training_step=step, on_staged=lambda h, n, b: staged.append(b)
+        plan,
+        collect=world.collect,
+        collect_cvm=world.collect_cvm,
+        training_step=step,
+        on_staged=lambda h, n, b: staged.append(b),
     )
     assert [r.device for r in result.visits[0].receipts] == ["gpu", "gpu"]
     assert all(int((b != 0).sum().item()) == 0 for b in staged)
@@ -927,7 +957,7 @@ def test_holder_over_tls(world: World, tmp_path: Path) -> None:
             }
         ],
     }
-    result = run_plan(parse_plan(doc), collect=world.collect)
+    result = run_plan(parse_plan(doc), collect=world.collect, collect_cvm=world.collect_cvm)
     assert result.visits[0].bytes_staged == 12_345
     del doc["holders"][0]["tls_ca"]  # the system's CAs do not know this certificate
     _expect_nothing_staged(world, parse_plan(doc), HolderUnreachableError, "SSLError")
@@ -1014,3 +1044,44 @@ def test_holder_that_trickles_its_reply_is_cut_off(world: World) -> None:
         stop.set()
         thread.join()
         listener.close()
+
+
+# --- the confidential VM: keys go only to an attested CVM holding an attested GPU ----------
+
+
+def test_a_gpu_only_journey_gets_no_keys(world: World) -> None:
+    staged = Staged()
+    with pytest.raises(HolderRefusedError, match="GPU-only"):
+        run_plan(_plan(world, ["a"]), collect=world.collect, on_staged=staged)
+    assert staged.seen == []
+
+
+def test_relayed_cvm_evidence_gets_no_keys(world: World) -> None:
+    """A genuine quote of the same simulated platform, made for another session."""
+    other = hashlib.sha512(b"another session").digest()
+    staged = Staged()
+    with pytest.raises(HolderRefusedError, match="does not commit"):
+        run_plan(
+            _plan(world, ["a"]),
+            collect=world.collect,
+            collect_cvm=lambda report_data: world.collect_cvm(other),
+            on_staged=staged,
+        )
+    assert staged.seen == []
+
+
+def test_a_holder_that_names_the_gpu_only_relaxation_releases_to_gpu_evidence(
+    world: World,
+) -> None:
+    holder = world.holders["relaxed"]
+    staged = Staged()
+    result = run_plan(_plan(world, ["relaxed"]), collect=world.collect, on_staged=staged)
+    assert [v.holder_id for v in result.visits] == ["relaxed"] and staged.all_zero()
+    assert "cvm.allow_gpu_only" in holder.log.read_text()
+    # The same holder still checks CVM evidence when it is offered.
+    with pytest.raises(HolderRefusedError, match="does not commit"):
+        run_plan(
+            _plan(world, ["relaxed"]),
+            collect=world.collect,
+            collect_cvm=lambda report_data: world.collect_cvm(bytes(64)),
+        )

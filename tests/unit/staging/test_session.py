@@ -189,6 +189,7 @@ def test_full_flow_reproduces_the_vector() -> None:
         challenge=CHALLENGE,
         attest=attest,
         load_evidence=lambda data: data,
+        allow_gpu_only=True,
         private_key=ec.derive_private_key(D_HOLDER, ec.SECP384R1()),
     )
     assert holder.transcript == kat["transcript"]
@@ -257,7 +258,10 @@ def test_end_to_end_release_and_stage(
     assert host_key.private_key.hex() not in offer_json.decode()
     # Data holder: verify with the real verifier, wrap the dataset key, answer.
     holder = s.accept_offer(
-        s.Offer.from_json(offer_json), challenge=challenge, attest=_attester(gpu)
+        s.Offer.from_json(offer_json),
+        challenge=challenge,
+        attest=_attester(gpu),
+        allow_gpu_only=True,
     )
     assert holder.report_digests == host_key.report_digests
     answer_json = holder.answer([holder.wrap(_grant(sealed, kek))]).to_json()
@@ -276,8 +280,8 @@ def test_every_session_gets_fresh_keys(gpu: SimulatedGpu) -> None:
     first, _ = s.create_offer(challenge, _collector(gpu))
     second, _ = s.create_offer(challenge, _collector(gpu))
     assert first.host_public_key != second.host_public_key
-    a = s.accept_offer(first, challenge=challenge, attest=_attester(gpu))
-    b = s.accept_offer(first, challenge=challenge, attest=_attester(gpu))
+    a = s.accept_offer(first, challenge=challenge, attest=_attester(gpu), allow_gpu_only=True)
+    b = s.accept_offer(first, challenge=challenge, attest=_attester(gpu), allow_gpu_only=True)
     assert a.holder_public_key != b.holder_public_key and a.session_key != b.session_key
 
 
@@ -285,13 +289,13 @@ def test_replayed_offer_with_another_challenge_is_refused(gpu: SimulatedGpu) -> 
     offer, _ = s.create_offer(s.new_challenge(), _collector(gpu))
     mine = s.new_challenge()
     with pytest.raises(ProtocolError, match="another challenge"):
-        s.accept_offer(offer, challenge=mine, attest=_attester(gpu))
+        s.accept_offer(offer, challenge=mine, attest=_attester(gpu), allow_gpu_only=True)
     # Rewriting the challenge field does not help: the evidence carries the old nonce.
     forged = s.Offer(
         challenge=mine, host_public_key=offer.host_public_key, evidence_json=offer.evidence_json
     )
     with pytest.raises(ProtocolError, match="not trusted.*nonce") as info:
-        s.accept_offer(forged, challenge=mine, attest=_attester(gpu))
+        s.accept_offer(forged, challenge=mine, attest=_attester(gpu), allow_gpu_only=True)
     assert "replayed" in str(info.value) and exit_code_for(info.value) == 1
 
 
@@ -303,7 +307,7 @@ def test_offer_with_a_swapped_key_is_refused(gpu: SimulatedGpu) -> None:
         challenge=challenge, host_public_key=attacker, evidence_json=offer.evidence_json
     )
     with pytest.raises(ProtocolError, match="report nonce") as info:
-        s.accept_offer(swapped, challenge=challenge, attest=_attester(gpu))
+        s.accept_offer(swapped, challenge=challenge, attest=_attester(gpu), allow_gpu_only=True)
     assert "public key" in str(info.value)
 
 
@@ -316,13 +320,13 @@ def test_offer_whose_evidence_fails_attestation_is_refused(gpu: SimulatedGpu) ->
 
     offer, _ = s.create_offer(challenge, tampered)
     with pytest.raises(ProtocolError, match="not trusted: GPU 0") as info:
-        s.accept_offer(offer, challenge=challenge, attest=_attester(gpu))
+        s.accept_offer(offer, challenge=challenge, attest=_attester(gpu), allow_gpu_only=True)
     assert "replayed" not in str(info.value)  # the nonce was right; the measurement was not
     # Evidence from a GPU the holder's roots do not cover.
     other = SimulatedGpu.create(now=NOW)
     offer, _ = s.create_offer(challenge, _collector(other))
     with pytest.raises(ProtocolError, match="not trusted"):
-        s.accept_offer(offer, challenge=challenge, attest=_attester(gpu))
+        s.accept_offer(offer, challenge=challenge, attest=_attester(gpu), allow_gpu_only=True)
 
 
 def test_transcript_mismatch_is_refused(
@@ -331,7 +335,7 @@ def test_transcript_mismatch_is_refused(
     sealed, _, kek = dataset
     challenge = s.new_challenge()
     offer, host_key = s.create_offer(challenge, _collector(gpu))
-    holder = s.accept_offer(offer, challenge=challenge, attest=_attester(gpu))
+    holder = s.accept_offer(offer, challenge=challenge, attest=_attester(gpu), allow_gpu_only=True)
     answer = holder.answer([holder.wrap(_grant(sealed, kek))])
     altered = s.Answer(
         holder_public_key=answer.holder_public_key,
@@ -370,8 +374,12 @@ def test_key_wrapped_for_another_session_is_refused(
     challenge = s.new_challenge()
     offer_a, key_a = s.create_offer(challenge, _collector(gpu))
     offer_b, key_b = s.create_offer(challenge, _collector(gpu))
-    holder_a = s.accept_offer(offer_a, challenge=challenge, attest=_attester(gpu))
-    holder_b = s.accept_offer(offer_b, challenge=challenge, attest=_attester(gpu))
+    holder_a = s.accept_offer(
+        offer_a, challenge=challenge, attest=_attester(gpu), allow_gpu_only=True
+    )
+    holder_b = s.accept_offer(
+        offer_b, challenge=challenge, attest=_attester(gpu), allow_gpu_only=True
+    )
     wrap_a = holder_a.wrap(grant)
     # A's wrap moved into B's answer: not bound to B's transcript.
     with pytest.raises(ProtocolError, match="not bound to this session"):
@@ -400,7 +408,10 @@ def test_key_wrapped_for_another_session_is_refused(
 def test_local_session(gpu: SimulatedGpu, dataset: tuple[SealedDataset, bytes, bytes]) -> None:
     sealed, data, kek = dataset
     local = s.local_session(
-        collect=_collector(gpu), attest=_attester(gpu), datasets=[_grant(sealed, kek)]
+        collect=_collector(gpu),
+        attest=_attester(gpu),
+        allow_gpu_only=True,
+        datasets=[_grant(sealed, kek)],
     )
     key = local.session.dataset_key(sealed.header_digest)
     assert stage_cpu(sealed, key).tobytes() == data
@@ -408,7 +419,10 @@ def test_local_session(gpu: SimulatedGpu, dataset: tuple[SealedDataset, bytes, b
     other = SimulatedGpu.create(now=NOW)
     with pytest.raises(ProtocolError, match="not trusted"):
         s.local_session(
-            collect=_collector(other), attest=_attester(gpu), datasets=[_grant(sealed, kek)]
+            collect=_collector(other),
+            attest=_attester(gpu),
+            allow_gpu_only=True,
+            datasets=[_grant(sealed, kek)],
         )
 
 
@@ -439,7 +453,7 @@ def test_host_key_file_round_trip_and_permissions(gpu: SimulatedGpu, tmp_path: P
 def test_secrets_stay_out_of_reprs_and_messages(gpu: SimulatedGpu) -> None:
     challenge = s.new_challenge()
     offer, host_key = s.create_offer(challenge, _collector(gpu))
-    holder = s.accept_offer(offer, challenge=challenge, attest=_attester(gpu))
+    holder = s.accept_offer(offer, challenge=challenge, attest=_attester(gpu), allow_gpu_only=True)
     host = s.open_answer(holder.answer([]), host_key)
     for obj, secret in (
         (host_key, host_key.private_key),
@@ -453,7 +467,7 @@ def test_secrets_stay_out_of_reprs_and_messages(gpu: SimulatedGpu) -> None:
 @pytest.mark.parametrize(
     ("mutate", "error", "message"),
     [
-        (lambda d: d.update(version=2), ProtocolError, "version 2"),
+        (lambda d: d.update(version=3), ProtocolError, "version 3"),
         (lambda d: d.update(schema="x"), s.MalformedSessionMessageError, "not a session offer"),
         (lambda d: d.update(extra=1), s.MalformedSessionMessageError, "unknown keys"),
         (lambda d: d.pop("evidence"), s.MalformedSessionMessageError, "missing keys"),

@@ -1,0 +1,286 @@
+"""CVM evidence in, one judged result out: kind detection, verification, then the policy.
+
+:func:`verify_cvm_evidence` detects the kind from the content (a TDX quote or an SEV-SNP
+report), verifies it with that kind's verifier and applies the ``cvm:`` policy on top
+(:func:`appraise`). The result's checks read like a GPU's: evidence checks first, then the
+policy's own (TCB status, debug, measurements, report data), each with a decision.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import hashlib
+import hmac
+from dataclasses import dataclass, field
+from typing import Any
+
+from cryptography import x509
+
+from ..errors import CollateralUnavailableError, MalformedEvidenceError
+from ..result import Check, CheckStatus, Decision, Verdict, combine_verdicts
+from .findings import CvmFindings, CvmKind
+from .policy import CvmPolicy
+
+__all__ = [
+    "ATTEST_REPORT_DATA_LABEL",
+    "CvmResult",
+    "appraise",
+    "attest_report_data",
+    "detect_kind",
+    "verify_cvm_evidence",
+]
+
+MAX_EVIDENCE_BYTES = 64 * 1024
+ATTEST_REPORT_DATA_LABEL = b"gpucc/attest/v1/cvm-report-data"
+
+
+def attest_report_data(nonce: bytes) -> bytes:
+    """The CVM report data that binds CVM evidence to GPU evidence collected with ``nonce``
+    (``gpucc evidence collect --cvm``): ``SHA-512("gpucc/attest/v1/cvm-report-data" || nonce)``.
+    """
+    if len(nonce) != 32:
+        raise ValueError("the nonce is 32 bytes")
+    return hashlib.sha512(ATTEST_REPORT_DATA_LABEL + nonce).digest()
+
+
+@dataclass(frozen=True)
+class CvmResult:
+    """One confidential VM's evidence, verified and judged."""
+
+    kind: CvmKind
+    verdict: Verdict
+    checks: tuple[Check, ...]
+    claims: dict[str, Any] = field(repr=False)
+    report_data: bytes
+    evidence_sha256: bytes
+
+    @property
+    def trusted(self) -> bool:
+        """True only when every check was accepted."""
+        return self.verdict is Verdict.TRUSTED
+
+    @property
+    def undecided(self) -> bool:
+        """Nothing was refused, but collateral was missing or unusable (exit 3, not 1)."""
+        return self.verdict is Verdict.UNDECIDED
+
+    @property
+    def reasons(self) -> tuple[str, ...]:
+        """Why this CVM is not trusted (refusals first, then undecided items)."""
+        refused = [f"{c.title}: {c.reason}" for c in self.checks if c.decision is Decision.REFUSE]
+        undecided = [
+            f"{c.title}: {c.reason}" for c in self.checks if c.decision is Decision.UNDECIDED
+        ]
+        return tuple(refused + undecided)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``cvm`` section of the ``gpucc.attest/v1`` document."""
+        return {
+            "kind": str(self.kind),
+            "verdict": str(self.verdict),
+            "evidence_sha256": self.evidence_sha256.hex(),
+            "claims": self.claims,
+            "checks": [c.to_dict() for c in self.checks],
+            "reasons": list(self.reasons),
+        }
+
+
+def _decide(check: Check) -> Check:
+    """Evidence checks: pass is accepted, missing collateral undecided, anything else refused."""
+    if check.status is CheckStatus.PASS:
+        decision = Decision.ACCEPT
+    elif check.status is CheckStatus.NOT_CHECKED and check.collateral_missing:
+        decision = Decision.UNDECIDED
+    else:
+        decision = Decision.REFUSE
+    return dataclasses.replace(check, decision=decision)
+
+
+def _judged(cid: str, title: str, ok: bool, reason: str = "", note: str = "") -> Check:
+    status = CheckStatus.PASS if ok else CheckStatus.FAIL
+    decision = Decision.ACCEPT if ok else Decision.REFUSE
+    return Check(cid, title, status, "" if ok else reason, False, decision, note)
+
+
+def _unchecked(cid: str, title: str, decision: Decision, reason: str = "", note: str = "") -> Check:
+    return Check(cid, title, CheckStatus.NOT_CHECKED, reason, False, decision, note)
+
+
+def _tcb_check(findings: CvmFindings, policy: CvmPolicy) -> Check:
+    title = "TCB status"
+    status = findings.claims.get("tcb_status")
+    advisories = [str(a) for a in findings.claims.get("advisory_ids") or []]
+    if status is None:
+        reason = "not evaluated (the evidence checks did not complete)"
+        if any(c.collateral_missing for c in findings.checks):
+            reason = "not evaluated (collateral missing)"
+            return Check(
+                "cvm-tcb", title, CheckStatus.NOT_CHECKED, reason, True, Decision.UNDECIDED
+            )
+        return _unchecked("cvm-tcb", title, Decision.REFUSE, reason)
+    if status not in policy.accept_tcb_status:
+        allowed = ", ".join(sorted(policy.accept_tcb_status))
+        return _judged("cvm-tcb", title, False, f"{status} is not accepted (accepted: {allowed})")
+    unaccepted = [a for a in advisories if a.upper() not in policy.accept_advisories]
+    if unaccepted:
+        reason = f"{status} with advisories not accepted: {', '.join(unaccepted)}"
+        return _judged("cvm-tcb", title, False, reason)
+    note = ""
+    if status != "UpToDate":
+        note = f"{status} accepted by policy (cvm.accept_tcb_status)"
+        if advisories:
+            note += f" with advisories {', '.join(advisories)} (cvm.accept_advisories)"
+    return _judged("cvm-tcb", title, True, note=note)
+
+
+def _debug_check(findings: CvmFindings, policy: CvmPolicy) -> Check:
+    debug = bool(findings.claims.get("debug"))
+    what = "TD" if findings.kind is CvmKind.TDX else "guest"
+    if debug and policy.allow_debug:
+        note = f"a debuggable {what} accepted by policy (cvm.allow_debug)"
+        return _judged("cvm-debug", "Not debuggable", True, note=note)
+    return _judged("cvm-debug", "Not debuggable", not debug, f"the {what} is debuggable")
+
+
+def _measurement_check(findings: CvmFindings, policy: CvmPolicy, require_pins: bool) -> Check:
+    title = "Measurements"
+    pins = policy.pins(str(findings.kind))
+    if not pins and require_pins:
+        reason = f"not pinned: releasing keys needs cvm.measurements.{findings.kind} in the policy"
+        return _unchecked("cvm-measurements", title, Decision.REFUSE, reason)
+    if not pins:
+        note = f"not pinned: no cvm.measurements.{findings.kind} in the policy; reported only"
+        return _unchecked("cvm-measurements", title, Decision.ACCEPT, note=note)
+    wrong = [
+        name for name, value in sorted(pins.items()) if findings.claims.get(name) != value.lower()
+    ]
+    reason = f"differs from the policy: {', '.join(wrong)}"
+    note = f"pinned: {', '.join(sorted(pins))}"
+    return _judged("cvm-measurements", title, not wrong, reason, note=note)
+
+
+def _report_data_check(findings: CvmFindings, policy: CvmPolicy, expected: bytes | None) -> Check:
+    title = "Report data"
+    if expected is None:
+        if policy.require_report_data:
+            reason = "no expected report data was given"
+            return _unchecked("cvm-report-data", title, Decision.REFUSE, reason)
+        note = "accepted without expected report data by policy (cvm.require_report_data: false)"
+        return _unchecked("cvm-report-data", title, Decision.ACCEPT, note=note)
+    ok = hmac.compare_digest(findings.report_data, expected)
+    reason = "the evidence does not commit to this session (another VM's evidence, or a replay)"
+    return _judged("cvm-report-data", title, ok, reason)
+
+
+def appraise(
+    findings: CvmFindings,
+    policy: CvmPolicy,
+    *,
+    expected_report_data: bytes | None,
+    require_pins: bool = False,
+) -> CvmResult:
+    """Apply ``policy`` to ``findings``; ``expected_report_data`` is what the evidence must sign.
+
+    With ``require_pins`` (key release) unpinned measurements are refused, not just shown.
+
+    Raises:
+        MalformedEvidenceError: the expected report data is not 64 bytes.
+    """
+    if expected_report_data is not None and len(expected_report_data) != 64:
+        raise MalformedEvidenceError("the expected CVM report data must be 64 bytes")
+    checks = [_decide(c) for c in findings.checks]
+    checks += [
+        _tcb_check(findings, policy),
+        _debug_check(findings, policy),
+        _measurement_check(findings, policy, require_pins),
+        _report_data_check(findings, policy, expected_report_data),
+    ]
+    verdicts = [
+        {Decision.ACCEPT: Verdict.TRUSTED, Decision.REFUSE: Verdict.NOT_TRUSTED}.get(
+            c.decision, Verdict.UNDECIDED
+        )
+        for c in checks
+    ]
+    return CvmResult(
+        kind=findings.kind,
+        verdict=combine_verdicts(verdicts),
+        checks=tuple(checks),
+        claims=dict(findings.claims),
+        report_data=findings.report_data,
+        evidence_sha256=findings.evidence_sha256,
+    )
+
+
+def detect_kind(evidence: bytes) -> CvmKind:
+    """TDX or SNP, from the content.
+
+    Raises:
+        MalformedEvidenceError: neither kind (an SGX quote, GPU evidence, anything else).
+    """
+    from .tdx import looks_like_tdx_quote
+
+    if looks_like_tdx_quote(evidence):
+        return CvmKind.TDX
+    if _snp_detector(evidence):
+        return CvmKind.SNP
+    raise MalformedEvidenceError("the CVM evidence is neither a TDX quote nor an SEV-SNP report")
+
+
+def _snp_detector(evidence: bytes) -> bool:
+    # SEV-SNP seam: the SNP verifier module provides looks_like_snp_report/verify_snp_report.
+    try:
+        from . import snp  # type: ignore[attr-defined,unused-ignore]
+    except ImportError:
+        return False
+    return bool(snp.looks_like_snp_report(evidence))
+
+
+def verify_cvm_evidence(
+    evidence: bytes,
+    collateral: bytes | None,
+    *,
+    now: dt.datetime,
+    policy: CvmPolicy,
+    expected_report_data: bytes | None,
+    tdx_root: x509.Certificate | None = None,
+    require_pins: bool = False,
+) -> CvmResult:
+    """Detect, verify and judge one piece of CVM evidence.
+
+    Args:
+        evidence: a TDX quote or an SEV-SNP report, raw.
+        collateral: TDX: Intel's collateral as PCCS JSON; SNP: the VCEK certificate. None:
+            TDX needs collateral (there is no network source yet); SNP uses its own default.
+        now: the verification time (timezone-aware).
+        policy: the ``cvm:`` policy.
+        expected_report_data: the 64 bytes the evidence must sign, or None.
+        tdx_root: the TDX trust anchor; Intel's pinned SGX Root CA when None.
+        require_pins: refuse unpinned measurements (key release).
+
+    Raises:
+        MalformedEvidenceError: unknown kind, oversized or malformed evidence or collateral.
+        CollateralUnavailableError: TDX evidence without collateral.
+    """
+    if len(evidence) > MAX_EVIDENCE_BYTES:
+        raise MalformedEvidenceError(f"the CVM evidence is larger than {MAX_EVIDENCE_BYTES} bytes")
+    kind = detect_kind(evidence)
+    findings: CvmFindings
+    if kind is CvmKind.TDX:
+        from .tdx import TdxCollateral, verify_tdx_quote
+
+        if collateral is None:
+            raise CollateralUnavailableError(
+                "a TDX quote needs Intel's collateral (PCK CRL, TCB info, QE identity)"
+            )
+        findings = verify_tdx_quote(
+            evidence, TdxCollateral.from_json(collateral), now=now, root=tdx_root
+        )
+    else:
+        # SEV-SNP seam: connected to the SNP verifier (VCEK from ``collateral``).
+        from . import snp  # type: ignore[attr-defined,unused-ignore]
+
+        findings = snp.verify_snp_report(evidence, vcek=collateral, now=now)
+    return appraise(
+        findings, policy, expected_report_data=expected_report_data, require_pins=require_pins
+    )

@@ -1,0 +1,165 @@
+"""The policy file's ``cvm:`` section: which confidential-VM findings are acceptable.
+
+Schema (every key optional; shown with its default)::
+
+    cvm:
+      accept_tcb_status: [UpToDate]  # any other status is a named relaxation
+      accept_advisories: []          # advisory IDs accepted (every reported one must be listed)
+      allow_debug: false             # a debuggable guest is refused (dcap-qvl refuses
+                                     # debug TDs itself, so this relaxes SEV-SNP only)
+      require_report_data: true      # false: accept evidence without an expected report data
+      allow_gpu_only: false          # key release: accept GPU-only (protocol version 1) offers
+      allow_unpinned: false          # key release: accept unpinned measurements
+      measurements:                  # expected values (hex) per kind; none pinned by default
+        tdx: {mrtd: ..., rtmr0: ..., rtmr1: ..., rtmr2: ..., rtmr3: ..., mrseam: ...}
+        snp: {measurement: ..., host_data: ...}
+
+Measurements are the user's own image, so nothing is pinned by default: the values are
+reported and the check is shown as "not pinned", a visible relaxation. A key-releasing holder
+must pin them (or name the relaxation ``allow_unpinned``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import MalformedPolicyError
+
+__all__ = ["TCB_STATUSES", "CvmPolicy", "parse_cvm_policy"]
+
+TCB_STATUSES = frozenset(
+    {
+        "UpToDate",
+        "SWHardeningNeeded",
+        "ConfigurationNeeded",
+        "ConfigurationAndSWHardeningNeeded",
+        "OutOfDate",
+        "OutOfDateConfigurationNeeded",
+        "Revoked",
+    }
+)
+# Claim name -> length in bytes of the value a policy may pin.
+PINNABLE: dict[str, dict[str, int]] = {
+    "tdx": {
+        "mrtd": 48,
+        "rtmr0": 48,
+        "rtmr1": 48,
+        "rtmr2": 48,
+        "rtmr3": 48,
+        "mrseam": 48,
+        "mrconfigid": 48,
+        "mrowner": 48,
+        "mrownerconfig": 48,
+    },
+    "snp": {"measurement": 48, "host_data": 32},
+}
+_KEYS = {
+    "accept_tcb_status",
+    "accept_advisories",
+    "allow_debug",
+    "require_report_data",
+    "measurements",
+    "allow_gpu_only",
+    "allow_unpinned",
+}
+
+
+@dataclass(frozen=True)
+class CvmPolicy:
+    """The ``cvm:`` section, parsed (see the module docstring)."""
+
+    accept_tcb_status: frozenset[str] = frozenset({"UpToDate"})
+    accept_advisories: frozenset[str] = frozenset()
+    allow_debug: bool = False
+    require_report_data: bool = True
+    measurements: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    allow_gpu_only: bool = False
+    allow_unpinned: bool = False
+
+    def pins(self, kind: str) -> Mapping[str, str]:
+        """The pinned values (lower-case hex) for evidence of ``kind``."""
+        return self.measurements.get(kind, {})
+
+    def to_dict(self) -> dict[str, Any]:
+        """The effective section, as shown in JSON output."""
+        return {
+            "accept_tcb_status": sorted(self.accept_tcb_status),
+            "accept_advisories": sorted(self.accept_advisories),
+            "allow_debug": self.allow_debug,
+            "require_report_data": self.require_report_data,
+            "measurements": {k: dict(v) for k, v in sorted(self.measurements.items())},
+            "allow_gpu_only": self.allow_gpu_only,
+            "allow_unpinned": self.allow_unpinned,
+        }
+
+
+def _strings(value: Any, where: str) -> frozenset[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise MalformedPolicyError(f"policy key '{where}' must be a list of strings")
+    return frozenset(value)
+
+
+def _bool(doc: Mapping[str, Any], key: str, default: bool) -> bool:
+    value = doc.get(key, default)
+    if not isinstance(value, bool):
+        raise MalformedPolicyError(f"policy key 'cvm.{key}' must be true or false")
+    return value
+
+
+def _measurements(value: Any) -> dict[str, dict[str, str]]:
+    if not isinstance(value, dict):
+        raise MalformedPolicyError("policy key 'cvm.measurements' must be a mapping")
+    out: dict[str, dict[str, str]] = {}
+    for kind, pins in value.items():
+        if kind not in PINNABLE:
+            raise MalformedPolicyError(f"unknown policy key 'cvm.measurements.{kind}'")
+        if not isinstance(pins, dict):
+            raise MalformedPolicyError(f"policy key 'cvm.measurements.{kind}' must be a mapping")
+        out[kind] = {}
+        for name, hexval in pins.items():
+            where = f"cvm.measurements.{kind}.{name}"
+            if name not in PINNABLE[kind]:
+                raise MalformedPolicyError(f"unknown policy key '{where}'")
+            size = PINNABLE[kind][name]
+            try:
+                ok = isinstance(hexval, str) and len(bytes.fromhex(hexval)) == size
+            except ValueError:
+                ok = False
+            if not ok:
+                raise MalformedPolicyError(f"policy key '{where}' must be {size * 2} hex digits")
+            out[kind][name] = hexval.lower()
+    return out
+
+
+def parse_cvm_policy(doc: Any) -> CvmPolicy:
+    """Build a :class:`CvmPolicy` from the decoded ``cvm:`` mapping (None: the default).
+
+    Raises:
+        MalformedPolicyError: unknown keys, wrong types, unknown TCB statuses, bad hex.
+    """
+    if doc is None:
+        return CvmPolicy()
+    if not isinstance(doc, dict):
+        raise MalformedPolicyError("policy key 'cvm' must be a mapping")
+    for key in doc:
+        if key not in _KEYS:
+            raise MalformedPolicyError(f"unknown policy key 'cvm.{key}'")
+    statuses = _strings(doc.get("accept_tcb_status", ["UpToDate"]), "cvm.accept_tcb_status")
+    if unknown := statuses - TCB_STATUSES:
+        names = ", ".join(sorted(unknown))
+        raise MalformedPolicyError(f"cvm.accept_tcb_status names unknown statuses: {names}")
+    if "Revoked" in statuses:
+        raise MalformedPolicyError("cvm.accept_tcb_status cannot accept Revoked")
+    return CvmPolicy(
+        accept_tcb_status=statuses,
+        accept_advisories=frozenset(
+            a.upper() for a in _strings(doc.get("accept_advisories", []), "cvm.accept_advisories")
+        ),
+        allow_debug=_bool(doc, "allow_debug", False),
+        require_report_data=_bool(doc, "require_report_data", True),
+        measurements=_measurements(doc.get("measurements", {})),
+        allow_gpu_only=_bool(doc, "allow_gpu_only", False),
+        allow_unpinned=_bool(doc, "allow_unpinned", False),
+    )

@@ -1,0 +1,66 @@
+"""Protocol version 2's confidential-VM parts: what the host collects and how the holder
+checks it (``docs/PROTOCOL.md``, "Version 2: the confidential VM").
+
+The CVM verifier is injected (``attest_cvm``), as the GPU verifier is, so this module depends
+on no verifier: in production it is :func:`gpuattest.cvm.appraise.verify_cvm_evidence` with
+the holder's ``cvm:`` policy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from gpucc.gpuattest.errors import CollateralUnavailableError
+
+from .errors import ProtocolError
+from .release_messages import GPU_ONLY_VERSION, Offer, cvm_report_data
+
+__all__ = ["CollectedCvmEvidence", "CvmAttester", "CvmOutcome", "check_cvm"]
+
+
+class CvmOutcome(Protocol):
+    """The verdict on a CVM's evidence (``gpuattest.cvm.appraise.CvmResult`` fits)."""
+
+    @property
+    def trusted(self) -> bool:
+        """The evidence verified and the policy accepts it, report data included."""
+        ...
+
+    @property
+    def reasons(self) -> tuple[str, ...]:
+        """Why not, when not trusted."""
+        ...
+
+
+#: ``attest_cvm(evidence, collateral, expected_report_data) -> outcome``. It must require the
+#: evidence to sign exactly ``expected_report_data``.
+CvmAttester = Callable[[bytes, bytes | None, bytes], CvmOutcome]
+
+
+@dataclass(frozen=True)
+class CollectedCvmEvidence:
+    """What the host's CVM collector returns for report data: the quote or report, and
+    collateral for it when the host has some (optional; the holder may fetch its own)."""
+
+    evidence: bytes = field(repr=False)
+    collateral: bytes | None = field(default=None, repr=False)
+
+
+def check_cvm(offer: Offer, nonce: bytes, attest_cvm: CvmAttester | None) -> bytes | None:
+    """Step 3b: the CVM evidence of a version-2 offer; its digest for the transcript."""
+    if offer.version == GPU_ONLY_VERSION or offer.cvm_evidence is None:
+        return None
+    if attest_cvm is None:
+        raise ProtocolError("the offer carries CVM evidence but no CVM verifier is configured")
+    expected = cvm_report_data(nonce, offer.host_public_key)
+    outcome = attest_cvm(offer.cvm_evidence, offer.cvm_collateral, expected)
+    if not outcome.trusted:
+        reasons = "; ".join(outcome.reasons) or "no reason given"
+        if getattr(outcome, "undecided", False):
+            # Nothing was refused; the collateral could not be used (expired, not yet valid).
+            raise CollateralUnavailableError(f"the offer's CVM attestation is undecided: {reasons}")
+        raise ProtocolError(f"the offer's CVM attestation is not trusted: {reasons}")
+    return hashlib.sha256(offer.cvm_evidence).digest()
