@@ -57,7 +57,8 @@ CvmPccsOption = Annotated[
         envvar="GPUCC_PCCS_URL",
         rich_help_panel=_PANEL,
         help="Where TDX collateral comes from without --cvm-collateral: a PCCS base URL "
-        "(default Intel's PCS). Fetched through the cache; --offline uses the cache only.",
+        "(default Intel's PCS; an SEV-SNP VCEK comes from AMD's KDS). Fetched through the "
+        "cache; --offline uses the cache only.",
     ),
 ]
 CvmOnlyOption = Annotated[
@@ -140,6 +141,16 @@ def verify_cvm(
                 ).to_json()
         except CollateralUnavailableError as exc:
             exc.hint = "or give Intel's collateral with --cvm-collateral FILE"
+            raise
+    elif network is not None and detect_kind(data) is CvmKind.SNP:
+        from gpucc.gpuattest.cvm.snp_kds import fetch_vcek
+        from gpucc.gpuattest.netconfig import build_fetcher
+
+        try:
+            with build_fetcher(network) as fetcher:
+                extra = fetch_vcek(data, fetcher=fetcher, cache=network.cache())
+        except CollateralUnavailableError as exc:
+            exc.hint = "or give the chip's VCEK certificate with --cvm-collateral FILE"
             raise
     try:
         return verify_cvm_evidence(

@@ -13,7 +13,7 @@ import datetime as dt
 import hashlib
 import hmac
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cryptography import x509
 
@@ -21,6 +21,9 @@ from ..errors import CollateralUnavailableError, MalformedEvidenceError
 from ..result import Check, CheckStatus, Decision, Verdict, combine_verdicts
 from .findings import CvmFindings, CvmKind
 from .policy import CvmPolicy
+
+if TYPE_CHECKING:
+    from .snp_roots import SnpRoots
 
 __all__ = [
     "ATTEST_REPORT_DATA_LABEL",
@@ -228,12 +231,9 @@ def detect_kind(evidence: bytes) -> CvmKind:
 
 
 def _snp_detector(evidence: bytes) -> bool:
-    # SEV-SNP seam: the SNP verifier module provides looks_like_snp_report/verify_snp_report.
-    try:
-        from . import snp  # type: ignore[attr-defined,unused-ignore]
-    except ImportError:
-        return False
-    return bool(snp.looks_like_snp_report(evidence))
+    from .snp import looks_like_snp_report
+
+    return looks_like_snp_report(evidence)
 
 
 def verify_cvm_evidence(
@@ -244,6 +244,7 @@ def verify_cvm_evidence(
     policy: CvmPolicy,
     expected_report_data: bytes | None,
     tdx_root: x509.Certificate | None = None,
+    snp_roots: SnpRoots | None = None,
     require_pins: bool = False,
 ) -> CvmResult:
     """Detect, verify and judge one piece of CVM evidence.
@@ -256,6 +257,8 @@ def verify_cvm_evidence(
         policy: the ``cvm:`` policy.
         expected_report_data: the 64 bytes the evidence must sign, or None.
         tdx_root: the TDX trust anchor; Intel's pinned SGX Root CA when None.
+        snp_roots: the SEV-SNP anchors (ARK and ASK per product line); AMD's pinned roots
+            when None.
         require_pins: refuse unpinned measurements (key release).
 
     Raises:
@@ -277,10 +280,10 @@ def verify_cvm_evidence(
             evidence, TdxCollateral.from_json(collateral), now=now, root=tdx_root
         )
     else:
-        # SEV-SNP seam: connected to the SNP verifier (VCEK from ``collateral``).
-        from . import snp  # type: ignore[attr-defined,unused-ignore]
+        from .snp import verify_snp_report
 
-        findings = snp.verify_snp_report(evidence, vcek=collateral, now=now)
+        # No VCEK: the chain and signature checks are reported unchecked (collateral missing).
+        findings = verify_snp_report(evidence, vcek=collateral, now=now, roots=snp_roots)
     return appraise(
         findings, policy, expected_report_data=expected_report_data, require_pins=require_pins
     )
