@@ -79,6 +79,7 @@ def cvm_collector(
         made = platform.collateral(issued=now - dt.timedelta(minutes=5)).to_json()
         return lambda report_data: CollectedCvmEvidence(platform.quote(report_data), made)
 
+    from gpucc.gpuattest.cvm.findings import CvmKind
     from gpucc.gpuattest.cvm.tsm import DEFAULT_TSM_ROOT, collect_tsm_report
 
     def collect(report_data: bytes) -> CollectedCvmEvidence:
@@ -90,6 +91,11 @@ def cvm_collector(
             exc.hint = "--gpu-only offers GPU evidence alone; holders accept it only under the "
             exc.hint += "relaxation cvm.allow_gpu_only"
             raise
+        if attached is None and report.kind is CvmKind.SNP and report.auxblob:
+            from gpucc.gpuattest.cvm.snp_certs import vcek_from_auxblob
+
+            # The host's certificate table: AMD-signed, checked by the holder like its own.
+            return CollectedCvmEvidence(report.outblob, vcek_from_auxblob(report.auxblob))
         return CollectedCvmEvidence(report.outblob, attached)
 
     return collect
@@ -167,15 +173,19 @@ def cvm_attester(
 def _fetched(
     evidence: bytes, network: NetworkSettings, now: dt.datetime, pccs_url: str | None
 ) -> bytes | None:
-    """Intel's collateral for a TDX quote the offer came without (PCS, through the cache)."""
+    """Collateral the offer came without, through the cache: Intel's for a TDX quote (PCS or
+    the PCCS named), the chip's VCEK for an SEV-SNP report (AMD's KDS)."""
     from gpucc.gpuattest.cvm.appraise import detect_kind
     from gpucc.gpuattest.cvm.findings import CvmKind
     from gpucc.gpuattest.cvm.pcs import INTEL_PCS_URL, tdx_collateral_for
     from gpucc.gpuattest.cvm.tdx import check_layout
     from gpucc.gpuattest.netconfig import build_fetcher
 
-    if detect_kind(evidence) is not CvmKind.TDX:
-        return None
+    if detect_kind(evidence) is CvmKind.SNP:
+        from gpucc.gpuattest.cvm.snp_kds import fetch_vcek
+
+        with build_fetcher(network) as fetcher:
+            return fetch_vcek(evidence, fetcher=fetcher, cache=network.cache())
     check_layout(evidence)
     with build_fetcher(network) as fetcher:
         found = tdx_collateral_for(
