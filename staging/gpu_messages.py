@@ -98,7 +98,11 @@ def _check_ranges(
 
 
 def _descriptors(messages: Sequence[DeviceMessage]) -> tuple[np.ndarray, bytes, int]:
-    """The descriptor words, the AAD bytes and the work items of a batch."""
+    """The descriptor words, the AAD bytes and the work items of a batch.
+
+    The AADs are stored one after another, each padded with zeros to a multiple of 16 bytes
+    (the device buffer itself is 16-byte aligned), so every AAD starts 16-byte aligned.
+    """
     desc = np.zeros((len(messages), MSG_WORDS), dtype=np.uint32)
     aad = bytearray()
     item = 0
@@ -111,7 +115,9 @@ def _descriptors(messages: Sequence[DeviceMessage]) -> tuple[np.ndarray, bytes, 
         row[11:14] = np.frombuffer(m.nonce, dtype="<u4")
         row[14] = len(aad)
         row[15] = len(m.aad)
-        aad += m.aad
+        # Each AAD starts on a 16-byte boundary: gcm_msgs_finalize reads whole blocks of it
+        # with 16-byte vector loads, which fault at any other address.
+        aad += m.aad + bytes(-len(m.aad) % 16)
         item += _tiles(m.length)
     if len(aad) >= 1 << 32:
         raise UsageError("the associated data of a batch is too long")

@@ -660,6 +660,9 @@ def _messages(desc: ndarray, aad: ndarray, nmsgs: Any, ctxs: ndarray) -> list[di
 
         key = w[10]
         assert (key + 1) * words <= ctxs.size
+        # The kernel reads the AAD's full blocks with 16-byte vector loads: a misaligned
+        # address faults on a GPU.
+        assert (aad.data.ptr + w[14]) % 16 == 0, f"message {i}: AAD at a misaligned address"
         out.append(
             {
                 "src": u64(0),
