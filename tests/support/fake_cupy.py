@@ -319,6 +319,12 @@ class ndarray:  # noqa: N801 - the CuPy name
     def __getitem__(self, idx: Any) -> ndarray:
         return ndarray(self._a[idx], self.device.id)
 
+    def reshape(self, *shape: int) -> ndarray:
+        return ndarray(self._a.reshape(*shape), self.device.id)
+
+    def view(self, dtype: Any) -> ndarray:
+        return ndarray(self._a.view(dtype), self.device.id)
+
     def any(self) -> bool:
         Device(self.device.id).synchronize()
         return bool(self._a.any())
