@@ -113,11 +113,18 @@ def test_a_barrier_publishes_shared_memory_across_blocks(cpu: Any) -> None:
     assert got[: 3 * 128] == want
 
 
+racecheck = pytest.mark.skipif(
+    backend.variant() != "check", reason="the race detector is in the 'check' build only"
+)
+
+
+@racecheck
 def test_a_missing_barrier_is_a_race(cpu: Any) -> None:
     with pytest.raises(backend.LaunchError, match="shared-memory race: (read|write)-after-"):
         _run(cpu, "neighbour", 1, 128, np.uint32(0))
 
 
+@racecheck
 def test_a_write_and_another_threads_read_in_one_interval_is_a_race(cpu: Any) -> None:
     """Whichever warp runs first (the order is random), the pair is reported."""
     assert _run(cpu, "overwrite", 1, 64, np.uint32(1))[0] == 40
