@@ -22,6 +22,7 @@ import numpy as np
 from gpucc.gpuattest.errors import UsageError
 
 from . import _gpu_runtime as _rt
+from ._gpu_msg_kat import check_messages
 from ._gpu_runtime import _K, _MAX_THREADS, _ctx_words, _Kernels, _modules_lock, check_aligned
 
 __all__ = ["MAX_KEYS", "MAX_MESSAGES", "DeviceKeyring", "DeviceMessage"]
@@ -304,9 +305,13 @@ def _message_kernels(device_id: int) -> tuple[_Kernels, int]:
     kernels = _rt._kernels(device_id)
     with _modules_lock:
         if not kernels.msgs_grid:
-            from ._gpu_msg_kat import check_messages
-
             cupy = _rt.import_cupy()
             with cupy.cuda.Device(device_id):
-                check_messages(kernels, cupy, device_id)
+                grid = _rt._persistent_grid(cupy, kernels, device_id, WIDTH, name="gcm_msgs")
+
+                def open_keyring(keys: Sequence[bytes]) -> DeviceKeyring:
+                    return DeviceKeyring(keys, device_id=device_id, _unchecked=(kernels, grid))
+
+                check_messages(cupy, device_id, grid, open_keyring, DeviceMessage)
+            kernels.msgs_grid = grid
         return kernels, kernels.msgs_grid
