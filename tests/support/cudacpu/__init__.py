@@ -8,8 +8,9 @@ __global__`` kernel gets a trampoline ``cudacpu_launch_<name>(Config*, void** ar
 its arguments as ``cuLaunchKernel`` does. Builds are cached per source, options and variant in
 a directory under the system's temporary directory.
 
-Variants: ``"check"`` (the default: the shared-memory race detector and alignment checks on
-every access, through GCC's ThreadSanitizer instrumentation calling this header's hooks),
+Variants: ``"check"`` (the default: the shared-memory race detector, alignment checks and a
+bounds check against the launch's buffers on every access, through GCC's ThreadSanitizer
+instrumentation calling the header's hooks),
 ``"fast"`` (no per-access checks) and ``"asan"`` (AddressSanitizer and UndefinedBehavior-
 Sanitizer; the library must then be loaded into a process started with libasan preloaded).
 :mod:`tests.support.cudacpu.backend` puts a CuPy-compatible module over the built library.

@@ -65,6 +65,8 @@ class _Config(ctypes.Structure):
         ("block", ctypes.c_uint * 3),
         ("seed", ctypes.c_ulonglong),
         ("racecheck", ctypes.c_uint),
+        ("nbuffers", ctypes.c_uint),
+        ("buffers", (ctypes.c_ulonglong * 2) * 64),
         ("error", ctypes.c_char * 512),
     )
 
@@ -177,6 +179,13 @@ class RawKernel:
         cfg.block[:] = block
         cfg.seed = seed
         cfg.racecheck = 1 if variant() == "check" else 0
+        # The whole allocations behind the pointer arguments: what the kernel may touch.
+        roots = {id(r): r for r in (_f._root(a._a) for a in args if isinstance(a, ndarray))}
+        assert len(roots) <= 64
+        cfg.nbuffers = len(roots)
+        for i, root in enumerate(roots.values()):
+            cfg.buffers[i][0] = int(root.ctypes.data)
+            cfg.buffers[i][1] = int(root.ctypes.data) + int(root.nbytes)
         launches.append((self.name, grid, block))
         if self._entry(ctypes.byref(cfg), pointers) != 0:
             raise LaunchError(f"{self.name}: {cfg.error.decode(errors='replace')}")

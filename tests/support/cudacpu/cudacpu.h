@@ -25,7 +25,9 @@
 // Race detection (CUDACPU_RACECHECK builds, compiled with -fsanitize=thread but linked without
 // its runtime: the instrumentation calls the __tsan_* hooks below): every access to shared
 // memory is recorded per 32-bit word; a write and another thread's access of the same word in
-// the same barrier interval is an error, as compute-sanitizer's racecheck reports it.
+// the same barrier interval is an error, as compute-sanitizer's racecheck reports it. Every other
+// access must fall in the thread's own stack, this library's data or one of the allocations the
+// launch's pointer arguments point into (compute-sanitizer's memcheck).
 //
 // Errors stop the launch: cudacpu_launch_* returns nonzero with the first error's text.
 
@@ -35,6 +37,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <link.h>
+#include <sys/mman.h>
 #include <stdlib.h>
 #include <string.h>
 #include <ucontext.h>
@@ -132,7 +136,13 @@ struct Config {  // filled by the Python side; must match tests/support/cudacpu/
     unsigned block[3];
     unsigned long long seed;
     unsigned racecheck;
+    unsigned nbuffers;                  // device buffers the kernel may touch: [lo, hi)
+    unsigned long long buffers[64][2];  // (the whole allocations its pointer arguments are in)
     char error[512];
+};
+
+struct Range {
+    uintptr_t lo, hi;
 };
 
 struct Launch {
@@ -147,6 +157,8 @@ struct Launch {
     unsigned long long rng;
     unsigned phase;  // barrier intervals so far (all blocks): the race detector's clock
     int failed;
+    Range own[16];   // this library's loaded segments (its globals, __constant__ data)
+    unsigned nown;
 };
 
 inline Thread* current = nullptr;  // one launch at a time per process (checked)
@@ -185,6 +197,64 @@ CUDACPU_NOSAN inline unsigned long long next_random() {
     return x;
 }
 
+// --- memory checks (the instrumented build) ----------------------------------------------------
+
+CUDACPU_NOSAN inline bool inside(uintptr_t a, size_t size, uintptr_t lo, uintptr_t hi) {
+    return a >= lo && a + size <= hi;
+}
+
+// An access outside shared memory must hit the thread's own stack (its local variables), one of
+// the launch's device buffers, or this library's own data: anything else is what
+// compute-sanitizer's memcheck reports as an out-of-bounds global access.
+CUDACPU_NOSAN inline void check_global(uintptr_t a, size_t size) {
+    Launch* l = launch;
+    // Only this thread's own stack and state: locals are private on a GPU too.
+    const uintptr_t stack = reinterpret_cast<uintptr_t>(l->stacks) + l->stack_size * current->id;
+    if (inside(a, size, stack, stack + l->stack_size)) {
+        return;
+    }
+    const uintptr_t self = reinterpret_cast<uintptr_t>(current);
+    if (inside(a, size, self, self + sizeof(Thread))) {
+        return;
+    }
+    for (unsigned i = 0; i < l->nown; ++i) {
+        if (inside(a, size, l->own[i].lo, l->own[i].hi)) {
+            return;
+        }
+    }
+    for (unsigned i = 0; i < l->cfg->nbuffers; ++i) {
+        if (inside(a, size, l->cfg->buffers[i][0], l->cfg->buffers[i][1])) {
+            return;
+        }
+    }
+    fail("out-of-bounds access of %u bytes (address ending %#x): in no buffer of the launch",
+         static_cast<unsigned>(size), static_cast<unsigned>(a));
+}
+
+CUDACPU_NOSAN inline int find_own_segments(struct dl_phdr_info* info, size_t, void* data) {
+    Launch* l = static_cast<Launch*>(data);
+    const uintptr_t me = reinterpret_cast<uintptr_t>(&launch);
+    bool mine = false;
+    for (int i = 0; i < info->dlpi_phnum; ++i) {
+        const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+        const uintptr_t lo = info->dlpi_addr + ph.p_vaddr;
+        if (ph.p_type == PT_LOAD && me >= lo && me < lo + ph.p_memsz) {
+            mine = true;
+        }
+    }
+    if (!mine) {
+        return 0;
+    }
+    for (int i = 0; i < info->dlpi_phnum && l->nown < 16u; ++i) {
+        const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+        if (ph.p_type == PT_LOAD) {
+            const uintptr_t lo = info->dlpi_addr + ph.p_vaddr;
+            l->own[l->nown++] = Range{lo, lo + ph.p_memsz};
+        }
+    }
+    return 1;
+}
+
 // --- the race detector ------------------------------------------------------------------------
 
 struct Shadow {
@@ -203,7 +273,11 @@ CUDACPU_NOSAN inline void shm_access(const void* p, size_t size, bool write) {
     const uintptr_t a = reinterpret_cast<uintptr_t>(p);
     const uintptr_t lo = reinterpret_cast<uintptr_t>(__start_cudacpu_shm);
     const uintptr_t hi = reinterpret_cast<uintptr_t>(__stop_cudacpu_shm);
-    if (a < lo || a >= hi || shadow == nullptr) {
+    if (a < lo || a >= hi) {
+        check_global(a, size);
+        return;
+    }
+    if (shadow == nullptr) {
         return;
     }
     const int me = static_cast<int>(current->id);
@@ -412,7 +486,19 @@ CUDACPU_NOSAN inline int run(Config* cfg, void (*body)(void*), void* arg) {
     l.nthreads = nthreads;
     l.stack_size = 256u * 1024u;
     l.threads = static_cast<Thread*>(calloc(nthreads, sizeof(Thread)));
-    l.stacks = static_cast<char*>(malloc(l.stack_size * nthreads));
+    // The fiber stacks, between two inaccessible guard pages: a buffer overrun next to them
+    // faults instead of landing in a stack (the bounds check allows a thread its own stack).
+    const size_t guard = 64u * 1024u;
+    const size_t span = l.stack_size * nthreads + 2u * guard;
+    char* region = static_cast<char*>(
+        mmap(nullptr, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0));
+    if (region == MAP_FAILED) {
+        snprintf(cfg->error, sizeof cfg->error, "no memory for %u fiber stacks", nthreads);
+        free(l.threads);
+        return 1;
+    }
+    mprotect(region + guard, l.stack_size * nthreads, PROT_READ | PROT_WRITE);
+    l.stacks = region + guard;
     l.rng = cfg->seed * 0x9E3779B97F4A7C15ull + 1ull;
     const size_t words = (static_cast<size_t>(__stop_cudacpu_shm - __start_cudacpu_shm) + 3u) / 4u;
     Shadow* sh = nullptr;
@@ -426,6 +512,7 @@ CUDACPU_NOSAN inline int run(Config* cfg, void (*body)(void*), void* arg) {
         t.idx.y = (i / cfg->block[0]) % cfg->block[1];
         t.idx.z = i / (cfg->block[0] * cfg->block[1]);
     }
+    dl_iterate_phdr(find_own_segments, &l);
     launch = &l;
     shadow = sh;
     shadow_words = words;
@@ -447,7 +534,7 @@ CUDACPU_NOSAN inline int run(Config* cfg, void (*body)(void*), void* arg) {
         *p = 0;
     }
     free(sh);
-    free(l.stacks);
+    munmap(region, span);
     free(l.threads);
     return l.failed;
 }
@@ -473,13 +560,16 @@ struct Bound {
     void** args;
 };
 
+// Not instrumented: the argument array lives in the caller's memory. The call goes through a
+// volatile pointer so that the (instrumented) kernel is never inlined here.
 template <class... A, size_t... I>
-void invoke(void (*k)(A...), void** args, Indices<I...>) {
-    k(*static_cast<typename Plain<A>::type*>(args[I])...);
+CUDACPU_NOSAN void invoke(void (*k)(A...), void** args, Indices<I...>) {
+    void (*volatile kernel)(A...) = k;
+    kernel(*static_cast<typename Plain<A>::type*>(args[I])...);
 }
 
 template <class... A>
-void body_of(void* p) {
+CUDACPU_NOSAN void body_of(void* p) {
     Bound<A...>* b = static_cast<Bound<A...>*>(p);
     invoke(b->kernel, b->args, typename MakeIndices<sizeof...(A)>::type());
 }

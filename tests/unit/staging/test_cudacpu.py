@@ -83,6 +83,12 @@ extern "C" __global__ void __launch_bounds__(32)
     out[threadIdx.x] = v.x ^ v.y ^ v.z ^ v.w;
 }
 
+// Reads word n + t of `in`.
+extern "C" __global__ void __launch_bounds__(32)
+    gather(const u32* __restrict__ in, u32* __restrict__ out, u32 n) {
+    out[threadIdx.x] = in[n + threadIdx.x];
+}
+
 // Reads shared memory only half of the threads wrote.
 extern "C" __global__ void __launch_bounds__(64) half_written(u32* __restrict__ out) {
     __shared__ u32 s[64];
@@ -114,7 +120,8 @@ def test_a_barrier_publishes_shared_memory_across_blocks(cpu: Any) -> None:
 
 
 racecheck = pytest.mark.skipif(
-    backend.variant() != "check", reason="the race detector is in the 'check' build only"
+    backend.variant() != "check",
+    reason="the race detector and bounds checks are in the 'check' build only",
 )
 
 
@@ -168,3 +175,18 @@ def test_shared_memory_nobody_wrote_holds_random_bytes(cpu: Any) -> None:
     got = _run(cpu, "half_written", 1, 64)
     assert got[:32] == [0] * 32
     assert sum(v != 0 for v in got[32:64]) >= 30  # poisoned before the block, not zeroed
+
+
+@racecheck
+def test_an_access_outside_the_launchs_buffers_faults(cpu: Any) -> None:
+    """As compute-sanitizer's memcheck: the whole allocation behind a pointer argument is
+    fair game (here a view of its first half), one word past its end is not."""
+    module = cpu.RawModule(code=SOURCE)
+    words = cpu.asarray(np.arange(64, dtype=np.uint32))
+    out = cpu.zeros(32, dtype=cpu.uint32)
+    kernel = module.get_function("gather")
+    kernel((1,), (32,), (words[:32], out, np.uint32(32)))
+    assert [int(v) for v in cpu.asnumpy(out)] == list(range(32, 64))
+    with pytest.raises(backend.LaunchError, match="out-of-bounds access of 4 bytes"):
+        kernel((1,), (32,), (words, out, np.uint32(33)))
+        cpu.asnumpy(out)
