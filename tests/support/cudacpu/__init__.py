@@ -11,8 +11,9 @@ a directory under the system's temporary directory.
 Variants: ``"check"`` (the default: the shared-memory race detector, alignment checks and a
 bounds check against the launch's buffers on every access, through GCC's ThreadSanitizer
 instrumentation calling the header's hooks),
-``"fast"`` (no per-access checks) and ``"asan"`` (AddressSanitizer and UndefinedBehavior-
-Sanitizer; the library must then be loaded into a process started with libasan preloaded).
+``"fast"`` (no per-access checks), ``"asan"`` (AddressSanitizer and UndefinedBehavior-
+Sanitizer; the library must then be loaded into a process started with libasan preloaded) and
+``"tsan"`` (ThreadSanitizer, a block's threads as OS threads; libtsan preloaded).
 :mod:`tests.support.cudacpu.backend` puts a CuPy-compatible module over the built library.
 """
 
@@ -47,6 +48,7 @@ _COMMON = (
 VARIANTS: dict[str, tuple[str, ...]] = {
     "fast": ("-O2",),
     "check": ("-O2", "-DCUDACPU_RACECHECK=1", "-fsanitize=thread"),
+    "tsan": ("-O1", "-g", "-fsanitize=thread", "-DCUDACPU_THREADS=1"),
     "asan": (
         "-O1",
         "-g",

@@ -29,6 +29,11 @@
 // access must fall in the thread's own stack, this library's data or one of the allocations the
 // launch's pointer arguments point into (compute-sanitizer's memcheck).
 //
+// ThreadSanitizer builds (CUDACPU_THREADS, linked with its runtime): every thread of a block is
+// an OS thread instead, a lane runs holding its warp's lock, and barriers and shuffles are
+// mutex and condition-variable hand-offs, so ThreadSanitizer itself reports unordered accesses
+// between warps. A fault found there aborts the process (OS threads cannot be abandoned).
+//
 // Errors stop the launch: cudacpu_launch_* returns nonzero with the first error's text.
 
 #ifndef GPUCC_CUDACPU_H
@@ -38,6 +43,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <link.h>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <stdlib.h>
 #include <string.h>
@@ -161,7 +167,11 @@ struct Launch {
     unsigned nown;
 };
 
+#ifdef CUDACPU_THREADS
+inline thread_local Thread* current = nullptr;
+#else
 inline Thread* current = nullptr;  // one launch at a time per process (checked)
+#endif
 inline Launch* launch = nullptr;
 inline uint3 block_idx, block_dim, grid_dim;
 
@@ -181,11 +191,18 @@ CUDACPU_NOSAN inline void fail(const char* fmt, unsigned a = 0, unsigned b = 0, 
             strncat(l->cfg->error, where, sizeof l->cfg->error - strlen(l->cfg->error) - 1);
         }
     }
+#ifdef CUDACPU_THREADS
+    if (current != nullptr) {  // OS threads cannot be abandoned mid-launch: stop here
+        fprintf(stderr, "cudacpu: %s\n", l != nullptr ? l->cfg->error : fmt);
+        abort();
+    }
+#else
     if (current != nullptr) {  // never resumed: the launch is abandoned
         Thread* self = current;
         self->state = kDone;
         ctx_switch(&self->ctx, &l->sched);
     }
+#endif
 }
 
 CUDACPU_NOSAN inline unsigned long long next_random() {
@@ -328,6 +345,98 @@ CUDACPU_NOSAN inline void yield_to_scheduler(State st, const void* site) {
     }
 }
 
+#ifdef CUDACPU_THREADS
+// ThreadSanitizer builds: every thread of a block is an OS thread. A lane runs holding its warp's
+// lock (lanes of a warp take turns; warps run concurrently), so ThreadSanitizer reports the
+// unordered accesses between warps; the block barrier and the shuffles are mutex/condition
+// variable hand-offs, which ThreadSanitizer understands as synchronisation.
+struct Sync {
+    pthread_mutex_t block;
+    pthread_cond_t block_cv;
+    unsigned arrived, generation, alive;
+    const void* site;
+    pthread_mutex_t warp[32];
+    pthread_cond_t warp_cv[32];
+    unsigned shfl_arrived[32], shfl_generation[32];
+};
+inline Sync threads_sync;
+
+CUDACPU_NOSAN inline void release_barrier_locked() {
+    Sync& S = threads_sync;
+    S.arrived = 0;
+    S.generation += 1;
+    pthread_cond_broadcast(&S.block_cv);
+}
+
+CUDACPU_NOSAN inline void syncthreads(const void* site) {
+    Sync& S = threads_sync;
+    const unsigned w = current->id / 32u;
+    pthread_mutex_unlock(&S.warp[w]);
+    pthread_mutex_lock(&S.block);
+    if (S.arrived == 0u) {
+        S.site = site;
+    } else if (S.site != site) {
+        pthread_mutex_unlock(&S.block);
+        fail("divergent __syncthreads: threads wait at different barriers");
+    }
+    const unsigned generation = S.generation;
+    if (++S.arrived == S.alive) {
+        release_barrier_locked();
+    } else {
+        while (generation == S.generation) {
+            pthread_cond_wait(&S.block_cv, &S.block);
+        }
+    }
+    pthread_mutex_unlock(&S.block);
+    pthread_mutex_lock(&S.warp[w]);
+}
+
+CUDACPU_NOSAN inline unsigned shfl_xor(unsigned mask, unsigned v, int lane_mask, int width,
+                                       const void*) {
+    Sync& S = threads_sync;
+    Thread* self = current;
+    const unsigned w = self->id / 32u;
+    const unsigned first = 32u * w;
+    const unsigned lanes = launch->nthreads - first < 32u ? launch->nthreads - first : 32u;
+    if (width != 32 || mask != 0xffffffffu || lanes != 32u) {
+        fail("__shfl_xor_sync in warp %u: mask %#x does not name the warp's lanes", w, mask);
+    }
+    self->shfl_value = v;
+    self->shfl_lane_mask = static_cast<unsigned>(lane_mask);
+    const unsigned generation = S.shfl_generation[w];
+    if (++S.shfl_arrived[w] == lanes) {
+        for (unsigned i = first; i < first + lanes; ++i) {
+            Thread& t = launch->threads[i];
+            t.shfl_out = launch->threads[first + (((i - first) ^ t.shfl_lane_mask) & 31u)].shfl_value;
+        }
+        S.shfl_arrived[w] = 0;
+        S.shfl_generation[w] += 1;
+        pthread_cond_broadcast(&S.warp_cv[w]);
+    } else {
+        while (generation == S.shfl_generation[w]) {
+            pthread_cond_wait(&S.warp_cv[w], &S.warp[w]);
+        }
+    }
+    return self->shfl_out;
+}
+
+CUDACPU_NOSAN inline void* thread_main(void* p) {
+    Sync& S = threads_sync;
+    Thread* t = static_cast<Thread*>(p);
+    current = t;
+    const unsigned w = t->id / 32u;
+    pthread_mutex_lock(&S.warp[w]);
+    launch->body(launch->arg);
+    pthread_mutex_unlock(&S.warp[w]);
+    pthread_mutex_lock(&S.block);
+    S.alive -= 1;
+    if (S.arrived != 0u && S.arrived == S.alive) {
+        release_barrier_locked();
+    }
+    pthread_mutex_unlock(&S.block);
+    return nullptr;
+}
+#else
 CUDACPU_NOSAN inline void syncthreads(const void* site) { yield_to_scheduler(kAtBarrier, site); }
 
 CUDACPU_NOSAN inline unsigned shfl_xor(unsigned mask, unsigned v, int lane_mask, int width,
@@ -343,6 +452,7 @@ CUDACPU_NOSAN inline unsigned shfl_xor(unsigned mask, unsigned v, int lane_mask,
     yield_to_scheduler(kAtShfl, site);
     return current->shfl_out;
 }
+#endif
 
 extern "C" CUDACPU_NOSAN inline void cudacpu_fiber_entry() {
     launch->body(launch->arg);
@@ -407,8 +517,40 @@ CUDACPU_NOSAN inline void run_warp(unsigned w) {
     }
 }
 
+#ifdef CUDACPU_THREADS
+CUDACPU_NOSAN inline void run_block_threads() {
+    Launch* l = launch;
+    for (char* p = __start_cudacpu_shm; p < __stop_cudacpu_shm; ++p) {
+        *p = static_cast<char>(next_random());
+    }
+    Sync& S = threads_sync;
+    S.arrived = 0;
+    S.alive = l->nthreads;
+    for (unsigned w = 0; w < 32u; ++w) {
+        S.shfl_arrived[w] = 0;
+    }
+    pthread_t* ids = static_cast<pthread_t*>(calloc(l->nthreads, sizeof(pthread_t)));
+    for (unsigned i = 0; i < l->nthreads; ++i) {
+        if (pthread_create(&ids[i], nullptr, thread_main, &l->threads[i]) != 0) {
+            fprintf(stderr, "cudacpu: cannot start thread %u of a block\n", i);
+            abort();
+        }
+    }
+    for (unsigned i = 0; i < l->nthreads; ++i) {
+        pthread_join(ids[i], nullptr);
+    }
+    free(ids);
+}
+#endif
+
 CUDACPU_NOSAN inline void run_block() {
     Launch* l = launch;
+#ifdef CUDACPU_THREADS
+    if (l != nullptr) {
+        run_block_threads();
+        return;
+    }
+#endif
     // Poison shared memory: a read of a word nobody wrote sees random bytes.
     for (char* p = __start_cudacpu_shm; p < __stop_cudacpu_shm; ++p) {
         *p = static_cast<char>(next_random());
@@ -512,6 +654,14 @@ CUDACPU_NOSAN inline int run(Config* cfg, void (*body)(void*), void* arg) {
         t.idx.y = (i / cfg->block[0]) % cfg->block[1];
         t.idx.z = i / (cfg->block[0] * cfg->block[1]);
     }
+#ifdef CUDACPU_THREADS
+    pthread_mutex_init(&threads_sync.block, nullptr);
+    pthread_cond_init(&threads_sync.block_cv, nullptr);
+    for (unsigned w = 0; w < 32u; ++w) {
+        pthread_mutex_init(&threads_sync.warp[w], nullptr);
+        pthread_cond_init(&threads_sync.warp_cv[w], nullptr);
+    }
+#endif
     dl_iterate_phdr(find_own_segments, &l);
     launch = &l;
     shadow = sh;
@@ -661,7 +811,12 @@ inline size_t __cvta_generic_to_shared(const void* p) {
 }
 
 namespace cudacpu {
-CUDACPU_NOSAN inline unsigned lds_u32(unsigned addr) {
+#ifdef CUDACPU_THREADS
+#define CUDACPU_LDS_ATTR inline  // ThreadSanitizer must see the table loads
+#else
+#define CUDACPU_LDS_ATTR CUDACPU_NOSAN inline
+#endif
+CUDACPU_LDS_ATTR unsigned lds_u32(unsigned addr) {
     const size_t size = static_cast<size_t>(__stop_cudacpu_shm - __start_cudacpu_shm);
     if ((addr & 3u) != 0u || static_cast<size_t>(addr) + 4u > size) {
         fail("ld.shared.u32 at shared address %#x: misaligned or outside shared memory", addr);

@@ -1,9 +1,12 @@
-"""The CPU execution of the CUDA kernels under AddressSanitizer and UndefinedBehaviorSanitizer.
+"""The CPU execution of the CUDA kernels under AddressSanitizer and UndefinedBehaviorSanitizer,
+and under ThreadSanitizer.
 
 The kernels are built with ``-fsanitize=address,undefined`` (``CUDACPU_VARIANT=asan``) and
 loaded into a Python started with libasan preloaded (ASan must come first), in a process of
 its own: a set of the kernel tests must pass there, and a kernel reading past its buffer or
-overflowing a signed integer must abort with the sanitizer's report.
+overflowing a signed integer must abort with the sanitizer's report. The ThreadSanitizer
+build (``tsan``) runs a block's threads as OS threads, a second race detector beside the
+default build's own.
 """
 
 from __future__ import annotations
@@ -21,19 +24,23 @@ from tests.support.paths import ROOT
 pytestmark = pytest.mark.slow
 
 
-def _libasan() -> str:
+def _runtime(name: str) -> str:
     cxx = cudacpu.compiler()
     if cxx is None:
         pytest.skip("no C++ compiler: the CUDA sources cannot run on the CPU here")
     found = subprocess.run(
-        [cxx, "-print-file-name=libasan.so"], capture_output=True, text=True, check=False
+        [cxx, f"-print-file-name={name}"], capture_output=True, text=True, check=False
     ).stdout.strip()
     if not found or not Path(found).is_file():
-        pytest.skip("the compiler has no AddressSanitizer runtime")
+        pytest.skip(f"the compiler has no {name}")
     return found
 
 
-def _run(args: list[str]) -> subprocess.CompletedProcess[str]:
+def _libasan() -> str:
+    return _runtime("libasan.so")
+
+
+def _run(args: list[str], **settings: str) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ)
     env.update(
         LD_PRELOAD=_libasan(),
@@ -41,6 +48,7 @@ def _run(args: list[str]) -> subprocess.CompletedProcess[str]:
         UBSAN_OPTIONS="print_stacktrace=1",
         CUDACPU_VARIANT="asan",
     )
+    env.update(settings)
     return subprocess.run(
         [sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
     )
@@ -98,3 +106,24 @@ with pytest.MonkeyPatch.context() as mp:
 def test_the_sanitizers_bite(kernel: str, n: int, report: str) -> None:
     done = _run(["-c", SCRIPT, kernel, FAULTY, str(n)])
     assert done.returncode != 0 and report in done.stderr, done.stderr[-3000:]
+
+
+def test_the_kernels_as_os_threads_are_clean_under_thread_sanitizer(tmp_path: Path) -> None:
+    """The ThreadSanitizer build runs every thread of a block as an OS thread (a lane holds its
+    warp's lock while it runs): a message batch and the start-up checks before it, covering
+    every AES-GCM kernel, must run without a data race report."""
+    log = tmp_path / "tsan"
+    done = _run(
+        [
+            "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
+            "tests/unit/staging/test_kernels_on_cpu_messages.py",
+            "-k", "1sm and message_batches",
+        ],
+        LD_PRELOAD=_runtime("libtsan.so"),
+        TSAN_OPTIONS=f"halt_on_error=1 report_signal_unsafe=0 log_path={log}",
+        CUDACPU_VARIANT="tsan",
+    )  # fmt: skip
+    reports = "".join(p.read_text() for p in tmp_path.glob("tsan*"))
+    assert done.returncode == 0 and " passed" in done.stdout, (
+        reports[-4000:] + done.stdout[-2000:] + done.stderr[-2000:]
+    )
