@@ -4,26 +4,21 @@ Before a device's kernels are used at a CTA width, a fixed sealed dataset (a pub
 dataset id; more chunks than the persistent grid; a final chunk ending in a partial block) is
 opened through the same :class:`~staging._gpu_runtime.GcmDevice` launches staging uses and
 compared with the host's answer; then one ciphertext bit and one tag bit are flipped, and
-exactly those two chunks must be flagged and zeroed.
+exactly those two chunks must be flagged and zeroed. The runtime calls this module and hands
+it the devices to open; this module imports nothing of the runtime.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from ._gpu_runtime import (
-    _K,
-    _MAX_THREADS,
-    GcmDevice,
-    _Kernels,
-    _one_line,
-    _persistent_grid,
-)
+from ._gpu_geometry import _K, _MAX_THREADS, _one_line
 from .errors import GpuKernelError
 from .format import HEADER_SIZE, TAG_SIZE, Header, derive_chunk_key
 
@@ -100,28 +95,31 @@ def _kat_case(chunk_size: int, chunks: int) -> _KatCase:
     )
 
 
-def check_production(kernels: _Kernels, cupy: Any, device_id: int, width: int) -> None:
-    """Open the fixed dataset with the production kernels at ``width``, as staging does.
+#: Opens a GcmDevice for (header, chunk key, stream) with the kernels and grid under test.
+OpenDevice = Callable[[Header, bytes, Any], Any]
 
-    Each dataset (:func:`_kat_shapes`) has more tiles than the persistent grid has CTAs (so
-    CTAs loop), and a final chunk ending in a partial block. Its plaintext must come back
-    exactly with every status word zero; with one ciphertext bit flipped in one chunk and one
-    tag bit in another, exactly those two chunks must be flagged and zeroed. On success
-    ``width`` is recorded in ``kernels.grids`` with its grid.
+
+def check_production(
+    cupy: Any, device_id: int, width: int, grid: int, open_device: OpenDevice
+) -> None:
+    """Open the fixed datasets with the production kernels at ``width``, as staging does.
+
+    Each dataset (:func:`_kat_shapes`) has more tiles than the persistent grid of ``grid``
+    CTAs (so CTAs loop), and a final chunk ending in a partial block. Its plaintext must come
+    back exactly with every status word zero; with one ciphertext bit flipped in one chunk and
+    one tag bit in another, exactly those two chunks must be flagged and zeroed.
 
     Raises:
         GpuKernelError: a wrong result, or the check could not run.
     """
-    grid = _persistent_grid(cupy, kernels, device_id, width)
     for cs, chunks in _kat_shapes(width, grid):
-        _check_case(kernels, cupy, device_id, width, grid, _kat_case(cs, chunks))
-    kernels.grids[width] = grid
+        _check_case(cupy, device_id, width, open_device, _kat_case(cs, chunks))
 
 
 def _check_case(
-    kernels: _Kernels, cupy: Any, device_id: int, width: int, grid: int, case: _KatCase
+    cupy: Any, device_id: int, width: int, open_device: OpenDevice, case: _KatCase
 ) -> None:
-    """One production known-answer dataset, clean and tampered (see :func:`_check_production`).
+    """One production known-answer dataset, clean and tampered (see :func:`check_production`).
 
     Raises:
         GpuKernelError: a wrong result, or the check could not run.
@@ -141,9 +139,7 @@ def _check_case(
         tampered[at] ^= 0x10
     try:
         stream = cupy.cuda.Stream(non_blocking=True)
-        gcm = GcmDevice(
-            cupy, device_id, case.header, case.chunk_key, stream=stream, _unchecked=(kernels, grid)
-        )
+        gcm = open_device(case.header, case.chunk_key, stream)
         try:
             if gcm.width != width:
                 raise fail(f"they give width {gcm.width}")
@@ -174,7 +170,7 @@ def _check_case(
         raise fail("a tampered chunk was not zeroed, or an authentic one was changed")
 
 
-def _open_on(gcm: GcmDevice, cupy: Any, records: bytes | bytearray) -> tuple[bytes, list[int]]:
+def _open_on(gcm: Any, cupy: Any, records: bytes | bytearray) -> tuple[bytes, list[int]]:
     """(plaintext, status words) of all of ``gcm``'s chunks opened from ``records``."""
     header = gcm.header
     with cupy.cuda.Device(gcm.device_id), gcm.stream:

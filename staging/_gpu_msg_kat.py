@@ -11,12 +11,13 @@ bit are flipped: exactly those two messages must be flagged and zeroed.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from ._gpu_runtime import _MAX_THREADS, _Kernels, _one_line, _persistent_grid
+from ._gpu_geometry import _K, _MAX_THREADS, _one_line
 from .errors import GpuKernelError
 
 _KEYS = tuple(hashlib.sha256(b"gpucc message kat key %d" % i).digest() for i in range(3))
@@ -43,21 +44,27 @@ def _text(n: int, i: int) -> bytes:
     return bytes(out[:n])
 
 
-def check_messages(kernels: _Kernels, cupy: Any, device_id: int) -> None:
-    """Run the known answers; on success record gcm_msgs' persistent grid in ``kernels``.
+#: Opens a DeviceKeyring for these keys with the kernels and grid under test.
+OpenKeyring = Callable[[Sequence[bytes]], Any]
+
+
+def check_messages(
+    cupy: Any, device_id: int, grid: int, open_keyring: OpenKeyring, message_type: Any
+) -> None:
+    """Run the known answers on a persistent grid of ``grid`` CTAs of 256 threads.
+
+    ``open_keyring`` and ``message_type`` (the DeviceMessage class) come from
+    :mod:`staging.gpu_messages`, which calls this: this module imports nothing of it.
 
     Raises:
         GpuKernelError: a launch failed or an answer is wrong.
     """
-    from .gpu_messages import _CT, DeviceKeyring, DeviceMessage
-
-    grid = _persistent_grid(cupy, kernels, device_id, _MAX_THREADS, name="gcm_msgs")
-    tile = 16 * _CT
+    tile = 16 * _K * _MAX_THREADS
     lengths = [0, 1, 16, 17, 3 * tile - 5, (grid + 3) * tile, 100]
     texts = [_text(n, i) for i, n in enumerate(lengths)]
     src_at, dst_at, src_size, dst_size = _layout(lengths)
     messages = [
-        DeviceMessage(
+        message_type(
             key=i % 3,
             nonce=i.to_bytes(4, "big") + b"kat-msg!",
             aad=_AADS[i % 3],
@@ -76,12 +83,12 @@ def check_messages(kernels: _Kernels, cupy: Any, device_id: int) -> None:
         sealed = AESGCM(_KEYS[m.key]).encrypt(m.nonce, t, m.aad)
         expected[m.dst : m.dst + len(sealed)] = sealed
     opened_msgs = [
-        DeviceMessage(m.key, m.nonce, m.aad, src=m.dst, dst=m.src, tag=m.tag, length=m.length)
+        message_type(m.key, m.nonce, m.aad, src=m.dst, dst=m.src, tag=m.tag, length=m.length)
         for m in messages
     ]
     flip_ct, flip_tag = 4, 5
     try:
-        keyring = DeviceKeyring(_KEYS, device_id=device_id, _unchecked=(kernels, grid))
+        keyring = open_keyring(_KEYS)
         try:
             d_plain = cupy.asarray(np.frombuffer(bytes(plain), dtype=np.uint8))
             d_sealed = cupy.zeros(dst_size, dtype=cupy.uint8)
@@ -120,4 +127,3 @@ def check_messages(kernels: _Kernels, cupy: Any, device_id: int) -> None:
             device_id=device_id,
             stage="known-answer",
         )
-    kernels.msgs_grid = grid

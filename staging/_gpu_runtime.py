@@ -16,6 +16,17 @@ import numpy as np
 
 from gpucc.gpuattest.errors import UsageError
 
+# The kernel geometry, mirrored from staging/kernels/aesgcm_math.cuh, is shared with the known
+# answers; it is re-exported here for the modules that launch kernels.
+from ._gpu_geometry import _COMBINE_THREADS as _COMBINE_THREADS
+from ._gpu_geometry import _CTX_HPOW as _CTX_HPOW
+from ._gpu_geometry import _K as _K
+from ._gpu_geometry import _MAX_THREADS as _MAX_THREADS
+from ._gpu_geometry import _ctx_words as _ctx_words
+from ._gpu_geometry import _one_line as _one_line
+from ._gpu_geometry import _threads_for as _threads_for
+from ._gpu_geometry import _tiles as _tiles
+from ._gpu_kat import check_production
 from .errors import GpuKernelError, GpuStagingUnavailableError
 from .format import (
     Header,
@@ -33,19 +44,6 @@ __all__ = [
     "unavailable_reason",
 ]
 
-# --- kernel geometry, mirrored from staging/kernels/aesgcm_math.cuh ----------
-# tests/unit/staging/test_kernel_harness.py checks these against the header
-# (harness command "layout").
-
-#: Blocks per thread per tile (GCMK_K).
-_K = 4
-#: Largest CTA of gcm_chunks (GCMK_MAX_THREADS).
-_MAX_THREADS = 256
-#: Threads of gcm_finalize (kCombineThreads); also the highest power of G in the key context.
-_COMBINE_THREADS = 256
-#: Word offset of H^1 in the key context (kCtxHPow).
-_CTX_HPOW = 72
-
 #: Default bytes of sealed records per batch: one H2D copy and one launch pair each.
 #: At ~50 GB/s this is ~0.7 ms per batch, well above the ~10-50 us a batch costs in Python.
 DEFAULT_BATCH_BYTES = 32 * 1024 * 1024
@@ -55,29 +53,10 @@ DEFAULT_SLOTS = 4
 READ_PIECE = 4 * 1024 * 1024
 
 
-def _ctx_words(ct: int) -> int:
-    """32-bit words of a key context for tiles of ``ct`` blocks (ctx_words in the header)."""
-    return _CTX_HPOW + 4 * ct + 4 * (_COMBINE_THREADS + 1)
-
-
-def _threads_for(chunk_size: int) -> int:
-    """CTA width of gcm_chunks: the widest (<= 256) whose tile fits in a full chunk."""
-    blocks = chunk_size // 16
-    width = _MAX_THREADS
-    while width > 32 and _K * width > blocks:
-        width //= 2
-    return width
-
-
 def check_aligned(name: str, array: Any) -> None:
     """The kernels read and write 16-byte vectors: device buffers must be 16-byte aligned."""
     if int(array.data.ptr) % 16:
         raise ValueError(f"{name} must start on a 16-byte boundary (a view at an odd offset?)")
-
-
-def _tiles(length: int, ct: int) -> int:
-    blocks = -(-length // 16)
-    return -(-blocks // ct)
 
 
 # --- CuPy, devices and the compiled module ------------------------------------------------------
@@ -96,11 +75,6 @@ def import_cupy() -> Any:
             f"CuPy is not installed ({exc.__class__.__name__}: {exc})"
         ) from None
     return cupy
-
-
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return text[:300] if text else exc.__class__.__name__
 
 
 def gpu_count() -> int:
@@ -309,9 +283,7 @@ def _kernels(device_id: int) -> _Kernels:
                     device_id=device_id,
                     stage="known-answer",
                 )
-            from ._gpu_kat import check_production  # it runs GcmDevice, defined below
-
-            check_production(kernels, cupy, device_id, _MAX_THREADS)
+            _check_production(kernels, cupy, device_id, _MAX_THREADS)
         _modules[device_id] = kernels
         return kernels
 
@@ -379,6 +351,24 @@ def _persistent_grid(
     return per_sm * kernels.sm_count
 
 
+def _check_production(kernels: _Kernels, cupy: Any, device_id: int, width: int) -> None:
+    """The production known answers at ``width`` (:mod:`._gpu_kat`) through :class:`GcmDevice`
+    on the persistent grid; on success ``width`` is recorded in ``kernels.grids``.
+
+    Raises:
+        GpuKernelError: a wrong result, or the check could not run.
+    """
+    grid = _persistent_grid(cupy, kernels, device_id, width)
+
+    def open_device(header: Header, chunk_key: bytes, stream: Any) -> GcmDevice:
+        return GcmDevice(
+            cupy, device_id, header, chunk_key, stream=stream, _unchecked=(kernels, grid)
+        )
+
+    check_production(cupy, device_id, width, grid, open_device)
+    kernels.grids[width] = grid
+
+
 def _kernels_at(device_id: int, width: int) -> tuple[_Kernels, int]:
     """The kernels of ``device_id`` and their persistent grid at ``width`` threads.
 
@@ -393,9 +383,7 @@ def _kernels_at(device_id: int, width: int) -> tuple[_Kernels, int]:
         if grid is None:
             cupy = import_cupy()
             with cupy.cuda.Device(device_id):
-                from ._gpu_kat import check_production
-
-                check_production(kernels, cupy, device_id, width)
+                _check_production(kernels, cupy, device_id, width)
             grid = kernels.grids[width]
     return kernels, grid
 

@@ -22,6 +22,7 @@ import numpy as np
 from gpucc.gpuattest.errors import UsageError
 
 from . import _gpu_runtime as _rt
+from ._gpu_msg_kat import check_messages
 from ._gpu_runtime import _K, _MAX_THREADS, _ctx_words, _Kernels, _modules_lock, check_aligned
 
 __all__ = ["MAX_KEYS", "MAX_MESSAGES", "DeviceKeyring", "DeviceMessage"]
@@ -98,7 +99,11 @@ def _check_ranges(
 
 
 def _descriptors(messages: Sequence[DeviceMessage]) -> tuple[np.ndarray, bytes, int]:
-    """The descriptor words, the AAD bytes and the work items of a batch."""
+    """The descriptor words, the AAD bytes and the work items of a batch.
+
+    The AADs are stored one after another, each padded with zeros to a multiple of 16 bytes
+    (the device buffer itself is 16-byte aligned), so every AAD starts 16-byte aligned.
+    """
     desc = np.zeros((len(messages), MSG_WORDS), dtype=np.uint32)
     aad = bytearray()
     item = 0
@@ -111,7 +116,9 @@ def _descriptors(messages: Sequence[DeviceMessage]) -> tuple[np.ndarray, bytes, 
         row[11:14] = np.frombuffer(m.nonce, dtype="<u4")
         row[14] = len(aad)
         row[15] = len(m.aad)
-        aad += m.aad
+        # Each AAD starts on a 16-byte boundary: gcm_msgs_finalize reads whole blocks of it
+        # with 16-byte vector loads, which fault at any other address.
+        aad += m.aad + bytes(-len(m.aad) % 16)
         item += _tiles(m.length)
     if len(aad) >= 1 << 32:
         raise UsageError("the associated data of a batch is too long")
@@ -298,9 +305,13 @@ def _message_kernels(device_id: int) -> tuple[_Kernels, int]:
     kernels = _rt._kernels(device_id)
     with _modules_lock:
         if not kernels.msgs_grid:
-            from ._gpu_msg_kat import check_messages
-
             cupy = _rt.import_cupy()
             with cupy.cuda.Device(device_id):
-                check_messages(kernels, cupy, device_id)
+                grid = _rt._persistent_grid(cupy, kernels, device_id, WIDTH, name="gcm_msgs")
+
+                def open_keyring(keys: Sequence[bytes]) -> DeviceKeyring:
+                    return DeviceKeyring(keys, device_id=device_id, _unchecked=(kernels, grid))
+
+                check_messages(cupy, device_id, grid, open_keyring, DeviceMessage)
+            kernels.msgs_grid = grid
         return kernels, kernels.msgs_grid

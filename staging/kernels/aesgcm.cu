@@ -39,11 +39,16 @@ using namespace gcmk;
 // at most one of them on the ALU pipe. (Indexing the table through a generic pointer costs four:
 // shift, scale, mask-and-merge the lane, add the window base; three of them on the ALU pipe.)
 // (volatile: the compiler must not move a lookup across the barrier that publishes the table.)
+// (GCMK_LDS_U32 is the one load a CPU execution of these sources must provide itself: PTX
+// cannot run there. On the GPU it is exactly the inline PTX below.)
+#ifndef GCMK_LDS_U32
+#define GCMK_LDS_U32(v, addr) asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(addr))
+#endif
 struct BankTable {
     u32 lane_addr;  // shared-window address of this lane's copy of entry 0
     __device__ __forceinline__ u32 operator()(u32 x) const {
         u32 v;
-        asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(lane_addr + (x << 7)));
+        GCMK_LDS_U32(v, lane_addr + (x << 7));
         return v;
     }
 };

@@ -901,6 +901,7 @@ constexpr u32 kMsgItem = 8;     // u64: the message's first work item (tiles of 
 constexpr u32 kMsgKey = 10;     // index of the message's key context
 constexpr u32 kMsgIv = 11;      // 3 words: the 12 nonce bytes as little-endian words
 constexpr u32 kMsgAad = 14;     // byte offset of the message's AAD in the batch's AAD bytes
+                                // (a multiple of 16: its full blocks are 16-byte vector loads)
 constexpr u32 kMsgAadLen = 15;  // AAD length in bytes
 
 struct MsgBatch {

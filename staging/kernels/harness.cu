@@ -367,7 +367,9 @@ std::string cmd_msgs_k(bool enc, u32 T, u32 FT, const std::vector<std::vector<u8
         desc[kMsgWords * m + kMsgAad] = static_cast<u32>(aad.size());
         desc[kMsgWords * m + kMsgAadLen] = static_cast<u32>(h.aad.size());
         aad.insert(aad.end(), h.aad.begin(), h.aad.end());
-        aad.resize(aad.size() + (m % 2));  // bytes between AADs that no message may read
+        // Each AAD starts 16-byte aligned (the device reads its blocks as vectors), with
+        // bytes between AADs that no message may read.
+        aad.resize(align16(aad.size()) + 16ull * (m % 2));
         in_at += len + (enc ? 0 : 16);
         out_at += len + (enc ? 16 : 0);
         item += gcm_tiles(len, ct);

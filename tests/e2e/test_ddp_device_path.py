@@ -134,3 +134,47 @@ def test_every_rank_on_the_device(tmp_path: Path) -> None:
         assert results[0][case]["error"] == "GradientAuthenticationError"
         assert results[1][case]["error"] == "PeerAuthenticationError"
         assert results[0][case]["unchanged"] and results[1][case]["unchanged"]
+
+
+# --- the same, with the real message kernels (run on the CPU: tests/support/cudacpu) ------------
+
+
+def install_cpu_kernels() -> Any:
+    """The CuPy backend that runs aesgcm.cu itself on the CPU, in this rank's process."""
+    from gpucc.staging import _gpu_kat
+    from tests.support.cudacpu import backend
+
+    patch = pytest.MonkeyPatch()  # never undone: the rank's process ends with its scenario
+    cpu = backend.install(patch, devices=1)
+    patch.setattr(_gpu_kat, "_KAT_TILES", 3)  # the dataset start-up checks, kept cheap
+    return cpu
+
+
+def kernels_on_cpu(rank: int, size: int) -> dict[str, Any]:
+    from tests.support.cudacpu import backend
+
+    install_cpu_kernels()
+    keys = establish()
+    out: dict[str, Any] = {"parity": parity(keys, "a2a", True)}
+    out["a2a/flip"] = run_attack(keys, "a2a", tamperer("flip", victim=0), device_crypto=True)
+    out["kernels"] = sorted({name for name, _, _ in backend.launches})
+    return out
+
+
+def test_every_rank_on_the_device_with_the_real_kernels(tmp_path: Path) -> None:
+    """Both ranks seal and open their gradients with gcm_msgs and gcm_msgs_finalize
+    themselves (executed on the CPU): plain DDP's parameters come out, and a flipped frame is
+    caught by the kernels' verdict words."""
+    from gpucc.staging import _gpu_runtime
+    from tests.support import cudacpu
+
+    if not cudacpu.available():
+        pytest.skip("no C++ compiler: the CUDA sources cannot run on the CPU here")
+    cudacpu.build(_gpu_runtime._kernel_source(), _gpu_runtime._NVRTC_OPTIONS)  # once, here
+    results = run_group(2, tmp_path, kernels_on_cpu)
+    for rank, r in enumerate(results):
+        assert r["parity"]["steps"] == STEPS and r["parity"]["diff"] == 0.0, rank
+        assert {"gcm_msgs", "gcm_msgs_finalize"} <= set(r["kernels"]), rank
+    assert results[0]["a2a/flip"]["error"] == "GradientAuthenticationError"
+    assert results[1]["a2a/flip"]["error"] == "PeerAuthenticationError"
+    assert results[0]["a2a/flip"]["unchanged"] and results[1]["a2a/flip"]["unchanged"]

@@ -319,6 +319,12 @@ class ndarray:  # noqa: N801 - the CuPy name
     def __getitem__(self, idx: Any) -> ndarray:
         return ndarray(self._a[idx], self.device.id)
 
+    def reshape(self, *shape: int) -> ndarray:
+        return ndarray(self._a.reshape(*shape), self.device.id)
+
+    def view(self, dtype: Any) -> ndarray:
+        return ndarray(self._a.view(dtype), self.device.id)
+
     def any(self) -> bool:
         Device(self.device.id).synchronize()
         return bool(self._a.any())
@@ -660,6 +666,9 @@ def _messages(desc: ndarray, aad: ndarray, nmsgs: Any, ctxs: ndarray) -> list[di
 
         key = w[10]
         assert (key + 1) * words <= ctxs.size
+        # The kernel reads the AAD's full blocks with 16-byte vector loads: a misaligned
+        # address faults on a GPU.
+        assert (aad.data.ptr + w[14]) % 16 == 0, f"message {i}: AAD at a misaligned address"
         out.append(
             {
                 "src": u64(0),

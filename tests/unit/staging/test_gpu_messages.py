@@ -151,6 +151,21 @@ def test_bad_descriptors_are_refused_before_any_launch(
     assert len(fake.Config.launches) == before
 
 
+def test_every_aad_starts_on_a_16_byte_boundary() -> None:
+    """gcm_msgs_finalize reads an AAD's whole blocks as 16-byte vectors: an AAD packed at an
+    odd offset (52 bytes after the previous one) is a misaligned-address fault on a GPU."""
+    aads = [b"", bytes(range(52)), b"associated bytes.", b"x" * 16, bytes(range(33))]
+    msgs = [DeviceMessage(0, bytes(12), a, src=0, dst=0, tag=0, length=0) for a in aads]
+    desc, blob, items = gm._descriptors(msgs)
+    rows = desc.reshape(len(msgs), gm.MSG_WORDS)
+    assert items == 0
+    for m, row in zip(msgs, rows, strict=True):
+        at, n = int(row[14]), int(row[15])
+        assert at % 16 == 0 and n == len(m.aad)
+        assert blob[at : at + n] == m.aad
+    assert [int(r[14]) for r in rows] == [0, 0, 64, 96, 112]
+
+
 def test_overlapping_outputs_and_in_place_batches_are_refused(fake: Any) -> None:
     msgs, plain, frames = _batch([64, 64])
     ring = DeviceKeyring(KEYS)

@@ -750,3 +750,22 @@ def test_gpu_tests_fail_rather_than_skip_when_the_build_fails(tmp_path: Path) ->
     assert result.returncode == 1, result.stdout + result.stderr
     assert "6 failed" in result.stdout and "skipped" not in result.stdout, result.stdout
     assert "GpuKernelError" in result.stdout and "expected a ';'" in result.stdout
+
+
+def test_the_known_answer_modules_import_nothing_of_their_callers() -> None:
+    """Imports go one way: the runtime calls _gpu_kat, gpu_messages calls _gpu_msg_kat."""
+    import ast
+
+    for module, callers in (
+        ("_gpu_kat", {"_gpu_runtime", "gpu", "gpu_messages", "_gpu_pipeline"}),
+        ("_gpu_msg_kat", {"_gpu_runtime", "gpu", "gpu_messages", "_gpu_pipeline"}),
+    ):
+        tree = ast.parse((ROOT / "staging" / f"{module}.py").read_text())
+        names = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                names.add((node.module or "").split(".")[-1])
+                names.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.Import):
+                names.update(alias.name.split(".")[-1] for alias in node.names)
+        assert not names & callers, (module, names & callers)
