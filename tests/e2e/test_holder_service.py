@@ -274,7 +274,7 @@ def test_an_attacker_at_its_allowance_cannot_starve_an_honest_orchestrator(
             }
         )
         for _ in range(2):
-            result = run_plan(plan, collect=world.collect)
+            result = run_plan(plan, collect=world.collect, collect_cvm=world.collect_cvm)
             assert result.visits[0].bytes_staged == 20_000
         out, _ = attacker.communicate(timeout=30)
     finally:
@@ -317,14 +317,25 @@ def test_receipts_are_kept_and_can_be_pinned_to_the_orchestrator(
     before = set(kept_dir.iterdir())
     log = tmp_path / "log.jsonl"
     plan = _one_holder_plan(pinned)
-    result = run_plan(plan, collect=world.collect, signing_key=ORCHESTRATOR, log_path=log)
+    result = run_plan(
+        plan,
+        collect=world.collect,
+        collect_cvm=world.collect_cvm,
+        signing_key=ORCHESTRATOR,
+        log_path=log,
+    )
     assert result.visits[0].receipt_kept
     (new,) = set(kept_dir.iterdir()) - before
     receipt = Receipt.from_json(new.read_bytes())
     assert receipt.seq == 0 and receipt.transcript_hash == result.visits[0].transcript_hash
     assert verify_log(log, ORCHESTRATOR.public_key(), receipts=[receipt]).complete
     # another orchestrator key: the pinned holder refuses to keep its receipt
-    other = run_plan(plan, collect=world.collect, signing_key=generate_signing_key())
+    other = run_plan(
+        plan,
+        collect=world.collect,
+        collect_cvm=world.collect_cvm,
+        signing_key=generate_signing_key(),
+    )
     assert not other.visits[0].receipt_kept
     assert set(kept_dir.iterdir()) == before | {new}
 
