@@ -358,3 +358,79 @@ def _try_health(port: int) -> bytes:
         return _exchange(port, b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
     except OSError:
         return b""
+
+
+def test_a_hostile_offer_and_answer_reach_the_terminal_escaped(tmp_path: Path) -> None:
+    """``session answer`` reads the host's offer and ``session accept`` the holder's answer:
+    both are the other side's documents."""
+    from gpucc.staging import seal_file, write_key_file
+
+    kek = write_key_file(tmp_path / "k.key")
+    (tmp_path / "plain").write_bytes(b"p" * 100)
+    seal_file(tmp_path / "plain", tmp_path / f"{HOSTILE}.gcc", kek=kek, chunk_size=4096)
+    challenge = "c3" * 32
+    made = run_cli("session", "offer", "--challenge", challenge, "-o", "offer.json",
+                   "--host-key", "host.key", "--simulate", "sim", cwd=tmp_path)  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    offer = json.loads((tmp_path / "offer.json").read_text())
+    fields = {**offer, "evidence": [
+        {**e, "uuid": MESSAGE, "driver_version": MESSAGE, "vbios_version": MESSAGE}
+        for e in offer["evidence"]
+    ]}  # fmt: skip
+    arch = {**offer, "evidence": [{**e, "arch": MESSAGE} for e in offer["evidence"]]}
+    for name, doc in (("fields", fields), ("arch", arch), ("junk", {MESSAGE: MESSAGE})):
+        (tmp_path / f"{name}.offer").write_text(json.dumps(doc))
+    (tmp_path / f"{HOSTILE}.answer").write_text(json.dumps({"schema": MESSAGE, MESSAGE: 1}))
+    answer = ("session", "answer", "--challenge", challenge, "--dataset", f"{HOSTILE}.gcc",
+              "--key-file", "k.key", "--simulate", "sim", "--state-dir", "state")  # fmt: skip
+    runs: list[tuple[str, ...]] = [
+        (*answer, "fields.offer", "-o", "a1.json", "-v"),
+        (*answer, "fields.offer", "-o", "a2.json", "-f", "json"),
+        (*answer, "arch.offer", "-o", "a3.json"),
+        (*answer, "junk.offer", "-o", "a4.json"),
+        ("session", "accept", f"{HOSTILE}.answer", "--host-key", "host.key"),
+        ("session", "local", f"{HOSTILE}.gcc", "--key-file", "k.key", "-o", "l.json",
+         "--host-key", "l.key", "--simulate", "sim-local", "-v"),
+        ("session", "challenge"),
+    ]  # fmt: skip
+    results = _run_all(runs, tmp_path)
+    for args, result in zip(runs, results, strict=True):
+        _assert_clean(args, result)
+    assert all(r.returncode not in (0, 70) for r in results[:5]), [r.stderr for r in results]
+    assert all(_escaped(results[n].stderr) for n in (0, 1, 4)), [r.stderr for r in results]
+    assert results[5].returncode == 0, results[5].stderr
+
+
+#: Where each command's terminal output meets hostile text: this file, the test of local
+#: names next door, or why there is none to meet.
+WALKED = {
+    "attest": "test_cli_terminal: a hostile evidence file name",
+    "collateral fetch": "a service's reason phrase, redirect and junk answers",
+    "collateral show": "a bundle's OCSP subject, issuer and RIM id",
+    "demo": "none: it makes and names its own data in its own directory",
+    "evidence collect": "none here: its strings come from the local GPU driver (NVML)",
+    "holder datasets": "hostile sealed-file names, valid and not",
+    "holder keygen": "none: it prints the pin it computed and the paths it was given",
+    "holder receipts": "a hostile receipt file name, valid and not",
+    "holder serve": "hostile dataset names and hostile requests",
+    "model digest": "test_cli_terminal: hostile resource names",
+    "model sign": "test_cli_terminal: a hostile key file name",
+    "model verify": "test_cli_terminal: hostile resource names",
+    "seal": "test_cli_terminal: hostile input and output names",
+    "session accept": "a hostile answer and its file name",
+    "session answer": "a hostile offer's fields",
+    "session challenge": "none: it prints the challenge it made",
+    "session local": "a hostile dataset file name",
+    "session offer": "test_cli_terminal: hostile output and key names",
+    "stage": "test_cli_terminal: hostile dataset and resource names",
+    "token verify": "test_cli_terminal: a signed token's hostile kid",
+    "travel keygen": "none: as holder keygen",
+    "travel run": "a hostile holder's refusals and a hostile dataset path",
+    "travel verify-log": "a log's hostile holder ids, fields and sequence number",
+}
+
+
+def test_every_command_is_walked_or_has_a_reason() -> None:
+    from tests.e2e.test_cli_contract import leaves
+
+    assert sorted(WALKED) == sorted(leaves())
