@@ -104,10 +104,18 @@ def test_a_hostile_holders_refusals_reach_the_orchestrator_escaped(tmp_path: Pat
             runs.append((mode, ("travel", "run", plan.name, "--simulate", f"sim-{mode}", *extra)))
 
         def one(run: tuple[str, tuple[str, ...]]) -> subprocess.CompletedProcess[str]:
+            if "-vv" in run[1]:  # the traceback of -vv, which quotes the message, on purpose
+                command = [GPUCC, *run[1]]
+                return subprocess.run(command, cwd=tmp_path, capture_output=True, text=True,
+                                      timeout=90, env=ENV, check=False)  # fmt: skip
             return run_cli(*run[1], cwd=tmp_path, timeout=90)
+
+        refused = dict(runs)["offer-403"]
+        runs.append(("offer-403", (*refused[: refused.index("-v")], "-vv")))
 
         with concurrent.futures.ThreadPoolExecutor(max_workers=3) as pool:
             results = list(pool.map(one, runs))
+    assert "Traceback" in results[-1].stderr
     for (mode, args), result in zip(runs, results, strict=True):
         text = _assert_clean(args, result)
         assert result.returncode not in (0, 70), (mode, result.stderr)
