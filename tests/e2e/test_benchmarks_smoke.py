@@ -43,6 +43,7 @@ SMOKES = [
     ),
     Smoke("bench_holder.py", ("errors",), slow=True),
     Smoke("bench_model.py", ("gpucc sha256",), slow=True),
+    Smoke("bench_cvm.py", ("dcap-qvl",)),
     Smoke("bench_torch_data.py", ("stream, workers=2",), slow=True, needs="torch"),
     Smoke("bench_ddp.py", ("a2a",), slow=True, needs="torch"),
     Smoke("bench_gpu.py", ("kernel open, device-resident", "D2D copy (ceiling)")),
