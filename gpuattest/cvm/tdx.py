@@ -166,14 +166,15 @@ def check_layout(quote: bytes) -> None:
     _layout(quote)
 
 
-def _layout(quote: bytes) -> tuple[int, str]:
-    """Quote version and TD report version; the outer layout must hold exactly.
+def td_report_span(quote: bytes) -> tuple[int, str, int, int]:
+    """Where a TDX quote's TD report lies: quote version, TD report version, offset, size.
+
+    Reads the header and (version 5) the body descriptor only; the rest of the quote is not
+    looked at.
 
     Raises:
-        MalformedEvidenceError: truncated, oversized, SGX, unknown version or body type.
+        MalformedEvidenceError: truncated, SGX, unknown version, key type or body type.
     """
-    if len(quote) > MAX_QUOTE_BYTES:
-        raise MalformedEvidenceError(f"the TDX quote is larger than {MAX_QUOTE_BYTES} bytes")
     if len(quote) < _HEADER + 4:
         raise MalformedEvidenceError(f"the TDX quote is truncated ({len(quote)} bytes)")
     version, key_type, tee = struct.unpack_from("<HHI", quote)
@@ -185,19 +186,28 @@ def _layout(quote: bytes) -> tuple[int, str]:
         raise MalformedEvidenceError(f"unknown TEE type {tee:#x} in the quote header")
     if key_type != _ECDSA_P256:
         raise MalformedEvidenceError(f"unsupported attestation key type {key_type}")
-    offset, td_version = _HEADER, "1.0"
     if version == 4:
-        offset += _V4_BODY
-    else:
-        if len(quote) < _HEADER + 6:
-            raise MalformedEvidenceError("the TDX quote is truncated in its body descriptor")
-        body_type, body_size = struct.unpack_from("<HI", quote, _HEADER)
-        if body_type not in _V5_BODIES or _V5_BODIES[body_type][1] != body_size:
-            raise MalformedEvidenceError(
-                f"unsupported quote body (type {body_type}, {body_size} bytes)"
-            )
-        td_version = _V5_BODIES[body_type][0]
-        offset += 6 + body_size
+        return version, "1.0", _HEADER, _V4_BODY
+    if len(quote) < _HEADER + 6:
+        raise MalformedEvidenceError("the TDX quote is truncated in its body descriptor")
+    body_type, body_size = struct.unpack_from("<HI", quote, _HEADER)
+    if body_type not in _V5_BODIES or _V5_BODIES[body_type][1] != body_size:
+        raise MalformedEvidenceError(
+            f"unsupported quote body (type {body_type}, {body_size} bytes)"
+        )
+    return version, _V5_BODIES[body_type][0], _HEADER + 6, body_size
+
+
+def _layout(quote: bytes) -> tuple[int, str]:
+    """Quote version and TD report version; the outer layout must hold exactly.
+
+    Raises:
+        MalformedEvidenceError: truncated, oversized, SGX, unknown version or body type.
+    """
+    if len(quote) > MAX_QUOTE_BYTES:
+        raise MalformedEvidenceError(f"the TDX quote is larger than {MAX_QUOTE_BYTES} bytes")
+    version, td_version, body, size = td_report_span(quote)
+    offset = body + size
     if len(quote) < offset + 4:
         raise MalformedEvidenceError(f"the TDX quote is truncated ({len(quote)} bytes)")
     (sig_len,) = struct.unpack_from("<I", quote, offset)

@@ -30,14 +30,19 @@ import errno
 import hmac
 import os
 import secrets
-import struct
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
-from ..errors import EnvironmentProblemError, FileAccessError, MalformedInputError, UsageError
+from ..errors import (
+    EnvironmentProblemError,
+    FileAccessError,
+    MalformedEvidenceError,
+    MalformedInputError,
+    UsageError,
+)
 from .findings import CvmKind
 from .snp_report import parse_snp_report
 
@@ -71,10 +76,7 @@ PROVIDERS: Mapping[str, CvmKind] = MappingProxyType(
 
 _SMALL_MAX = 64  # provider, generation, privlevel_floor
 _MAX_PRIVLEVEL = 3  # the kernel's TSM_PRIVLEVEL_MAX
-_TDX_TEE_TYPE = 0x81
-_TDX_HEADER = 48
 _TDX_REPORT_DATA_AT = 520  # in the TD report body, 1.0 and 1.5 alike
-_TDX_BODY_SIZES = {2: 584, 3: 648}  # quote v5 body type -> TD report 1.0 / 1.5 size
 _HINT = (
     "needs Linux >= 6.7 with configfs mounted at /sys/kernel/config and a TDX or SEV-SNP "
     "guest whose driver (tdx_guest, sev_guest) is loaded"
@@ -214,25 +216,12 @@ def _read_int(path: Path, what: str) -> int:
 
 
 def _tdx_report_data(quote: bytes) -> bytes:
-    if len(quote) < _TDX_HEADER:
-        raise MalformedTsmOutputError(f"TDX outblob is {len(quote)} bytes, too short for a quote")
-    version, _key_type, tee_type = struct.unpack_from("<HHI", quote)
-    if tee_type != _TDX_TEE_TYPE:
-        raise MalformedTsmOutputError(f"TDX outblob has TEE type {tee_type:#x}, not TDX (0x81)")
-    if version == 4:
-        body = _TDX_HEADER
-    elif version == 5:
-        if len(quote) < _TDX_HEADER + 6:
-            raise MalformedTsmOutputError("TDX outblob (quote v5) ends inside its body header")
-        body_type, body_size = struct.unpack_from("<HI", quote, _TDX_HEADER)
-        if _TDX_BODY_SIZES.get(body_type) != body_size:
-            raise MalformedTsmOutputError(
-                f"TDX outblob (quote v5) has body type {body_type} of {body_size} bytes, "
-                f"not a TD report"
-            )
-        body = _TDX_HEADER + 6
-    else:
-        raise MalformedTsmOutputError(f"TDX outblob is a version {version} quote, not 4 or 5")
+    from .tdx import td_report_span
+
+    try:
+        _version, _td_version, body, _size = td_report_span(quote)
+    except MalformedEvidenceError as exc:
+        raise MalformedTsmOutputError(f"TDX outblob: {exc}") from None
     start = body + _TDX_REPORT_DATA_AT
     if len(quote) < start + REPORT_DATA_SIZE:
         raise MalformedTsmOutputError(f"TDX outblob is {len(quote)} bytes, too short for a quote")
