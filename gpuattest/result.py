@@ -25,6 +25,7 @@ __all__ = [
     "Decision",
     "GpuResult",
     "Verdict",
+    "check_reasons",
     "combine_verdicts",
 ]
 
@@ -112,11 +113,7 @@ class GpuResult:
     @property
     def reasons(self) -> tuple[str, ...]:
         """Why this GPU is not trusted (refusals first, then undecided items)."""
-        refused = [f"{c.title}: {c.reason}" for c in self.checks if c.decision is Decision.REFUSE]
-        undecided = [
-            f"{c.title}: {c.reason}" for c in self.checks if c.decision is Decision.UNDECIDED
-        ]
-        return tuple(refused + undecided)
+        return check_reasons(self.checks)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form."""
@@ -180,6 +177,13 @@ class AttestationResult:
             "gpus": [g.to_dict() for g in self.gpus],
             "cvm": self.cvm.to_dict() if self.cvm is not None else None,
         }
+
+
+def check_reasons(checks: tuple[Check, ...]) -> tuple[str, ...]:
+    """``title: reason`` of every refused check, then of every undecided one."""
+    refused = [f"{c.title}: {c.reason}" for c in checks if c.decision is Decision.REFUSE]
+    undecided = [f"{c.title}: {c.reason}" for c in checks if c.decision is Decision.UNDECIDED]
+    return tuple(refused + undecided)
 
 
 def combine_verdicts(verdicts: list[Verdict] | tuple[Verdict, ...]) -> Verdict:

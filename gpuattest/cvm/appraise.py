@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from cryptography import x509
 
 from ..errors import CollateralUnavailableError, MalformedEvidenceError
-from ..result import Check, CheckStatus, Decision, Verdict, combine_verdicts
+from ..result import Check, CheckStatus, Decision, Verdict, check_reasons, combine_verdicts
 from .findings import CvmFindings, CvmKind
 from .policy import CvmPolicy
 
@@ -71,11 +71,7 @@ class CvmResult:
     @property
     def reasons(self) -> tuple[str, ...]:
         """Why this CVM is not trusted (refusals first, then undecided items)."""
-        refused = [f"{c.title}: {c.reason}" for c in self.checks if c.decision is Decision.REFUSE]
-        undecided = [
-            f"{c.title}: {c.reason}" for c in self.checks if c.decision is Decision.UNDECIDED
-        ]
-        return tuple(refused + undecided)
+        return check_reasons(self.checks)
 
     def to_dict(self) -> dict[str, Any]:
         """The ``cvm`` section of the ``gpucc.attest/v1`` document."""
