@@ -103,6 +103,23 @@ def install(monkeypatch: Any, *, devices: int = 1, seed: int | None = None) -> A
     return sys.modules[__name__]
 
 
+def stand_in_without_gpu(device: int) -> bool:
+    """For a benchmark's ``--smoke``: without a usable GPU, put this module in CuPy's place so
+    the whole flow still runs (its numbers mean nothing); whether it did. A GPU whose kernels
+    are broken is not replaced: that is reported as it is."""
+    from gpucc.staging import _gpu_runtime
+    from gpucc.staging.errors import GpuKernelError
+
+    try:
+        if _gpu_runtime.unavailable_reason(device) is None:
+            return False
+    except GpuKernelError:
+        return False
+    reset(devices=1)
+    _gpu_runtime.import_cupy, _gpu_runtime._modules = (lambda: sys.modules[__name__]), {}
+    return True
+
+
 class StreamRaceError(AssertionError):
     """Work queued on a buffer that another stream may still be using."""
 
