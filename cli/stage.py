@@ -190,15 +190,18 @@ def stage(
     ] = None,
     output: FormatOption = OutputFormat.TEXT,
 ) -> None:
-    """Decrypt and verify DATASET chunk by chunk into memory, then scrub it.
+    """Decrypt and verify DATASET chunk by chunk, then scrub what held its plaintext.
 
-    Every chunk is authenticated before staging reports success; on a failed chunk the
-    buffer is zeroed from that chunk on and the exit code is 6. The staged buffer is
-    zeroed before the command ends. A shard set (its files, or their directory) is checked
-    as a set first (a lone, missing, foreign or misplaced shard is refused, exit 6), then
-    each shard is staged, verified and scrubbed in turn. Exit codes: 0 staged, 2 usage, 4
-    malformed dataset or key file, 5 GPU staging not available, 6 data authentication
-    failed (a chunk, the header or a missing chunk or shard), 7 wrong key, 8 file access.
+    Every chunk is authenticated before staging reports success; a failed chunk is exit 6.
+    On the CPU each chunk is verified in place in its thread's buffer, so memory stays at
+    threads x chunk size whatever the dataset's size; with --manifest (the staged bytes are
+    hashed) or on a GPU the dataset is staged into one buffer. Everything that held
+    plaintext is zeroed before the command ends. A shard set (its files, or their
+    directory) is checked as a set first (a lone, missing, foreign or misplaced shard is
+    refused, exit 6), then each shard is verified and scrubbed in turn. Exit codes: 0
+    staged, 2 usage, 4 malformed dataset or key file, 5 GPU staging not available, 6 data
+    authentication failed (a chunk, the header or a missing chunk or shard), 7 wrong key,
+    8 file access.
     """
     from gpucc import staging
     from gpucc.staging.errors import StageKeyArgumentsError
@@ -272,20 +275,27 @@ def stage(
     }
 
     total = header.plaintext_length
+    staged = header.plaintext_length
+    checked = None
     with byte_progress("staging", total) as progress:
         started = time.perf_counter()
-        with plan.run(threads=threads, progress=progress) as buf:
+        if trusted is None:
+            # Nothing needs the plaintext afterwards: authenticate every chunk without
+            # holding the dataset (bounded memory, no fresh pages; staging/verify.py).
+            verified = plan.verify(threads=threads, progress=progress)
             seconds = time.perf_counter() - started
-            staged = header.plaintext_length
-            checked = None
-            if trusted is not None:
+            held, scrubbed = verified.held_bytes, verified.scrubbed
+        else:
+            with plan.run(threads=threads, progress=progress) as buf:
+                seconds = time.perf_counter() - started
                 # Hash the staged buffer itself, while it is still held: the bytes that
                 # verify are the bytes the caller would use. On any failure the buffer is
                 # zeroed by run() on the way out.
                 checked = verify_staged(buf, trusted, resource, threads=threads)
-        # The API zeroes the buffer on exit; check it where that is cheap to see.
-        parts = [s.array for s in buf] if isinstance(buf, list) else [buf]
-        scrubbed = not any(bool(p.any()) for p in parts)
+            # The API zeroes the buffer on exit; check it where that is cheap to see.
+            parts = [s.array for s in buf] if isinstance(buf, list) else [buf]
+            scrubbed = not any(bool(p.any()) for p in parts)
+            held = staged
     if checked is not None:
         summary["model"] = checked.to_json()
     summary.update(
@@ -295,6 +305,7 @@ def stage(
         threads=threads or staging.default_threads(),
         verified=checked is None or checked.ok,
         scrubbed=scrubbed,
+        held_bytes=held,
         seconds=round(seconds, 6),
         bytes_per_second=round(staged / seconds) if seconds > 0 else None,
         gb_per_s=round(staged / seconds / 1e9, 3) if seconds > 0 else None,
@@ -310,7 +321,7 @@ def stage(
     note(
         f"staged {format_size(staged)} of {what} {dataset} on {plan.device}: "
         f"{chunk_summary(header.chunk_count, staged, header.chunk_size)} verified "
-        f"in {seconds:.3f} s ({format_rate(staged, seconds)}); buffer scrubbed"
+        f"in {seconds:.3f} s ({format_rate(staged, seconds)}); {_held(held, staged)}"
     )
     if checked is not None:
         note(
@@ -320,6 +331,13 @@ def stage(
         )
 
 
+def _held(held: int, staged: int) -> str:
+    """How much plaintext was in memory, for the closing line."""
+    if held >= staged:
+        return "buffer scrubbed"
+    return f"at most {format_size(held)} of plaintext held at once, scrubbed"
+
+
 def _stage_set(
     shard_set: Any, device: Device, gpus: int, threads: int | None, output: OutputFormat,
     by_session: bool,
@@ -327,7 +345,7 @@ def _stage_set(
     """Stage each shard of a verified set in turn (every chunk authenticated), scrub each."""
     from gpucc import staging
 
-    staged = chunks = 0
+    staged = chunks = held = 0
     scrubbed = True
     started = time.perf_counter()
     where = "cpu"
@@ -337,11 +355,11 @@ def _stage_set(
                 part.path, key=shard_set.dataset_key, device=_DEVICE_NAMES[device], gpus=gpus
             )
             where = plan.device
-            with plan.run(threads=threads, progress=progress) as buf:
-                staged += plan.header.plaintext_length
-                chunks += plan.header.chunk_count
-            parts = [s.array for s in buf] if isinstance(buf, list) else [buf]
-            scrubbed = scrubbed and not any(bool(p.any()) for p in parts)
+            verified = plan.verify(threads=threads, progress=progress)
+            staged += verified.plaintext_length
+            chunks += verified.chunk_count
+            held = max(held, verified.held_bytes)
+            scrubbed = scrubbed and verified.scrubbed
     seconds = time.perf_counter() - started
     first = shard_set.parts[0]
     if output is OutputFormat.JSON:
@@ -361,6 +379,7 @@ def _stage_set(
                 "threads": threads or staging.default_threads(),
                 "verified": True,
                 "scrubbed": scrubbed,
+                "held_bytes": held,
                 "seconds": round(seconds, 6),
                 "bytes_per_second": round(staged / seconds) if seconds > 0 else None,
                 "gb_per_s": round(staged / seconds / 1e9, 3) if seconds > 0 else None,
@@ -369,5 +388,6 @@ def _stage_set(
     note(
         f"staged {format_size(staged)} of a set of {len(shard_set.parts)} bound shards "
         f"(set {shard_set.set_id.hex()}) on {where}: {chunks} chunks verified in "
-        f"{seconds:.3f} s ({format_rate(staged, seconds)}); each buffer scrubbed"
+        f"{seconds:.3f} s ({format_rate(staged, seconds)}); "
+        f"{_held(held, staged).replace('buffer', 'each buffer')}"
     )

@@ -12,6 +12,7 @@ Submodules load on first use, so ``import gpucc.staging`` stays cheap::
     plan = staging.plan_stage(path, key_file=f)     # decide once (open, key, device) ...
     with plan.run() as buf:                         # ... then stage
         ...
+    staging.verify_cpu(dataset, dataset_key)        # every chunk checked, none kept
 
 Errors are in :mod:`staging.errors`; the key-release protocol in :mod:`staging.release`;
 GPU staging in :mod:`staging.gpu`.
@@ -28,11 +29,13 @@ if TYPE_CHECKING:
     from .dataset import SealedDataset, is_sealed, open_sealed
     from .format import read_key_file, valid_chunk_size, write_key_file
     from .seal import SealResult, WrapSpec, default_threads, rewrap, seal_bytes, seal_file
+    from .verify import Verified, verify_cpu, verify_plaintext_cpu
 
 __all__ = [
     "SealResult",
     "SealedDataset",
     "StagePlan",
+    "Verified",
     "WrapSpec",
     "default_threads",
     "is_sealed",
@@ -48,6 +51,8 @@ __all__ = [
     "stage_cpu",
     "stage_plaintext_cpu",
     "valid_chunk_size",
+    "verify_cpu",
+    "verify_plaintext_cpu",
     "write_key_file",
 ]
 
@@ -71,6 +76,9 @@ _HOME = {
     "rewrap": "seal",
     "seal_bytes": "seal",
     "seal_file": "seal",
+    "Verified": "verify",
+    "verify_cpu": "verify",
+    "verify_plaintext_cpu": "verify",
 }
 
 

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from gpucc.gpuattest.errors import UsageError
 
@@ -36,6 +36,9 @@ from .dataset import SealedDataset, io_error, is_sealed, open_sealed
 from .errors import GpuStagingUnavailableError, StageKeyArgumentsError
 from .format import DEFAULT_CHUNK_SIZE, Header, StrPath, read_key_file
 from .seal import ProgressCallback
+
+if TYPE_CHECKING:
+    from .verify import Verified
 
 _logger = logging.getLogger("gpucc.staging")
 
@@ -224,6 +227,38 @@ class StagePlan:
             yield buf
         finally:
             self.backend.scrub(buf)
+
+    def verify(
+        self, *, threads: int | None = None, progress: ProgressCallback | None = None
+    ) -> Verified:
+        """Authenticate every chunk and keep none of the plaintext.
+
+        On the CPU chunk by chunk in a window of per-thread buffers
+        (:func:`staging.verify.verify_cpu`: memory bounded by threads x chunk size, whatever
+        the dataset's size); on a GPU by staging into device memory, then scrubbing it.
+
+        Raises:
+            The errors of :meth:`run`.
+        """
+        from . import verify
+
+        if self.backend.name == "cpu":
+            if self.dataset is not None and self.dataset_key is not None:
+                return verify.verify_cpu(
+                    self.dataset, self.dataset_key, threads=threads, progress=progress
+                )
+            return verify.verify_plaintext_cpu(
+                self.path, chunk_size=self.header.chunk_size, threads=threads, progress=progress
+            )
+        with self.run(threads=threads, progress=progress) as buf:
+            pass
+        parts = [s.array for s in buf] if isinstance(buf, list) else [buf]
+        return verify.Verified(
+            plaintext_length=self.header.plaintext_length,
+            chunk_count=self.header.chunk_count,
+            held_bytes=self.header.plaintext_length,
+            scrubbed=not any(bool(p.any()) for p in parts),
+        )
 
 
 def _dataset_key(

@@ -45,6 +45,8 @@ __all__ = [
     "Buffer",
     "SealedDataset",
     "open_sealed",
+    "open_unchanged",
+    "read_chunk",
     "scrub",
     "stage_bytes",
     "stage_cpu",
@@ -118,6 +120,43 @@ def _decrypt_all(
         view.release()
 
 
+def open_unchanged(dataset: SealedDataset) -> int:
+    """Open the dataset's file again and check it is still the file :func:`open_sealed` read
+    (same size, same header, tag and wrap section); the caller closes the descriptor.
+
+    Raises:
+        StagingIOError: the file cannot be opened or read.
+        MalformedDatasetError: it changed since it was opened.
+    """
+    try:
+        fd = os.open(dataset.path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise io_error("read", dataset.path, exc) from None
+    try:
+        size = os.fstat(fd).st_size
+        prefix = os.pread(fd, len(dataset.prefix), 0)
+    except OSError as exc:
+        os.close(fd)
+        raise io_error("read", dataset.path, exc) from None
+    if size != dataset.header.file_size or prefix != dataset.prefix:
+        os.close(fd)
+        raise MalformedDatasetError(f"{dataset.path} changed after it was opened")
+    return fd
+
+
+def read_chunk(dataset: SealedDataset, fd: int, index: int, buf: memoryview) -> None:
+    """Read ``ct_i || tag_i`` of chunk ``index`` into ``buf`` (private memory).
+
+    Raises:
+        StagingIOError: the read failed.
+        MalformedDatasetError: the file ended early.
+    """
+    try:
+        read_exact(fd, buf, dataset.header.chunk_offset(index))
+    except OSError as exc:
+        raise io_error("read", dataset.path, exc) from None
+
+
 def _scratch(header: Header, slots: int) -> list[bytearray]:
     length = min(header.chunk_size, header.plaintext_length) + TAG_SIZE
     return [bytearray(length) for _ in range(slots)]
@@ -156,28 +195,16 @@ def stage_cpu(
     cipher = dataset.check_key(dataset_key)
     dst = _destination(header.plaintext_length, out)
     try:
-        fd = os.open(dataset.path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError as exc:
+        fd = open_unchanged(dataset)
+    except BaseException:
         dst[:] = 0
-        raise io_error("read", dataset.path, exc) from None
+        raise
     try:
-        try:
-            size = os.fstat(fd).st_size
-            prefix = os.pread(fd, len(dataset.prefix), 0)
-        except OSError as exc:
-            dst[:] = 0
-            raise io_error("read", dataset.path, exc) from None
-        if size != header.file_size or prefix != dataset.prefix:
-            dst[:] = 0
-            raise MalformedDatasetError(f"{dataset.path} changed after it was opened")
         slots = _scratch(header, window_for(threads, header.chunk_count))
 
         def fill(index: int, slot: int, length: int) -> memoryview:
             buf = memoryview(slots[slot])[: length + TAG_SIZE]
-            try:
-                read_exact(fd, buf, header.chunk_offset(index))
-            except OSError as exc:
-                raise io_error("read", dataset.path, exc) from None
+            read_chunk(dataset, fd, index, buf)
             return buf
 
         _decrypt_all(cipher, fill, dst, threads=threads, progress=progress, owned=out is None)

@@ -1,0 +1,170 @@
+"""Verifying a dataset on the CPU without holding it: every chunk authenticated, none kept.
+
+What ``gpucc stage`` does on the CPU when nothing else needs the plaintext (no model
+manifest to hash it against). Each worker thread owns one buffer of ``ct_i || tag_i``: the
+chunk is read into it and decrypted and authenticated in place there. So the memory used is
+``threads x (chunk size + 16)`` whatever the dataset's size, no fresh page of memory is
+needed (a fresh page costs the kernel's clearing, about as much as AES-GCM itself on a small
+machine), and the plaintext stays in buffers the size of a core's cache instead of going out
+to main memory. Every buffer is zeroed when the call ends, on success and failure alike.
+
+Reading goes through the same private-copy ``pread`` as :func:`staging.cpu.stage_cpu`, for
+the same reasons (see there): the file is never memory-mapped.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from gpucc.gpuattest.errors import MalformedInputError
+
+from ._pipeline import ChunkFailure, run_chunks, window_for
+from .chunks import ChunkCipher, zero
+from .cpu import open_unchanged, read_chunk
+from .dataset import SealedDataset, io_error, read_exact
+from .errors import MalformedDatasetError
+from .format import DEFAULT_CHUNK_SIZE, TAG_SIZE, Header, StrPath, new_dataset_key
+from .seal import ProgressCallback, default_threads
+
+__all__ = ["Verified", "verify_cpu", "verify_plaintext_cpu"]
+
+
+@dataclass(frozen=True)
+class Verified:
+    """What a verification found: every one of ``chunk_count`` chunks authenticated.
+
+    Attributes:
+        plaintext_length: bytes of plaintext authenticated.
+        chunk_count: chunks authenticated.
+        held_bytes: the most plaintext held in memory at once.
+        scrubbed: every buffer that held plaintext read back as zeros at the end.
+    """
+
+    plaintext_length: int
+    chunk_count: int
+    held_bytes: int
+    scrubbed: bool
+
+
+def _verify_chunks(
+    header: Header,
+    threads: int,
+    progress: ProgressCallback | None,
+    work: Callable[[int, memoryview], None],
+) -> Verified:
+    """Run ``work(index, buffer)`` for every chunk in a window of zeroed-at-the-end buffers.
+
+    ``buffer`` is the slot's memory, ``chunk length + 16`` bytes; ``work`` leaves the
+    chunk's verified plaintext in its first ``chunk length`` bytes or raises.
+    """
+    slot_length = min(header.chunk_size, header.plaintext_length) + TAG_SIZE
+    slots = [bytearray(slot_length) for _ in range(window_for(threads, header.chunk_count))]
+    total = header.plaintext_length
+    size = header.chunk_size
+
+    def one(index: int, slot: int) -> None:
+        work(index, memoryview(slots[slot])[: header.chunk_length(index) + TAG_SIZE])
+
+    def on_done(index: int) -> None:
+        if progress is not None:
+            progress(min(total, (index + 1) * size), total)
+
+    try:
+        run_chunks(header.chunk_count, one, threads=threads, on_done=on_done)
+    except ChunkFailure as failure:
+        raise failure.cause from None
+    finally:
+        for buf in slots:
+            zero(buf)
+    return Verified(
+        plaintext_length=total,
+        chunk_count=header.chunk_count,
+        held_bytes=len(slots) * (slot_length - TAG_SIZE),
+        scrubbed=not any(bool(np.frombuffer(buf, dtype=np.uint8).any()) for buf in slots),
+    )
+
+
+def verify_cpu(
+    dataset: SealedDataset,
+    dataset_key: bytes,
+    *,
+    threads: int | None = None,
+    progress: ProgressCallback | None = None,
+) -> Verified:
+    """Authenticate every chunk of a sealed dataset, keeping none of its plaintext.
+
+    The same checks, in the same order, as :func:`staging.cpu.stage_cpu`: the header tag
+    under the key, the file unchanged since it was opened, then every chunk (its content,
+    position and dataset). ``progress(done_bytes, total_bytes)`` as chunks verify, in order.
+
+    Raises:
+        HeaderAuthenticationError: wrong key or altered header (nothing decrypted).
+        ChunkAuthenticationError: the lowest-index chunk that failed.
+        MalformedDatasetError: the file changed since it was opened.
+        StagingIOError: the file cannot be read.
+    """
+    threads = threads or default_threads()
+    cipher = dataset.check_key(dataset_key)
+    fd = open_unchanged(dataset)
+
+    def work(index: int, buf: memoryview) -> None:
+        read_chunk(dataset, fd, index, buf)
+        cipher.decrypt_into(index, buf, buf[: len(buf) - TAG_SIZE])
+
+    try:
+        return _verify_chunks(dataset.header, threads, progress, work)
+    finally:
+        os.close(fd)
+
+
+def verify_plaintext_cpu(
+    path: StrPath,
+    *,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    threads: int | None = None,
+    progress: ProgressCallback | None = None,
+) -> Verified:
+    """Seal a plaintext file in transit under a fresh key and authenticate every chunk.
+
+    The round trip :func:`staging.cpu.stage_plaintext_cpu` makes (read, encrypt as the
+    format prescribes, decrypt and verify), chunk by chunk in place, keeping nothing.
+
+    Raises:
+        MalformedInputError: ``path`` is not a regular file, or changed size.
+        ChunkAuthenticationError: a chunk did not verify (memory corruption).
+        StagingIOError: the file cannot be read.
+    """
+    threads = threads or default_threads()
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise io_error("read", path, exc) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise MalformedInputError(f"{path} is not a regular file")
+        header = Header.new(st.st_size, chunk_size=chunk_size)
+        cipher = ChunkCipher(new_dataset_key(), header)
+
+        def work(index: int, buf: memoryview) -> None:
+            plain = buf[: len(buf) - TAG_SIZE]
+            try:
+                read_exact(fd, plain, index * chunk_size)
+            except MalformedDatasetError:
+                raise MalformedInputError(f"{path} shrank while it was staged") from None
+            except OSError as exc:
+                raise io_error("read", path, exc) from None
+            cipher.encrypt_into(index, plain, buf)
+            cipher.decrypt_into(index, buf, plain)
+
+        verified = _verify_chunks(header, threads, progress, work)
+        if os.fstat(fd).st_size != header.plaintext_length:
+            raise MalformedInputError(f"{path} changed size while it was staged")
+        return verified
+    finally:
+        os.close(fd)
