@@ -5,15 +5,13 @@ buffer costs a page fault per 4 KiB, and ``bytearray(n)`` adds a ``memset`` pass
 thread, together slower than AES-GCM itself; with transparent huge pages the faults are few
 but the kernel still clears every fresh page (``clear_page``) before the first write. So:
 
-* :func:`new_bytearray` makes a ``bytearray`` without ``memset`` and asks for huge pages
-  before any byte is touched; the worker threads that write the chunks fault its pages in,
-  spread over the cores. Its bytes are undefined until written: callers write every byte.
 * :func:`host_buffer` lends an anonymous private mapping (huge pages advised) as a NumPy
   array, and takes the mapping back when the last array or view of it is gone, so the next
   call in the process reuses pages that are already mapped instead of paying the kernel's
   page clearing again. Reused memory holds whatever its previous array held (a staging
   API's buffer is scrubbed before it is dropped); callers write or zero every byte before
-  they hand the array out.
+  they hand the array out. :func:`host_view` lends the same memory as a ``memoryview``,
+  for callers whose result is bytes rather than an array (sealing).
 
 Idle mappings are kept up to :data:`MAX_IDLE` of them and a quarter of physical memory;
 :func:`release_idle` unmaps them.
@@ -22,7 +20,6 @@ Idle mappings are kept up to :data:`MAX_IDLE` of them and a quarter of physical 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import mmap
 import os
 import threading
@@ -31,13 +28,12 @@ import weakref
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["MAX_IDLE", "MIN_POOLED", "host_buffer", "idle_bytes", "new_bytearray", "release_idle"]
+__all__ = ["MAX_IDLE", "MIN_POOLED", "host_buffer", "host_view", "idle_bytes", "release_idle"]
 
 #: Buffers smaller than this come from NumPy's allocator (the heap reuses them anyway).
 MIN_POOLED = 4 << 20
 #: Idle mappings kept for reuse.
 MAX_IDLE = 2
-_HUGE_PAGE = 2 << 20
 
 
 def _idle_cap() -> int:
@@ -116,46 +112,19 @@ def release_idle() -> None:
     _POOL.release()
 
 
-def _uninitialised(length: int) -> bytearray | None:
-    try:
-        make = ctypes.pythonapi.PyByteArray_FromStringAndSize
-    except AttributeError:  # pragma: no cover - not CPython
-        return None
-    make.restype = ctypes.py_object
-    make.argtypes = [ctypes.c_void_p, ctypes.c_ssize_t]
-    buf = make(None, length)
-    if not isinstance(buf, bytearray) or len(buf) != length:  # pragma: no cover - defensive
-        return None
-    return buf
+def host_view(length: int) -> memoryview:
+    """A writable ``memoryview`` (format ``B``) of ``length`` bytes, contents undefined.
 
-
-def _advise_huge(buf: bytearray) -> None:
-    if not hasattr(mmap, "MADV_HUGEPAGE"):  # pragma: no cover - not Linux
-        return
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        madvise = libc.madvise
-    except (OSError, AttributeError):  # pragma: no cover - no libc
-        return
-    madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    madvise.restype = ctypes.c_int
-    address = ctypes.addressof(ctypes.c_char.from_buffer(buf))
-    start = -(-address // _HUGE_PAGE) * _HUGE_PAGE
-    end = (address + len(buf)) // _HUGE_PAGE * _HUGE_PAGE
-    if end > start:
-        madvise(start, end - start, mmap.MADV_HUGEPAGE)  # advice only: failure is harmless
-
-
-def new_bytearray(length: int) -> bytearray:
-    """A ``bytearray`` of ``length`` bytes whose contents are undefined: write every byte.
-
-    Large ones skip ``bytearray(n)``'s ``memset`` and ask for huge pages before the first
-    write, so the threads that fill it fault its pages in.
+    The bytes-like counterpart of :func:`host_buffer` (it compares equal to ``bytes`` with
+    the same content, and slices like them). Large ones are pooled mappings, reused once
+    the view and every slice or export of it are gone; the caller writes every byte.
     """
     if length < MIN_POOLED:
-        return bytearray(length)
-    buf = _uninitialised(length)
-    if buf is None:  # pragma: no cover - not CPython
-        return bytearray(length)
-    _advise_huge(buf)
-    return buf
+        return memoryview(bytearray(length))
+    mm = _POOL.take(length)
+    view = memoryview(mm)[:length]
+    # A slice shares the exporter's managed buffer, which a memoryview releases before
+    # its weak references are called back: the mapping is free when this runs, unless a
+    # slice or export of the view is still alive (then give_back leaves it alone).
+    weakref.finalize(view, _POOL.give_back, mm).atexit = False
+    return view

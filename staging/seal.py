@@ -26,7 +26,7 @@ from gpucc.gpuattest.files import (
     write_all,
 )
 
-from ._buffers import new_bytearray
+from ._buffers import host_view
 from ._pipeline import ChunkFailure, run_chunks, window_for
 from .chunks import ChunkCipher, zero
 from .dataset import SealedDataset, io_error, open_sealed, read_exact
@@ -172,15 +172,17 @@ def seal_bytes(
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     threads: int | None = None,
     dataset_id: bytes | None = None,
-    out: bytearray | None = None,
-) -> bytearray:
-    """Seal an in-memory plaintext and return the sealed dataset.
+    out: bytearray | memoryview | None = None,
+) -> memoryview:
+    """Seal an in-memory plaintext and return the sealed dataset, as a writable view.
 
     Exactly the format :func:`seal_file` writes. Pass ``kek`` (a key-file key), ``wrap`` (a
     :class:`WrapSpec`), or only ``dataset_key`` for a dataset without a wrap record.
     ``dataset_id`` is random unless given (tests only). ``out``, if given, must be exactly
-    :func:`~staging.format.sealed_size` bytes; it is filled and returned (reusing a buffer
-    avoids the page faults of a fresh one).
+    :func:`~staging.format.sealed_size` writable bytes; it is filled and a view of it is
+    returned. Otherwise the memory is the process's reusable host memory: once the view and
+    every slice of it are gone, the next large seal or stage in the process reuses its pages
+    instead of asking the kernel for fresh (cleared) ones. ``bytes(view)`` makes a copy.
     """
     src = memoryview(data).cast("B")
     header, key, record = plan_seal(
@@ -198,11 +200,13 @@ def seal_bytes(
     if out is None:
         # No zero-fill pass: the prefix and the chunks below write every byte, and a
         # failure drops the buffer unreturned.
-        out = new_bytearray(header.file_size)
-    elif len(out) != header.file_size:
-        raise ValueError(f"out must be {header.file_size} bytes")
-    out[: len(prefix)] = prefix
-    view = memoryview(out)
+        result = host_view(header.file_size)
+    else:
+        result = memoryview(out).cast("B")
+        if len(result) != header.file_size or result.readonly:
+            raise ValueError(f"out must be {header.file_size} writable bytes")
+    result[: len(prefix)] = prefix
+    view = result[:]
     size = header.chunk_size
 
     def work(index: int, _slot: int) -> None:
@@ -220,7 +224,7 @@ def seal_bytes(
         raise failure.cause from None
     finally:
         view.release()
-    return out
+    return result
 
 
 def seal_file(

@@ -86,11 +86,32 @@ def test_idle_mappings_are_bounded() -> None:
     assert _buffers.idle_bytes() <= _buffers.MAX_IDLE * BIG
 
 
-def test_new_bytearray_has_the_length_asked_for() -> None:
-    buf = _buffers.new_bytearray(BIG)
-    assert len(buf) == BIG
-    buf[-1] = 1
-    assert _buffers.new_bytearray(10) == bytearray(10)
+def test_a_dropped_view_is_reused_and_a_live_slice_keeps_it() -> None:
+    first = _buffers.host_view(BIG)
+    assert len(first) == BIG and not first.readonly and first.format == "B"
+    first[:] = b"\x07" * BIG
+    part = first[10:20]
+    del first
+    assert _buffers.idle_bytes() == 0  # the slice still sees the mapping
+    other = _buffers.host_view(BIG)
+    other[:] = b"\x09" * BIG
+    assert bytes(part) == b"\x07" * 10
+    del part, other
+    assert _buffers.idle_bytes() >= BIG
+    assert _buffers.host_view(10) == bytes(10)
+
+
+def test_a_sealed_view_is_reused_by_the_next_seal() -> None:
+    dk = fmt.new_dataset_key()
+    first = seal_bytes(_data(BIG, 5), dataset_key=dk, chunk_size=CS)
+    address = _address(np.frombuffer(first, dtype=np.uint8))
+    gc.collect()
+    del first
+    assert _buffers.idle_bytes() >= BIG
+    data = _data(BIG, 6)
+    again = seal_bytes(data, dataset_key=dk, chunk_size=CS)
+    assert _address(np.frombuffer(again, dtype=np.uint8)) == address
+    assert stage_bytes(again, dk).tobytes() == data
 
 
 def test_staging_into_reused_memory_returns_only_the_new_dataset(tmp_path: Path) -> None:
