@@ -201,6 +201,17 @@ def publish(code: int) -> bool:
     return True
 
 
+def _exit_types() -> tuple[type[Exception], ...]:
+    """``typer.Exit``, and Click's ``Exit`` where Typer uses an installed Click (Typer 0.28
+    carries its own copy of Click and installs none, so ``click`` is imported only if
+    something already did)."""
+    click_exceptions = sys.modules.get("click.exceptions")
+    exit_type = getattr(click_exceptions, "Exit", None)
+    if isinstance(exit_type, type) and issubclass(exit_type, Exception):
+        return (typer.Exit, exit_type)
+    return (typer.Exit,)
+
+
 def common_options(fn: Callable[..., Any], path: str = "") -> Callable[..., Any]:
     """Wrap a command: ``-v``/``-q``, JSON detection, pipes and signals; ``path`` (e.g.
     ``session offer``) is recorded for hints that name the command's options.
@@ -208,8 +219,6 @@ def common_options(fn: Callable[..., Any], path: str = "") -> Callable[..., Any]
     A command that itself takes ``verbose: bool`` (detailed rendering) receives whether
     ``-v`` was given at least once.
     """
-    import click
-
     sig = inspect.signature(fn, eval_str=True)
     rules = path_rules(sig)
     wants_verbose = "verbose" in sig.parameters
@@ -233,9 +242,10 @@ def common_options(fn: Callable[..., Any], path: str = "") -> Callable[..., Any]
             try:
                 check_paths(rules, kwargs)
                 value = fn(*args, **kwargs)
-            except (click.exceptions.Exit, typer.Exit) as exc:
-                if not publish(exc.exit_code) and exc.exit_code != 0:
-                    report(outcome_for_code(exc.exit_code), f"failed (exit {exc.exit_code})")
+            except _exit_types() as exc:
+                code = int(getattr(exc, "exit_code", 1))
+                if not publish(code) and code != 0:
+                    report(outcome_for_code(code), f"failed (exit {code})")
                 raise
             except GpuccError as exc:
                 publish(outcome_for(exc).code)
