@@ -291,3 +291,12 @@ def test_ci_gate_stops_the_pipeline(
     Draft202012Validator(load_schema(schema)).validate(doc)
     assert doc.get("exit_code", doc.get("error", {}).get("code")) == code
     del base
+
+
+def test_ci_runs_both_readme_commands_verbatim() -> None:
+    block = README.read_text(encoding="utf-8").split("```sh\n", 1)[1].split("```", 1)[0]
+    commands = [line for line in block.splitlines() if line and not line.startswith("#")]
+    assert len(commands) == 2 and "gpucc demo" in commands[0] and "pytest" in commands[1]
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    assert f'(cd "$first" && {commands[0]})' in ci.splitlines()  # in a copy of the tree
+    assert commands[1] in ci.splitlines()
