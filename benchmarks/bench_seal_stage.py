@@ -10,24 +10,35 @@ For 1 MiB and 4 MiB chunks, with one thread and with every CPU, it times:
 
 * ``raw encrypt_into`` / ``raw decrypt_into``: bare ``AESGCM.*_into`` calls, one per chunk
   on a thread pool, over in-memory buffers that are already mapped: the ceiling.
-* ``seal_bytes``: the library sealing an in-memory plaintext into a new ``bytearray`` (always
-  fresh memory: a ``bytearray`` cannot be handed back for reuse).
+* ``seal_bytes``: the library sealing an in-memory plaintext into memory it allocates, as a
+  program that seals repeatedly sees it: one untimed call, its result dropped, then the
+  timed call (which reuses those pages).
+* ``seal_bytes, 1st call``: the same with the reusable buffers released first (fresh pages).
 * ``seal_bytes out=``: the same into a mapped buffer: library overhead alone.
 * ``seal_file (+fsync)``: file to file, with the temporary file, fsync and rename.
-* ``stage_cpu``: file (page cache) into a buffer it allocates, every chunk verified (the
-  buffer of the previous round is dropped before, so its pages are reused as a program that
-  stages repeatedly would see).
+* ``stage_cpu``: file (page cache) into a buffer it allocates, every chunk verified, timed
+  the same way as ``seal_bytes`` (the second of two calls).
 * ``stage_cpu, 1st call``: the same with the reusable buffers released first, so every page
-  is fresh, as ``gpucc stage`` (one call per process) sees.
+  is fresh, as a program that stages once sees.
 * ``stage_cpu out=``: the same into a mapped buffer (no page faults while timed).
 * ``stage_bytes out=``: a sealed dataset already in memory (no file read): library
   overhead alone.
 * ``stage_plaintext_cpu``: a plaintext file, encrypted and decrypted (two AES passes).
+* ``verify_cpu``: every chunk of the file authenticated in place in per-thread buffers,
+  none kept (what ``gpucc stage`` does on the CPU without ``--manifest``).
 * ``gpucc stage (CLI)``: ``gpucc stage FILE --key-file K --format json`` as a process; its
-  own reported rate (open, unwrap and verify every chunk into fresh memory, start-up and
-  scrub excluded), as a user sees it.
+  own reported rate (open, unwrap and verify every chunk, start-up excluded), as a user
+  sees it.
+* ``raw decrypt_into, fresh``: the ceiling into a fresh mapping: what the kernel's page
+  clearing costs the bare AES-GCM call, with no library involved.
 * ``pread (page cache)``: the copy into private memory that file staging adds to the
   ceiling (see ``staging/cpu.py`` for why the file is not memory-mapped).
+
+Before the table it prints how fast the kernel hands out fresh memory (every page cleared
+before its first write), with huge pages and every thread touching its share: a call that
+must return fresh memory pays that on top of its own work, which bounds it at
+``1 / (1 + out_rate / clear_rate)`` of the same call into a mapped buffer; the bound is
+printed beside the measured first calls.
 
 The operations run interleaved, round after round, so that noise from neighbours on a VM
 hits the ceiling and the library alike; each cell is the best of ``--repeat`` rounds, in
@@ -38,6 +49,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import mmap
 import os
 import shutil
 import subprocess
@@ -57,6 +69,7 @@ from gpucc.staging._buffers import release_idle
 from gpucc.staging.cpu import stage_bytes, stage_cpu, stage_plaintext_cpu
 from gpucc.staging.dataset import open_sealed
 from gpucc.staging.seal import WrapSpec, seal_bytes, seal_file
+from gpucc.staging.verify import verify_cpu
 
 MiB = 1024 * 1024
 
@@ -85,6 +98,18 @@ def _cli_stage(path: Path, key_file: Path, threads: int) -> _Rate:
     done = subprocess.run([*argv, "--format", "json"], capture_output=True, text=True, check=True)
     report = json.loads(done.stdout)
     return _Rate(report["bytes"] / report["seconds"] / 1e9)
+
+
+def _second(size: int, fn: Callable[[], object]) -> _Rate:
+    """The rate of ``fn``'s second call in a row, the first one's result dropped (what a
+    program that calls it repeatedly sees)."""
+    result = fn()
+    del result
+    started = time.perf_counter()
+    result = fn()
+    elapsed = time.perf_counter() - started
+    del result
+    return _Rate(size / elapsed / 1e9)
 
 
 def _fresh(fn: Callable[[], object]) -> object:
@@ -149,9 +174,38 @@ def _pread_all(path: Path, chunk: int, threads: int, pool: ThreadPoolExecutor | 
         os.close(fd)
 
 
-def _first_touch(size: int) -> None:
-    buf = np.zeros(size, dtype=np.uint8)
-    buf[::4096] = 1
+def _into_fresh(size: int, fn: Callable[..., None]) -> _Rate:
+    """The rate of ``fn(dst=...)`` into a fresh anonymous mapping (huge pages advised), as a
+    call that allocates its result gets; unmapping it afterwards is not timed."""
+    mm = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    if hasattr(mmap, "MADV_HUGEPAGE"):
+        mm.madvise(mmap.MADV_HUGEPAGE)
+    view = memoryview(mm)
+    try:
+        started = time.perf_counter()
+        fn(dst=view)
+        return _Rate(size / (time.perf_counter() - started) / 1e9)
+    finally:
+        view.release()
+        mm.close()
+
+
+def _fresh_pages(size: int, threads: int) -> None:
+    """Touch every page of a fresh anonymous mapping (huge pages advised), the threads
+    splitting it: the kernel's cost of handing out cleared memory."""
+    mm = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    if hasattr(mmap, "MADV_HUGEPAGE"):
+        mm.madvise(mmap.MADV_HUGEPAGE)
+    view = memoryview(mm)
+
+    def touch(part: int) -> None:
+        pages = np.frombuffer(view, dtype=np.uint8)
+        pages[part * size // threads : (part + 1) * size // threads : 4096] = 1
+
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(touch, range(threads)))
+    view.release()
+    mm.close()
 
 
 def main() -> int:
@@ -181,7 +235,7 @@ def main() -> int:
     wrap_length = WrapSpec.key_file(kek).record_length
     # (operation, chunk, threads, GB/s, ceiling GB/s or None)
     rows: list[tuple[str, int, int, float, float | None]] = []
-    fault_rate = _best(partial(_first_touch, size), repeat, size)
+    clear_rate = {t: _best(partial(_fresh_pages, size, t), repeat, size) for t in thread_counts}
 
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         tmpdir = Path(tmp)
@@ -219,11 +273,32 @@ def main() -> int:
                         ),
                         None,
                     ),
+                    "raw decrypt_into, fresh": (
+                        partial(_into_fresh, size, partial(
+                            _raw, aead, "dec", memoryview(raw_mem), chunk=chunk, count=count,
+                            threads=threads, pool=executor,
+                        )),
+                        "raw decrypt_into",
+                    ),
                     "pread (page cache)": (
                         partial(_pread_all, sealed_path, chunk, threads, executor), None
                     ),
                     "seal_bytes": (
-                        partial(seal_bytes, plain.data, kek=kek, chunk_size=chunk, threads=threads),
+                        partial(
+                            _second, size,
+                            partial(
+                                seal_bytes, plain.data, kek=kek, chunk_size=chunk, threads=threads
+                            ),
+                        ),
+                        "raw encrypt_into",
+                    ),
+                    "seal_bytes, 1st call": (
+                        partial(
+                            _fresh,
+                            partial(
+                                seal_bytes, plain.data, kek=kek, chunk_size=chunk, threads=threads
+                            ),
+                        ),
                         "raw encrypt_into",
                     ),
                     "seal_bytes out=": (
@@ -241,11 +316,15 @@ def main() -> int:
                         "raw encrypt_into",
                     ),
                     "stage_cpu": (
-                        partial(stage_cpu, dataset, dk, threads=threads), "raw decrypt_into"
+                        partial(_second, size, partial(stage_cpu, dataset, dk, threads=threads)),
+                        "raw decrypt_into",
                     ),
                     "stage_cpu, 1st call": (
                         partial(_fresh, partial(stage_cpu, dataset, dk, threads=threads)),
                         "raw decrypt_into",
+                    ),
+                    "verify_cpu": (
+                        partial(verify_cpu, dataset, dk, threads=threads), "raw decrypt_into"
                     ),
                     "gpucc stage (CLI)": (
                         partial(_cli_stage, sealed_path, key_file, threads), "raw decrypt_into"
@@ -277,7 +356,8 @@ def main() -> int:
                 print(f"  done: chunk {chunk // MiB} MiB, {threads} thread(s)", flush=True)
 
     print()
-    print(f"first touch of a fresh buffer (the kernel clears its pages): {fault_rate:.2f} GB/s")
+    cells = ", ".join(f"{t} thr {rate:.2f} GB/s" for t, rate in clear_rate.items())
+    print(f"fresh memory (the kernel clears every page first; huge pages): {cells}")
     print()
     header = f"{'operation':<22} {'chunk':>6}"
     for threads in thread_counts:
@@ -303,13 +383,32 @@ def main() -> int:
                 (name, rates[name] / rates[base])
                 for name, base in (
                     ("stage_cpu", "stage_cpu out="),
-                    ("stage_cpu, 1st call", "stage_cpu out="),
-                    ("gpucc stage (CLI)", "stage_cpu out="),
                     ("seal_bytes", "seal_bytes out="),
+                    ("gpucc stage (CLI)", "stage_cpu out="),
+                    ("stage_cpu, 1st call", "stage_cpu out="),
+                    ("seal_bytes, 1st call", "seal_bytes out="),
                 )
             ]
             cells = ", ".join(f"{name} {ratio:.2f}" for name, ratio in pairs)
+            bounds = ", ".join(
+                f"{name} {1 / (1 + rates[base] / clear_rate[threads]):.2f}"
+                for name, base in (("stage", "stage_cpu out="), ("seal", "seal_bytes out="))
+            )
             print(f"  {chunk // MiB} MiB, {threads} thr: {cells}")
+            bare = rates["raw decrypt_into, fresh"] / rates["raw decrypt_into"]
+            print(
+                f"      bound for a 1st call into fresh memory: {bounds}; "
+                f"bare decrypt_into into fresh memory: {bare:.2f} of into mapped"
+            )
+    print()
+    print("gpucc stage (CLI) against raw AES-GCM decrypt in the same run:")
+    for chunk in (1 * MiB, 4 * MiB):
+        cells = ", ".join(
+            f"{r[2]} thr {r[3] / r[4]:.2f}"
+            for r in rows
+            if r[0] == "gpucc stage (CLI)" and r[1] == chunk and r[4]
+        )
+        print(f"  {chunk // MiB} MiB: {cells}")
     return 0
 
 
