@@ -10,8 +10,9 @@ but the kernel still clears every fresh page (``clear_page``) before the first w
   call in the process reuses pages that are already mapped instead of paying the kernel's
   page clearing again. Reused memory holds whatever its previous array held (a staging
   API's buffer is scrubbed before it is dropped); callers write or zero every byte before
-  they hand the array out. :func:`host_view` lends the same memory as a ``memoryview``,
-  for callers whose result is bytes rather than an array (sealing).
+  they hand the array out; what lies past the length asked for is cleared when a larger
+  mapping is reused for a smaller buffer. :func:`host_view` lends the same memory as a
+  ``memoryview``, for callers whose result is bytes rather than an array (sealing).
 
 Idle mappings are kept up to :data:`MAX_IDLE` of them and a quarter of physical memory;
 :func:`release_idle` unmaps them.
@@ -43,6 +44,19 @@ def _idle_cap() -> int:
         return 1 << 30
 
 
+def _clear_beyond(mm: mmap.mmap, length: int) -> None:
+    """Leave nothing of an earlier user past ``length`` in a reused mapping: a view's
+    exporter (``memoryview.obj``, an array's ``base``) reaches the whole mapping, not only
+    the ``length`` bytes its caller writes. Whole pages are dropped (they come back as
+    zeros), the partial page is zeroed."""
+    page = mmap.PAGESIZE
+    boundary = min(len(mm), -(-length // page) * page)
+    if boundary > length:
+        mm[length:boundary] = bytes(boundary - length)
+    if len(mm) > boundary:
+        mm.madvise(mmap.MADV_DONTNEED, boundary, len(mm) - boundary)
+
+
 class _Pool:
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -52,10 +66,12 @@ class _Pool:
     def take(self, length: int) -> mmap.mmap:
         with self.lock:
             fits = [mm for mm in self.idle if len(mm) >= length]
-            if fits:
-                mm = min(fits, key=len)
+            mm = min(fits, key=len) if fits else None
+            if mm is not None:
                 self.idle.remove(mm)
-                return mm
+        if mm is not None:
+            _clear_beyond(mm, length)
+            return mm
         mm = mmap.mmap(-1, length, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         if hasattr(mmap, "MADV_HUGEPAGE"):
             with contextlib.suppress(OSError):

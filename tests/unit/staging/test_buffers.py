@@ -9,6 +9,7 @@ new dataset's bytes (or nothing, on failure).
 from __future__ import annotations
 
 import gc
+import mmap
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -158,3 +159,19 @@ def test_seal_bytes_without_out_matches_with_out() -> None:
     seal_bytes(data, dataset_key=dk, chunk_size=CS, dataset_id=dataset_id, out=given)
     assert fresh == given
     assert stage_bytes(fresh, dk).tobytes() == data
+
+
+@pytest.mark.parametrize("as_view", [False, True])
+def test_a_smaller_buffer_in_a_reused_mapping_shows_nothing_of_the_last_user(
+    as_view: bool,
+) -> None:
+    first = _buffers.host_buffer(BIG + 3 * 4096 + 5)
+    first[:] = 0x5A  # e.g. plaintext an unscrubbed caller dropped
+    address = _address(first)
+    del first
+    smaller: object = (_buffers.host_view if as_view else _buffers.host_buffer)(BIG - 100)
+    exporter = smaller if isinstance(smaller, memoryview) else getattr(smaller, "base", None)
+    assert isinstance(exporter, memoryview) and isinstance(exporter.obj, mmap.mmap)
+    whole = np.frombuffer(exporter.obj, dtype=np.uint8)  # what the caller can reach
+    assert _address(whole) == address  # the same mapping, reused
+    assert not whole[BIG - 100 :].any()  # past the length asked for: nothing left
