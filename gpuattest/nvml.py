@@ -25,9 +25,7 @@ def _nvml() -> Any:
     try:
         import pynvml
     except ImportError:
-        raise NvmlUnavailableError(
-            "NVML bindings are not installed (pip install 'gpucc[nvml]')"
-        ) from None
+        raise NvmlUnavailableError("NVML bindings (pynvml) are not installed") from None
     try:
         pynvml.nvmlInit()
     except pynvml.NVMLError as exc:
