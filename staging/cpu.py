@@ -43,10 +43,14 @@ from .seal import ProgressCallback, default_threads
 
 __all__ = [
     "Buffer",
+    "chunk_progress",
     "SealedDataset",
     "open_sealed",
+    "check_plaintext_unchanged",
+    "open_plaintext",
     "open_unchanged",
     "read_chunk",
+    "read_plaintext",
     "scrub",
     "stage_bytes",
     "stage_cpu",
@@ -95,7 +99,6 @@ def _decrypt_all(
     """
     header = cipher.header
     size = header.chunk_size
-    total = header.plaintext_length
     view = dst.data.cast("B")
 
     def work(index: int, slot: int) -> None:
@@ -103,12 +106,10 @@ def _decrypt_all(
         sealed = fill(index, slot, length)
         cipher.decrypt_into(index, sealed, view[index * size : index * size + length])
 
-    def on_done(index: int) -> None:
-        if progress is not None:
-            progress(min(total, (index + 1) * size), total)
-
     try:
-        run_chunks(header.chunk_count, work, threads=threads, on_done=on_done)
+        run_chunks(
+            header.chunk_count, work, threads=threads, on_done=chunk_progress(header, progress)
+        )
     except ChunkFailure as failure:
         # Every chunk below failure.index verified; nothing from there on is trusted.
         dst[0 if owned else failure.index * size :] = 0
@@ -155,6 +156,21 @@ def read_chunk(dataset: SealedDataset, fd: int, index: int, buf: memoryview) -> 
         read_exact(fd, buf, dataset.header.chunk_offset(index))
     except OSError as exc:
         raise io_error("read", dataset.path, exc) from None
+
+
+def chunk_progress(
+    header: Header, progress: ProgressCallback | None
+) -> Callable[[int], None] | None:
+    """``run_chunks``' ``on_done`` that reports ``progress(done_bytes, total_bytes)``."""
+    if progress is None:
+        return None
+    report = progress
+    total, size = header.plaintext_length, header.chunk_size
+
+    def on_done(index: int) -> None:
+        report(min(total, (index + 1) * size), total)
+
+    return on_done
 
 
 def _scratch(header: Header, slots: int) -> list[bytearray]:
@@ -279,15 +295,8 @@ def stage_plaintext_cpu(
         StagingIOError: the file cannot be read.
     """
     threads = threads or default_threads()
+    fd, header = open_plaintext(path, chunk_size)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError as exc:
-        raise io_error("read", path, exc) from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise MalformedInputError(f"{path} is not a regular file")
-        header = Header.new(st.st_size, chunk_size=chunk_size)
         cipher = ChunkCipher(new_dataset_key(), header)
         dst = _destination(header.plaintext_length, out)
         slots = window_for(threads, header.chunk_count)
@@ -297,12 +306,7 @@ def stage_plaintext_cpu(
         def fill(index: int, slot: int, length: int) -> memoryview:
             pt = memoryview(plain[slot])[:length]
             ct = memoryview(sealed[slot])[: length + TAG_SIZE]
-            try:
-                read_exact(fd, pt, index * chunk_size)
-            except MalformedDatasetError:
-                raise MalformedInputError(f"{path} shrank while it was staged") from None
-            except OSError as exc:
-                raise io_error("read", path, exc) from None
+            read_plaintext(fd, path, index * chunk_size, pt)
             cipher.encrypt_into(index, pt, ct)
             return ct
 
@@ -311,9 +315,54 @@ def stage_plaintext_cpu(
         finally:
             for buf in plain:
                 zero(buf)
-        if os.fstat(fd).st_size != header.plaintext_length:
+        try:
+            check_plaintext_unchanged(fd, path, header)
+        except MalformedInputError:
             dst[:] = 0
-            raise MalformedInputError(f"{path} changed size while it was staged")
+            raise
     finally:
         os.close(fd)
     return dst
+
+
+def open_plaintext(path: StrPath, chunk_size: int) -> tuple[int, Header]:
+    """Open a plaintext file to seal in transit and frame it (the caller closes the
+    descriptor).
+
+    Raises:
+        StagingIOError: the file cannot be opened.
+        MalformedInputError: it is not a regular file.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise io_error("read", path, exc) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise MalformedInputError(f"{path} is not a regular file")
+        return fd, Header.new(st.st_size, chunk_size=chunk_size)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_plaintext(fd: int, path: StrPath, offset: int, buf: memoryview) -> None:
+    """Fill ``buf`` from a plaintext file being sealed in transit.
+
+    Raises:
+        MalformedInputError: the file shrank.
+        StagingIOError: the read failed.
+    """
+    try:
+        read_exact(fd, buf, offset)
+    except MalformedDatasetError:
+        raise MalformedInputError(f"{path} shrank while it was staged") from None
+    except OSError as exc:
+        raise io_error("read", path, exc) from None
+
+
+def check_plaintext_unchanged(fd: int, path: StrPath, header: Header) -> None:
+    """Raises MalformedInputError if the file's size is no longer the one it was framed at."""
+    if os.fstat(fd).st_size != header.plaintext_length:
+        raise MalformedInputError(f"{path} changed size while it was staged")

@@ -15,19 +15,22 @@ the same reasons (see there): the file is never memory-mapped.
 from __future__ import annotations
 
 import os
-import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-from gpucc.gpuattest.errors import MalformedInputError
-
 from ._pipeline import ChunkFailure, run_chunks, window_for
 from .chunks import ChunkCipher, zero
-from .cpu import open_unchanged, read_chunk
-from .dataset import SealedDataset, io_error, read_exact
-from .errors import MalformedDatasetError
+from .cpu import (
+    check_plaintext_unchanged,
+    chunk_progress,
+    open_plaintext,
+    open_unchanged,
+    read_chunk,
+    read_plaintext,
+)
+from .dataset import SealedDataset
 from .format import DEFAULT_CHUNK_SIZE, TAG_SIZE, Header, StrPath, new_dataset_key
 from .seal import ProgressCallback, default_threads
 
@@ -64,25 +67,21 @@ def _verify_chunks(
     """
     slot_length = min(header.chunk_size, header.plaintext_length) + TAG_SIZE
     slots = [bytearray(slot_length) for _ in range(window_for(threads, header.chunk_count))]
-    total = header.plaintext_length
-    size = header.chunk_size
 
     def one(index: int, slot: int) -> None:
         work(index, memoryview(slots[slot])[: header.chunk_length(index) + TAG_SIZE])
 
-    def on_done(index: int) -> None:
-        if progress is not None:
-            progress(min(total, (index + 1) * size), total)
-
     try:
-        run_chunks(header.chunk_count, one, threads=threads, on_done=on_done)
+        run_chunks(
+            header.chunk_count, one, threads=threads, on_done=chunk_progress(header, progress)
+        )
     except ChunkFailure as failure:
         raise failure.cause from None
     finally:
         for buf in slots:
             zero(buf)
     return Verified(
-        plaintext_length=total,
+        plaintext_length=header.plaintext_length,
         chunk_count=header.chunk_count,
         held_bytes=len(slots) * (slot_length - TAG_SIZE),
         scrubbed=not any(bool(np.frombuffer(buf, dtype=np.uint8).any()) for buf in slots),
@@ -140,31 +139,18 @@ def verify_plaintext_cpu(
         StagingIOError: the file cannot be read.
     """
     threads = threads or default_threads()
+    fd, header = open_plaintext(path, chunk_size)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError as exc:
-        raise io_error("read", path, exc) from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise MalformedInputError(f"{path} is not a regular file")
-        header = Header.new(st.st_size, chunk_size=chunk_size)
         cipher = ChunkCipher(new_dataset_key(), header)
 
         def work(index: int, buf: memoryview) -> None:
             plain = buf[: len(buf) - TAG_SIZE]
-            try:
-                read_exact(fd, plain, index * chunk_size)
-            except MalformedDatasetError:
-                raise MalformedInputError(f"{path} shrank while it was staged") from None
-            except OSError as exc:
-                raise io_error("read", path, exc) from None
+            read_plaintext(fd, path, index * chunk_size, plain)
             cipher.encrypt_into(index, plain, buf)
             cipher.decrypt_into(index, buf, plain)
 
         verified = _verify_chunks(header, threads, progress, work)
-        if os.fstat(fd).st_size != header.plaintext_length:
-            raise MalformedInputError(f"{path} changed size while it was staged")
+        check_plaintext_unchanged(fd, path, header)
         return verified
     finally:
         os.close(fd)
