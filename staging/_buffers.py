@@ -65,7 +65,9 @@ class _Pool:
 
     def take(self, length: int) -> mmap.mmap:
         with self.lock:
-            fits = [mm for mm in self.idle if len(mm) >= length]
+            # A mapping over twice the size is kept for a larger request: reusing it here
+            # would drop the pages it has already faulted in.
+            fits = [mm for mm in self.idle if length <= len(mm) <= 2 * length]
             mm = min(fits, key=len) if fits else None
             if mm is not None:
                 self.idle.remove(mm)

@@ -24,7 +24,7 @@ import numpy.typing as npt
 
 from gpucc.gpuattest.errors import MalformedInputError
 
-from ._buffers import host_buffer
+from ._buffers import host_buffer, host_view
 from ._pipeline import ChunkFailure, run_chunks, window_for
 from .chunks import ChunkCipher, zero
 from .dataset import SealedDataset, io_error, open_sealed, read_exact
@@ -51,6 +51,7 @@ __all__ = [
     "open_unchanged",
     "read_chunk",
     "read_plaintext",
+    "scratch_buffers",
     "scrub",
     "stage_bytes",
     "stage_cpu",
@@ -173,9 +174,15 @@ def chunk_progress(
     return on_done
 
 
-def _scratch(header: Header, slots: int) -> list[bytearray]:
+def scratch_buffers(header: Header, slots: int) -> list[memoryview]:
+    """One buffer of ``chunk size + 16`` bytes per worker, contents undefined until read into.
+
+    Large ones are reusable host memory with huge pages advised (``_buffers.host_view``):
+    a fresh 4 KiB page costs a fault and a clearing on first touch, and a later call in the
+    process gets the same pages back.
+    """
     length = min(header.chunk_size, header.plaintext_length) + TAG_SIZE
-    return [bytearray(length) for _ in range(slots)]
+    return [host_view(length) for _ in range(slots)]
 
 
 def stage_cpu(
@@ -216,7 +223,7 @@ def stage_cpu(
         dst[:] = 0
         raise
     try:
-        slots = _scratch(header, window_for(threads, header.chunk_count))
+        slots = scratch_buffers(header, window_for(threads, header.chunk_count))
 
         def fill(index: int, slot: int, length: int) -> memoryview:
             buf = memoryview(slots[slot])[: length + TAG_SIZE]
@@ -301,7 +308,7 @@ def stage_plaintext_cpu(
         dst = _destination(header.plaintext_length, out)
         slots = window_for(threads, header.chunk_count)
         plain = [bytearray(min(chunk_size, header.plaintext_length)) for _ in range(slots)]
-        sealed = _scratch(header, slots)
+        sealed = scratch_buffers(header, slots)
 
         def fill(index: int, slot: int, length: int) -> memoryview:
             pt = memoryview(plain[slot])[:length]

@@ -29,6 +29,7 @@ from .cpu import (
     open_unchanged,
     read_chunk,
     read_plaintext,
+    scratch_buffers,
 )
 from .dataset import SealedDataset
 from .format import DEFAULT_CHUNK_SIZE, TAG_SIZE, Header, StrPath, new_dataset_key
@@ -65,11 +66,10 @@ def _verify_chunks(
     ``buffer`` is the slot's memory, ``chunk length + 16`` bytes; ``work`` leaves the
     chunk's verified plaintext in its first ``chunk length`` bytes or raises.
     """
-    slot_length = min(header.chunk_size, header.plaintext_length) + TAG_SIZE
-    slots = [bytearray(slot_length) for _ in range(window_for(threads, header.chunk_count))]
+    slots = scratch_buffers(header, window_for(threads, header.chunk_count))
 
     def one(index: int, slot: int) -> None:
-        work(index, memoryview(slots[slot])[: header.chunk_length(index) + TAG_SIZE])
+        work(index, slots[slot][: header.chunk_length(index) + TAG_SIZE])
 
     try:
         run_chunks(
@@ -83,7 +83,7 @@ def _verify_chunks(
     return Verified(
         plaintext_length=header.plaintext_length,
         chunk_count=header.chunk_count,
-        held_bytes=len(slots) * (slot_length - TAG_SIZE),
+        held_bytes=len(slots) * (len(slots[0]) - TAG_SIZE),
         scrubbed=not any(bool(np.frombuffer(buf, dtype=np.uint8).any()) for buf in slots),
     )
 
