@@ -204,6 +204,7 @@ def stage(
     8 file access.
     """
     from gpucc import staging
+    from gpucc.staging.api import reads_back_zero
     from gpucc.staging.errors import StageKeyArgumentsError
     from gpucc.staging.model.api import require_verified, verify_staged
 
@@ -293,8 +294,7 @@ def stage(
                 # zeroed by run() on the way out.
                 checked = verify_staged(buf, trusted, resource, threads=threads)
             # The API zeroes the buffer on exit; check it where that is cheap to see.
-            parts = [s.array for s in buf] if isinstance(buf, list) else [buf]
-            scrubbed = not any(bool(p.any()) for p in parts)
+            scrubbed = reads_back_zero(buf)
             held = staged
     if checked is not None:
         summary["model"] = checked.to_json()
@@ -331,10 +331,10 @@ def stage(
         )
 
 
-def _held(held: int, staged: int) -> str:
-    """How much plaintext was in memory, for the closing line."""
+def _held(held: int, staged: int, *, each: bool = False) -> str:
+    """How much plaintext was in memory, for the closing line (``each``: per shard)."""
     if held >= staged:
-        return "buffer scrubbed"
+        return "each buffer scrubbed" if each else "buffer scrubbed"
     return f"at most {format_size(held)} of plaintext held at once, scrubbed"
 
 
@@ -389,5 +389,5 @@ def _stage_set(
         f"staged {format_size(staged)} of a set of {len(shard_set.parts)} bound shards "
         f"(set {shard_set.set_id.hex()}) on {where}: {chunks} chunks verified in "
         f"{seconds:.3f} s ({format_rate(staged, seconds)}); "
-        f"{_held(held, staged).replace('buffer', 'each buffer')}"
+        f"{_held(held, staged, each=True)}"
     )

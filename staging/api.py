@@ -42,7 +42,16 @@ if TYPE_CHECKING:
 
 _logger = logging.getLogger("gpucc.staging")
 
-__all__ = ["Backend", "Device", "KeySource", "StagePlan", "plan_stage", "select_backend", "stage"]
+__all__ = [
+    "Backend",
+    "Device",
+    "KeySource",
+    "StagePlan",
+    "plan_stage",
+    "reads_back_zero",
+    "select_backend",
+    "stage",
+]
 
 Device = Literal["cpu", "gpu", "auto"]
 
@@ -252,13 +261,19 @@ class StagePlan:
             )
         with self.run(threads=threads, progress=progress) as buf:
             pass
-        parts = [s.array for s in buf] if isinstance(buf, list) else [buf]
         return verify.Verified(
             plaintext_length=self.header.plaintext_length,
             chunk_count=self.header.chunk_count,
             held_bytes=self.header.plaintext_length,
-            scrubbed=not any(bool(p.any()) for p in parts),
+            scrubbed=reads_back_zero(buf),
         )
+
+
+def reads_back_zero(buf: Any) -> bool:
+    """Whether a buffer :meth:`StagePlan.run` yielded is all zeros now (after its scrub):
+    a host array, a device array, or a GPU backend's list of shards."""
+    parts = [s.array for s in buf] if isinstance(buf, list) else [buf]
+    return not any(bool(p.any()) for p in parts)
 
 
 def _dataset_key(
