@@ -33,32 +33,23 @@ what ties the offered public key to the GPU.
 What it does not do: it does not authenticate the data holder to the host (anyone can
 answer an offer), and GPU attestation alone does not prove which process holds the host's
 private key: see PROTOCOL.md, "Security model". The derivations and the message formats
-live in :mod:`staging.release_messages`; their names are re-exported here.
+live in :mod:`staging.release_messages`, the record of answered challenges in
+:mod:`staging.replay`; their names are re-exported here.
 """
 
 from __future__ import annotations
 
-import contextlib
-import datetime as dt
 import hashlib
 import hmac
 import json
-import os
-import stat
-import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Protocol
 
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from gpucc.gpuattest.errors import FileAccessError, GpuccError
-from gpucc.gpuattest.files import read_capped, write_all
-
 from .errors import DatasetKeyMismatchError, MalformedSessionMessageError, ProtocolError
-from .format import StrPath, WrapKind, unwrap_key, wrap_key
+from .format import WrapKind, unwrap_key, wrap_key
 from .release_cvm import CollectedCvmEvidence, CvmAttester, CvmOutcome, check_cvm
 from .release_messages import (
     CHALLENGE_SIZE,
@@ -85,6 +76,7 @@ from .release_messages import (
     session_nonce,
     transcript_hash,
 )
+from .replay import ChallengeReplayError, FileReplayStore, MemoryReplayStore, ReplayStore
 
 __all__ = [
     "CHALLENGE_SIZE",
@@ -325,129 +317,6 @@ class HolderSession:
             wraps=tuple(wraps),
             version=self.version,
         )
-
-
-# --- answering each challenge at most once ---------------------------------------------
-
-
-class ChallengeReplayError(ProtocolError):
-    """This data holder already answered an offer to this challenge (offers are single-use)."""
-
-
-class ReplayStore(Protocol):
-    """Where a data holder records the challenges it answered."""
-
-    def claim(self, challenge: bytes) -> None:
-        """Record ``challenge`` as answered; raise :class:`ChallengeReplayError` if it was."""
-        ...
-
-
-#: How long an answered challenge is remembered by default.
-DEFAULT_REPLAY_TTL = dt.timedelta(days=30)
-_REPLAY_LABEL = b"gpucc/session/v1/answered-challenge"
-
-
-def _replay_error(challenge: bytes) -> ChallengeReplayError:
-    return ChallengeReplayError(
-        f"challenge {challenge.hex()[:16]}... was already answered by this data holder; "
-        "each challenge is answered at most once: make a fresh challenge and ask the host "
-        "for a new offer"
-    )
-
-
-class MemoryReplayStore:
-    """Answered challenges kept in memory, each for ``ttl`` (one process, e.g. a service)."""
-
-    def __init__(self, *, ttl: dt.timedelta = DEFAULT_REPLAY_TTL) -> None:
-        self.ttl = ttl
-        self._seen: dict[bytes, float] = {}
-        self._lock = threading.Lock()
-
-    def claim(self, challenge: bytes) -> None:
-        """Record ``challenge``; raise :class:`ChallengeReplayError` if it is recorded."""
-        now = time.time()
-        digest = hashlib.sha256(_REPLAY_LABEL + challenge).digest()
-        with self._lock:
-            for key in [k for k, expires in self._seen.items() if expires <= now]:
-                del self._seen[key]
-            if digest in self._seen:
-                raise _replay_error(challenge)
-            self._seen[digest] = now + self.ttl.total_seconds()
-
-
-class FileReplayStore:
-    """Answered challenges recorded as files in a private directory (for the command line).
-
-    One record per challenge: a file named by a hash of the challenge, created with
-    ``O_EXCL`` (of two concurrent answers to one challenge exactly one claims it) and mode
-    0600, holding its expiry time. The directory is created with mode 0700 and refused
-    when it is a symbolic link, another user's, or writable by group or others. Expired
-    records are removed on each claim.
-    """
-
-    def __init__(self, directory: StrPath, *, ttl: dt.timedelta = DEFAULT_REPLAY_TTL) -> None:
-        self.directory = Path(directory)
-        self.ttl = ttl
-
-    def _checked_directory(self) -> None:
-        try:
-            self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-            st = os.lstat(self.directory)
-        except OSError as exc:
-            raise FileAccessError(
-                f"cannot use the replay store {self.directory}: {exc.strerror or exc}"
-            ) from None
-        if not stat.S_ISDIR(st.st_mode):
-            raise FileAccessError(f"replay store {self.directory} is not a directory")
-        if st.st_uid != os.geteuid() or stat.S_IMODE(st.st_mode) & 0o022:
-            raise FileAccessError(
-                f"replay store {self.directory} is another user's or writable by others; "
-                f"run: chmod 700 {self.directory} (as its owner)"
-            )
-
-    def _prune(self, now: float) -> None:
-        with os.scandir(self.directory) as entries:
-            for entry in entries:
-                if not entry.name.endswith(".answered"):
-                    continue
-                try:
-                    text = read_capped(entry.path, 64, what="replay record").decode("ascii")
-                    expires = float(text.strip())
-                except (GpuccError, ValueError):
-                    continue  # unreadable: keep it (fail closed)
-                if expires <= now:
-                    with contextlib.suppress(OSError):
-                        os.unlink(entry.path)
-
-    def claim(self, challenge: bytes) -> None:
-        """Record ``challenge``; raise :class:`ChallengeReplayError` if it is recorded.
-
-        Raises:
-            ChallengeReplayError: already answered (and not yet expired).
-            FileAccessError: the store cannot be used.
-        """
-        now = time.time()
-        self._checked_directory()
-        self._prune(now)
-        name = hashlib.sha256(_REPLAY_LABEL + challenge).hexdigest() + ".answered"
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-        try:
-            fd = os.open(self.directory / name, flags, 0o600)
-        except FileExistsError:
-            raise _replay_error(challenge) from None
-        except OSError as exc:
-            raise FileAccessError(
-                f"cannot record the challenge in {self.directory}: {exc.strerror or exc}"
-            ) from None
-        try:
-            write_all(fd, f"{now + self.ttl.total_seconds():.0f}\n".encode())
-            os.fsync(fd)
-        except OSError as exc:
-            raise FileAccessError(
-                f"cannot record the challenge in {self.directory}: {exc.strerror or exc}"
-            ) from None
-        finally:
-            os.close(fd)
 
 
 def accept_offer(
