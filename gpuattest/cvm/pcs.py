@@ -169,9 +169,9 @@ def cache_key(quote: bytes) -> str:
 
 def next_update(collateral: TdxCollateral) -> dt.datetime:
     """The earliest time a piece of ``collateral`` is due for renewal."""
-    from .tdx import _windows
+    from .tdx import validity_windows
 
-    return min(end for _, _, end in _windows(collateral))
+    return min(end for _, _, end in validity_windows(collateral))
 
 
 def tdx_collateral_for(

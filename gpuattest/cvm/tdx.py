@@ -43,6 +43,7 @@ __all__ = [
     "check_layout",
     "intel_sgx_root",
     "looks_like_tdx_quote",
+    "validity_windows",
     "verify_tdx_quote",
 ]
 
@@ -271,17 +272,23 @@ def _chain(pem: bytes | str, what: str) -> list[x509.Certificate]:
     return certs
 
 
-def _root_check(parsed: Any, collateral: TdxCollateral, root: x509.Certificate) -> Check:
+def _collateral_chains(collateral: TdxCollateral) -> dict[str, list[x509.Certificate]]:
+    """The collateral's certificate chains, parsed once, by what they are."""
+    named = {name: name.replace("_", " ") for name in _CHAINS}
+    return {what: _chain(collateral.fields[name], what) for name, what in named.items()}
+
+
+def _root_check(
+    parsed: Any, chains: dict[str, list[x509.Certificate]], root: x509.Certificate
+) -> Check:
     pin = cert_sha256(root)
-    chains = {name.replace("_", " "): collateral.fields[name] for name in _CHAINS}
     pck = parsed.cert_chain_pem_bytes()
     if pck is None:
         return Check(
             "cvm-root", "Chains end in Intel's root", CheckStatus.FAIL, "no PCK chain in quote"
         )
-    chains["quote's PCK chain"] = pck
-    for what, pem in chains.items():
-        certs = _chain(pem, what)
+    every = {**chains, "quote's PCK chain": _chain(pck, "quote's PCK chain")}
+    for what, certs in every.items():
         if not certs or cert_sha256(certs[-1]) != pin:
             reason = f"the {what} does not end in the pinned Intel SGX Root CA"
             return Check("cvm-root", "Chains end in Intel's root", CheckStatus.FAIL, reason)
@@ -300,8 +307,18 @@ def _parse_date(text: Any, what: str) -> dt.datetime:
     return when
 
 
-def _windows(collateral: TdxCollateral) -> list[tuple[str, dt.datetime, dt.datetime]]:
-    """(what, not before, not after) for every dated piece of collateral."""
+def validity_windows(
+    collateral: TdxCollateral, chains: dict[str, list[x509.Certificate]] | None = None
+) -> list[tuple[str, dt.datetime, dt.datetime]]:
+    """(what, not before, not after) for every dated piece of collateral.
+
+    ``chains``: the collateral's chains if the caller parsed them already.
+
+    Raises:
+        MalformedEvidenceError: a piece cannot be parsed or has no dates.
+    """
+    if chains is None:
+        chains = _collateral_chains(collateral)
     f = collateral.fields
     out: list[tuple[str, dt.datetime, dt.datetime]] = []
     for key, name in (("tcb_info", "TCB info"), ("qe_identity", "QE identity")):
@@ -321,18 +338,18 @@ def _windows(collateral: TdxCollateral) -> list[tuple[str, dt.datetime, dt.datet
         if crl.next_update_utc is None:
             raise MalformedEvidenceError(f"TDX collateral {name} has no next update")
         out.append((name, crl.last_update_utc, crl.next_update_utc))
-    for key in _CHAINS:
-        for cert in _chain(f[key], key.replace("_", " ")):
+    for certs in chains.values():
+        for cert in certs:
             name = f"certificate {cert.subject.rfc4514_string()}"
             out.append((name, cert.not_valid_before_utc, cert.not_valid_after_utc))
     return out
 
 
 def _collateral_check(
-    collateral: TdxCollateral, now: dt.datetime
+    collateral: TdxCollateral, chains: dict[str, list[x509.Certificate]], now: dt.datetime
 ) -> tuple[Check, dt.datetime | None]:
     """Whether every piece of collateral is valid at ``now``; else a time where all are."""
-    windows = _windows(collateral)
+    windows = validity_windows(collateral, chains)
     for what, start, end in windows:
         if now < start or now > end:
             state = f"not valid until {start:%Y-%m-%dT%H:%M:%SZ}"
@@ -429,9 +446,10 @@ def verify_tdx_quote(
     anchor = root if root is not None else intel_sgx_root()
     claims = _claims(parsed, quote_version, td_version)
     checks = [Check("cvm-format", "Quote parsed", CheckStatus.PASS)]
-    root_check = _root_check(parsed, collateral, anchor)
+    chains = _collateral_chains(collateral)
+    root_check = _root_check(parsed, chains, anchor)
     checks.append(root_check)
-    current, at = _collateral_check(collateral, now)
+    current, at = _collateral_check(collateral, chains, now)
     checks.append(current)
     title = "Quote, PCK chain, QE and TCB info"
     if root_check.status is not CheckStatus.PASS:
