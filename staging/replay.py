@@ -3,7 +3,8 @@
 An offer is single-use: a data holder that answered a challenge refuses a second offer to
 it (``staging.release.accept_offer`` claims the challenge before it releases anything).
 :class:`MemoryReplayStore` serves one long-running process; :class:`FileReplayStore` keeps
-the record on disk, so that separate command-line runs share it.
+the record on disk, so that separate command-line runs share it. Both take the clock as an
+argument (``clock``: seconds since the epoch, :func:`time.time` by default).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import os
 import stat
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
@@ -61,14 +63,17 @@ def _replay_error(challenge: bytes) -> ChallengeReplayError:
 class MemoryReplayStore:
     """Answered challenges kept in memory, each for ``ttl`` (one process, e.g. a service)."""
 
-    def __init__(self, *, ttl: dt.timedelta = DEFAULT_REPLAY_TTL) -> None:
+    def __init__(
+        self, *, ttl: dt.timedelta = DEFAULT_REPLAY_TTL, clock: Callable[[], float] = time.time
+    ) -> None:
         self.ttl = ttl
+        self.clock = clock
         self._seen: dict[bytes, float] = {}
         self._lock = threading.Lock()
 
     def claim(self, challenge: bytes) -> None:
         """Record ``challenge``; raise :class:`ChallengeReplayError` if it is recorded."""
-        now = time.time()
+        now = self.clock()
         digest = hashlib.sha256(_REPLAY_LABEL + challenge).digest()
         with self._lock:
             for key in [k for k, expires in self._seen.items() if expires <= now]:
@@ -88,9 +93,16 @@ class FileReplayStore:
     records are removed on each claim.
     """
 
-    def __init__(self, directory: StrPath, *, ttl: dt.timedelta = DEFAULT_REPLAY_TTL) -> None:
+    def __init__(
+        self,
+        directory: StrPath,
+        *,
+        ttl: dt.timedelta = DEFAULT_REPLAY_TTL,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.directory = Path(directory)
         self.ttl = ttl
+        self.clock = clock
 
     def _checked_directory(self) -> None:
         try:
@@ -129,7 +141,7 @@ class FileReplayStore:
             ChallengeReplayError: already answered (and not yet expired).
             FileAccessError: the store cannot be used.
         """
-        now = time.time()
+        now = self.clock()
         self._checked_directory()
         self._prune(now)
         name = hashlib.sha256(_REPLAY_LABEL + challenge).hexdigest() + ".answered"

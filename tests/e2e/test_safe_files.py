@@ -561,6 +561,28 @@ def test_replay_stores_in_the_library(tmp_path: Path) -> None:
         store.claim(os.urandom(32))
 
 
+@pytest.mark.parametrize("kind", ["memory", "file"])
+def test_replay_records_expire_on_the_given_clock(tmp_path: Path, kind: str) -> None:
+    now = [1_000_000.0]
+    ttl = dt.timedelta(seconds=10)
+
+    def store() -> release.ReplayStore:
+        if kind == "memory":
+            return memory
+        return release.FileReplayStore(tmp_path / "replay", ttl=ttl, clock=lambda: now[0])
+
+    memory = release.MemoryReplayStore(ttl=ttl, clock=lambda: now[0])
+    challenge = os.urandom(32)
+    store().claim(challenge)
+    now[0] += 9.5
+    with pytest.raises(release.ChallengeReplayError):
+        store().claim(challenge)  # still inside its ten seconds
+    now[0] += 1.0
+    store().claim(challenge)  # expired: answered again, and recorded anew
+    with pytest.raises(release.ChallengeReplayError):
+        store().claim(challenge)
+
+
 def test_data_holder_answers_each_challenge_once() -> None:
     from gpucc.gpuattest.simulate import SimulatedGpu
     from tests.unit.staging.test_session import NOW, _attester, _collector
