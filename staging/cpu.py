@@ -306,21 +306,20 @@ def stage_plaintext_cpu(
     try:
         cipher = ChunkCipher(new_dataset_key(), header)
         dst = _destination(header.plaintext_length, out)
-        slots = window_for(threads, header.chunk_count)
-        plain = [bytearray(min(chunk_size, header.plaintext_length)) for _ in range(slots)]
-        sealed = scratch_buffers(header, slots)
+        sealed = scratch_buffers(header, window_for(threads, header.chunk_count))
 
         def fill(index: int, slot: int, length: int) -> memoryview:
-            pt = memoryview(plain[slot])[:length]
-            ct = memoryview(sealed[slot])[: length + TAG_SIZE]
-            read_plaintext(fd, path, index * chunk_size, pt)
-            cipher.encrypt_into(index, pt, ct)
+            # Read into the slot and encrypt there, in place (as verify_plaintext_cpu does):
+            # the plaintext is read once into memory that is zeroed at the end.
+            ct = sealed[slot][: length + TAG_SIZE]
+            read_plaintext(fd, path, index * chunk_size, ct[:length])
+            cipher.encrypt_into(index, ct[:length], ct)
             return ct
 
         try:
             _decrypt_all(cipher, fill, dst, threads=threads, progress=progress, owned=out is None)
         finally:
-            for buf in plain:
+            for buf in sealed:
                 zero(buf)
         try:
             check_plaintext_unchanged(fd, path, header)
