@@ -11,13 +11,16 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from gpucc.gpuattest.errors import CollateralUnavailableError
+
 from .attest_cvm import (
     CvmCollateralOption,
     CvmEvidenceOption,
     CvmOnlyOption,
     CvmPccsOption,
     CvmReportDataOption,
-    verify_cvm,
+    cvm_report_data_value,
+    read_cvm_evidence,
 )
 from .options import (
     AtOption,
@@ -40,11 +43,10 @@ from .options import (
 from .safety_options import ForceOption, force_hint
 
 if TYPE_CHECKING:
-    from gpucc.gpuattest.collateral import OcspChecker, RimSource
+    from gpucc.assembly import PlatformResult
     from gpucc.gpuattest.evidence import EvidenceSet
     from gpucc.gpuattest.netconfig import NetworkSettings
     from gpucc.gpuattest.policy import Policy
-    from gpucc.gpuattest.result import AttestationResult
 
 evidence_app = typer.Typer(
     help="Collect GPU evidence.", no_args_is_help=True, pretty_exceptions_show_locals=False
@@ -78,30 +80,6 @@ def load_evidence(evidence: Path, cert_chain: Path | None) -> EvidenceSet:
         raise MalformedEvidenceError(
             f"{exc}; for a raw report also pass --cert-chain FILE"
         ) from None
-
-
-def _rim_source(
-    rim_dir: Path | None, driver_rim: Path | None, vbios_rim: Path | None
-) -> list[RimSource]:
-    from gpucc.gpuattest.collateral import DirectoryRimSource, FileRimSource
-
-    sources: list[RimSource] = []
-    if driver_rim or vbios_rim:
-        sources.append(FileRimSource(driver=driver_rim, vbios=vbios_rim))
-    if rim_dir:
-        sources.append(DirectoryRimSource(rim_dir))
-    return sources
-
-
-def _collateral(
-    file_sources: list[RimSource], settings: NetworkSettings
-) -> tuple[RimSource, OcspChecker]:
-    """Local files first, then the network/cache/bundle layer."""
-    from gpucc.gpuattest.collateral import CompositeRimSource
-    from gpucc.gpuattest.netconfig import build_collateral
-
-    net_rims, ocsp = build_collateral(settings)
-    return CompositeRimSource([*file_sources, net_rims]), ocsp
 
 
 def attest(
@@ -246,17 +224,16 @@ def attest(
     Exit codes: 0 trusted, 1 not trusted, 2 usage, 3 collateral missing,
     4 malformed input, 5 environment (no GPU/NVML, CC off).
     """
+    from gpucc.assembly import PlatformEvidence, PlatformVerifier, Settings
     from gpucc.gpuattest.errors import UsageError
     from gpucc.gpuattest.evidence import parse_nonce_hex
     from gpucc.gpuattest.policy import Policy, load_policy
-    from gpucc.gpuattest.trust import TrustRoots
-    from gpucc.gpuattest.verifier import verify
 
     from .render import verdict_exit_code
 
     now = parse_time(at)
     pol: Policy = load_policy(policy) if policy else Policy()
-    ev: EvidenceSet
+    ev: EvidenceSet | None = None
     if (sign_eat is None) != (token_output is None):
         raise UsageError("--sign-eat KEY and -o FILE go together")
     if sign_eat is not None and verifier is Verifier.REMOTE:
@@ -265,6 +242,10 @@ def attest(
         raise UsageError("--cvm-evidence is verified locally only: drop --sign-eat/--verifier")
     if cvm_only_ and (evidence or cert_chain or sample):
         raise UsageError("--cvm-only verifies --cvm-evidence alone: drop the GPU evidence")
+    if cvm_evidence is None and (cvm_only_ or cvm_collateral or cvm_report_data or cvm_pccs_url):
+        raise UsageError(
+            "--cvm-only, --cvm-collateral, --cvm-report-data, --cvm-pccs-url need --cvm-evidence"
+        )
     from gpucc.gpuattest.netconfig import NetworkSettings
 
     settings = NetworkSettings(
@@ -279,29 +260,7 @@ def attest(
         timeout=timeout,
         deadline=deadline,
     )
-    gpu_nonce = parse_nonce_hex(nonce) if nonce and not cvm_only_ else None
-    cvm = (
-        verify_cvm(
-            cvm_evidence,
-            cvm_collateral,
-            cvm_report_data,
-            policy=pol,
-            now=now,
-            nonce=gpu_nonce,
-            network=settings,
-            pccs_url=cvm_pccs_url,
-        )
-        if cvm_evidence is not None
-        else None
-    )
-    if cvm is None and (cvm_only_ or cvm_collateral or cvm_report_data or cvm_pccs_url):
-        raise UsageError(
-            "--cvm-only, --cvm-collateral, --cvm-report-data, --cvm-pccs-url need --cvm-evidence"
-        )
-    if cvm_only_ and cvm is not None:  # --cvm-only without --cvm-evidence was refused above
-        from .attest_cvm import cvm_only
-
-        _show(cvm_only(cvm, policy=pol, now=now), output=output, verbose=verbose)
+    cvm = read_cvm_evidence(cvm_evidence, cvm_collateral) if cvm_evidence is not None else None
     if sample:
         if evidence or cert_chain:
             raise UsageError("--sample cannot be combined with --evidence/--cert-chain")
@@ -316,17 +275,16 @@ def attest(
             pol = sample_policy()
     elif evidence is not None:
         ev = load_evidence(evidence, cert_chain)
-    else:
+    elif not cvm_only_:
         if cert_chain is not None:
             raise UsageError("--cert-chain needs --evidence REPORT")
-        from gpucc.gpuattest.nvml import collect_evidence
+        from gpucc.assembly import sources
 
         fresh = parse_nonce_hex(nonce) if nonce else os.urandom(32)
-        ev = collect_evidence(fresh)
+        ev = sources.open_source().gpu_evidence(fresh)
         nonce = fresh.hex()
-    expected = parse_nonce_hex(nonce) if nonce else None
-    roots = TrustRoots.nvidia()
-    if verifier is Verifier.REMOTE:
+    expected = parse_nonce_hex(nonce) if nonce and not cvm_only_ else None
+    if verifier is Verifier.REMOTE and ev is not None:
         _attest_remote(
             ev,
             expected,
@@ -336,26 +294,41 @@ def attest(
             now=now,
             output=output,
         )
-    rims, ocsp = _collateral(_rim_source(rim_dir, driver_rim, vbios_rim), settings)
-    result = verify(
-        ev, expected_nonce=expected, roots=roots, now=now, rims=rims, ocsp=ocsp, policy=pol
+    platform = PlatformVerifier(
+        Settings(
+            policy=pol,
+            network=settings,
+            rim_dir=rim_dir,
+            driver_rim=driver_rim,
+            vbios_rim=vbios_rim,
+            cvm_collateral=cvm[1] if cvm is not None else None,
+            pccs_url=cvm_pccs_url,
+            at=now if at else None,
+            at_origin="--at or GPUCC_AT" if at else "",
+        )
     )
-    if cvm is not None:
-        from .attest_cvm import with_cvm
-
-        result = with_cvm(result, cvm)
+    try:
+        result = platform.verify(
+            PlatformEvidence(gpus=ev, cvm=cvm[0] if cvm is not None else None),
+            nonce=expected,
+            cvm_report_data=cvm_report_data_value(cvm_report_data),
+        )
+    except CollateralUnavailableError as exc:
+        if cvm is not None and cvm_collateral is None:
+            exc.hint = "or give the CVM's collateral with --cvm-collateral FILE"
+        raise
     _print(result, output=output, verbose=verbose)
-    if sign_eat is not None and token_output is not None:
+    if sign_eat is not None and token_output is not None and result.gpu is not None:
         from .attest_remote import sign_result
 
-        kid, path = sign_result(result, sign_eat, token_output, force=force)
+        kid, path = sign_result(result.gpu, sign_eat, token_output, force=force)
         from .output import note
 
         note(f"signed result (key {kid}) written to {path}")
     raise typer.Exit(verdict_exit_code(result.verdict))
 
 
-def _print(result: AttestationResult, *, output: OutputFormat, verbose: bool) -> None:
+def _print(result: PlatformResult, *, output: OutputFormat, verbose: bool) -> None:
     """Print a result: its JSON document, or the text report (Rich's console only for a
     terminal or a composite result: it costs more to import than verifying)."""
     from .output import emit
@@ -371,23 +344,6 @@ def _print(result: AttestationResult, *, output: OutputFormat, verbose: bool) ->
         or not render_plain(result, verbose=verbose)
     ):
         render_text(result, console(), verbose=verbose)
-
-
-def _show(result: AttestationResult, *, output: OutputFormat, verbose: bool) -> None:
-    """Print a result and exit with its verdict's status."""
-    from .render import verdict_exit_code
-
-    _print(result, output=output, verbose=verbose)
-    raise typer.Exit(verdict_exit_code(result.verdict))
-
-
-def _cvm_evidence(nonce: bytes, tsm_root: Path | None) -> bytes:
-    """This CVM's quote or report over the report data bound to ``nonce``."""
-    from gpucc.gpuattest.cvm.appraise import attest_report_data
-    from gpucc.gpuattest.cvm.tsm import DEFAULT_TSM_ROOT, collect_tsm_report
-
-    report = collect_tsm_report(attest_report_data(nonce), root=tsm_root or DEFAULT_TSM_ROOT)
-    return report.outblob
 
 
 def _attest_remote(
@@ -450,9 +406,10 @@ def collect(
 
     An existing file is replaced only with --force.
     """
+    from gpucc.assembly import sources
+    from gpucc.gpuattest.cvm.appraise import attest_report_data
     from gpucc.gpuattest.evidence import dump_evidence_json, parse_nonce_hex
     from gpucc.gpuattest.files import refuse_existing, write_atomic
-    from gpucc.gpuattest.nvml import collect_evidence
 
     from .output import emit, note
 
@@ -465,8 +422,10 @@ def collect(
         refuse_existing(output, force=force)
         if cvm is not None:
             refuse_existing(cvm, force=force)
-        ev = collect_evidence(value)
-        quote = _cvm_evidence(value, tsm_root) if cvm is not None else None
+        source = sources.open_source(tsm_root=tsm_root)
+        ev = source.gpu_evidence(value)
+        found = source.cvm_evidence(attest_report_data(value)) if cvm is not None else None
+        quote = found.evidence if found is not None else None
         write_atomic(output, dump_evidence_json(ev), force=force, what="evidence file")
         if cvm is not None and quote is not None:
             write_atomic(cvm, quote, force=force, what="CVM evidence file")

@@ -9,12 +9,11 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import ipaddress
 import signal
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -29,6 +28,9 @@ from .options import (
     RimDirOption,
 )
 from .output import emit, note, out
+
+if TYPE_CHECKING:
+    from gpucc.assembly import PlatformVerifier
 
 __all__ = ["holder_app", "keygen"]
 
@@ -63,63 +65,36 @@ def _is_loopback(host: str) -> bool:
     return host == "localhost" or ipaddress.ip_address(host).is_loopback
 
 
-def _attester(
+def _verifier(
     simulate_roots: Path | None,
     policy: Path | None,
     rim_dir: Path | None,
     collateral: Path | None,
     offline: bool,
-) -> Any:
-    from gpucc.gpuattest.policy import Policy, load_policy, parse_policy
-    from gpucc.travel.holder import directory_attester, make_attester
-
-    pol: Policy = load_policy(policy) if policy else Policy()
-    if simulate_roots is not None:
-        if policy is None:
-            from .session_cvm import simulation_policy
-
-            pol = parse_policy(simulation_policy(), source="simulation default")
-        return directory_attester(simulate_roots, pol)
-    from gpucc.gpuattest.collateral import CompositeRimSource, DirectoryRimSource
-    from gpucc.gpuattest.netconfig import NetworkSettings, build_collateral
-    from gpucc.gpuattest.trust import TrustRoots
-
-    roots = TrustRoots.nvidia()
-    net_rims, ocsp = build_collateral(
-        NetworkSettings(bundle=collateral, offline=offline), roots=roots
-    )
-    local = [DirectoryRimSource(rim_dir)] if rim_dir is not None else []
-    return make_attester(
-        roots=roots,
-        rims=CompositeRimSource([*local, net_rims]),
-        ocsp=ocsp,
-        policy=pol,
-        clock=lambda: dt.datetime.now(dt.UTC),
-    )
-
-
-def _cvm(simulate_roots: Path | None, policy: Path | None, offline: bool) -> tuple[Any, bool]:
-    """The CVM check of version-2 offers (the cvm: policy, measurements pinned) and whether
-    GPU-only offers are accepted (the named relaxation cvm.allow_gpu_only)."""
+) -> PlatformVerifier:
+    """The service's platform verifier: the holder's policy (the simulation's default when
+    trusting a simulation without one), roots and collateral, the clock at each offer."""
+    from gpucc.assembly import PlatformVerifier, Settings, simulation_policy
     from gpucc.gpuattest.netconfig import NetworkSettings
-    from gpucc.gpuattest.policy import Policy, load_policy, parse_policy
+    from gpucc.gpuattest.policy import Policy, load_policy
 
-    from .session_cvm import cvm_attester, simulation_policy
-
-    pol: Policy = load_policy(policy) if policy else Policy()
-    if simulate_roots is not None and policy is None:
-        pol = parse_policy(simulation_policy(), source="simulation default")
-    if pol.cvm.allow_gpu_only:
-        note("policy relaxation cvm.allow_gpu_only: GPU-only (version 1) offers are accepted")
-    attest = cvm_attester(
-        simulate=simulate_roots,
-        policy=pol,
-        collateral=None,
-        clock=lambda: dt.datetime.now(dt.UTC),
-        outcomes=None,  # a long-running service keeps no history
-        network=NetworkSettings(offline=offline),
+    if policy is not None:
+        pol = load_policy(policy)
+    elif simulate_roots is not None:
+        pol = simulation_policy()
+    else:
+        pol = Policy()
+    verifier = PlatformVerifier(
+        Settings(
+            policy=pol,
+            network=NetworkSettings(bundle=collateral, offline=offline),
+            rim_dir=rim_dir,
+            simulation=simulate_roots,
+        )
     )
-    return attest, pol.cvm.allow_gpu_only
+    if verifier.allow_gpu_only:
+        note("policy relaxation cvm.allow_gpu_only: GPU-only (version 1) offers are accepted")
+    return verifier
 
 
 @holder_app.command("serve")
@@ -272,21 +247,16 @@ def serve(
         read_secret_file(tls_key, 1024 * 1024, what="TLS key")
     proxies = frozenset(_proxy(p) for p in trusted_proxy or ())
     if simulate_roots is not None:
-        missing = [
-            n
-            for n in ("device_root.pem", "rim_root.pem", "rims")
-            if not (simulate_roots / n).exists()
-        ]
+        from gpucc.assembly.sources import missing_simulation_files
+
+        missing = missing_simulation_files(simulate_roots)
         if missing:
             raise UsageError(f"--simulate-roots {simulate_roots} lacks {', '.join(missing)}")
         note("SIMULATED GPU roots: for tests and demos only, this attests nothing real")
-    attest_cvm, allow_gpu_only = _cvm(simulate_roots, policy, offline)
     config = HolderConfig(
         datasets=load_datasets(datasets, dataset_keys),
         signing_key=load_signing_key(key),
-        attest=_attester(simulate_roots, policy, rim_dir, collateral, offline),
-        attest_cvm=attest_cvm,
-        allow_gpu_only=allow_gpu_only,
+        verifier=_verifier(simulate_roots, policy, rim_dir, collateral, offline),
         challenge_ttl=challenge_ttl,
         max_request_bytes=max_request_kib * 1024,
         rate_per_s=rate,

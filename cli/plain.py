@@ -28,7 +28,8 @@ from .render import (
 )
 
 if TYPE_CHECKING:
-    from gpucc.gpuattest.result import AttestationResult, GpuResult
+    from gpucc.assembly import PlatformResult
+    from gpucc.gpuattest.result import GpuResult
 
 __all__ = ["console_width", "is_terminal", "render_plain"]
 
@@ -153,7 +154,7 @@ def _check_cells(gpu: GpuResult) -> list[list[str]]:
     return rows
 
 
-def _report_lines(result: AttestationResult, width: int, verbose: bool) -> Iterable[str]:
+def _report_lines(result: PlatformResult, width: int, verbose: bool) -> Iterable[str]:
     for gpu in result.gpus:
         title = f"GPU {gpu.index}" + (f" {gpu.uuid}" if gpu.uuid else "") + f" ({gpu.arch})"
         yield from _wrap(title, width)
@@ -194,7 +195,7 @@ def _report_lines(result: AttestationResult, width: int, verbose: bool) -> Itera
 
 
 def render_plain(
-    result: AttestationResult,
+    result: PlatformResult,
     out: TextIO | None = None,
     *,
     width: int | None = None,

@@ -15,7 +15,7 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from gpucc.gpuattest.result import AttestationResult, Verdict
+from gpucc.gpuattest.result import Verdict
 
 from .exitcodes import verdict_outcome
 
@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from rich.table import Table
     from rich.text import Text
 
+    from gpucc.assembly import PlatformResult
     from gpucc.gpuattest.cvm.appraise import CvmResult
     from gpucc.gpuattest.measurements import MismatchRecord
     from gpucc.gpuattest.result import GpuResult
@@ -51,7 +52,7 @@ def verdict_exit_code(verdict: Verdict) -> int:
     return verdict_outcome(verdict).code
 
 
-def attest_document(result: AttestationResult) -> dict[str, Any]:
+def attest_document(result: PlatformResult) -> dict[str, Any]:
     """The ``gpucc.attest/v1`` document: the result's JSON with the exit status after
     ``trusted``."""
     doc: dict[str, Any] = {}
@@ -62,7 +63,7 @@ def attest_document(result: AttestationResult) -> dict[str, Any]:
     return doc
 
 
-def render_json(result: AttestationResult) -> str:
+def render_json(result: PlatformResult) -> str:
     """The ``gpucc.attest/v1`` document, indented."""
     return json.dumps(attest_document(result), indent=2, sort_keys=False)
 
@@ -245,7 +246,7 @@ def _print_pairs(console: Console, pairs: Sequence[tuple[str, str]]) -> None:
         console.print(Text(f"{key:<{key_width}}  {value}"), highlight=False)
 
 
-def render_text(result: AttestationResult, console: Console, *, verbose: bool = False) -> None:
+def render_text(result: PlatformResult, console: Console, *, verbose: bool = False) -> None:
     """A table per GPU with every check and its reason, its versions and RIM IDs, a
     table of measurement mismatches, then one verdict line.
 

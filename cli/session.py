@@ -18,11 +18,9 @@ workflow only; it attests nothing real and must never be trusted in production.
 
 from __future__ import annotations
 
-import datetime as dt
 import os
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -45,14 +43,8 @@ from .safety_options import ForceOption, check_output, force_hint
 from .session_cvm import CvmCollateralOption, GpuOnlyOption
 
 if TYPE_CHECKING:
-    from gpucc.gpuattest.policy import Policy
-    from gpucc.staging.release import (
-        AttestationOutcome,
-        CollectedEvidence,
-        CvmAttester,
-        CvmOutcome,
-        DatasetKey,
-    )
+    from gpucc.assembly import PlatformResult, PlatformVerifier, Settings
+    from gpucc.staging.release import DatasetKey
 
 __all__ = ["session_app"]
 
@@ -129,7 +121,7 @@ def _state_dir(given: Path | None) -> Path:
     return Path(platformdirs.user_state_dir("gpucc"))
 
 
-# --- evidence and attestation seams -------------------------------------------------
+# --- settings for the platform verifier ----------------------------------------------
 
 
 def _warn_if_simulated(simulate: Path | None) -> None:
@@ -137,125 +129,51 @@ def _warn_if_simulated(simulate: Path | None) -> None:
         warn(_SIMULATION_WARNING)
 
 
-def _simulated_gpu(directory: Path) -> Any:
-    """A simulated GPU, its anchors and RIMs saved in ``directory`` for the other side."""
-    from cryptography.hazmat.primitives.serialization import Encoding
+def _read_collateral(path: Path | None) -> bytes | None:
+    from gpucc.gpuattest.cvm.tdx import MAX_COLLATERAL_BYTES
+    from gpucc.gpuattest.files import read_capped
 
-    from gpucc.gpuattest.simulate import SimulatedGpu
-
-    gpu = SimulatedGpu.create(now=dt.datetime.now(dt.UTC))
-    (directory / "rims").mkdir(parents=True, exist_ok=True)
-    (directory / "device_root.pem").write_bytes(gpu.roots.device_root.public_bytes(Encoding.PEM))
-    (directory / "rim_root.pem").write_bytes(gpu.roots.rim_root.public_bytes(Encoding.PEM))
-    for rim_id, rim in gpu.rims.items():
-        (directory / "rims" / f"{rim_id}.xml").write_bytes(rim)
-    return gpu
+    if path is None:
+        return None
+    return read_capped(path, MAX_COLLATERAL_BYTES, what="CVM collateral")
 
 
-def _collector(simulate: Path | None) -> Callable[[bytes], CollectedEvidence]:
-    from gpucc.staging.release import CollectedEvidence
-
-    if simulate is not None:
-        gpu = _simulated_gpu(simulate)
-        return lambda nonce: CollectedEvidence.from_evidence_set(gpu.evidence(nonce))
-
-    def collect(nonce: bytes) -> CollectedEvidence:
-        from gpucc.gpuattest.nvml import collect_evidence
-
-        return CollectedEvidence.from_evidence_set(collect_evidence(nonce))
-
-    return collect
-
-
-def _attester(
+def _settings(
     *,
     simulate: Path | None,
-    rim_dir: Path | None,
-    policy: Path | None,
-    collateral: Path | None,
-    offline: bool,
-    at: str | None,
-    verdicts: list[AttestationOutcome],
-) -> Callable[[Any, bytes], AttestationOutcome]:
-    """The full gpucc verification and policy, as the protocol's ``attest`` callable.
-
-    Every verdict it reaches is appended to ``verdicts``, so a refusal can be reported
-    with its reasons one by one.
-    """
-    from gpucc.gpuattest.collateral import DirectoryRimSource, NoOcsp
-    from gpucc.gpuattest.trust import TrustRoots
-    from gpucc.gpuattest.verifier import verify
-
-    now = parse_time(at)
-    pol = _policy(simulate, policy)
-    if simulate is not None:
-        roots = TrustRoots.from_pem(
-            (simulate / "device_root.pem").read_bytes(), (simulate / "rim_root.pem").read_bytes()
-        )
-        rims: Any = DirectoryRimSource(simulate / "rims")
-        ocsp: Any = NoOcsp("simulated GPU: no OCSP responder")
-    else:
-        from gpucc.gpuattest.collateral import CompositeRimSource
-        from gpucc.gpuattest.netconfig import NetworkSettings, build_collateral
-
-        roots = TrustRoots.nvidia()
-        net_rims, ocsp = build_collateral(
-            NetworkSettings(bundle=collateral, offline=offline), roots=roots
-        )
-        local = [DirectoryRimSource(rim_dir)] if rim_dir is not None else []
-        rims = CompositeRimSource([*local, net_rims])
-
-    def attest(evidence: Any, nonce: bytes) -> AttestationOutcome:
-        result = verify(
-            evidence, expected_nonce=nonce, roots=roots, now=now, rims=rims, ocsp=ocsp, policy=pol
-        )
-        verdicts.append(result)
-        return result
-
-    return attest
-
-
-def _policy(simulate: Path | None, policy: Path | None) -> Policy:
-    """The policy file, or the default (the simulation's own when simulating)."""
-    from gpucc.gpuattest.policy import Policy, load_policy, parse_policy
-
-    from .session_cvm import simulation_policy
+    rim_dir: Path | None = None,
+    policy: Path | None = None,
+    collateral: Path | None = None,
+    offline: bool = False,
+    at: str | None = None,
+    cvm_collateral: Path | None = None,
+) -> Settings:
+    """The options as the platform verifier's settings (the simulation's default policy
+    when simulating without a policy file)."""
+    from gpucc.assembly import Settings, simulation_policy
+    from gpucc.gpuattest.netconfig import NetworkSettings
+    from gpucc.gpuattest.policy import Policy, load_policy
 
     if policy is not None:
-        return load_policy(policy)
-    if simulate is not None:
-        return parse_policy(simulation_policy(), source="simulation default")
-    return Policy()
-
-
-def _cvm_check(
-    simulate: Path | None,
-    policy: Path | None,
-    collateral: Path | None,
-    at: str | None,
-    offline: bool = False,
-) -> tuple[CvmAttester, bool]:
-    """The holder's CVM attester, and whether GPU-only offers are accepted (the named
-    relaxation cvm.allow_gpu_only). TDX collateral an offer lacks comes from Intel's PCS
-    through the cache (only the cache with ``offline``)."""
-    from gpucc.gpuattest.netconfig import NetworkSettings
-
-    from .session_cvm import cvm_attester
-
-    pol = _policy(simulate, policy)
-    outcomes: list[CvmOutcome] = []
-    now = parse_time(at)
-    attest = cvm_attester(
-        simulate=simulate,
+        pol = load_policy(policy)
+    elif simulate is not None:
+        pol = simulation_policy()
+    else:
+        pol = Policy()
+    return Settings(
         policy=pol,
-        collateral=collateral,
-        clock=lambda: now,
-        outcomes=outcomes,
-        network=NetworkSettings(offline=offline),
+        network=NetworkSettings(bundle=collateral, offline=offline),
+        rim_dir=rim_dir,
+        simulation=simulate,
+        cvm_collateral=_read_collateral(cvm_collateral),
+        at=parse_time(at) if at else None,
+        at_origin="--at or GPUCC_AT" if at else "",
     )
-    if pol.cvm.allow_gpu_only:
+
+
+def _announce_relaxations(verifier: PlatformVerifier) -> None:
+    if verifier.allow_gpu_only:
         note("policy relaxation cvm.allow_gpu_only: GPU-only (version 1) offers are accepted")
-    return attest, pol.cvm.allow_gpu_only
 
 
 class RefusedError(NotTrustedError):
@@ -266,7 +184,7 @@ class RefusedError(NotTrustedError):
         self.reasons = reasons
 
 
-def _refused(exc: Exception, verdicts: list[AttestationOutcome]) -> Exception:
+def _refused(exc: Exception, verdicts: list[PlatformResult]) -> Exception:
     """A short one-line refusal (count and first reasons) for an untrusted verdict."""
     refused = [v for v in verdicts if not v.trusted]
     if not refused:
@@ -373,10 +291,14 @@ def offer(
     with force_hint():
         refuse_existing(output, force=force)
     _warn_if_simulated(simulate)
-    from .session_cvm import cvm_collector
+    from gpucc.assembly import Settings, assemble
 
-    collect_cvm = cvm_collector(simulate=simulate, collateral=cvm_collateral, gpu_only=gpu_only)
-    made, secret = create_offer(value, _collector(simulate), collect_cvm=collect_cvm)
+    platform = assemble(
+        Settings(simulation=simulate),
+        gpu_only=gpu_only,
+        cvm_collateral=_read_collateral(cvm_collateral),
+    )
+    made, secret = create_offer(value, platform.collect(), collect_cvm=platform.collect_cvm())
     secret.write(host_key)
     check_output(output, also=(host_key,))
     _write(output, made.to_json(), force=force)
@@ -451,26 +373,30 @@ def answer(
     grants = _grants(datasets, key_file)
     received = Offer.from_json(read_capped(offer_file, MAX_OFFER_BYTES, what="session offer"))
     _warn_if_simulated(simulate)
-    verdicts: list[AttestationOutcome] = []
-    attest = _attester(
-        simulate=simulate,
-        rim_dir=rim_dir,
-        policy=policy,
-        collateral=collateral,
-        offline=offline,
-        at=at,
-        verdicts=verdicts,
+    from gpucc.assembly import PlatformVerifier
+
+    verifier = PlatformVerifier(
+        _settings(
+            simulate=simulate,
+            rim_dir=rim_dir,
+            policy=policy,
+            collateral=collateral,
+            offline=offline,
+            at=at,
+            cvm_collateral=cvm_collateral,
+        )
     )
+    _announce_relaxations(verifier)
+    verdicts: list[PlatformResult] = []
     replay = FileReplayStore(_state_dir(state_dir) / "answered-challenges")
-    attest_cvm, gpu_only = _cvm_check(simulate, policy, cvm_collateral, at, offline)
     try:
         holder = accept_offer(
             received,
             challenge=value,
-            attest=attest,
+            attest=verifier.gpu_attester(verdicts.append),
             replay=replay,
-            attest_cvm=attest_cvm,
-            allow_gpu_only=gpu_only,
+            attest_cvm=verifier.cvm_attester(),
+            allow_gpu_only=verifier.allow_gpu_only,
         )
     except NotTrustedError as exc:
         raise _refused(exc, verdicts) from None
@@ -590,29 +516,31 @@ def local(
         refuse_existing(output, force=force)
     grants = _grants(datasets, key_file)
     _warn_if_simulated(simulate)
-    collect = _collector(simulate)
-    verdicts: list[AttestationOutcome] = []
-    attest = _attester(
-        simulate=simulate,
-        rim_dir=rim_dir,
-        policy=policy,
-        collateral=collateral,
-        offline=offline,
-        at=at,
-        verdicts=verdicts,
-    )
-    from .session_cvm import cvm_collector
+    from gpucc.assembly import assemble
 
-    collect_cvm = cvm_collector(simulate=simulate, collateral=cvm_collateral, gpu_only=gpu_only)
-    attest_cvm, allow_gpu_only = _cvm_check(simulate, policy, None, at, offline)
+    platform = assemble(
+        _settings(
+            simulate=simulate,
+            rim_dir=rim_dir,
+            policy=policy,
+            collateral=collateral,
+            offline=offline,
+            at=at,
+        ),
+        gpu_only=gpu_only,
+        cvm_collateral=_read_collateral(cvm_collateral),
+    )
+    verifier = platform.verifier
+    _announce_relaxations(verifier)
+    verdicts: list[PlatformResult] = []
     try:
         result = local_session(
-            collect=collect,
-            attest=attest,
+            collect=platform.collect(),
+            attest=verifier.gpu_attester(verdicts.append),
             datasets=grants,
-            collect_cvm=collect_cvm,
-            attest_cvm=attest_cvm,
-            allow_gpu_only=allow_gpu_only,
+            collect_cvm=platform.collect_cvm(),
+            attest_cvm=verifier.cvm_attester(),
+            allow_gpu_only=verifier.allow_gpu_only,
         )
     except NotTrustedError as exc:
         raise _refused(exc, verdicts) from None

@@ -352,7 +352,11 @@ def _stage_set(
     with byte_progress("staging", shard_set.plaintext_length) as progress:
         for part in shard_set.parts:
             plan = staging.plan_stage(
-                part.path, key=shard_set.dataset_key, device=_DEVICE_NAMES[device], gpus=gpus
+                part.path,
+                key=shard_set.dataset_key,
+                device=_DEVICE_NAMES[device],
+                gpus=gpus,
+                in_set=shard_set,
             )
             where = plan.device
             verified = plan.verify(threads=threads, progress=progress)

@@ -9,11 +9,9 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
@@ -21,9 +19,6 @@ from .holder import keygen
 from .options import FormatOption, OutputFormat
 from .output import emit, note, out
 from .safety_options import ForceOption
-
-if TYPE_CHECKING:
-    from gpucc.staging.release import CollectedEvidence
 
 __all__ = ["travel_app"]
 
@@ -33,36 +28,6 @@ travel_app = typer.Typer(
     pretty_exceptions_show_locals=False,
 )
 travel_app.command("keygen")(keygen)
-
-
-def _simulated_collector(directory: Path) -> Callable[[bytes], CollectedEvidence]:
-    from cryptography.hazmat.primitives.serialization import Encoding
-
-    from gpucc.gpuattest.files import write_atomic
-    from gpucc.gpuattest.simulate import SimulatedGpu
-    from gpucc.staging.release import CollectedEvidence
-
-    # DIR is the simulated GPU's own state: each run is a new simulated GPU and replaces it.
-    gpu = SimulatedGpu.create(now=dt.datetime.now(dt.UTC))
-    (directory / "rims").mkdir(parents=True, exist_ok=True)
-    for rim_id, rim in gpu.rims.items():
-        write_atomic(directory / "rims" / f"{rim_id}.xml", rim, force=True)
-    roots = gpu.roots
-    write_atomic(directory / "rim_root.pem", roots.rim_root.public_bytes(Encoding.PEM), force=True)
-    device_root = roots.device_root.public_bytes(Encoding.PEM)
-    write_atomic(directory / "device_root.pem", device_root, force=True)
-    return lambda nonce: CollectedEvidence.from_evidence_set(gpu.evidence(nonce))
-
-
-def _nvml_collector() -> Callable[[bytes], CollectedEvidence]:
-    from gpucc.staging.release import CollectedEvidence
-
-    def collect(nonce: bytes) -> CollectedEvidence:
-        from gpucc.gpuattest.nvml import collect_evidence
-
-        return CollectedEvidence.from_evidence_set(collect_evidence(nonce))
-
-    return collect
 
 
 @travel_app.command("run")
@@ -88,19 +53,21 @@ def run(
     fmt: FormatOption = OutputFormat.TEXT,
 ) -> None:
     """Visit every holder of PLAN in order; stop at the first failure (nothing stays staged)."""
+    from gpucc.assembly import Settings, assemble
     from gpucc.travel.orchestrator import run_plan
     from gpucc.travel.plan import load_plan
-
-    from .session_cvm import cvm_collector
 
     plan = load_plan(plan_file)
     if simulate is not None:
         note("SIMULATED GPU: for tests and demos only, this attests nothing real")
-        collect = _simulated_collector(simulate)
-    else:
-        collect = _nvml_collector()
-    collect_cvm = cvm_collector(simulate=simulate, collateral=None, gpu_only=False)
-    result = run_plan(plan, collect=collect, collect_cvm=collect_cvm, log_path=log, force=force)
+    platform = assemble(Settings(simulation=simulate))
+    result = run_plan(
+        plan,
+        collect=platform.collect(),
+        collect_cvm=platform.collect_cvm(),
+        log_path=log,
+        force=force,
+    )
     for visit in result.visits:
         note(
             f"{visit.holder_id}: {visit.bytes_staged} bytes staged and scrubbed "

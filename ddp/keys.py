@@ -36,6 +36,7 @@ from .messages import MAX_EPOCH, MAX_STEP, TAG_SIZE, MessageId, derive_edge_key
 if TYPE_CHECKING:
     from torch.distributed import ProcessGroup
 
+    from gpucc.assembly import Platform
     from gpucc.staging.release import (
         Attester,
         CollectedCvmEvidence,
@@ -136,14 +137,15 @@ class GroupKeys:
         cls,
         process_group: ProcessGroup | None = None,
         *,
-        collect: Callable[[bytes], CollectedEvidence],
-        attest: Attester,
+        collect: Callable[[bytes], CollectedEvidence] | None = None,
+        attest: Attester | None = None,
         epoch: int = 0,
         timeout: dt.timedelta = dt.timedelta(seconds=120),
         limits: UsageLimits | None = None,
         load_evidence: EvidenceLoader | None = None,
         collect_cvm: Callable[[bytes], CollectedCvmEvidence] | None = None,
         attest_cvm: CvmAttester | None = None,
+        platform: Platform | None = None,
     ) -> GroupKeys:
         """Attested key setup over ``process_group`` (the default group when None).
 
@@ -158,23 +160,44 @@ class GroupKeys:
         key, and every peer must offer such evidence that ``attest_cvm`` trusts. Without
         ``attest_cvm`` the group binds to GPU evidence only (protocol version 1).
 
+        ``platform`` (:func:`gpucc.assembly.assemble`) supplies all four instead: this
+        machine's evidence source and the one platform verifier, whose policy decides
+        whether GPU-only peers are accepted (the named relaxation ``cvm.allow_gpu_only``).
+
         Raises:
             PeerNotTrustedError: some rank's evidence was refused (on every rank).
             GroupSetupError: the ranks saw different offers, or an offer is oversized.
         """
         from .setup import establish_group
 
-        return establish_group(
-            cls,
+        allow_gpu_only = None
+        if platform is not None:
+            if any(x is not None for x in (collect, attest, collect_cvm, attest_cvm)):
+                raise UsageError("give platform, or collect and attest, not both")
+            collect, collect_cvm = platform.collect(), platform.collect_cvm()
+            attest = platform.verifier.gpu_attester()
+            attest_cvm = platform.verifier.cvm_attester()
+            allow_gpu_only = platform.verifier.allow_gpu_only
+        if collect is None or attest is None:
+            raise UsageError("attested group setup needs platform, or collect and attest")
+        found = establish_group(
             process_group,
             collect=collect,
             attest=attest,
             epoch=epoch,
             timeout=timeout,
-            limits=limits,
             load_evidence=load_evidence,
             collect_cvm=collect_cvm,
             attest_cvm=attest_cvm,
+            allow_gpu_only=allow_gpu_only,
+        )
+        return cls(
+            rank=found.rank,
+            world_size=found.world_size,
+            shared_secrets=found.shared_secrets,
+            transcript_hash=found.transcript_hash,
+            epoch=epoch,
+            limits=limits,
         )
 
     # --- epochs ---------------------------------------------------------------------

@@ -20,7 +20,8 @@ import hmac
 import json
 import secrets
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from cryptography.hazmat.primitives.asymmetric import ec
 
@@ -49,13 +50,21 @@ from .messages import (
 if TYPE_CHECKING:
     from torch.distributed import ProcessGroup
 
-    from .keys import GroupKeys, UsageLimits
-
-__all__ = ["MAX_VERDICT_BYTES", "establish_group", "exchange_bytes"]
+__all__ = ["MAX_VERDICT_BYTES", "GroupSecrets", "establish_group", "exchange_bytes"]
 
 MAX_VERDICT_BYTES = 64 * 1024
 _REASON_CHARS = 400
-K = TypeVar("K", bound="GroupKeys")
+
+
+@dataclass(frozen=True)
+class GroupSecrets:
+    """What attested setup established for this rank: a secret shared with each peer and
+    the transcript hash every rank agreed on (the group's keys are derived from them)."""
+
+    rank: int
+    world_size: int
+    shared_secrets: dict[int, bytes] = field(repr=False)
+    transcript_hash: bytes
 
 
 def exchange_bytes(data: bytes, *, limit: int, group: ProcessGroup | None) -> list[bytes]:
@@ -99,6 +108,7 @@ def _verify_peer(
     load_evidence: EvidenceLoader | None,
     private_key: ec.EllipticCurvePrivateKey,
     attest_cvm: CvmAttester | None,
+    allow_gpu_only: bool,
 ) -> str | None:
     """None when the peer's offer is trusted, else the reason (never key material)."""
     if not raw:
@@ -112,9 +122,7 @@ def _verify_peer(
             load_evidence=load_evidence,
             private_key=private_key,
             attest_cvm=attest_cvm,
-            # Without a CVM verifier the group binds to GPU evidence only (version 1), as the
-            # caller chose; with one, every peer must offer CVM evidence (docs/DDP.md).
-            allow_gpu_only=attest_cvm is None,
+            allow_gpu_only=allow_gpu_only,
         )
     except GpuccError as exc:
         return _short(exc.diagnostics())
@@ -124,19 +132,22 @@ def _verify_peer(
 
 
 def establish_group(
-    cls: type[K],
     group: ProcessGroup | None,
     *,
     collect: Callable[[bytes], CollectedEvidence],
     attest: Attester,
     epoch: int,
     timeout: dt.timedelta,
-    limits: UsageLimits | None,
     load_evidence: EvidenceLoader | None,
     collect_cvm: Callable[[bytes], CollectedCvmEvidence] | None = None,
     attest_cvm: CvmAttester | None = None,
-) -> K:
-    """See :meth:`gpucc.ddp.keys.GroupKeys.establish`."""
+    allow_gpu_only: bool | None = None,
+) -> GroupSecrets:
+    """See :meth:`gpucc.ddp.keys.GroupKeys.establish`.
+
+    ``allow_gpu_only`` None: GPU-only peers are accepted exactly when no CVM verifier is
+    given (the group then binds to GPU evidence only, version 1)."""
+    gpu_only_ok = attest_cvm is None if allow_gpu_only is None else allow_gpu_only
     import torch.distributed as dist
 
     rank = dist.get_rank(group)
@@ -175,6 +186,7 @@ def establish_group(
                 load_evidence=load_evidence,
                 private_key=private,
                 attest_cvm=attest_cvm,
+                allow_gpu_only=gpu_only_ok,
             )
             if reason is not None:
                 refused[peer] = reason
@@ -202,14 +214,7 @@ def establish_group(
         for peer in range(size)
         if peer != rank
     }
-    return cls(
-        rank=rank,
-        world_size=size,
-        shared_secrets=shared,
-        transcript_hash=th,
-        epoch=epoch,
-        limits=limits,
-    )
+    return GroupSecrets(rank=rank, world_size=size, shared_secrets=shared, transcript_hash=th)
 
 
 def _public_key(raw: bytes) -> bytes:

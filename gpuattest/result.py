@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     # Types only: the CLI imports verdicts at start-up, before any verification.
-    from .cvm.appraise import CvmResult
     from .measurements import MeasurementResult
     from .policy import Policy
 
@@ -144,18 +143,16 @@ class AttestationResult:
     verified_at: dt.datetime
     expected_nonce: bytes | None
     source: str
-    cvm: CvmResult | None = None  # the confidential VM's result, when its evidence was given
 
     @property
     def trusted(self) -> bool:
-        """True only when every GPU (and the CVM, if any) passed every required check."""
+        """True only when every GPU passed every required check."""
         return self.verdict is Verdict.TRUSTED
 
     @property
     def reasons(self) -> tuple[str, ...]:
         """Per-GPU reasons, prefixed with the GPU index."""
-        cvm = tuple(f"CVM: {r}" for r in self.cvm.reasons) if self.cvm is not None else ()
-        return cvm + tuple(f"GPU {g.index}: {r}" for g in self.gpus for r in g.reasons)
+        return tuple(f"GPU {g.index}: {r}" for g in self.gpus for r in g.reasons)
 
     def to_dict(self) -> dict[str, Any]:
         """The ``gpucc.attest/v1`` document, less what only a command line knows.
@@ -175,7 +172,7 @@ class AttestationResult:
             "policy": self.policy.to_dict(),
             "reasons": list(self.reasons),
             "gpus": [g.to_dict() for g in self.gpus],
-            "cvm": self.cvm.to_dict() if self.cvm is not None else None,
+            "cvm": None,  # no CVM evidence here (see gpucc.assembly.PlatformResult)
         }
 
 

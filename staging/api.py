@@ -38,6 +38,7 @@ from .format import DEFAULT_CHUNK_SIZE, Header, StrPath, read_key_file
 from .seal import ProgressCallback
 
 if TYPE_CHECKING:
+    from .shards import ShardSet
     from .verify import Verified
 
 _logger = logging.getLogger("gpucc.staging")
@@ -317,6 +318,7 @@ def plan_stage(
     gpus: int | None = None,
     plaintext: bool | None = None,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
+    in_set: ShardSet | None = None,
 ) -> StagePlan:
     """Decide a staging call once: choose the backend, open the input, resolve its key.
 
@@ -334,6 +336,8 @@ def plan_stage(
             and without one the file's magic decides. A plaintext input is sealed in
             transit under a fresh key; no key argument is allowed then.
         chunk_size: chunk size for the plaintext path.
+        in_set: the verified shard set (:func:`gpucc.staging.shards.open_shard_set`) that
+            ``path`` is a part of; without it a shard of a larger set is refused.
 
     Raises:
         GpuStagingUnavailableError: ``device`` is ``gpu`` and GPU staging is not usable
@@ -343,6 +347,8 @@ def plan_stage(
         StageKeyArgumentsError: key arguments that do not fit the input.
         UsageError: an unknown device.
         MalformedDatasetError: a chunk size the format does not allow, or a bad dataset.
+        ShardSetError: ``path`` is one shard of a larger set (stage the set with
+            :func:`gpucc.staging.shards.open_shard_set`).
         KeyFileError, KeyUnwrapError: the key file does not open the dataset.
         StagingIOError: the input cannot be read.
     """
@@ -363,6 +369,16 @@ def plan_stage(
         dataset_key, source = _dataset_key(
             dataset, key=key, kek=kek, key_file=key_file, key_for=key_for, file_kek=file_kek
         )
+        from .shards import ShardId, open_shard_set
+
+        shard = ShardId.parse(dataset.header.dataset_id)
+        member = in_set is not None and any(
+            part.header_digest == dataset.header_digest for part in in_set.parts
+        )
+        if shard is not None and shard.count != 1 and not member:
+            # One shard of a larger set holds part of the data: checked as a set (with its
+            # header authenticated by the key), a lone shard is refused.
+            open_shard_set([path], key=dataset_key)
         return StagePlan(
             path=Path(path),
             backend=backend,

@@ -46,6 +46,10 @@ class ReplayStore(Protocol):
         """Record ``challenge`` as answered; raise :class:`ChallengeReplayError` if it was."""
         ...
 
+    def answered(self, challenge: bytes) -> bool:
+        """Whether ``challenge`` is recorded as answered (for messages; :meth:`claim` decides)."""
+        ...
+
 
 #: How long an answered challenge is remembered by default.
 DEFAULT_REPLAY_TTL = dt.timedelta(days=30)
@@ -81,6 +85,13 @@ class MemoryReplayStore:
             if digest in self._seen:
                 raise _replay_error(challenge)
             self._seen[digest] = now + self.ttl.total_seconds()
+
+    def answered(self, challenge: bytes) -> bool:
+        """Whether ``challenge`` is recorded and not yet expired."""
+        digest = hashlib.sha256(_REPLAY_LABEL + challenge).digest()
+        with self._lock:
+            expires = self._seen.get(digest)
+        return expires is not None and expires > self.clock()
 
 
 class FileReplayStore:
@@ -163,3 +174,8 @@ class FileReplayStore:
             ) from None
         finally:
             os.close(fd)
+
+    def answered(self, challenge: bytes) -> bool:
+        """Whether a record for ``challenge`` exists (expired records are pruned by claims)."""
+        name = hashlib.sha256(_REPLAY_LABEL + challenge).hexdigest() + ".answered"
+        return os.path.lexists(self.directory / name)

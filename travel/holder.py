@@ -33,6 +33,7 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from gpucc.assembly import PlatformVerifier
 from gpucc.gpuattest.errors import (
     CollateralUnavailableError,
     EnvironmentProblemError,
@@ -43,14 +44,8 @@ from gpucc.gpuattest.errors import (
 )
 from gpucc.gpuattest.files import write_atomic
 from gpucc.staging.errors import ProtocolError
-from gpucc.staging.release import (
-    CHALLENGE_SIZE,
-    Attester,
-    CvmAttester,
-    DatasetKey,
-    Offer,
-    accept_offer,
-)
+from gpucc.staging.release import CHALLENGE_SIZE, DatasetKey, Offer, accept_offer
+from gpucc.staging.replay import ChallengeReplayError, MemoryReplayStore, ReplayStore
 
 from .httpserver import ServerLimits, run_server
 from .receipt import Receipt
@@ -61,9 +56,7 @@ __all__ = [
     "HolderConfig",
     "RateLimiter",
     "build_app",
-    "directory_attester",
     "load_datasets",
-    "make_attester",
     "serve",
     "store_receipt",
 ]
@@ -80,7 +73,9 @@ class HolderConfig:
     Attributes:
         datasets: the dataset keys this holder releases (never in a repr).
         signing_key: the long-term answer-signing key (never in a repr).
-        attest: the full verification and policy (``staging.release.Attester``).
+        verifier: the platform verifier (``gpucc.assembly``): GPU and CVM evidence, the
+            holder's policy, its roots and collateral; GPU-only offers only under the
+            policy's relaxation ``cvm.allow_gpu_only``.
         challenge_ttl: seconds a challenge stays valid.
         max_request_bytes: larger request bodies are refused before parsing.
         rate_per_s, burst: each client's token bucket.
@@ -90,13 +85,11 @@ class HolderConfig:
         receipt_dir: where receipts of visits are kept (``None``: not kept).
         orchestrator_key: receipts are accepted only when signed by this key (``None``:
             by any key, a few per session).
-        attest_cvm: the CVM verifier and policy for version-2 offers (None: none accepted).
-        allow_gpu_only: the named relaxation that accepts GPU-only (version 1) offers.
     """
 
     datasets: tuple[DatasetKey, ...] = field(repr=False)
     signing_key: ec.EllipticCurvePrivateKey = field(repr=False)
-    attest: Attester = field(repr=False)
+    verifier: PlatformVerifier = field(repr=False)
     challenge_ttl: float = 120.0
     max_request_bytes: int = 256 * 1024
     rate_per_s: float = 20.0
@@ -106,8 +99,6 @@ class HolderConfig:
     body_timeout_s: float = 30.0
     receipt_dir: Path | None = None
     orchestrator_key: ec.EllipticCurvePublicKey | None = None
-    attest_cvm: CvmAttester | None = field(default=None, repr=False)
-    allow_gpu_only: bool = False
 
 
 class ChallengeRefused(Exception):  # noqa: N818 - an outcome, mapped to HTTP 409
@@ -115,10 +106,12 @@ class ChallengeRefused(Exception):  # noqa: N818 - an outcome, mapped to HTTP 40
 
 
 class ChallengeStore:
-    """One-time challenges with expiry, and a replay cache of the ones used.
+    """One-time challenges with expiry; the ones used are claimed in the key-release
+    protocol's replay store (:mod:`gpucc.staging.replay`), the one record of answered
+    challenges.
 
-    Thread-safe; both maps are bounded (``limit``), oldest first out, and one client holds
-    at most ``per_client`` open challenges.
+    Thread-safe; open challenges are bounded (``limit``), oldest first out, and one client
+    holds at most ``per_client`` of them.
     """
 
     def __init__(
@@ -127,13 +120,16 @@ class ChallengeStore:
         limit: int,
         clock: Callable[[], float] = time.monotonic,
         per_client: int | None = None,
+        replay: ReplayStore | None = None,
     ):
         self._ttl = ttl
         self._limit = limit
         self._per_client = per_client
         self._clock = clock
         self._open: OrderedDict[bytes, tuple[float, str]] = OrderedDict()
-        self._used: OrderedDict[bytes, float] = OrderedDict()
+        self._replay: ReplayStore = replay or MemoryReplayStore(
+            ttl=dt.timedelta(seconds=ttl), clock=clock
+        )
         self._held: Counter[str] = Counter()
         self._lock = threading.Lock()
 
@@ -168,16 +164,17 @@ class ChallengeStore:
         """
         with self._lock:
             now = self._clock()
-            if challenge in self._used:
-                raise ChallengeRefused("the challenge was already used (replay)")
             held = self._open.pop(challenge, None)
             if held is None:
+                if self._replay.answered(challenge):
+                    raise ChallengeRefused("the challenge was already used (replay)")
                 raise ChallengeRefused("unknown challenge")
             expiry, client = held
             self._release(client)
-            self._used[challenge] = expiry
-            while len(self._used) > self._limit:
-                self._used.popitem(last=False)
+            try:
+                self._replay.claim(challenge)
+            except ChallengeReplayError:
+                raise ChallengeRefused("the challenge was already used (replay)") from None
             if now > expiry:
                 raise ChallengeRefused("the challenge expired")
 
@@ -185,8 +182,6 @@ class ChallengeStore:
         now = self._clock()
         for c in [c for c, (e, _) in self._open.items() if e < now]:
             self._release(self._open.pop(c)[1])
-        for c in [c for c, e in self._used.items() if e < now]:
-            del self._used[c]
 
 
 class RateLimiter:
@@ -231,66 +226,14 @@ def load_datasets(directory: Path, key_file: Path) -> tuple[DatasetKey, ...]:
     return tuple(keys)
 
 
-def make_attester(
-    *, roots: Any, rims: Any, ocsp: Any, policy: Any, clock: Callable[[], dt.datetime]
-) -> Attester:
-    """``gpuattest.verifier.verify`` with these roots, collateral and policy, as an Attester."""
-    from gpucc.gpuattest.verifier import verify
-
-    def attest(evidence: Any, nonce: bytes) -> Any:
-        return verify(
-            evidence,
-            expected_nonce=nonce,
-            roots=roots,
-            now=clock(),
-            rims=rims,
-            ocsp=ocsp,
-            policy=policy,
-        )
-
-    return attest
-
-
-def directory_attester(directory: Path, policy: Any) -> Attester:
-    """Tests and demos: trust a simulated GPU whose anchors and RIMs are in ``directory``.
-
-    ``device_root.pem``, ``rim_root.pem`` and ``rims/*.xml`` are read at every offer, so
-    the simulated GPU may be replaced while the service runs. OCSP is not consulted.
-    """
-    from gpucc.gpuattest.collateral import DirectoryRimSource, NoOcsp
-    from gpucc.gpuattest.trust import TrustRoots
-    from gpucc.gpuattest.verifier import verify
-
-    def attest(evidence: Any, nonce: bytes) -> Any:
-        try:
-            roots = TrustRoots.from_pem(
-                (directory / "device_root.pem").read_bytes(),
-                (directory / "rim_root.pem").read_bytes(),
-            )
-        except OSError as exc:
-            raise CollateralUnavailableError(
-                f"the simulated GPU's roots cannot be read: {exc.strerror or exc}"
-            ) from None
-        return verify(
-            evidence,
-            expected_nonce=nonce,
-            roots=roots,
-            now=dt.datetime.now(dt.UTC),
-            rims=DirectoryRimSource(directory / "rims"),
-            ocsp=NoOcsp("simulated GPU: no OCSP responder"),
-            policy=policy,
-        )
-
-    return attest
-
-
 def _answer_offer(config: HolderConfig, offer: Offer) -> tuple[bytes, bytes]:
+    verifier = config.verifier
     holder = accept_offer(
         offer,
         challenge=offer.challenge,
-        attest=config.attest,
-        attest_cvm=config.attest_cvm,
-        allow_gpu_only=config.allow_gpu_only,
+        attest=verifier.gpu_attester(),
+        attest_cvm=verifier.cvm_attester(),
+        allow_gpu_only=verifier.allow_gpu_only,
     )
     answer = holder.answer([holder.wrap(d) for d in config.datasets]).to_json()
     envelope = sign_answer(config.signing_key, answer, holder.transcript_hash).to_json()

@@ -16,8 +16,15 @@ from typing import Any
 from gpucc.gpuattest.errors import UsageError
 
 from .digest_cpu import default_threads, hash_items, new_hasher
-from .errors import MalformedManifestError, ModelMismatchError, ModelTreeError
-from .manifest import MAX_MANIFEST_SIZE, Manifest, Resource, Serialization, VerificationResult
+from .errors import MalformedManifestError, ModelTreeError
+from .manifest import (
+    MAX_MANIFEST_SIZE,
+    Manifest,
+    ModelMismatchError,
+    Resource,
+    Serialization,
+    VerificationResult,
+)
 from .serialize import model_ignores, model_name, plan_items, relative_ignores, walk_model
 
 __all__ = [

@@ -7,14 +7,12 @@
   that leaves the model directory, a special file, an unreadable path).
 * :class:`SignatureError` (exit 6): a signature bundle did not verify with the key given.
 * :class:`ModelChangedError` (exit 6): a file changed while it was hashed; no verdict.
-* :class:`ModelMismatchError` (exit 6): the model does not match a trusted manifest; carries
-  the :class:`~gpucc.staging.model.manifest.VerificationResult` naming each resource.
+* :class:`~gpucc.staging.model.manifest.ModelMismatchError` (exit 6), defined beside the
+  result it carries: the model does not match a trusted manifest.
 * :class:`HashUnavailableError` (exit 5): the hash needs a package that is not installed.
 """
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
 
 from gpucc.gpuattest.errors import (
     EnvironmentProblemError,
@@ -22,14 +20,10 @@ from gpucc.gpuattest.errors import (
     MalformedInputError,
 )
 
-if TYPE_CHECKING:
-    from .manifest import VerificationResult
-
 __all__ = [
     "HashUnavailableError",
     "MalformedManifestError",
     "ModelChangedError",
-    "ModelMismatchError",
     "ModelTreeError",
     "SignatureError",
 ]
@@ -55,11 +49,3 @@ class SignatureError(IntegrityError):
 
 class ModelChangedError(IntegrityError):
     """A file's size or modification time moved while it was being hashed."""
-
-
-class ModelMismatchError(IntegrityError):
-    """The model's resources differ from the trusted manifest."""
-
-    def __init__(self, result: VerificationResult) -> None:
-        self.result = result
-        super().__init__(result.summary())

@@ -30,6 +30,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from gpucc.gpuattest._internal.jsonio import loads_untrusted
+from gpucc.gpuattest.errors import IntegrityError
 
 from .errors import MalformedManifestError
 
@@ -40,6 +41,7 @@ __all__ = [
     "PREDICATE_TYPE",
     "STATEMENT_TYPE",
     "Manifest",
+    "ModelMismatchError",
     "Resource",
     "ResourceProblem",
     "Serialization",
@@ -252,6 +254,14 @@ class VerificationResult:
             "resources_checked": self.resources_checked,
             "problems": [p.to_json() for p in self.problems],
         }
+
+
+class ModelMismatchError(IntegrityError):
+    """The model's resources differ from the trusted manifest."""
+
+    def __init__(self, result: VerificationResult) -> None:
+        self.result = result
+        super().__init__(result.summary())
 
 
 @dataclass(frozen=True)

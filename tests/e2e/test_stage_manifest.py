@@ -20,7 +20,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from gpucc.gpuattest.errors import UsageError
 from gpucc.staging.model.api import load_manifest, require_verified, verify_staged
-from gpucc.staging.model.errors import ModelMismatchError
+from gpucc.staging.model.manifest import ModelMismatchError
 from tests.support.cli import run_cli
 
 SCHEMA = Path(__file__).parents[2] / "cli" / "schemas" / "gpucc.stage.v1.json"

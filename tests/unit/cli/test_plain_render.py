@@ -13,6 +13,7 @@ import io
 
 import pytest
 
+from gpucc.assembly import PlatformResult
 from gpucc.cli.plain import console_width, is_terminal, render_plain
 from tests.unit.cli.test_render import RESULTS, render
 
@@ -23,7 +24,7 @@ from tests.unit.cli.test_render import RESULTS, render
 def test_plain_report_equals_rich_on_a_non_terminal(kind: str, width: int, verbose: bool) -> None:
     result = RESULTS[kind]()
     out = io.StringIO()
-    if not render_plain(result, out, width=width, verbose=verbose):
+    if not render_plain(PlatformResult.of_gpus(result), out, width=width, verbose=verbose):
         assert width < 80  # only a narrow console needs Rich's column shrinking
         assert out.getvalue() == ""
         return

@@ -20,6 +20,7 @@ import pytest
 from rich.cells import cell_len
 from rich.console import Console
 
+from gpucc.assembly import PlatformResult
 from gpucc.cli.render import fit_widths, render_text, shorten_hex
 from gpucc.gpuattest.collateral import FileRimSource, NoOcsp, NoRimSource
 from gpucc.gpuattest.evidence import load_raw_evidence
@@ -84,7 +85,7 @@ def render(
     console = Console(
         file=out, width=width, force_terminal=terminal, color_system=None, legacy_windows=False
     )
-    render_text(result, console, verbose=verbose)
+    render_text(PlatformResult.of_gpus(result), console, verbose=verbose)
     return out.getvalue()
 
 

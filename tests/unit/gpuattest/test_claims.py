@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from gpucc.assembly import PlatformResult
 from gpucc.cli.render import attest_document
 from gpucc.gpuattest.collateral import FileRimSource, NoOcsp, NoRimSource, rim_sources_from_mapping
 from gpucc.gpuattest.evidence import CcState, EvidenceSet, load_raw_evidence
@@ -60,14 +61,14 @@ def set_a(vbios: Path = SET_A_VBIOS_RIM, policy: Policy = NO_OCSP) -> Attestatio
 
 
 def gpu_doc(result: AttestationResult) -> dict[str, object]:
-    doc = json.loads(json.dumps(attest_document(result)))
+    doc = json.loads(json.dumps(attest_document(PlatformResult.of_gpus(result))))
     gpu: dict[str, object] = doc["gpus"][0]
     return gpu
 
 
 def test_trusted_sample_claims() -> None:
     result = set_a()
-    doc = attest_document(result)
+    doc = attest_document(PlatformResult.of_gpus(result))
     assert doc["x-nvidia-ver"] == "3.0"
     assert doc["x-nvidia-overall-att-result"] is True
     gpu = result.gpus[0]

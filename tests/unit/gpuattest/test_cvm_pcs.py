@@ -127,19 +127,18 @@ def test_attest_fetches_through_the_cache_and_works_offline_from_it(
 def test_a_holder_fetches_collateral_an_offer_came_without(
     server: LocalServer, tmp_path: Path
 ) -> None:
-    from gpucc.cli.session_cvm import cvm_attester
+    from gpucc.assembly import PlatformVerifier, Settings
     from gpucc.gpuattest.netconfig import NetworkSettings
     from gpucc.gpuattest.policy import parse_policy
 
     policy = parse_policy({"cvm": {"allow_unpinned": True}})
     network = NetworkSettings(cache_dir=tmp_path)
-    attest = cvm_attester(
-        simulate=None, policy=policy, collateral=None, clock=lambda: AT, outcomes=None,
-        network=network, pccs_url=server.url,
-    )  # fmt: skip
+    verifier = PlatformVerifier(
+        Settings(policy=policy, network=network, pccs_url=server.url, at=AT)
+    )
+    attest = verifier.cvm_attester()
     assert attest(QUOTE, None, bytes.fromhex(REPORT_DATA)).trusted
-    offline = cvm_attester(
-        simulate=None, policy=policy, collateral=None, clock=lambda: AT, outcomes=None,
-        network=NetworkSettings(cache_dir=tmp_path, offline=True),
-    )  # fmt: skip
+    offline = PlatformVerifier(
+        Settings(policy=policy, network=NetworkSettings(cache_dir=tmp_path, offline=True), at=AT)
+    ).cvm_attester()
     assert offline(QUOTE, None, bytes.fromhex(REPORT_DATA)).trusted  # from the cache

@@ -10,6 +10,7 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
+from gpucc.assembly import PlatformResult
 from gpucc.cli.render import attest_document, verdict_exit_code
 from gpucc.gpuattest.collateral import FileRimSource, NoOcsp, NoRimSource, rim_sources_from_mapping
 from gpucc.gpuattest.errors import MalformedCertificateError, MalformedReportError
@@ -294,7 +295,7 @@ def test_min_driver_policy() -> None:
 
 
 def test_json_document_shape() -> None:
-    doc = attest_document(run_set_a())
+    doc = attest_document(PlatformResult.of_gpus(run_set_a()))
     assert doc["schema"] == "gpucc.attest/v1"
     assert doc["verdict"] == "trusted" and doc["exit_code"] == 0
     gpu = doc["gpus"][0]

@@ -32,10 +32,10 @@ from gpucc.staging.model import signing as gsign
 from gpucc.staging.model.errors import (
     MalformedManifestError,
     ModelChangedError,
-    ModelMismatchError,
     ModelTreeError,
     SignatureError,
 )
+from gpucc.staging.model.manifest import ModelMismatchError
 
 # model_signing and protobuf ship no type information: reach them as Any.
 model_signing: Any = importlib.import_module("model_signing")

@@ -1,0 +1,46 @@
+"""Collateral CVM evidence came without: Intel's for a TDX quote, the chip's VCEK for an SNP report.
+
+Fetched through the collateral cache (only the cache when the network settings say
+offline), from Intel's PCS or the PCCS named, and AMD's KDS.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from gpucc.gpuattest.netconfig import NetworkSettings
+
+__all__ = ["fetch_cvm_collateral"]
+
+
+def fetch_cvm_collateral(
+    evidence: bytes, network: NetworkSettings, *, now: dt.datetime, pccs_url: str | None = None
+) -> bytes | None:
+    """The collateral ``evidence`` needs, fetched: Intel's collateral as PCCS JSON for a TDX
+    quote, the VCEK certificate for an SEV-SNP report.
+
+    A malformed quote is reported as such before any network use.
+
+    Raises:
+        MalformedEvidenceError: the evidence is of no known kind or malformed.
+        CollateralUnavailableError: the collateral cannot be had (offline and not cached,
+            the service failed).
+    """
+    from gpucc.gpuattest.cvm.appraise import detect_kind
+    from gpucc.gpuattest.cvm.findings import CvmKind
+    from gpucc.gpuattest.netconfig import build_fetcher
+
+    if detect_kind(evidence) is CvmKind.SNP:
+        from gpucc.gpuattest.cvm.snp_kds import fetch_vcek
+
+        with build_fetcher(network) as fetcher:
+            return fetch_vcek(evidence, fetcher=fetcher, cache=network.cache())
+    from gpucc.gpuattest.cvm.pcs import INTEL_PCS_URL, tdx_collateral_for
+    from gpucc.gpuattest.cvm.tdx import check_layout
+
+    check_layout(evidence)
+    with build_fetcher(network) as fetcher:
+        found = tdx_collateral_for(
+            evidence, fetcher, now=now, cache=network.cache(), base_url=pccs_url or INTEL_PCS_URL
+        )
+    return found.to_json()

@@ -1,0 +1,226 @@
+"""Where evidence comes from: the local GPUs and CVM, files, or a simulation, behind one interface.
+
+An :class:`EvidenceSource` answers two questions for a front end that must *produce*
+evidence (``gpucc attest`` without files, ``session offer``/``local``, ``travel run``,
+DDP setup): the GPUs' evidence for a nonce, and the CVM's evidence for 64 bytes of report
+data (None when the source has no CVM, or GPU-only evidence was asked for).
+
+* :class:`LocalSource`: NVML for the GPUs, configfs-tsm for the CVM.
+* :class:`SimulatedSource`: a simulated GPU and a simulated TDX platform whose self-made
+  roots and RIMs it writes to a directory, for the verifying side to read. It attests
+  nothing real.
+* :class:`FileSource`: evidence already collected (files, or an ``EvidenceSet``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+from gpucc.staging.release import CollectedCvmEvidence, CollectedEvidence
+
+from .settings import utc_now
+
+if TYPE_CHECKING:
+    from gpucc.gpuattest.cvm.tdx_sim import SimulatedTdx
+    from gpucc.gpuattest.evidence import EvidenceSet
+
+__all__ = [
+    "SIMULATED_FILES",
+    "EvidenceSource",
+    "FileSource",
+    "LocalSource",
+    "SimulatedSource",
+    "missing_simulation_files",
+    "open_source",
+]
+
+#: What a simulation directory holds for the verifying side: the GPU's roots and RIMs, and
+#: the TDX platform's root.
+SIMULATED_FILES = ("device_root.pem", "rim_root.pem", "rims", "tdx_root.pem")
+_GPU_FILES = SIMULATED_FILES[:3]
+
+
+def missing_simulation_files(directory: Path, *, cvm: bool = False) -> list[str]:
+    """The files a simulation directory lacks for verifying (the TDX root only with ``cvm``)."""
+    wanted = SIMULATED_FILES if cvm else _GPU_FILES
+    return [name for name in wanted if not (directory / name).exists()]
+
+
+class EvidenceSource(Protocol):
+    """Produces evidence bound to the freshness values it is given."""
+
+    @property
+    def simulated(self) -> bool:
+        """True when the evidence comes from a simulation (never trust it in production)."""
+        ...
+
+    def gpu_evidence(self, nonce: bytes) -> EvidenceSet:
+        """Every GPU's evidence over ``nonce``."""
+        ...
+
+    def cvm_evidence(self, report_data: bytes) -> CollectedCvmEvidence | None:
+        """The CVM's evidence over ``report_data`` (64 bytes), or None: no CVM evidence."""
+        ...
+
+
+def collected(source: EvidenceSource, nonce: bytes) -> CollectedEvidence:
+    """The source's GPU evidence in the key-release protocol's form."""
+    return CollectedEvidence.from_evidence_set(source.gpu_evidence(nonce))
+
+
+@dataclass(frozen=True)
+class LocalSource:
+    """This machine: the GPUs through NVML, the CVM through configfs-tsm.
+
+    Attributes:
+        gpu_only: produce no CVM evidence.
+        cvm_collateral: collateral sent with the CVM evidence (TDX: Intel's; SNP: the VCEK);
+            by default an SEV-SNP host's own certificate table supplies the VCEK.
+        tsm_root: configfs-tsm's mount point (None: the standard one).
+    """
+
+    gpu_only: bool = False
+    cvm_collateral: bytes | None = field(default=None, repr=False)
+    tsm_root: Path | None = None
+    simulated: bool = field(default=False, init=False)
+
+    def gpu_evidence(self, nonce: bytes) -> EvidenceSet:
+        """NVML evidence of every local GPU.
+
+        Raises:
+            EnvironmentProblemError: no NVML, no GPU, or CC mode off.
+        """
+        from gpucc.gpuattest.nvml import collect_evidence
+
+        return collect_evidence(nonce)
+
+    def cvm_evidence(self, report_data: bytes) -> CollectedCvmEvidence | None:
+        """This CVM's TDX quote or SNP report through configfs-tsm.
+
+        Raises:
+            EnvironmentProblemError: no configfs-tsm report interface.
+        """
+        if self.gpu_only:
+            return None
+        from gpucc.gpuattest.cvm.findings import CvmKind
+        from gpucc.gpuattest.cvm.tsm import DEFAULT_TSM_ROOT, collect_tsm_report
+        from gpucc.gpuattest.errors import EnvironmentProblemError
+
+        try:
+            report = collect_tsm_report(report_data, root=self.tsm_root or DEFAULT_TSM_ROOT)
+        except EnvironmentProblemError as exc:
+            exc.hint = exc.hint or (
+                "--gpu-only offers GPU evidence alone; holders accept it only under the "
+                "relaxation cvm.allow_gpu_only"
+            )
+            raise
+        if self.cvm_collateral is None and report.kind is CvmKind.SNP and report.auxblob:
+            from gpucc.gpuattest.cvm.snp_certs import vcek_from_auxblob
+
+            # The host's certificate table: AMD-signed, checked by the verifier like its own.
+            return CollectedCvmEvidence(report.outblob, vcek_from_auxblob(report.auxblob))
+        return CollectedCvmEvidence(report.outblob, self.cvm_collateral)
+
+
+class SimulatedSource:
+    """A simulated GPU and TDX platform; their self-made roots and RIMs go to ``directory``.
+
+    For trying the protocols without hardware: it attests nothing real. The GPU is made
+    when the source is; the TDX platform (and its root) on the first CVM request.
+    """
+
+    simulated = True
+
+    def __init__(
+        self, directory: Path, *, gpu_only: bool = False, now: dt.datetime | None = None
+    ) -> None:
+        from cryptography.hazmat.primitives.serialization import Encoding
+
+        from gpucc.gpuattest.files import write_atomic
+        from gpucc.gpuattest.simulate import SimulatedGpu
+
+        self.directory = directory
+        self.gpu_only = gpu_only
+        self._now = now or utc_now()
+        self._gpu = SimulatedGpu.create(now=self._now)
+        self._tdx: SimulatedTdx | None = None
+        # Holders may be reading the directory: every file is replaced atomically.
+        (directory / "rims").mkdir(parents=True, exist_ok=True)
+        for rim_id, rim in self._gpu.rims.items():
+            write_atomic(directory / "rims" / f"{rim_id}.xml", rim, force=True)
+        roots = self._gpu.roots
+        rim_root = roots.rim_root.public_bytes(Encoding.PEM)
+        write_atomic(directory / "rim_root.pem", rim_root, force=True)
+        device_root = roots.device_root.public_bytes(Encoding.PEM)
+        write_atomic(directory / "device_root.pem", device_root, force=True)
+
+    def gpu_evidence(self, nonce: bytes) -> EvidenceSet:
+        """The simulated GPU's evidence over ``nonce``."""
+        return self._gpu.evidence(nonce)
+
+    def cvm_evidence(self, report_data: bytes) -> CollectedCvmEvidence | None:
+        """A simulated TD quote over ``report_data``, with its collateral."""
+        if self.gpu_only:
+            return None
+        from cryptography.hazmat.primitives.serialization import Encoding
+
+        from gpucc.gpuattest.cvm.tdx_sim import simulated_tdx
+        from gpucc.gpuattest.files import write_atomic
+
+        if self._tdx is None:
+            platform = simulated_tdx(self._now)
+            root_pem = platform.root.public_bytes(Encoding.PEM)
+            write_atomic(self.directory / "tdx_root.pem", root_pem, force=True)
+            self._tdx = platform
+        platform = self._tdx
+        made = platform.collateral(issued=self._now - dt.timedelta(minutes=5))
+        return CollectedCvmEvidence(platform.quote(report_data), made.to_json())
+
+
+@dataclass(frozen=True)
+class FileSource:
+    """Evidence already collected: it is returned whatever the freshness values (the
+    verifier then checks that it carries them)."""
+
+    gpus: EvidenceSet | None = None
+    cvm: bytes | None = field(default=None, repr=False)
+    cvm_collateral: bytes | None = field(default=None, repr=False)
+    simulated: bool = False
+
+    def gpu_evidence(self, nonce: bytes) -> EvidenceSet:
+        """The stored GPU evidence.
+
+        Raises:
+            UsageError: there is none.
+        """
+        if self.gpus is None:
+            from gpucc.gpuattest.errors import UsageError
+
+            raise UsageError("no GPU evidence was given")
+        return self.gpus
+
+    def cvm_evidence(self, report_data: bytes) -> CollectedCvmEvidence | None:
+        """The stored CVM evidence, if any."""
+        if self.cvm is None:
+            return None
+        return CollectedCvmEvidence(self.cvm, self.cvm_collateral)
+
+
+def open_source(
+    *,
+    simulation: Path | None = None,
+    gpu_only: bool = False,
+    cvm_collateral: bytes | None = None,
+    tsm_root: Path | None = None,
+) -> EvidenceSource:
+    """The evidence source a front end produces evidence from: a simulation writing its
+    roots to ``simulation``, or this machine (NVML and configfs-tsm).
+
+    Every front end that collects evidence opens its source here, once.
+    """
+    if simulation is not None:
+        return SimulatedSource(simulation, gpu_only=gpu_only)
+    return LocalSource(gpu_only=gpu_only, cvm_collateral=cvm_collateral, tsm_root=tsm_root)

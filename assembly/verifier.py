@@ -1,0 +1,380 @@
+"""The one platform verifier: every device's evidence and the CVM's, one verdict by one rule.
+
+:meth:`PlatformVerifier.verify` is the call every front end makes, directly (``gpucc attest``,
+the Python API) or through the key-release adapters :meth:`PlatformVerifier.gpu_attester`
+and :meth:`PlatformVerifier.cvm_attester` (``session``, ``holder serve``, ``travel``, DDP
+setup). Trust anchors, collateral and the clock come from :class:`Settings`, nowhere else.
+
+The combination rule (:func:`gpucc.gpuattest.result.combine_verdicts`): a decided failure
+anywhere makes the platform not trusted; otherwise anything undecided makes it undecided;
+it is trusted only when every device and the CVM are.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from gpucc.gpuattest.result import AttestationResult, Verdict, combine_verdicts
+
+from .settings import Settings, TimeSource
+
+if TYPE_CHECKING:
+    from cryptography import x509
+
+    from gpucc.gpuattest.collateral import OcspChecker, RimSource
+    from gpucc.gpuattest.cvm.appraise import CvmResult
+    from gpucc.gpuattest.evidence import EvidenceSet
+    from gpucc.gpuattest.policy import Policy
+    from gpucc.gpuattest.result import GpuResult
+    from gpucc.gpuattest.trust import TrustRoots
+    from gpucc.staging.release import Attester, CvmAttester
+
+__all__ = ["PlatformEvidence", "PlatformResult", "PlatformVerifier"]
+
+
+@dataclass(frozen=True)
+class PlatformEvidence:
+    """What one platform presents: its GPUs' evidence and its CVM's (either may be absent).
+
+    Attributes:
+        gpus: every GPU's reports and chains.
+        cvm: the CVM's TDX quote or SEV-SNP report, raw.
+        cvm_collateral: collateral that came with the CVM evidence (the settings' own
+            collateral, when given, replaces it).
+        source: where the evidence came from (``file``, ``nvml``, ``offer``, ...).
+    """
+
+    gpus: EvidenceSet | None = None
+    cvm: bytes | None = field(default=None, repr=False)
+    cvm_collateral: bytes | None = field(default=None, repr=False)
+    source: str = "file"
+
+
+@dataclass(frozen=True)
+class PlatformResult:
+    """One platform's verdict: each device's result, the CVM's, and the combined verdict.
+
+    Attributes:
+        verdict: the combined verdict.
+        gpu: the GPUs' result (None: no GPU evidence was verified).
+        cvm: the CVM's result (None: no CVM evidence was verified).
+        policy: the policy applied.
+        verified_at: the verification time.
+        time_source: whether that time was the clock or given by the caller.
+        simulated: whether a simulation's self-made roots were trusted.
+        expected_nonce: the GPU nonce required.
+        source: where the evidence came from.
+    """
+
+    verdict: Verdict
+    gpu: AttestationResult | None
+    cvm: CvmResult | None
+    policy: Policy
+    verified_at: dt.datetime
+    time_source: TimeSource
+    simulated: bool
+    expected_nonce: bytes | None
+    source: str
+
+    @classmethod
+    def of_gpus(cls, result: AttestationResult) -> PlatformResult:
+        """A platform result holding the GPUs' result alone (verified at the time the
+        caller gave :func:`gpucc.gpuattest.verifier.verify`)."""
+        return cls(
+            verdict=result.verdict,
+            gpu=result,
+            cvm=None,
+            policy=result.policy,
+            verified_at=result.verified_at,
+            time_source=TimeSource.GIVEN,
+            simulated=False,
+            expected_nonce=result.expected_nonce,
+            source=result.source,
+        )
+
+    @property
+    def trusted(self) -> bool:
+        """True only when every device and the CVM passed every required check."""
+        return self.verdict is Verdict.TRUSTED
+
+    @property
+    def undecided(self) -> bool:
+        """Nothing failed, but something could not be decided (collateral, time)."""
+        return self.verdict is Verdict.UNDECIDED
+
+    @property
+    def gpus(self) -> tuple[GpuResult, ...]:
+        """Per GPU, in evidence order."""
+        return self.gpu.gpus if self.gpu is not None else ()
+
+    @property
+    def reasons(self) -> tuple[str, ...]:
+        """Why not trusted: the CVM's reasons, then each GPU's, prefixed."""
+        cvm = tuple(f"CVM: {r}" for r in self.cvm.reasons) if self.cvm is not None else ()
+        return cvm + (self.gpu.reasons if self.gpu is not None else ())
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``gpucc.attest/v1`` document, less what only a command line knows."""
+        return {
+            "schema": "gpucc.attest/v1",
+            "verdict": str(self.verdict),
+            "trusted": self.trusted,
+            "x-nvidia-overall-att-result": self.trusted,
+            "x-nvidia-ver": _claims_version(),
+            "verified_at": self.verified_at.isoformat().replace("+00:00", "Z"),
+            "nonce": self.expected_nonce.hex() if self.expected_nonce is not None else None,
+            "evidence_source": self.source,
+            "policy": self.policy.to_dict(),
+            "reasons": list(self.reasons),
+            "gpus": [g.to_dict() for g in self.gpus],
+            "cvm": self.cvm.to_dict() if self.cvm is not None else None,
+        }
+
+
+def _claims_version() -> str:
+    from gpucc.gpuattest.result import CLAIMS_VERSION
+
+    return CLAIMS_VERSION
+
+
+class PlatformVerifier:
+    """Verifies platforms under one :class:`Settings`; build it once, call it for each.
+
+    Network collateral sources are built on first use and shared by later calls (a holder
+    service verifies many offers); a simulation's roots are read at every call, so the
+    simulation may be replaced while a service runs.
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._lock = threading.Lock()
+        self._collateral: tuple[RimSource, OcspChecker] | None = None
+
+    # --- the one call ------------------------------------------------------------------
+
+    def verify(
+        self,
+        evidence: PlatformEvidence,
+        *,
+        nonce: bytes | None = None,
+        cvm_report_data: bytes | None = None,
+        release: bool = False,
+    ) -> PlatformResult:
+        """Verify every device's evidence and the CVM's, apply the policy, combine.
+
+        Args:
+            evidence: what the platform presented.
+            nonce: the 32-byte nonce every GPU report must carry (None: freshness cannot be
+                established; the default policy refuses it).
+            cvm_report_data: the 64 bytes the CVM evidence must sign. By default, with GPU
+                evidence and a nonce, ``SHA-512('gpucc/attest/v1/cvm-report-data' || nonce)``
+                (what ``gpucc evidence collect --cvm`` asks for).
+            release: a key-release decision: CVM measurements must be pinned unless the
+                policy names the relaxation ``cvm.allow_unpinned``.
+
+        Raises:
+            UsageError: no evidence at all.
+            MalformedEvidenceError: malformed or oversized evidence or collateral.
+            CollateralUnavailableError: collateral that could not be had (CVM: TDX
+                collateral when it cannot be fetched).
+        """
+        settings = self.settings
+        if evidence.gpus is None and evidence.cvm is None:
+            from gpucc.gpuattest.errors import UsageError
+
+            raise UsageError("no evidence to verify")
+        now = settings.now()
+        gpu = None
+        if evidence.gpus is not None:
+            gpu = self._verify_gpus(evidence.gpus, nonce, now)
+        cvm = None
+        if evidence.cvm is not None:
+            expected = cvm_report_data
+            if expected is None and nonce is not None and evidence.gpus is not None:
+                from gpucc.gpuattest.cvm.appraise import attest_report_data
+
+                expected = attest_report_data(nonce)
+            cvm = self._verify_cvm(
+                evidence.cvm, evidence.cvm_collateral, expected, now, release=release
+            )
+        verdicts = [r.verdict for r in (gpu, cvm) if r is not None]
+        return PlatformResult(
+            verdict=combine_verdicts(verdicts),
+            gpu=gpu,
+            cvm=cvm,
+            policy=settings.policy,
+            verified_at=now,
+            time_source=settings.time_source,
+            simulated=settings.simulated,
+            expected_nonce=nonce if evidence.gpus is not None else None,
+            source=gpu.source if gpu is not None else evidence.source,
+        )
+
+    # --- adapters for the key-release protocol -----------------------------------------
+
+    @property
+    def allow_gpu_only(self) -> bool:
+        """The policy's named relaxation ``cvm.allow_gpu_only``: GPU-only offers accepted."""
+        return self.settings.policy.cvm.allow_gpu_only
+
+    def gpu_attester(self, on_result: Callable[[PlatformResult], None] | None = None) -> Attester:
+        """The protocol's ``attest(evidence, nonce)``: :meth:`verify` on the GPU evidence.
+
+        The protocol gets the GPUs' part of the result; ``on_result`` the whole of it."""
+
+        def attest(gpus: Any, nonce: bytes) -> AttestationResult:
+            result = self.verify(
+                PlatformEvidence(gpus=gpus, source="offer"), nonce=nonce, release=True
+            )
+            if on_result is not None:
+                on_result(result)
+            assert result.gpu is not None  # GPU evidence was given
+            return result.gpu
+
+        return attest
+
+    def cvm_attester(
+        self, on_result: Callable[[PlatformResult], None] | None = None
+    ) -> CvmAttester:
+        """The protocol's ``attest_cvm(evidence, collateral, expected)``: :meth:`verify` on
+        the CVM evidence, measurements pinned unless ``cvm.allow_unpinned``."""
+
+        def attest(evidence: bytes, collateral: bytes | None, expected: bytes) -> CvmResult:
+            result = self.verify(
+                PlatformEvidence(cvm=evidence, cvm_collateral=collateral, source="offer"),
+                cvm_report_data=expected,
+                release=True,
+            )
+            if on_result is not None:
+                on_result(result)
+            assert result.cvm is not None  # CVM evidence was given
+            return result.cvm
+
+        return attest
+
+    # --- the parts ---------------------------------------------------------------------
+
+    def _verify_gpus(
+        self, evidence: EvidenceSet, nonce: bytes | None, now: dt.datetime
+    ) -> AttestationResult:
+        from gpucc.gpuattest.verifier import verify
+
+        roots, rims, ocsp = self._gpu_trust()
+        return verify(
+            evidence,
+            expected_nonce=nonce,
+            roots=roots,
+            now=now,
+            rims=rims,
+            ocsp=ocsp,
+            policy=self.settings.policy,
+        )
+
+    def _gpu_trust(self) -> tuple[TrustRoots, RimSource, OcspChecker]:
+        """The GPU roots and collateral sources: the simulation's, read now, or the
+        vendor's with local RIM files first, then the network layer."""
+        from gpucc.gpuattest.collateral import (
+            CompositeRimSource,
+            DirectoryRimSource,
+            FileRimSource,
+            NoOcsp,
+        )
+
+        settings = self.settings
+        local: list[RimSource] = []
+        if settings.driver_rim is not None or settings.vbios_rim is not None:
+            local.append(FileRimSource(driver=settings.driver_rim, vbios=settings.vbios_rim))
+        if settings.rim_dir is not None:
+            local.append(DirectoryRimSource(settings.rim_dir))
+        if settings.simulation is not None:
+            roots = settings.roots or _simulated_gpu_roots(settings.simulation)
+            rims = CompositeRimSource([*local, DirectoryRimSource(settings.simulation / "rims")])
+            return roots, rims, NoOcsp("simulated GPU: no OCSP responder")
+        from gpucc.gpuattest.trust import TrustRoots
+
+        roots = settings.roots or TrustRoots.nvidia()
+        with self._lock:
+            if self._collateral is None:
+                from gpucc.gpuattest.netconfig import build_collateral
+
+                self._collateral = build_collateral(settings.network, roots=roots)
+            net_rims, ocsp = self._collateral
+        return roots, CompositeRimSource([*local, net_rims]), ocsp
+
+    def _verify_cvm(
+        self,
+        evidence: bytes,
+        offered: bytes | None,
+        expected: bytes | None,
+        now: dt.datetime,
+        *,
+        release: bool,
+    ) -> CvmResult:
+        from gpucc.gpuattest.cvm.appraise import verify_cvm_evidence
+
+        settings = self.settings
+        collateral = settings.cvm_collateral if settings.cvm_collateral is not None else offered
+        if collateral is None and settings.fetch_cvm_collateral and settings.simulation is None:
+            from .collateral import fetch_cvm_collateral
+
+            collateral = fetch_cvm_collateral(
+                evidence, settings.network, now=now, pccs_url=settings.pccs_url
+            )
+        tdx_root = settings.tdx_root
+        if tdx_root is None and settings.simulation is not None:
+            tdx_root = _simulated_tdx_root(settings.simulation)
+        policy = settings.policy
+        return verify_cvm_evidence(
+            evidence,
+            collateral,
+            now=now,
+            policy=policy.cvm,
+            expected_report_data=expected,
+            tdx_root=tdx_root,
+            require_pins=release and not policy.cvm.allow_unpinned,
+        )
+
+
+def _simulated_gpu_roots(directory: Any) -> TrustRoots:
+    """The simulated GPU's roots, read now (the simulation may have been replaced).
+
+    Raises:
+        CollateralUnavailableError: they cannot be read.
+    """
+    from gpucc.gpuattest.errors import CollateralUnavailableError
+    from gpucc.gpuattest.trust import TrustRoots
+
+    try:
+        return TrustRoots.from_pem(
+            (directory / "device_root.pem").read_bytes(), (directory / "rim_root.pem").read_bytes()
+        )
+    except OSError as exc:
+        raise CollateralUnavailableError(
+            f"the simulated GPU's roots cannot be read: {exc.strerror or exc}"
+        ) from None
+
+
+def _simulated_tdx_root(directory: Any) -> x509.Certificate | None:
+    """The simulated TDX platform's root, read now; None when the simulation made none.
+
+    Raises:
+        MalformedEvidenceError: the file is not a certificate.
+    """
+    from cryptography import x509
+
+    from gpucc.gpuattest.errors import MalformedEvidenceError
+    from gpucc.gpuattest.files import read_capped
+
+    path = directory / "tdx_root.pem"
+    if not path.exists():
+        return None
+    try:
+        return x509.load_pem_x509_certificate(
+            read_capped(path, 64 * 1024, what="simulated TDX root")
+        )
+    except ValueError:
+        raise MalformedEvidenceError(f"{path} is not a certificate") from None
