@@ -202,6 +202,8 @@ def _rank(rank: int, store_file: str, out: str, wiring: Wiring) -> None:
 def test_ddp_setup_takes_evidence_and_verdicts_from_the_platform(
     wiring: Wiring, tmp_path: Path
 ) -> None:
+    # One simulated TDX platform for both ranks (made before the fork, its root written once).
+    wiring.source.inner.cvm_evidence(bytes(64))
     ctx = mp.get_context("fork")
     store = tmp_path / "store"
     procs = [
