@@ -5,9 +5,17 @@ value objects (:class:`~.manifest.Manifest`, :class:`~.manifest.VerificationResu
 """
 
 from .api import digest_model, load_manifest, make_serialization, require_verified, verify_model
-from .manifest import Manifest, Resource, ResourceProblem, Serialization, VerificationResult
+from .manifest import (
+    Manifest,
+    ModelMismatchError,
+    Resource,
+    ResourceProblem,
+    Serialization,
+    VerificationResult,
+)
 
 __all__ = [
+    "ModelMismatchError",
     "Manifest",
     "Resource",
     "ResourceProblem",
