@@ -54,9 +54,9 @@ from ._internal.files import write_atomic
 from ._internal.jsonio import loads_untrusted
 from ._internal.origins import OriginGuard, origin_of, parse_origin
 from ._internal.transport import Fetcher, plain_http_to_remote, safe_url
-from .chain import validate_chain
 from .errors import CollateralUnavailableError, MalformedInputError
 from .jws import TokenCheckError, b64url_decode
+from .x509chain import validate_chain
 
 __all__ = [
     "DEFAULT_JWKS_TTL",

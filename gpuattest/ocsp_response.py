@@ -20,7 +20,7 @@ Checks on the response, in order
        issuer with the ``id-kp-OCSPSigning`` EKU (and ``digitalSignature`` when it
        has keyUsage).
     4. The responder's chain, ``[delegated responder] + issuer + issuer_chain``,
-       validates to ``anchor`` at ``now`` with :func:`gpuattest.chain.validate_chain`.
+       validates to ``anchor`` at ``now`` with :func:`gpuattest.x509chain.validate_chain`.
        When the issuer is not the anchor, the certificates above it come from the
        target's ``issuer_chain`` or, failing that, from the response's certificates.
     5. Exactly one ``SingleResponse`` matches the requested ``CertID`` (hash
@@ -75,8 +75,8 @@ from cryptography.x509 import ocsp
 from cryptography.x509.oid import ExtendedKeyUsageOID, SignatureAlgorithmOID
 
 from ._internal.x509names import common_name
-from .chain import MAX_CHAIN_CERTS, validate_chain
 from .collateral import OcspOutcome, OcspStatus, OcspTarget
+from .x509chain import MAX_CHAIN_CERTS, validate_chain
 
 __all__ = [
     "DEFAULT_CLOCK_SKEW",

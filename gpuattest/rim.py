@@ -41,9 +41,9 @@ from cryptography.utils import CryptographyDeprecationWarning
 from lxml import etree
 
 from ._internal.xmltree import DSIG_NS, element_children, one_line, qname
-from .chain import MAX_CHAIN_CERTS, ChainResult, validate_chain
 from .collateral import MAX_RIM_BYTES
 from .errors import EnvironmentProblemError, MalformedRimError, UsageError
+from .x509chain import MAX_CHAIN_CERTS, ChainResult, validate_chain
 from .xmldsig import (
     ALLOWED_C14N,
     ALLOWED_DIGEST,
@@ -547,7 +547,7 @@ def verify_signature(
     The signature must follow the one profile NVIDIA uses (see the module
     docstring); anything else is refused. The key is the leaf of the embedded
     chain (it must be a non-CA P-384 certificate), and the chain, leaf first,
-    is validated with :func:`gpuattest.chain.validate_chain` against ``anchor``
+    is validated with :func:`gpuattest.x509chain.validate_chain` against ``anchor``
     at ``now``; its last certificate must be byte-identical to ``anchor`` and it
     must have exactly :data:`RIM_CHAIN_LENGTH` certificates.
 

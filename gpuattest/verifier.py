@@ -41,7 +41,7 @@ from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
 
 from ._internal import der
 from ._internal.x509names import common_name
-from .chain import ChainResult, load_pem_chain, validate_chain
+from .chain import load_pem_chain
 from .collateral import ChainKind, OcspChecker, RimSource
 from .errors import MalformedEvidenceError
 from .evidence import EvidenceSet, GpuEvidence
@@ -61,6 +61,7 @@ from .result import (
 from .revocation import chain_claim, check_chain_revocation
 from .rim_step import RimOutcome, verify_rim
 from .trust import TrustRoots
+from .x509chain import ChainResult, validate_chain
 
 # AttestationResult is what verify() returns; it is re-exported for its callers.
 __all__ = ["AttestationResult", "verify"]
