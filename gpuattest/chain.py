@@ -4,16 +4,20 @@ NVIDIA's chains are leaf-first lists that end in a self-signed root. The chain s
 evidence (or embedded in a RIM) is untrusted input: it is parsed here, strictly and within
 size limits, and validated against the pinned anchor at an explicit time by
 :func:`~gpuattest.x509chain.validate_chain`, the one rule set every chain in gpucc goes
-through (re-exported here with its result types).
+through (its result types are re-exported here).
 """
 
 from __future__ import annotations
 
+import datetime as dt
+from collections.abc import Sequence
+
 from cryptography import x509
 from cryptography.exceptions import UnsupportedAlgorithm
 
+from . import x509chain
 from .errors import MalformedCertificateError
-from .x509chain import MAX_CHAIN_CERTS, ChainResult, ChainStatus, validate_chain
+from .x509chain import MAX_CHAIN_CERTS, ChainResult, ChainStatus
 
 __all__ = [
     "MAX_CHAIN_CERTS",
@@ -61,3 +65,19 @@ def load_pem_chain(data: bytes) -> tuple[x509.Certificate, ...]:
                 f"certificate {i} in the chain is malformed: {exc}"
             ) from None
     return tuple(certs)
+
+
+def validate_chain(
+    chain: Sequence[x509.Certificate],
+    anchor: x509.Certificate,
+    now: dt.datetime,
+    *,
+    expected_length: int | None = None,
+) -> ChainResult:
+    """:func:`gpuattest.x509chain.validate_chain` for an NVIDIA chain of ``expected_length``.
+
+    Any signature algorithm cryptography verifies, at most :data:`MAX_CHAIN_CERTS`
+    certificates, exactly ``expected_length`` when given.
+    """
+    profile = x509chain.ChainProfile("NVIDIA", expected_length=expected_length)
+    return x509chain.validate_chain(chain, anchor, now, profile)

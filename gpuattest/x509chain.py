@@ -27,13 +27,18 @@ The first rule broken decides the :class:`ChainFault`. Validity is judged last a
 collateral. :func:`validity_fault` is that one rule on its own, for callers that report
 validity as a separate check.
 
-What legitimately differs between chains is a named parameter, never a branch inside:
+What legitimately differs between kinds of chain is a :class:`ChainProfile`, a named value
+each caller defines beside its call, never a branch in here:
 
 * ``expected_length``: NVIDIA's device chain has 5 certificates, a RIM's 4, SEV-SNP's
   VCEK/ASK/ARK 3; OCSP responder and JWKS chains have no fixed length.
 * ``signature``: :attr:`SignatureRule.AS_DECLARED` (NVIDIA, OCSP and JWKS chains: any
   algorithm the certificate declares that cryptography verifies) or
   :attr:`SignatureRule.RSA_PSS_SHA384` (AMD's ARK, ASK and VCEK are signed with nothing else).
+* ``max_length``: :data:`MAX_CHAIN_CERTS` for every chain today.
+
+No chain needs an exception to the unknown-critical-extension rule: NVIDIA's FWID extension
+(2.23.133.5.4.1) and AMD's VCEK extensions (1.3.6.1.4.1.3704.1) are not marked critical.
 
 cryptography's ``x509.verification.PolicyBuilder`` is not used: it builds a path from a pool
 of intermediates (so it accepts certificates out of order or repeated), forbids the RSA-PSS
@@ -57,9 +62,11 @@ from cryptography.x509.oid import ExtensionOID
 from ._internal.x509names import common_name
 
 __all__ = [
+    "ANY_CHAIN",
     "KNOWN_CRITICAL",
     "MAX_CHAIN_CERTS",
     "ChainFault",
+    "ChainProfile",
     "ChainResult",
     "ChainStatus",
     "SignatureRule",
@@ -136,6 +143,27 @@ class SignatureRule(enum.Enum):
 
 
 @dataclass(frozen=True)
+class ChainProfile:
+    """What one kind of chain differs in; every other rule is shared (module docstring).
+
+    Attributes:
+        name: the kind of chain, for messages and tests ("GPU device", "SEV-SNP VCEK").
+        expected_length: the exact number of certificates, or None for any up to ``max_length``.
+        signature: the certificate signature algorithms accepted.
+        max_length: the most certificates accepted.
+    """
+
+    name: str
+    expected_length: int | None = None
+    signature: SignatureRule = SignatureRule.AS_DECLARED
+    max_length: int = MAX_CHAIN_CERTS
+
+
+#: A chain of any length up to :data:`MAX_CHAIN_CERTS`, any signature algorithm.
+ANY_CHAIN = ChainProfile("certificate")
+
+
+@dataclass(frozen=True)
 class ChainResult:
     """Result of validating one chain.
 
@@ -191,10 +219,7 @@ def validate_chain(
     chain: Sequence[x509.Certificate],
     anchor: x509.Certificate,
     now: dt.datetime,
-    *,
-    expected_length: int | None = None,
-    signature: SignatureRule = SignatureRule.AS_DECLARED,
-    max_length: int = MAX_CHAIN_CERTS,
+    profile: ChainProfile = ANY_CHAIN,
 ) -> ChainResult:
     """Validate a leaf-first chain that must end in ``anchor`` (rules: the module docstring).
 
@@ -202,9 +227,7 @@ def validate_chain(
         chain: leaf first, root last.
         anchor: the pinned root.
         now: the verification time (timezone-aware).
-        expected_length: the exact number of certificates required, if any.
-        signature: the certificate signature algorithms this chain accepts.
-        max_length: the most certificates accepted.
+        profile: what this kind of chain differs in (length, signature algorithms).
 
     Returns:
         A :class:`ChainResult`; this function does not raise for bad chains.
@@ -217,7 +240,7 @@ def validate_chain(
     certs = tuple(chain)
     try:
         earliest = min((c.not_valid_after_utc for c in certs), default=None)
-        _check_links(certs, anchor, expected_length, signature, max_length)
+        _check_links(certs, anchor, profile)
     except _Broken as broken:
         status = ChainStatus.INVALID
         return ChainResult(status, broken.reason, earliest, certs, broken.fault, broken.position)
@@ -237,13 +260,10 @@ def validate_chain(
 
 
 def _check_links(
-    certs: tuple[x509.Certificate, ...],
-    anchor: x509.Certificate,
-    expected_length: int | None,
-    signature: SignatureRule,
-    max_length: int,
+    certs: tuple[x509.Certificate, ...], anchor: x509.Certificate, profile: ChainProfile
 ) -> None:
     """Rules 1 to 3; raise :class:`_Broken` at the first one broken."""
+    max_length, expected_length = profile.max_length, profile.expected_length
     if not certs:
         raise _Broken(ChainFault.EMPTY, "the chain is empty")
     if len(certs) > max_length:
@@ -286,7 +306,7 @@ def _check_links(
                 f"'{name}' is not issued by '{by}' (wrong order or gap)",
                 i,
             )
-        refusal = signature.refusal(cert)
+        refusal = profile.signature.refusal(cert)
         if refusal:
             raise _Broken(ChainFault.SIGNATURE_ALGORITHM, refusal, i)
         try:

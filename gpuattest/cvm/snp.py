@@ -38,7 +38,14 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
 
 from ..result import Check, CheckStatus
-from ..x509chain import ChainFault, ChainStatus, SignatureRule, validate_chain, validity_fault
+from ..x509chain import (
+    ChainFault,
+    ChainProfile,
+    ChainStatus,
+    SignatureRule,
+    validate_chain,
+    validity_fault,
+)
 from .findings import CvmFindings, CvmKind
 from .snp_report import (
     SigningKey,
@@ -51,12 +58,14 @@ from .snp_report import (
 from .snp_roots import SnpProductRoots, SnpRoots, VcekInfo, load_vcek, product_of_issuer, vcek_info
 
 __all__ = [
+    "VCEK_CHAIN",
     "SnpRoots",
     "looks_like_snp_report",
     "verify_snp_report",
 ]
 
-VCEK_CHAIN_LENGTH = 3  # VCEK, ASK, ARK
+#: VCEK, ASK and ARK, each signed with RSA-PSS SHA-384 (AMD signs with nothing else).
+VCEK_CHAIN = ChainProfile("SEV-SNP VCEK", expected_length=3, signature=SignatureRule.RSA_PSS_SHA384)
 _NO_VCEK = "no VCEK certificate was given (fetch it from AMD's KDS or pass it as a file)"
 
 
@@ -161,13 +170,7 @@ def _check_chain(
     line = roots.get(product)
     if line is None:
         return fail(f"no {product} root (ARK and ASK) is configured")
-    chain = validate_chain(
-        (cert, line.ask, line.ark),
-        line.ark,
-        now,
-        expected_length=VCEK_CHAIN_LENGTH,
-        signature=SignatureRule.RSA_PSS_SHA384,
-    )
+    chain = validate_chain((cert, line.ask, line.ark), line.ark, now, VCEK_CHAIN)
     if chain.status is ChainStatus.INVALID:  # expiry is the validity check's to report
         return fail(chain.reason, line)
     key = cert.public_key()
