@@ -5,10 +5,12 @@ What is checked, in order (each a :class:`~gpuattest.result.Check` in the findin
 1. ``snp-report``: the report parses strictly (see :mod:`.snp_report`; a report that does
    not is :class:`~.snp_report.MalformedSnpReportError`, exit 4, and no findings).
 2. ``snp-vcek-chain``: the VCEK's issuer names a product line (``SEV-Milan`` ...); a version 3
-   report's CPUID names the same line; these roots have that line's ARK and ASK; the ARK is
-   self-signed, the ASK is signed by the ARK, the VCEK by the ASK (names and signatures, all
-   RSA-PSS SHA-384); ARK and ASK are CAs; the VCEK's key is ECDSA P-384 and its productName
-   names the same line.
+   report's CPUID names the same line; these roots have that line's ARK and ASK; VCEK, ASK and
+   ARK pass :func:`~gpuattest.x509chain.validate_chain` with :data:`VCEK_CHAIN` (the ARK
+   self-signed, the ASK signed by the ARK, the VCEK by the ASK, names and signatures all
+   RSA-PSS SHA-384; ARK and ASK CAs within their path lengths and allowed to sign
+   certificates; no unknown critical extension); the VCEK's key is ECDSA P-384 and its
+   productName names the same line.
 3. ``snp-vcek-validity``: ARK, ASK and VCEK are inside their validity periods at ``now``.
    Outside is a collateral problem (not-checked, ``collateral_missing``), not tampering.
 4. ``snp-report-signature``: the report says it was signed with a VCEK, and the ECDSA P-384
