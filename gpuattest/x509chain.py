@@ -40,10 +40,12 @@ each caller defines beside its call, never a branch in here:
 No chain needs an exception to the unknown-critical-extension rule: NVIDIA's FWID extension
 (2.23.133.5.4.1) and AMD's VCEK extensions (1.3.6.1.4.1.3704.1) are not marked critical.
 
-cryptography's ``x509.verification.PolicyBuilder`` is not used: it builds a path from a pool
-of intermediates (so it accepts certificates out of order or repeated), forbids the RSA-PSS
-parameters AMD signs with, reports an expired certificate only as message text, and its CA
-extension policy cannot be relaxed to NVIDIA's profiles without adopting the Web PKI one.
+cryptography's ``x509.verification.PolicyBuilder`` is not used. It accepts NVIDIA's device
+chain (with its Web PKI CA extension policy), but it builds a path from a pool of
+intermediates, so a chain out of order or with a repeated certificate passes; it refuses the
+RSA-PSS parameters AMD signs with ("forbidden signature algorithm"); and it tells an expired
+certificate from a forged one only in its message text. Using it for some chains would make
+two rule sets again.
 """
 
 from __future__ import annotations
@@ -147,7 +149,7 @@ class ChainProfile:
     """What one kind of chain differs in; every other rule is shared (module docstring).
 
     Attributes:
-        name: the kind of chain, for messages and tests ("GPU device", "SEV-SNP VCEK").
+        name: the kind of chain, for readers and tests ("GPU device", "SEV-SNP VCEK").
         expected_length: the exact number of certificates, or None for any up to ``max_length``.
         signature: the certificate signature algorithms accepted.
         max_length: the most certificates accepted.
