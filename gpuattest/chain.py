@@ -1,86 +1,35 @@
-"""X.509 path validation for NVIDIA's short, fixed-shape chains.
+"""Loading NVIDIA's PEM certificate chains; validation is :mod:`gpuattest.x509chain`'s.
 
-NVIDIA's chains are leaf-first lists that end in a self-signed root. The chain
-supplied with evidence (or embedded in a RIM) is untrusted input: its last
-certificate must be byte-identical to the pinned anchor, and every link is
-checked here against an explicit verification time.
-
-What is checked for each link ``chain[i]`` issued by ``chain[i+1]``:
-issuer name equals the issuer's subject, the signature verifies with the
-issuer's key, the issuer is a CA (basicConstraints cA=TRUE, and keyCertSign
-when keyUsage is present), path-length constraints hold, no unknown critical
-extension is present, and ``not_before <= now <= not_after`` for every
-certificate. Expiry is reported apart from other failures ("expired" versus
-"invalid") because policies treat them differently.
+NVIDIA's chains are leaf-first lists that end in a self-signed root. The chain supplied with
+evidence (or embedded in a RIM) is untrusted input: it is parsed here, strictly and within
+size limits, and validated against the pinned anchor at an explicit time by
+:func:`~gpuattest.x509chain.validate_chain`, the one rule set every chain in gpucc goes
+through (its result types are re-exported here).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import enum
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from cryptography import x509
-from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
-from cryptography.hazmat.primitives import serialization
-from cryptography.x509.oid import ExtensionOID
+from cryptography.exceptions import UnsupportedAlgorithm
 
-from ._internal.x509names import common_name
+from . import x509chain
 from .errors import MalformedCertificateError
+from .x509chain import MAX_CHAIN_CERTS, ChainResult, ChainStatus
 
 __all__ = [
+    "MAX_CHAIN_CERTS",
+    "MAX_PEM_CHAIN_BYTES",
     "ChainResult",
     "ChainStatus",
     "load_pem_chain",
     "validate_chain",
 ]
 
-# Extensions a validator may see marked critical and still understand.
-_KNOWN_CRITICAL = {
-    ExtensionOID.BASIC_CONSTRAINTS,
-    ExtensionOID.KEY_USAGE,
-    ExtensionOID.EXTENDED_KEY_USAGE,
-    ExtensionOID.SUBJECT_ALTERNATIVE_NAME,
-    ExtensionOID.NAME_CONSTRAINTS,
-    ExtensionOID.CERTIFICATE_POLICIES,
-    ExtensionOID.POLICY_CONSTRAINTS,
-    ExtensionOID.INHIBIT_ANY_POLICY,
-}
-
 # A PEM bundle larger than this is not a certificate chain (NVML's buffer is 0x1400 bytes).
 MAX_PEM_CHAIN_BYTES = 64 * 1024
-MAX_CHAIN_CERTS = 10
-
-
-class ChainStatus(enum.StrEnum):
-    """Outcome of a chain validation, with NVIDIA's claim vocabulary."""
-
-    VALID = "valid"
-    EXPIRED = "expired"
-    INVALID = "invalid"
-
-
-@dataclass(frozen=True)
-class ChainResult:
-    """Result of validating one chain.
-
-    Attributes:
-        status: valid, expired (some certificate outside its validity at ``now``), or invalid.
-        reason: why it is not valid; empty when valid.
-        earliest_expiry: the smallest notAfter in the chain.
-        certificates: the chain as given, leaf first.
-    """
-
-    status: ChainStatus
-    reason: str
-    earliest_expiry: dt.datetime | None
-    certificates: tuple[x509.Certificate, ...]
-
-    @property
-    def ok(self) -> bool:
-        """True only for a valid chain."""
-        return self.status is ChainStatus.VALID
 
 
 def load_pem_chain(data: bytes) -> tuple[x509.Certificate, ...]:
@@ -118,37 +67,6 @@ def load_pem_chain(data: bytes) -> tuple[x509.Certificate, ...]:
     return tuple(certs)
 
 
-def _der(cert: x509.Certificate) -> bytes:
-    return cert.public_bytes(serialization.Encoding.DER)
-
-
-def _unknown_critical(cert: x509.Certificate) -> list[str]:
-    return [
-        ext.oid.dotted_string
-        for ext in cert.extensions
-        if ext.critical and ext.oid not in _KNOWN_CRITICAL
-    ]
-
-
-def _ca_problem(issuer: x509.Certificate, below: int) -> str | None:
-    """Why ``issuer`` may not issue a chain with ``below`` CA certificates under it."""
-    try:
-        bc = issuer.extensions.get_extension_for_class(x509.BasicConstraints).value
-    except x509.ExtensionNotFound:
-        return f"'{common_name(issuer)}' has no basicConstraints and cannot act as a CA"
-    if not bc.ca:
-        return f"'{common_name(issuer)}' is not a CA certificate"
-    if bc.path_length is not None and below > bc.path_length:
-        return f"'{common_name(issuer)}' path length constraint {bc.path_length} exceeded"
-    try:
-        ku = issuer.extensions.get_extension_for_class(x509.KeyUsage).value
-    except x509.ExtensionNotFound:
-        return None
-    if not ku.key_cert_sign:
-        return f"'{common_name(issuer)}' key usage does not allow certificate signing"
-    return None
-
-
 def validate_chain(
     chain: Sequence[x509.Certificate],
     anchor: x509.Certificate,
@@ -156,83 +74,10 @@ def validate_chain(
     *,
     expected_length: int | None = None,
 ) -> ChainResult:
-    """Validate a leaf-first chain that must end in ``anchor``.
+    """:func:`gpuattest.x509chain.validate_chain` for an NVIDIA chain of ``expected_length``.
 
-    The chain's last certificate must equal ``anchor`` byte for byte: a chain
-    that brings its own, different root is invalid. Expiry of any certificate
-    gives ``EXPIRED`` only when every other check passes.
-
-    Args:
-        chain: leaf first, root last.
-        anchor: the pinned root.
-        now: the verification time (timezone-aware).
-        expected_length: the exact number of certificates required, if any.
-
-    Returns:
-        A :class:`ChainResult`; this function does not raise for bad chains.
+    Any signature algorithm cryptography verifies, at most :data:`MAX_CHAIN_CERTS`
+    certificates, exactly ``expected_length`` when given.
     """
-    if now.tzinfo is None:
-        raise ValueError("verification time must be timezone-aware")
-    try:
-        return _validate(tuple(chain), anchor, now, expected_length)
-    except (ValueError, TypeError, UnsupportedAlgorithm) as exc:  # an unparseable field
-        certs = tuple(chain)
-        return ChainResult(
-            ChainStatus.INVALID, f"a certificate cannot be parsed: {exc}", None, certs
-        )
-
-
-def _validate(
-    certs: tuple[x509.Certificate, ...],
-    anchor: x509.Certificate,
-    now: dt.datetime,
-    expected_length: int | None,
-) -> ChainResult:
-    earliest = min((c.not_valid_after_utc for c in certs), default=None)
-
-    def bad(reason: str) -> ChainResult:
-        return ChainResult(ChainStatus.INVALID, reason, earliest, certs)
-
-    if not certs:
-        return bad("the chain is empty")
-    if expected_length is not None and len(certs) != expected_length:
-        return bad(f"expected {expected_length} certificates, found {len(certs)}")
-    if _der(certs[-1]) != _der(anchor):
-        return bad(f"the chain ends in '{common_name(certs[-1])}', which is not the pinned root")
-    for i, cert in enumerate(certs):
-        name = common_name(cert)
-        unknown = _unknown_critical(cert)
-        if unknown:
-            return bad(f"'{name}' has unknown critical extensions {', '.join(unknown)}")
-        issuer = certs[i + 1] if i + 1 < len(certs) else cert
-        if cert.issuer != issuer.subject:
-            return bad(f"'{name}' is not issued by '{common_name(issuer)}' (wrong order or gap)")
-        try:
-            cert.verify_directly_issued_by(issuer)
-        except InvalidSignature:
-            return bad(f"the signature on '{name}' does not verify")
-        except (ValueError, TypeError) as exc:
-            return bad(f"'{name}' cannot be checked against its issuer: {exc}")
-        if i + 1 < len(certs):
-            # The issuer must be a CA; the CA certificates between it and the leaf
-            # (indices 1..i) count against its path-length constraint.
-            problem = _ca_problem(issuer, below=i)
-            if problem:
-                return bad(problem)
-    for cert in certs:
-        if now < cert.not_valid_before_utc:
-            start = cert.not_valid_before_utc.isoformat()
-            return ChainResult(
-                ChainStatus.EXPIRED,
-                f"'{common_name(cert)}' is not valid before {start}",
-                earliest,
-                certs,
-            )
-        if now > cert.not_valid_after_utc:
-            return ChainResult(
-                ChainStatus.EXPIRED,
-                f"'{common_name(cert)}' expired on {cert.not_valid_after_utc.isoformat()}",
-                earliest,
-                certs,
-            )
-    return ChainResult(ChainStatus.VALID, "", earliest, certs)
+    profile = x509chain.ChainProfile("NVIDIA", expected_length=expected_length)
+    return x509chain.validate_chain(chain, anchor, now, profile)

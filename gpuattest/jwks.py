@@ -54,13 +54,14 @@ from ._internal.files import write_atomic
 from ._internal.jsonio import loads_untrusted
 from ._internal.origins import OriginGuard, origin_of, parse_origin
 from ._internal.transport import Fetcher, plain_http_to_remote, safe_url
-from .chain import validate_chain
 from .errors import CollateralUnavailableError, MalformedInputError
 from .jws import TokenCheckError, b64url_decode
+from .x509chain import ChainProfile, validate_chain
 
 __all__ = [
     "DEFAULT_JWKS_TTL",
     "MAX_JWKS_BYTES",
+    "X5C_CHAIN",
     "JwksClient",
     "JwksDiskCache",
     "KeySet",
@@ -72,6 +73,8 @@ __all__ = [
 
 MAX_JWKS_BYTES = 256 * 1024
 MAX_KEYS = 64
+#: A key's ``x5c`` chain to a pinned root: any length up to the cap, any verifiable algorithm.
+X5C_CHAIN = ChainProfile("JWKS x5c")
 MAX_X5C = 10
 DEFAULT_JWKS_TTL = 3600.0  # seconds
 _P384_BYTES = 48
@@ -220,7 +223,7 @@ def check_key_chain(key: SigningKey, roots: Sequence[x509.Certificate], now: dt.
             )
         anchor = issuers[0]
         chain.append(anchor)
-    result = validate_chain(chain, anchor, now)
+    result = validate_chain(chain, anchor, now, X5C_CHAIN)
     if not result.ok:
         raise TokenCheckError("x5c", f"the x5c chain of key {key.kid!r}: {result.reason}")
     try:

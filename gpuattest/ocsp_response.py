@@ -20,7 +20,7 @@ Checks on the response, in order
        issuer with the ``id-kp-OCSPSigning`` EKU (and ``digitalSignature`` when it
        has keyUsage).
     4. The responder's chain, ``[delegated responder] + issuer + issuer_chain``,
-       validates to ``anchor`` at ``now`` with :func:`gpuattest.chain.validate_chain`.
+       validates to ``anchor`` at ``now`` with :func:`gpuattest.x509chain.validate_chain`.
        When the issuer is not the anchor, the certificates above it come from the
        target's ``issuer_chain`` or, failing that, from the response's certificates.
     5. Exactly one ``SingleResponse`` matches the requested ``CertID`` (hash
@@ -75,8 +75,8 @@ from cryptography.x509 import ocsp
 from cryptography.x509.oid import ExtendedKeyUsageOID, SignatureAlgorithmOID
 
 from ._internal.x509names import common_name
-from .chain import MAX_CHAIN_CERTS, validate_chain
 from .collateral import OcspOutcome, OcspStatus, OcspTarget
+from .x509chain import MAX_CHAIN_CERTS, ChainProfile, validate_chain
 
 __all__ = [
     "DEFAULT_CLOCK_SKEW",
@@ -85,6 +85,7 @@ __all__ = [
     "NONCE_BYTES",
     "CertId",
     "OcspRules",
+    "RESPONDER_CHAIN",
     "build_request",
     "describe_age",
     "evaluate_response",
@@ -94,6 +95,8 @@ __all__ = [
 
 # RFC 8954 allows 1..32 bytes and recommends 32.
 NONCE_BYTES = 32
+#: The responder's chain ([delegated responder,] issuer, ..., anchor): any length up to the cap.
+RESPONDER_CHAIN = ChainProfile("OCSP responder")
 DEFAULT_CLOCK_SKEW = dt.timedelta(minutes=5)
 # dstack's OCSP proxy caps freshness at 24 h without nextUpdate.
 DEFAULT_MAX_AGE_WITHOUT_NEXT_UPDATE = dt.timedelta(hours=24)
@@ -409,7 +412,7 @@ def _authorise(
             raise _Invalid(f"responder '{name}' key usage does not allow digital signatures")
         path = [signer, issuer]
     above = _path_above(issuer, anchor, issuer_chain, extra)
-    result = validate_chain([*path, *above], anchor, now)
+    result = validate_chain([*path, *above], anchor, now, RESPONDER_CHAIN)
     if not result.ok:
         raise _Invalid(f"the responder's certificate chain is {result.status}: {result.reason}")
 

@@ -18,10 +18,10 @@ from typing import Any
 from cryptography import x509
 
 from ._internal.x509names import common_name
-from .chain import ChainResult, ChainStatus
 from .collateral import ChainKind, OcspChecker, OcspOutcome, OcspStatus, ocsp_targets
 from .policy import Policy
 from .result import Check, CheckStatus
+from .x509chain import ChainResult, ChainStatus
 
 __all__ = ["ChainRevocation", "chain_claim", "check_chain_revocation"]
 

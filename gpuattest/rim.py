@@ -41,9 +41,9 @@ from cryptography.utils import CryptographyDeprecationWarning
 from lxml import etree
 
 from ._internal.xmltree import DSIG_NS, element_children, one_line, qname
-from .chain import MAX_CHAIN_CERTS, ChainResult, validate_chain
 from .collateral import MAX_RIM_BYTES
 from .errors import EnvironmentProblemError, MalformedRimError, UsageError
+from .x509chain import MAX_CHAIN_CERTS, ChainProfile, ChainResult, validate_chain
 from .xmldsig import (
     ALLOWED_C14N,
     ALLOWED_DIGEST,
@@ -57,6 +57,7 @@ __all__ = [
     "ALLOWED_DIGEST",
     "ALLOWED_SIGNATURE",
     "ALLOWED_TRANSFORMS",
+    "RIM_CHAIN",
     "RIM_CHAIN_LENGTH",
     "MeasurementEntry",
     "ReferenceManifest",
@@ -72,6 +73,8 @@ TCG_RIM_NS = "https://trustedcomputinggroup.org/resource/tcg-reference-integrity
 
 # L4 signer, L3, CA, root: every known RIM chain has exactly four certificates.
 RIM_CHAIN_LENGTH = 4
+#: A RIM's signing chain: L4 signer to NVIDIA's RIM root, any verifiable algorithm.
+RIM_CHAIN = ChainProfile("RIM signing", expected_length=RIM_CHAIN_LENGTH)
 
 # SPDM measurement indices run 1..254 and RIM index i is SPDM block i + 1.
 _MAX_INDEX = 253
@@ -547,7 +550,7 @@ def verify_signature(
     The signature must follow the one profile NVIDIA uses (see the module
     docstring); anything else is refused. The key is the leaf of the embedded
     chain (it must be a non-CA P-384 certificate), and the chain, leaf first,
-    is validated with :func:`gpuattest.chain.validate_chain` against ``anchor``
+    is validated with :func:`gpuattest.x509chain.validate_chain` against ``anchor``
     at ``now``; its last certificate must be byte-identical to ``anchor`` and it
     must have exactly :data:`RIM_CHAIN_LENGTH` certificates.
 
@@ -565,7 +568,7 @@ def verify_signature(
     """
     if now.tzinfo is None or now.utcoffset() is None:
         raise UsageError("verification time must be timezone-aware")
-    chain = validate_chain(manifest.certificates, anchor, now, expected_length=RIM_CHAIN_LENGTH)
+    chain = validate_chain(manifest.certificates, anchor, now, RIM_CHAIN)
     signer = manifest.certificates[0] if manifest.certificates else None
     refusal = signature_refusal(manifest.tree, manifest.certificates)
     return RimSignatureResult(not refusal, refusal, chain, signer)

@@ -13,13 +13,13 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .chain import ChainResult, ChainStatus
 from .collateral import ChainKind, OcspChecker, RimSource
 from .errors import CollateralUnavailableError
 from .policy import Policy
 from .result import Check, CheckStatus
 from .revocation import chain_claim, check_chain_revocation
 from .trust import TrustRoots
+from .x509chain import ChainResult, ChainStatus
 
 if TYPE_CHECKING:
     from .rim import ReferenceManifest

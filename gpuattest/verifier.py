@@ -41,7 +41,7 @@ from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
 
 from ._internal import der
 from ._internal.x509names import common_name
-from .chain import ChainResult, load_pem_chain, validate_chain
+from .chain import load_pem_chain
 from .collateral import ChainKind, OcspChecker, RimSource
 from .errors import MalformedEvidenceError
 from .evidence import EvidenceSet, GpuEvidence
@@ -61,11 +61,14 @@ from .result import (
 from .revocation import chain_claim, check_chain_revocation
 from .rim_step import RimOutcome, verify_rim
 from .trust import TrustRoots
+from .x509chain import ChainProfile, ChainResult, validate_chain
 
 # AttestationResult is what verify() returns; it is re-exported for its callers.
-__all__ = ["AttestationResult", "verify"]
+__all__ = ["DEVICE_CHAIN", "AttestationResult", "verify"]
 
 DEVICE_CHAIN_LENGTH = 5  # HopperSettings.MAX_CERT_CHAIN_LENGTH in NVIDIA's verifier
+#: The device chain: leaf (FMC) to NVIDIA's Device Identity CA, any verifiable algorithm.
+DEVICE_CHAIN = ChainProfile("GPU device", expected_length=DEVICE_CHAIN_LENGTH)
 _FWID_HOPPER = x509.ObjectIdentifier("2.23.133.5.4.1")
 _FWID_DICE = x509.ObjectIdentifier("2.23.133.5.4.1.1")
 
@@ -138,9 +141,7 @@ def _check_device_chain(
     certs = load_pem_chain(gpu.cert_chain_pem)
     if not certs:
         raise MalformedEvidenceError(f"GPU {index}: the certificate chain is empty")
-    chain = validate_chain(
-        certs, ctx.roots.device_root, ctx.now, expected_length=DEVICE_CHAIN_LENGTH
-    )
+    chain = validate_chain(certs, ctx.roots.device_root, ctx.now, DEVICE_CHAIN)
     reason = "" if chain.ok else f"{chain.status}: {chain.reason}"
     rec.add(
         Check("device-chain", "Device certificate chain", _passed(chain.ok), reason),

@@ -20,6 +20,7 @@ from urllib.parse import unquote
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
+from .._internal.jsonio import loads_untrusted
 from ..errors import MalformedEvidenceError, NetworkError
 from .tdx import TdxCollateral
 
@@ -66,17 +67,25 @@ def _chain(headers: dict[str, str], names: tuple[str, ...], url: str) -> str:
 
 
 def _signed_json(body: bytes, key: str, url: str) -> tuple[str, str]:
-    """The exact text of ``key``'s value (the signed bytes) and the signature (hex)."""
+    """The exact text of ``key``'s value (the signed bytes) and the signature (hex).
+
+    The body is read with the strict reader (one value per key, bounded depth and numbers),
+    and the text cut out must parse to the value the document holds under ``key``.
+    """
+    doc = loads_untrusted(body, what=f"{key} document", error=lambda m: _bad(url, m))
+    value = doc.get(key) if isinstance(doc, dict) else None
     try:
         text = body.decode("utf-8")
-        doc = json.loads(text)
         start = text.index(f'"{key}"')
         start = text.index(":", start) + 1
         while text[start] in " \t\r\n":
             start += 1
         _, end = json.JSONDecoder().raw_decode(text, start)
-    except (UnicodeDecodeError, ValueError, RecursionError, IndexError):
+    except (ValueError, RecursionError, IndexError):
         raise _bad(url, f"no {key}") from None
+    cut = loads_untrusted(text[start:end], what=key, error=lambda m: _bad(url, m))
+    if value is None or cut != value:
+        raise _bad(url, f"no {key}")
     signature = doc.get("signature") if isinstance(doc, dict) else None
     if not isinstance(signature, str):
         raise _bad(url, "no signature")

@@ -5,10 +5,12 @@ What is checked, in order (each a :class:`~gpuattest.result.Check` in the findin
 1. ``snp-report``: the report parses strictly (see :mod:`.snp_report`; a report that does
    not is :class:`~.snp_report.MalformedSnpReportError`, exit 4, and no findings).
 2. ``snp-vcek-chain``: the VCEK's issuer names a product line (``SEV-Milan`` ...); a version 3
-   report's CPUID names the same line; these roots have that line's ARK and ASK; the ARK is
-   self-signed, the ASK is signed by the ARK, the VCEK by the ASK (names and signatures, all
-   RSA-PSS SHA-384); ARK and ASK are CAs; the VCEK's key is ECDSA P-384 and its productName
-   names the same line.
+   report's CPUID names the same line; these roots have that line's ARK and ASK; VCEK, ASK and
+   ARK pass :func:`~gpuattest.x509chain.validate_chain` with :data:`VCEK_CHAIN` (the ARK
+   self-signed, the ASK signed by the ARK, the VCEK by the ASK, names and signatures all
+   RSA-PSS SHA-384; ARK and ASK CAs within their path lengths and allowed to sign
+   certificates; no unknown critical extension); the VCEK's key is ECDSA P-384 and its
+   productName names the same line.
 3. ``snp-vcek-validity``: ARK, ASK and VCEK are inside their validity periods at ``now``.
    Outside is a collateral problem (not-checked, ``collateral_missing``), not tampering.
 4. ``snp-report-signature``: the report says it was signed with a VCEK, and the ECDSA P-384
@@ -32,13 +34,20 @@ import hashlib
 from typing import Any
 
 from cryptography import x509
-from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
+from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
 
-from .._internal.x509names import common_name
 from ..result import Check, CheckStatus
+from ..x509chain import (
+    ChainFault,
+    ChainProfile,
+    ChainStatus,
+    SignatureRule,
+    validate_chain,
+    validity_fault,
+)
 from .findings import CvmFindings, CvmKind
 from .snp_report import (
     SigningKey,
@@ -51,11 +60,14 @@ from .snp_report import (
 from .snp_roots import SnpProductRoots, SnpRoots, VcekInfo, load_vcek, product_of_issuer, vcek_info
 
 __all__ = [
+    "VCEK_CHAIN",
     "SnpRoots",
     "looks_like_snp_report",
     "verify_snp_report",
 ]
 
+#: VCEK, ASK and ARK, each signed with RSA-PSS SHA-384 (AMD signs with nothing else).
+VCEK_CHAIN = ChainProfile("SEV-SNP VCEK", expected_length=3, signature=SignatureRule.RSA_PSS_SHA384)
 _NO_VCEK = "no VCEK certificate was given (fetch it from AMD's KDS or pass it as a file)"
 
 
@@ -105,7 +117,7 @@ def verify_snp_report(
             checks.append(Check(check_id, title, CheckStatus.NOT_CHECKED, _NO_VCEK, True))
     else:
         info = vcek_info(cert)
-        chain_check, vcek_product, line = _check_chain(cert, info, parsed, anchors)
+        chain_check, vcek_product, line = _check_chain(cert, info, parsed, anchors, now)
         product = vcek_product or product
         checks.append(chain_check)
         checks.append(_check_validity(cert, line, now))
@@ -135,40 +147,8 @@ _CHECKS = (
 )
 
 
-def _is_pss_sha384(cert: x509.Certificate) -> bool:
-    try:
-        return isinstance(cert.signature_algorithm_parameters, padding.PSS) and isinstance(
-            cert.signature_hash_algorithm, hashes.SHA384
-        )
-    except (ValueError, UnsupportedAlgorithm):
-        return False
-
-
-def _signed_by(cert: x509.Certificate, issuer: x509.Certificate) -> str:
-    """Empty when ``issuer`` signed ``cert`` (RSA-PSS SHA-384), else why not."""
-    who, by = common_name(cert) or "certificate", common_name(issuer) or "its issuer"
-    if cert.issuer != issuer.subject:
-        return f"'{who}' is not issued by '{by}'"
-    if not _is_pss_sha384(cert):
-        return f"'{who}' is not signed with RSA-PSS SHA-384"
-    if not isinstance(issuer.public_key(), rsa.RSAPublicKey):
-        return f"'{by}' does not have an RSA key"
-    try:
-        cert.verify_directly_issued_by(issuer)
-    except (InvalidSignature, ValueError, TypeError, UnsupportedAlgorithm):
-        return f"the signature on '{who}' does not verify with the key of '{by}'"
-    return ""
-
-
-def _is_ca(cert: x509.Certificate) -> bool:
-    try:
-        return bool(cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca)
-    except x509.ExtensionNotFound:
-        return False
-
-
 def _check_chain(
-    cert: x509.Certificate, info: VcekInfo, report: SnpReport, roots: SnpRoots
+    cert: x509.Certificate, info: VcekInfo, report: SnpReport, roots: SnpRoots, now: dt.datetime
 ) -> tuple[Check, SnpProduct | None, SnpProductRoots | None]:
     check_id, title = _CHECKS[0]
     product = product_of_issuer(cert)
@@ -192,17 +172,9 @@ def _check_chain(
     line = roots.get(product)
     if line is None:
         return fail(f"no {product} root (ARK and ASK) is configured")
-    if line.ark.issuer != line.ark.subject:
-        return fail(f"the {product} ARK is not self-issued", line)
-    for problem in (
-        _signed_by(line.ark, line.ark),
-        _signed_by(line.ask, line.ark),
-        _signed_by(cert, line.ask),
-    ):
-        if problem:
-            return fail(problem, line)
-    if not (_is_ca(line.ark) and _is_ca(line.ask)):
-        return fail(f"the {product} ARK or ASK is not a CA certificate", line)
+    chain = validate_chain((cert, line.ask, line.ark), line.ark, now, VCEK_CHAIN)
+    if chain.status is ChainStatus.INVALID:  # expiry is the validity check's to report
+        return fail(chain.reason, line)
     key = cert.public_key()
     if not isinstance(key, ec.EllipticCurvePublicKey) or not isinstance(key.curve, ec.SECP384R1):
         return fail("the VCEK's key is not an ECDSA P-384 key", line)
@@ -217,18 +189,17 @@ def _check_validity(
     cert: x509.Certificate, line: SnpProductRoots | None, now: dt.datetime
 ) -> Check:
     check_id, title = _CHECKS[1]
-    certs = [("VCEK", cert)]
-    if line is not None:
-        certs += [("ASK", line.ask), ("ARK", line.ark)]
-    for role, c in certs:
-        start, end = c.not_valid_before_utc, c.not_valid_after_utc
-        window = f"valid {_ts(start)} to {_ts(end)}"
-        if now < start:
+    certs = (cert,) if line is None else (cert, line.ask, line.ark)
+    outside = validity_fault(certs, now)
+    if outside is not None:
+        fault, i = outside
+        role, c = ("VCEK", "ASK", "ARK")[i], certs[i]
+        window = f"valid {_ts(c.not_valid_before_utc)} to {_ts(c.not_valid_after_utc)}"
+        if fault is ChainFault.NOT_YET_VALID:
             reason = f"the {role} is not valid yet at {_ts(now)} ({window})"
-            return Check(check_id, title, CheckStatus.NOT_CHECKED, reason, True)
-        if now > end:
+        else:
             reason = f"the {role} expired before {_ts(now)} ({window})"
-            return Check(check_id, title, CheckStatus.NOT_CHECKED, reason, True)
+        return Check(check_id, title, CheckStatus.NOT_CHECKED, reason, True)
     if line is None:
         return Check(
             check_id, title, CheckStatus.NOT_CHECKED, "the VCEK chains to no configured root"

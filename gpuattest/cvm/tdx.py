@@ -30,6 +30,7 @@ from typing import Any
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
+from .._internal.jsonio import loads_untrusted
 from ..errors import MalformedEvidenceError
 from ..result import Check, CheckStatus
 from ..trust import TrustRootError, cert_sha256
@@ -102,16 +103,16 @@ class TdxCollateral:
         """Parse PCCS-shaped collateral JSON.
 
         Raises:
-            MalformedEvidenceError: oversized, not JSON, missing or unknown keys, bad hex.
+            MalformedEvidenceError: oversized, not strict JSON (duplicate keys, depth, numbers:
+                :func:`~gpuattest._internal.jsonio.loads_untrusted`), missing or unknown keys,
+                bad hex.
         """
-        if len(data) > MAX_COLLATERAL_BYTES:
-            raise MalformedEvidenceError(
-                f"TDX collateral is larger than {MAX_COLLATERAL_BYTES} bytes"
-            )
-        try:
-            doc = json.loads(data)
-        except (ValueError, RecursionError):
-            raise MalformedEvidenceError("TDX collateral is not JSON") from None
+        doc = loads_untrusted(
+            data,
+            what="TDX collateral",
+            error=MalformedEvidenceError,
+            max_bytes=MAX_COLLATERAL_BYTES,
+        )
         if not isinstance(doc, dict):
             raise MalformedEvidenceError("TDX collateral must be a JSON object")
         known = set(_COLLATERAL_TEXT) | set(_COLLATERAL_HEX)
@@ -322,10 +323,7 @@ def validity_windows(
     f = collateral.fields
     out: list[tuple[str, dt.datetime, dt.datetime]] = []
     for key, name in (("tcb_info", "TCB info"), ("qe_identity", "QE identity")):
-        try:
-            doc = json.loads(f[key])
-        except ValueError:
-            raise MalformedEvidenceError(f"TDX collateral {name} is not JSON") from None
+        doc = loads_untrusted(f[key], what=f"TDX collateral {name}", error=MalformedEvidenceError)
         if not isinstance(doc, dict):
             raise MalformedEvidenceError(f"TDX collateral {name} is not a JSON object")
         issued = _parse_date(doc.get("issueDate"), f"{name} issueDate")

@@ -142,3 +142,26 @@ def test_a_holder_fetches_collateral_an_offer_came_without(
         Settings(policy=policy, network=NetworkSettings(cache_dir=tmp_path, offline=True), at=AT)
     ).cvm_attester()
     assert offline(QUOTE, None, bytes.fromhex(REPORT_DATA)).trusted  # from the cache
+
+
+def _tcb_body(prefix: str) -> Callable[[Seen, Reply], Reply]:
+    """TCB info answers with ``prefix`` members before Intel's own."""
+
+    def change(seen: Seen, reply: Reply) -> Reply:
+        if "tcb?" not in seen.path:
+            return reply
+        return Reply(body=b"{" + prefix.encode() + reply.body[1:], headers=reply.headers)
+
+    return change
+
+
+def test_a_tcb_info_answer_that_names_tcb_info_twice_is_refused() -> None:
+    change = _tcb_body('"tcbInfo": {"version": 3}, ')
+    with serve(_broken(change)) as broken, pytest.raises(NetworkError, match="appears twice"):
+        fetch_tdx_collateral(QUOTE, RequestsFetcher(retries=0), base_url=broken.url)
+
+
+def test_the_signed_tcb_info_text_is_the_documents_own_not_a_nested_decoy() -> None:
+    change = _tcb_body('"note": {"tcbInfo": {"version": 3}}, ')
+    with serve(_broken(change)) as broken, pytest.raises(NetworkError, match="no tcbInfo"):
+        fetch_tdx_collateral(QUOTE, RequestsFetcher(retries=0), base_url=broken.url)

@@ -247,3 +247,20 @@ def test_the_benchmark_smoke_run_verifies_the_sample() -> None:
     doc = json.loads(proc.stdout)
     assert doc["target_ms"] == 20.0 and len(doc["results"]) == 3
     assert all(r["median_ms"] > 0 for r in doc["results"])
+
+
+def test_collateral_that_names_a_key_twice_is_malformed() -> None:
+    """Read strictly: a reviewer and a last-key-wins parser would see different collateral."""
+    text = COLLATERAL_JSON.decode().strip()
+    assert text.startswith("{")
+    doubled = ('{"pck_crl": "00", ' + text[1:]).encode()
+    with pytest.raises(MalformedEvidenceError, match="appears twice"):
+        TdxCollateral.from_json(doubled)
+
+
+def test_tcb_info_that_names_its_next_update_twice_is_malformed() -> None:
+    tcb_text = json.loads(COLLATERAL_JSON)["tcb_info"]
+    assert tcb_text.startswith("{")
+    doubled = '{"nextUpdate": "2099-01-01T00:00:00Z", ' + tcb_text[1:]
+    with pytest.raises(MalformedEvidenceError, match="TCB info.*appears twice"):
+        verify_tdx_quote(QUOTE, collateral(tcb_info=doubled), now=AT)
