@@ -76,7 +76,9 @@ class _Config(ctypes.Structure):
     )
 
 
-_AfterBlock = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_ulonglong, ctypes.c_uint)
+_AfterBlock = ctypes.CFUNCTYPE(
+    None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_ulonglong, ctypes.c_uint
+)
 
 
 @dataclass
@@ -85,7 +87,8 @@ class Observer:
     (:func:`observe`); the "check" build is needed for the traces.
 
     Attributes:
-        blocks: (kernel, linear block index, shared memory) as each block left it.
+        blocks: (kernel, linear block index, shared memory as the block left it, and as it
+            was before the block ran: poisoned with random bytes).
         traces: (kernel, per-thread access-trace hashes) per launch: every memory access of
             each thread, as (region, offset, size, direction), hashed in program order; the
             same launch over other data gives the same hashes iff no thread's accesses
@@ -94,7 +97,7 @@ class Observer:
     """
 
     banks: bool = True
-    blocks: list[tuple[str, int, bytes]] = field(default_factory=list)
+    blocks: list[tuple[str, int, bytes, bytes]] = field(default_factory=list)
     traces: list[tuple[str, tuple[int, ...]]] = field(default_factory=list)
 
 
@@ -239,8 +242,9 @@ class RawKernel:
             trace = (ctypes.c_ulonglong * nthreads)()
             name = self.name
 
-            def after_block(shm: int, size: int, index: int) -> None:
-                seen.blocks.append((name, index, ctypes.string_at(shm, size)))
+            def after_block(shm: int, before: int, size: int, index: int) -> None:
+                after = ctypes.string_at(shm, size)
+                seen.blocks.append((name, index, after, ctypes.string_at(before, size)))
 
             callback = _AfterBlock(after_block)
             keep = [trace, callback]

@@ -146,10 +146,10 @@ struct Config {  // filled by the Python side; must match tests/support/cudacpu/
     unsigned long long buffers[64][2];  // (the whole allocations its pointer arguments are in)
     char error[512];
     // Observers (the test suite's; null when unused):
-    // after_block(shared memory, its size, linear block index): called when every thread of a
-    // block has exited, before anything else touches shared memory (what a later block or
-    // kernel on the same SM could read).
-    void (*after_block)(const char*, unsigned long long, unsigned);
+    // after_block(shared memory, the same before the block ran (the poison), their size,
+    // linear block index): called when every thread of a block has exited, before anything
+    // else touches shared memory (what a later block or kernel on the same SM could read).
+    void (*after_block)(const char*, const char*, unsigned long long, unsigned);
     // trace[thread]: a running hash, per linear thread index of the block (over all blocks, in
     // block order), of every memory access the instrumented ("check") build sees: the region
     // (launch buffer i, this thread's stack, shared memory, ...), the offset in it, the size and
@@ -175,6 +175,7 @@ struct Launch {
     unsigned long long rng;
     unsigned phase;  // barrier intervals so far (all blocks): the race detector's clock
     int failed;
+    char* poison;    // shared memory as poisoned before the current block (after_block only)
     Range own[16];   // this library's loaded segments (its globals, __constant__ data)
     unsigned nown;
 };
@@ -610,6 +611,10 @@ CUDACPU_NOSAN inline void run_block() {
     for (char* p = __start_cudacpu_shm; p < __stop_cudacpu_shm; ++p) {
         *p = static_cast<char>(next_random());
     }
+    if (l->poison != nullptr) {
+        memcpy(l->poison, __start_cudacpu_shm, static_cast<size_t>(__stop_cudacpu_shm -
+                                                                   __start_cudacpu_shm));
+    }
     l->phase += 1;
     for (unsigned i = 0; i < l->nthreads; ++i) {
         Thread& t = l->threads[i];
@@ -652,7 +657,7 @@ CUDACPU_NOSAN inline void run_block() {
         }
         if (done == l->nthreads) {
             if (l->cfg->after_block != nullptr) {
-                l->cfg->after_block(__start_cudacpu_shm,
+                l->cfg->after_block(__start_cudacpu_shm, l->poison,
                                     static_cast<unsigned long long>(__stop_cudacpu_shm -
                                                                     __start_cudacpu_shm),
                                     block_idx.x + grid_dim.x * (block_idx.y + grid_dim.y *
@@ -724,6 +729,10 @@ CUDACPU_NOSAN inline int run(Config* cfg, void (*body)(void*), void* arg) {
         pthread_cond_init(&threads_sync.warp_cv[w], nullptr);
     }
 #endif
+    if (cfg->after_block != nullptr) {
+        l.poison = static_cast<char*>(malloc(static_cast<size_t>(__stop_cudacpu_shm -
+                                                                 __start_cudacpu_shm)));
+    }
     dl_iterate_phdr(find_own_segments, &l);
     launch = &l;
     shadow = sh;
@@ -746,6 +755,7 @@ CUDACPU_NOSAN inline int run(Config* cfg, void (*body)(void*), void* arg) {
         *p = 0;
     }
     free(sh);
+    free(l.poison);
     munmap(region, span);
     free(l.threads);
     return l.failed;
