@@ -382,3 +382,67 @@ def test_no_device_buffer_keeps_key_material_once_staging_is_done(
         assert not _leaks(raw, secrets), f"a device buffer of {a.nbytes} bytes keeps key material"
         if a is not fake_cupy._root(out._a):
             assert not _leaks(raw, text), f"a device buffer of {a.nbytes} bytes keeps plaintext"
+
+
+# --- data independence ----------------------------------------------------------------------------
+
+
+def _traces(obs: backend.Observer, kernels: set[str]) -> list[tuple[str, tuple[int, ...]]]:
+    return [(name, trace) for name, trace in obs.traces if name in kernels]
+
+
+def _observed_open(
+    cp: Any, header: Header, key: bytes, records: bytes, *, banks: bool
+) -> backend.Observer:
+    with backend.observe(banks=banks) as obs:
+        _open_chunks(cp, header, key, records)
+    return obs
+
+
+def test_dataset_access_traces_do_not_depend_on_keys_texts_or_tags(cpu: Any) -> None:
+    """Same shape, other key, text and dataset id: every thread of gcm_setup, gcm_chunks and
+    gcm_finalize touches the same addresses, and in gcm_chunks the same shared-memory banks
+    (gcm_setup's and gcm_finalize's single-thread T-table lookups index shared memory by key
+    bytes: one lane cannot conflict with itself, so their shared offsets are not compared).
+    Two wrong tags, wrong in the first and in the last byte: the compare reads the same
+    bytes in the same order (no early exit)."""
+    rt._kernels_at(0, rt._threads_for(CS))
+    a, b = _dataset(10), _dataset(11)
+    assert a[1] != b[1] and a[3] != b[3]
+    every = {"gcm_setup", "gcm_chunks", "gcm_finalize"}
+    for banks, kernels in ((True, {"gcm_chunks"}), (False, every)):
+        ta = _traces(_observed_open(cpu, a[0], a[1], a[2], banks=banks), kernels)
+        tb = _traces(_observed_open(cpu, b[0], b[1], b[2], banks=banks), kernels)
+        assert {name for name, _ in ta} == kernels
+        assert all(any(trace) for _, trace in ta)
+        assert ta == tb, f"the access trace depends on the data (banks={banks})"
+    header, key, records, _ = a
+    wrong = []
+    for k in (0, 15):
+        r = bytearray(records)
+        r[_tag_at(header, 2) + k] ^= 0x10
+        wrong.append(_traces(_observed_open(cpu, header, key, bytes(r), banks=False), every))
+    assert wrong[0] == wrong[1], "the tag compare's accesses depend on where the tags differ"
+
+
+def test_message_access_traces_do_not_depend_on_keys_or_texts(cpu: Any) -> None:
+    """As above for gcm_msgs (banks too) and gcm_msgs_finalize."""
+    rt._kernels_at(0, rt._threads_for(CS))
+    every = {"gcm_msgs", "gcm_msgs_finalize"}
+    for banks, kernels in ((True, {"gcm_msgs"}), (False, every)):
+        runs = []
+        for seed in (20, 21):
+            keys, msgs, plain, frames = _message_batch(seed)
+            with DeviceKeyring(keys) as ring, backend.observe(banks=banks) as obs:
+                sealed = cpu.zeros(frames, dtype=cpu.uint8)
+                ring.seal(msgs, _dev(cpu, plain), sealed)
+                back = [
+                    DeviceMessage(m.key, m.nonce, m.aad, m.dst, m.src, m.tag, m.length)
+                    for m in msgs
+                ]
+                status = ring.open(back, sealed, cpu.empty(len(plain), dtype=cpu.uint8))
+                assert not cpu.asnumpy(status).any()
+            runs.append(_traces(obs, kernels))
+        assert {name for name, _ in runs[0]} == kernels
+        assert all(any(trace) for _, trace in runs[0])
+        assert runs[0] == runs[1], f"the message kernels' accesses depend on the data ({banks=})"
