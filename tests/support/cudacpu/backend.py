@@ -10,6 +10,9 @@ stream gets there. A fault the CPU execution finds (a shared-memory race, a misa
 access, a divergent barrier or shuffle) raises :class:`LaunchError` there, as a CUDA error
 would surface at the next synchronisation.
 
+:func:`observe` records, for the launches inside it, every block's shared memory as the block
+left it and every thread's memory-access trace (:class:`Observer`).
+
 ``CUDACPU_VARIANT`` (environment) picks the build: ``check`` (default), ``fast`` or ``asan``.
 """
 

@@ -34,6 +34,11 @@
 // mutex and condition-variable hand-offs, so ThreadSanitizer itself reports unordered accesses
 // between warps. A fault found there aborts the process (OS threads cannot be abandoned).
 //
+// Observers (Config::after_block, Config::trace; the test suite's view of what no output shows):
+// shared memory as each block left it, with the poison it started from, and per thread a hash
+// of every access the instrumented build sees (region, offset or bank, size, direction), so a
+// test can assert that nothing secret survives a block and that no address depends on secrets.
+//
 // Errors stop the launch: cudacpu_launch_* returns nonzero with the first error's text.
 
 #ifndef GPUCC_CUDACPU_H

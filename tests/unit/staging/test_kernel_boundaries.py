@@ -34,6 +34,7 @@ from gpucc.staging import _gpu_kat as kat
 from gpucc.staging import _gpu_runtime as rt
 from gpucc.staging import format as fmt
 from gpucc.staging import gpu
+from gpucc.staging.errors import ChunkAuthenticationError
 from gpucc.staging.format import Header
 from gpucc.staging.model import digest_gpu
 from tests.support import fake_cupy
@@ -146,7 +147,7 @@ def test_a_chunk_index_past_2_to_the_32_is_not_taken_modulo(cpu: Any) -> None:
     dk = rng.randbytes(32)
     text = rng.randbytes(CS)
     records = _dev(cpu, _reference_records(dk, 2**32 + 5, [text], huger))
-    with pytest.raises(gpu.ChunkAuthenticationError) as info:
+    with pytest.raises(ChunkAuthenticationError) as info:
         gpu.decrypt_records_gpu(records, huger, dk, first_chunk=5)
     assert info.value.chunk_index == 5
     assert _host(gpu.decrypt_records_gpu(records, huger, dk, first_chunk=2**32 + 5)) == text
@@ -154,7 +155,16 @@ def test_a_chunk_index_past_2_to_the_32_is_not_taken_modulo(cpu: Any) -> None:
 
 # --- BLAKE3: the chunk counter's high word ----------------------------------------------------------
 
-_B3_IV = (0x6A09E667, 0xBB67AE85, 0x3C6EF372, 0xA54FF53A, 0x510E527F, 0x9B05688C, 0x1F83D9AB, 0x5BE0CD19)
+_B3_IV = (
+    0x6A09E667,
+    0xBB67AE85,
+    0x3C6EF372,
+    0xA54FF53A,
+    0x510E527F,
+    0x9B05688C,
+    0x1F83D9AB,
+    0x5BE0CD19,
+)
 _B3_PERM = (2, 6, 3, 10, 7, 0, 4, 13, 1, 11, 12, 5, 9, 14, 15, 8)
 _M32 = 0xFFFFFFFF
 
@@ -202,11 +212,15 @@ def _b3_chunk_cv(chunk: bytes, counter: int) -> list[int]:
 
 def _b3_root(cvs: list[list[int]]) -> bytes:
     """The root of a left-complete tree over chunk values (more than one)."""
+
     def node(lo: int, hi: int, root: bool) -> list[int]:
         if hi - lo == 1:
             return cvs[lo]
         split = 1 << ((hi - lo - 1).bit_length() - 1)
-        block = b"".join(w.to_bytes(4, "little") for w in node(lo, lo + split, False) + node(lo + split, hi, False))
+        block = b"".join(
+            w.to_bytes(4, "little")
+            for w in node(lo, lo + split, False) + node(lo + split, hi, False)
+        )
         return _b3_compress(list(_B3_IV), block, 0, 64, 4 | (8 if root else 0))
 
     return b"".join(w.to_bytes(4, "little") for w in node(0, len(cvs), True))

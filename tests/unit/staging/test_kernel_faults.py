@@ -125,7 +125,9 @@ def test_a_wrong_digest_self_test_answer_is_a_known_answer_failure(
     assert info.value.stage == "known-answer" and "failed" in str(info.value)
 
 
-@pytest.mark.parametrize("hash_type,kernel", [("sha256", "sha256_shards"), ("blake3", "blake3_chunks")])
+@pytest.mark.parametrize(
+    "hash_type,kernel", [("sha256", "sha256_shards"), ("blake3", "blake3_chunks")]
+)
 def test_a_digest_launch_fault_after_start_up_is_a_launch_failure(
     cpu: Any, monkeypatch: pytest.MonkeyPatch, hash_type: str, kernel: str
 ) -> None:

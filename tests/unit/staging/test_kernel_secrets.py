@@ -55,7 +55,9 @@ def _dev(cp: Any, data: bytes) -> Any:
     return cp.asarray(np.frombuffer(data or b"\x00", dtype=np.uint8))
 
 
-def _dataset(seed: int, length: int = (CHUNKS - 1) * CS + 1000) -> tuple[Header, bytes, bytes, bytes]:
+def _dataset(
+    seed: int, length: int = (CHUNKS - 1) * CS + 1000
+) -> tuple[Header, bytes, bytes, bytes]:
     """(header, chunk key, records, plaintext) of a dataset sealed by the host code."""
     rng = random.Random(seed)
     plain = rng.randbytes(length)
@@ -135,13 +137,17 @@ def _message_batch(seed: int) -> tuple[list[bytes], list[DeviceMessage], bytes, 
     keys = [rng.randbytes(32) for _ in range(2)]
     msgs, src, dst = [], 0, 0
     for i, n in enumerate([100, 4096 + 3, 16, 700]):
-        msgs.append(DeviceMessage(i % 2, rng.randbytes(12), rng.randbytes(20), src, dst, dst + n, n))
+        msgs.append(
+            DeviceMessage(i % 2, rng.randbytes(12), rng.randbytes(20), src, dst, dst + n, n)
+        )
         src += -(-n // 16) * 16
         dst += -(-(n + 16) // 16) * 16
     return keys, msgs, rng.randbytes(src), dst
 
 
-def _message_tampers(opened: list[DeviceMessage], sealed: bytes) -> dict[str, tuple[bytes, set[int]]]:
+def _message_tampers(
+    opened: list[DeviceMessage], sealed: bytes
+) -> dict[str, tuple[bytes, set[int]]]:
     out: dict[str, tuple[bytes, set[int]]] = {}
     r = bytearray(sealed)
     r[opened[0].tag + 3] ^= 0x33
