@@ -31,6 +31,7 @@ from gpucc.staging import format as fmt
 from gpucc.staging import gpu
 from gpucc.staging.format import Header
 from gpucc.staging.gpu_messages import DeviceKeyring, DeviceMessage
+from gpucc.staging.model import digest_gpu
 from gpucc.staging.seal import seal_bytes
 from tests.support import fake_cupy
 from tests.support.cudacpu import backend
@@ -452,3 +453,20 @@ def test_message_access_traces_do_not_depend_on_keys_or_texts(cpu: Any) -> None:
         assert {name for name, _ in runs[0]} == kernels
         assert all(any(trace) for _, trace in runs[0])
         assert runs[0] == runs[1], f"the message kernels' accesses depend on the data ({banks=})"
+
+
+def test_the_digest_kernels_leave_nothing_in_shared_memory(cpu: Any) -> None:
+    """sha256_shards, blake3_chunks and blake3_parents keep their state in registers and their
+    thread's stack: every block leaves shared memory as it found it."""
+    data = random.Random(6).randbytes(5 * 1024 + 9)
+    digest_gpu.digest_device_buffers([_dev(cpu, data)])  # the self-test first
+    with backend.observe() as obs:
+        for kind in ("sha256", "blake3"):
+            digest_gpu.digest_device_buffers([_dev(cpu, data)], kind)
+    assert {name for name, _, _, _ in obs.blocks} == {
+        "sha256_shards",
+        "blake3_chunks",
+        "blake3_parents",
+    }
+    for name, block, shm, before in obs.blocks:
+        assert shm == before, f"{name} block {block} wrote shared memory"
