@@ -101,7 +101,9 @@ class GpuKernelError(EnvironmentProblemError):
     Attributes:
         device_id: the CUDA device.
         stage: ``"build"`` (NVRTC or module load), ``"occupancy"`` (the driver reports no
-            resident CTA), or ``"known-answer"`` (the built kernels computed a wrong result).
+            resident CTA), ``"known-answer"`` (the built kernels computed a wrong result, or
+            their self-test faulted), or ``"launch"`` (a kernel faulted on real work after
+            passing its self-test).
         log: the relevant lines of the build log (at most :data:`LOG_LINES`; no key material:
             the log is about the kernel source, and known-answer keys are public constants).
     """

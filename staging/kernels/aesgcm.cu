@@ -522,5 +522,8 @@ extern "C" __global__ void __launch_bounds__(64)
             tag_out[i] = static_cast<u8>(tag[i >> 2] >> (8 * (i & 3)));
         }
     }
-    scrub_shared(rk, &red[0][0][0]);
+    scrub_shared(rk, &red[0][0][0]);  // its barrier orders every read of hj before this
+    if (t < 8u) {
+        hj[t] = 0u;
+    }
 }

@@ -75,6 +75,7 @@ class _Kernels:
     sha256: Any
     chunks: Any
     parents: Any
+    device: int
 
 
 _lock = threading.Lock()
@@ -102,8 +103,8 @@ def _kernels() -> _Kernels:
                 module.get_function("sha256_shards"),
                 module.get_function("blake3_chunks"),
                 module.get_function("blake3_parents"),
+                device,
             )
-            ok = _self_test(kernels)
         except GpuStagingUnavailableError:
             raise
         except Exception as exc:  # noqa: BLE001 - CompileException, CUDADriverError, ...
@@ -111,6 +112,15 @@ def _kernels() -> _Kernels:
             lines = tuple(line for line in str(exc).splitlines() if line.strip())
             raise GpuKernelError(
                 "the hash kernels did not build", device_id=device, stage="build", log=lines
+            ) from None
+        try:
+            ok = _self_test(kernels)
+        except Exception as exc:  # noqa: BLE001 - a launch or copy of the self-test failed
+            raise GpuKernelError(
+                f"the hash kernels' self-test could not run on CUDA device {device}: "
+                f"{' '.join(str(exc).split())[:300]}",
+                device_id=device,
+                stage="known-answer",
             ) from None
         if not ok:
             raise GpuKernelError(
@@ -126,8 +136,8 @@ def _self_test(k: _Kernels) -> bool:
     """Known answers through both load paths: 16-byte aligned full blocks and unaligned tails."""
     body = bytes(range(256)) * 20
     data = k.cupy.asarray(np.frombuffer(body + b"abc", dtype=np.uint8))
-    sha = _sha256(k, data, [0, len(body)], [len(body), 3])
-    b3 = _blake3(k, data, [len(body), 0], [3, len(body)])
+    sha = _launch(k, "sha256", data, [0, len(body)], [len(body), 3])
+    b3 = _launch(k, "blake3", data, [len(body), 0], [3, len(body)])
     if sha != [hashlib.sha256(body).digest(), bytes.fromhex(_SHA256_ABC)]:
         return False
     if b3[0] != bytes.fromhex(_BLAKE3_ABC):
@@ -227,13 +237,27 @@ def _blake3(k: _Kernels, base: Any, offsets: Sequence[int], lengths: Sequence[in
 
 
 def _launch(
-    k: _Kernels, hash_type: str, base: Any, offsets: list[int], lengths: list[int]
+    k: _Kernels, hash_type: str, base: Any, offsets: Sequence[int], lengths: Sequence[int]
 ) -> list[bytes]:
-    if hash_type == "sha256":
-        return _sha256(k, base, offsets, lengths)
-    if hash_type == "blake3":
+    """The digests of the given ranges of ``base``.
+
+    Raises:
+        UsageError: no kernel for ``hash_type``.
+        GpuKernelError: a launch, or the copy of its results, failed (``stage="launch"``).
+    """
+    if hash_type not in ("sha256", "blake3"):
+        raise UsageError(f"no GPU kernel for {hash_type}")
+    try:
+        if hash_type == "sha256":
+            return _sha256(k, base, offsets, lengths)
         return _blake3(k, base, offsets, lengths)
-    raise UsageError(f"no GPU kernel for {hash_type}")
+    except Exception as exc:  # noqa: BLE001 - CUDARuntimeError (an illegal address), ...
+        raise GpuKernelError(
+            f"a {hash_type} kernel failed on CUDA device {k.device}: "
+            f"{' '.join(str(exc).split())[:300] or exc.__class__.__name__}",
+            device_id=k.device,
+            stage="launch",
+        ) from None
 
 
 # --- model files ---------------------------------------------------------------------------------
@@ -271,8 +295,9 @@ def hash_items(
     """Digest of every item (see :mod:`.serialize`), in order, computed on the current GPU.
 
     Raises:
-        GpuStagingUnavailableError: no CuPy, no device, or kernels that do not build or pass
-            their self-test.
+        GpuStagingUnavailableError: no CuPy, no device.
+        GpuKernelError: the kernels do not build (``stage="build"``), fail or cannot run their
+            self-test (``"known-answer"``), or a launch fails (``"launch"``).
         ModelTreeError, ModelChangedError: as on the CPU path.
     """
     k = _kernels()
@@ -317,6 +342,7 @@ def digest_device_buffers(
 
     Raises:
         GpuStagingUnavailableError, UsageError: no GPU; not a contiguous GPU array.
+        GpuKernelError: as for :func:`hash_items`.
     """
     k = _kernels()
     if hash_type == "blake3" and shard_size is not None:

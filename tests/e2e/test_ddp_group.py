@@ -12,7 +12,6 @@ import datetime as dt
 import json
 import multiprocessing as mp
 import os
-import socket
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -301,13 +300,20 @@ def vanishing_peer(rank: int, size: int) -> dict[str, Any]:
 Scenario = Callable[[int, int], dict[str, Any]]
 
 
-def worker(rank: int, size: int, port: int, outdir: str, run: Scenario, timeout: float) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+def worker(
+    rank: int, size: int, rendezvous: str, outdir: str, run: Scenario, timeout: float
+) -> None:
     torch.set_num_threads(1)
     result: dict[str, Any]
     try:
+        # The ranks meet through a file, not a TCP port picked beforehand (which another
+        # process may take before rank 0 binds it); gloo's own connections bind port 0.
         dist.init_process_group(
-            "gloo", rank=rank, world_size=size, timeout=dt.timedelta(seconds=timeout)
+            "gloo",
+            init_method=f"file://{rendezvous}",
+            rank=rank,
+            world_size=size,
+            timeout=dt.timedelta(seconds=timeout),
         )
         result = run(rank, size)
         if rank == 1 and result.get("left"):
@@ -319,19 +325,14 @@ def worker(rank: int, size: int, port: int, outdir: str, run: Scenario, timeout:
     Path(outdir, f"rank{rank}.json").write_text(json.dumps(result))
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def run_group(
     size: int, outdir: Path, run: Scenario = scenario, timeout: float = 60.0
 ) -> list[dict[str, Any]]:
     ctx = mp.get_context("fork")
-    port = free_port()
+    rendezvous = outdir / "rendezvous"
+    assert not rendezvous.exists(), "a fresh directory per group"
     procs = [
-        ctx.Process(target=worker, args=(r, size, port, str(outdir), run, timeout))
+        ctx.Process(target=worker, args=(r, size, str(rendezvous), str(outdir), run, timeout))
         for r in range(size)
     ]
     for p in procs:

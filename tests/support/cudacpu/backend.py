@@ -10,6 +10,9 @@ stream gets there. A fault the CPU execution finds (a shared-memory race, a misa
 access, a divergent barrier or shuffle) raises :class:`LaunchError` there, as a CUDA error
 would surface at the next synchronisation.
 
+:func:`observe` records, for the launches inside it, every block's shared memory as the block
+left it and every thread's memory-access trace (:class:`Observer`).
+
 ``CUDACPU_VARIANT`` (environment) picks the build: ``check`` (default), ``fast`` or ``asan``.
 """
 
@@ -19,7 +22,9 @@ import ctypes
 import os
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -68,7 +73,53 @@ class _Config(ctypes.Structure):
         ("nbuffers", ctypes.c_uint),
         ("buffers", (ctypes.c_ulonglong * 2) * 64),
         ("error", ctypes.c_char * 512),
+        ("after_block", ctypes.c_void_p),
+        ("trace", ctypes.POINTER(ctypes.c_ulonglong)),
+        ("trace_banks", ctypes.c_uint),
     )
+
+
+_AfterBlock = ctypes.CFUNCTYPE(
+    None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_ulonglong, ctypes.c_uint
+)
+
+
+@dataclass
+class Observer:
+    """What the CPU execution reports of the launches that run while it is installed
+    (:func:`observe`); the "check" build is needed for the traces.
+
+    Attributes:
+        blocks: (kernel, linear block index, shared memory as the block left it, and as it
+            was before the block ran: poisoned with random bytes).
+        traces: (kernel, per-thread access-trace hashes) per launch: every memory access of
+            each thread, as (region, offset, size, direction), hashed in program order; the
+            same launch over other data gives the same hashes iff no thread's accesses
+            depend on the data. Shared-memory accesses count with their bank when
+            ``banks`` is set, and without any address otherwise.
+    """
+
+    banks: bool = True
+    blocks: list[tuple[str, int, bytes, bytes]] = field(default_factory=list)
+    traces: list[tuple[str, tuple[int, ...]]] = field(default_factory=list)
+
+
+#: The installed observer, or None (see :func:`observe`).
+_observer: Observer | None = None
+
+
+@contextmanager
+def observe(*, banks: bool = True) -> Iterator[Observer]:
+    """Record every block's shared memory and every launch's access trace (see
+    :class:`Observer`) for the launches that run inside the ``with``."""
+    global _observer
+    assert _observer is None, "one observer at a time"
+    assert variant() == "check", "the access traces need the instrumented build"
+    _observer = Observer(banks=banks)
+    try:
+        yield _observer
+    finally:
+        _observer = None
 
 
 def variant() -> str:
@@ -187,8 +238,26 @@ class RawKernel:
             cfg.buffers[i][0] = int(root.ctypes.data)
             cfg.buffers[i][1] = int(root.ctypes.data) + int(root.nbytes)
         launches.append((self.name, grid, block))
+        seen = _observer
+        keep: list[Any] = []
+        if seen is not None:
+            nthreads = block[0] * block[1] * block[2]
+            trace = (ctypes.c_ulonglong * nthreads)()
+            name = self.name
+
+            def after_block(shm: int, before: int, size: int, index: int) -> None:
+                after = ctypes.string_at(shm, size)
+                seen.blocks.append((name, index, after, ctypes.string_at(before, size)))
+
+            callback = _AfterBlock(after_block)
+            keep = [trace, callback]
+            cfg.after_block = ctypes.cast(callback, ctypes.c_void_p)
+            cfg.trace = trace
+            cfg.trace_banks = 1 if seen.banks else 0
         if self._entry(ctypes.byref(cfg), pointers) != 0:
             raise LaunchError(f"{self.name}: {cfg.error.decode(errors='replace')}")
+        if seen is not None:
+            seen.traces.append((self.name, tuple(int(h) for h in keep[0])))
 
 
 def _get_device() -> int:

@@ -34,6 +34,11 @@
 // mutex and condition-variable hand-offs, so ThreadSanitizer itself reports unordered accesses
 // between warps. A fault found there aborts the process (OS threads cannot be abandoned).
 //
+// Observers (Config::after_block, Config::trace; the test suite's view of what no output shows):
+// shared memory as each block left it, with the poison it started from, and per thread a hash
+// of every access the instrumented build sees (region, offset or bank, size, direction), so a
+// test can assert that nothing secret survives a block and that no address depends on secrets.
+//
 // Errors stop the launch: cudacpu_launch_* returns nonzero with the first error's text.
 
 #ifndef GPUCC_CUDACPU_H
@@ -145,6 +150,18 @@ struct Config {  // filled by the Python side; must match tests/support/cudacpu/
     unsigned nbuffers;                  // device buffers the kernel may touch: [lo, hi)
     unsigned long long buffers[64][2];  // (the whole allocations its pointer arguments are in)
     char error[512];
+    // Observers (the test suite's; null when unused):
+    // after_block(shared memory, the same before the block ran (the poison), their size,
+    // linear block index): called when every thread of a block has exited, before anything
+    // else touches shared memory (what a later block or kernel on the same SM could read).
+    void (*after_block)(const char*, const char*, unsigned long long, unsigned);
+    // trace[thread]: a running hash, per linear thread index of the block (over all blocks, in
+    // block order), of every memory access the instrumented ("check") build sees: the region
+    // (launch buffer i, this thread's stack, shared memory, ...), the offset in it, the size and
+    // the direction. Shared-memory accesses contribute their bank when trace_banks is set and
+    // no address at all otherwise.
+    unsigned long long* trace;
+    unsigned trace_banks;
 };
 
 struct Range {
@@ -163,6 +180,7 @@ struct Launch {
     unsigned long long rng;
     unsigned phase;  // barrier intervals so far (all blocks): the race detector's clock
     int failed;
+    char* poison;    // shared memory as poisoned before the current block (after_block only)
     Range own[16];   // this library's loaded segments (its globals, __constant__ data)
     unsigned nown;
 };
@@ -283,6 +301,46 @@ struct Shadow {
 inline Shadow* shadow = nullptr;
 inline size_t shadow_words = 0;
 
+// The access trace (Config::trace): where an access falls, as (region, offset), the same for
+// every run of the same launch shape whatever the data (buffers are numbered in argument order).
+CUDACPU_NOSAN inline void trace_access(uintptr_t a, size_t size, bool write, bool shared,
+                                       uintptr_t shm_lo) {
+    Launch* l = launch;
+    unsigned long long region = 0xff, off = 0;
+    if (shared) {
+        region = 1;
+        off = l->cfg->trace_banks ? ((a - shm_lo) >> 2) & 31u : 0u;
+    } else {
+        const uintptr_t stack = reinterpret_cast<uintptr_t>(l->stacks) + l->stack_size * current->id;
+        const uintptr_t self = reinterpret_cast<uintptr_t>(current);
+        if (inside(a, size, stack, stack + l->stack_size)) {
+            region = 2;
+            off = a - stack;
+        } else if (inside(a, size, self, self + sizeof(Thread))) {
+            region = 3;
+            off = a - self;
+        } else {
+            for (unsigned i = 0; i < l->nown && region == 0xff; ++i) {
+                if (inside(a, size, l->own[i].lo, l->own[i].hi)) {
+                    region = 16 + i;
+                    off = a - l->own[i].lo;
+                }
+            }
+            for (unsigned i = 0; i < l->cfg->nbuffers && region == 0xff; ++i) {
+                if (inside(a, size, l->cfg->buffers[i][0], l->cfg->buffers[i][1])) {
+                    region = 64 + i;
+                    off = a - l->cfg->buffers[i][0];
+                }
+            }
+        }
+    }
+    const unsigned long long v = (region << 56) | (static_cast<unsigned long long>(write) << 55) |
+                                 (static_cast<unsigned long long>(size & 63u) << 48) |
+                                 (off & 0xffffffffffffull);
+    unsigned long long& h = l->cfg->trace[current->id];
+    h = (h ^ v) * 0x100000001b3ull + 0x9e3779b97f4a7c15ull;
+}
+
 CUDACPU_NOSAN inline void shm_access(const void* p, size_t size, bool write) {
     if (current == nullptr || launch == nullptr || launch->failed) {
         return;
@@ -290,6 +348,9 @@ CUDACPU_NOSAN inline void shm_access(const void* p, size_t size, bool write) {
     const uintptr_t a = reinterpret_cast<uintptr_t>(p);
     const uintptr_t lo = reinterpret_cast<uintptr_t>(__start_cudacpu_shm);
     const uintptr_t hi = reinterpret_cast<uintptr_t>(__stop_cudacpu_shm);
+    if (launch->cfg->trace != nullptr) {
+        trace_access(a, size, write, a >= lo && a < hi, lo);
+    }
     if (a < lo || a >= hi) {
         check_global(a, size);
         return;
@@ -555,6 +616,10 @@ CUDACPU_NOSAN inline void run_block() {
     for (char* p = __start_cudacpu_shm; p < __stop_cudacpu_shm; ++p) {
         *p = static_cast<char>(next_random());
     }
+    if (l->poison != nullptr) {
+        memcpy(l->poison, __start_cudacpu_shm, static_cast<size_t>(__stop_cudacpu_shm -
+                                                                   __start_cudacpu_shm));
+    }
     l->phase += 1;
     for (unsigned i = 0; i < l->nthreads; ++i) {
         Thread& t = l->threads[i];
@@ -596,6 +661,13 @@ CUDACPU_NOSAN inline void run_block() {
             }
         }
         if (done == l->nthreads) {
+            if (l->cfg->after_block != nullptr) {
+                l->cfg->after_block(__start_cudacpu_shm, l->poison,
+                                    static_cast<unsigned long long>(__stop_cudacpu_shm -
+                                                                    __start_cudacpu_shm),
+                                    block_idx.x + grid_dim.x * (block_idx.y + grid_dim.y *
+                                                                block_idx.z));
+            }
             return;
         }
         if (done != 0u) {
@@ -662,6 +734,10 @@ CUDACPU_NOSAN inline int run(Config* cfg, void (*body)(void*), void* arg) {
         pthread_cond_init(&threads_sync.warp_cv[w], nullptr);
     }
 #endif
+    if (cfg->after_block != nullptr) {
+        l.poison = static_cast<char*>(malloc(static_cast<size_t>(__stop_cudacpu_shm -
+                                                                 __start_cudacpu_shm)));
+    }
     dl_iterate_phdr(find_own_segments, &l);
     launch = &l;
     shadow = sh;
@@ -684,6 +760,7 @@ CUDACPU_NOSAN inline int run(Config* cfg, void (*body)(void*), void* arg) {
         *p = 0;
     }
     free(sh);
+    free(l.poison);
     munmap(region, span);
     free(l.threads);
     return l.failed;
@@ -823,7 +900,7 @@ CUDACPU_LDS_ATTR unsigned lds_u32(unsigned addr) {
         return 0u;
     }
     const char* p = __start_cudacpu_shm + addr;
-    if (shadow != nullptr) {
+    if (shadow != nullptr || (launch != nullptr && launch->cfg->trace != nullptr)) {
         shm_access(p, 4, false);
     }
     unsigned v;
