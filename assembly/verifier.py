@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpucc.gpuattest.result import AttestationResult, Verdict, combine_verdicts
 
+from .record import Roots, TrustRecord, relaxations_of
 from .settings import Settings, TimeSource
 
 if TYPE_CHECKING:
@@ -68,6 +69,7 @@ class PlatformResult:
         simulated: whether a simulation's self-made roots were trusted.
         expected_nonce: the GPU nonce required.
         source: where the evidence came from.
+        record: what the verdict trusted: relaxations used, time, roots.
     """
 
     verdict: Verdict
@@ -79,6 +81,7 @@ class PlatformResult:
     simulated: bool
     expected_nonce: bytes | None
     source: str
+    record: TrustRecord
 
     @classmethod
     def of_gpus(cls, result: AttestationResult) -> PlatformResult:
@@ -94,6 +97,13 @@ class PlatformResult:
             simulated=False,
             expected_nonce=result.expected_nonce,
             source=result.source,
+            record=TrustRecord(
+                relaxations=_relaxations(result, None),
+                verified_at=result.verified_at,
+                time_source=str(TimeSource.GIVEN),
+                time_origin="the caller",
+                roots=Roots.GIVEN,
+            ),
         )
 
     @property
@@ -132,7 +142,37 @@ class PlatformResult:
             "reasons": list(self.reasons),
             "gpus": [g.to_dict() for g in self.gpus],
             "cvm": self.cvm.to_dict() if self.cvm is not None else None,
+            "trusted_with": self.record.to_dict(),
         }
+
+    def failed_checks(self) -> list[dict[str, str]]:
+        """Every check that was refused or left undecided, as data: part, check, detail."""
+        from gpucc.gpuattest.result import Decision
+
+        parts = [(f"GPU {g.index}", g.checks) for g in self.gpus]
+        if self.cvm is not None:
+            parts.insert(0, ("CVM", self.cvm.checks))
+        return [
+            {
+                "part": part,
+                "check": c.id,
+                "title": c.title,
+                "decision": str(c.decision),
+                "detail": c.reason,
+            }
+            for part, checks in parts
+            for c in checks
+            if c.decision is not Decision.ACCEPT
+        ]
+
+
+def _relaxations(gpu: AttestationResult | None, cvm: CvmResult | None) -> tuple[Any, ...]:
+    found: list[Any] = []
+    if cvm is not None:
+        found += relaxations_of(cvm.checks, "CVM")
+    for g in gpu.gpus if gpu is not None else ():
+        found += relaxations_of(g.checks, f"GPU {g.index}")
+    return tuple(found)
 
 
 def _claims_version() -> str:
@@ -202,6 +242,13 @@ class PlatformVerifier:
                 evidence.cvm, evidence.cvm_collateral, expected, now, release=release
             )
         verdicts = [r.verdict for r in (gpu, cvm) if r is not None]
+        record = TrustRecord(
+            relaxations=_relaxations(gpu, cvm),
+            verified_at=now,
+            time_source=str(settings.time_source),
+            time_origin=settings.at_origin or ("the caller" if settings.at is not None else ""),
+            roots=self.roots,
+        )
         return PlatformResult(
             verdict=combine_verdicts(verdicts),
             gpu=gpu,
@@ -212,7 +259,32 @@ class PlatformVerifier:
             simulated=settings.simulated,
             expected_nonce=nonce if evidence.gpus is not None else None,
             source=gpu.source if gpu is not None else evidence.source,
+            record=record,
         )
+
+    @property
+    def roots(self) -> Roots:
+        """Whose trust anchors this verifier uses."""
+        settings = self.settings
+        if settings.simulation is not None:
+            return Roots.SIMULATED
+        if settings.roots is not None or settings.tdx_root is not None:
+            return Roots.GIVEN
+        return Roots.VENDOR
+
+    def _release_time_is_now(self) -> None:
+        """Key release is decided at the current time: a fixed time is refused.
+
+        Raises:
+            UsageError: the settings fix the verification time.
+        """
+        if self.settings.at is not None:
+            from gpucc.gpuattest.errors import UsageError
+
+            raise UsageError(
+                "keys are released at the current time: a verification time "
+                f"({self.settings.at_origin or 'at'}) cannot be used for key release"
+            )
 
     # --- adapters for the key-release protocol -----------------------------------------
 
@@ -224,7 +296,12 @@ class PlatformVerifier:
     def gpu_attester(self, on_result: Callable[[PlatformResult], None] | None = None) -> Attester:
         """The protocol's ``attest(evidence, nonce)``: :meth:`verify` on the GPU evidence.
 
-        The protocol gets the GPUs' part of the result; ``on_result`` the whole of it."""
+        The protocol gets the GPUs' part of the result; ``on_result`` the whole of it.
+
+        Raises:
+            UsageError: the settings fix the verification time (key release is decided now).
+        """
+        self._release_time_is_now()
 
         def attest(gpus: Any, nonce: bytes) -> AttestationResult:
             result = self.verify(
@@ -241,7 +318,12 @@ class PlatformVerifier:
         self, on_result: Callable[[PlatformResult], None] | None = None
     ) -> CvmAttester:
         """The protocol's ``attest_cvm(evidence, collateral, expected)``: :meth:`verify` on
-        the CVM evidence, measurements pinned unless ``cvm.allow_unpinned``."""
+        the CVM evidence, measurements pinned unless ``cvm.allow_unpinned``.
+
+        Raises:
+            UsageError: the settings fix the verification time (key release is decided now).
+        """
+        self._release_time_is_now()
 
         def attest(evidence: bytes, collateral: bytes | None, expected: bytes) -> CvmResult:
             result = self.verify(
@@ -358,20 +440,25 @@ def _simulated_gpu_roots(directory: Any) -> TrustRoots:
         ) from None
 
 
-def _simulated_tdx_root(directory: Any) -> x509.Certificate | None:
-    """The simulated TDX platform's root, read now; None when the simulation made none.
+def _simulated_tdx_root(directory: Any) -> x509.Certificate:
+    """The simulated TDX platform's root, read now. A simulation is never judged against
+    Intel's root (which would report a simulated quote as foreign, not as simulated).
 
     Raises:
+        CollateralUnavailableError: the simulation wrote no TDX root (yet).
         MalformedEvidenceError: the file is not a certificate.
     """
     from cryptography import x509
 
-    from gpucc.gpuattest.errors import MalformedEvidenceError
+    from gpucc.gpuattest.errors import CollateralUnavailableError, MalformedEvidenceError
     from gpucc.gpuattest.files import read_capped
 
     path = directory / "tdx_root.pem"
     if not path.exists():
-        return None
+        raise CollateralUnavailableError(
+            f"the simulation in {directory} has no TDX root (tdx_root.pem): its CVM evidence "
+            "cannot be judged"
+        )
     try:
         return x509.load_pem_x509_certificate(
             read_capped(path, 64 * 1024, what="simulated TDX root")

@@ -318,6 +318,11 @@ def attest(
             exc.hint = "or give the CVM's collateral with --cvm-collateral FILE"
         raise
     _print(result, output=output, verbose=verbose)
+    if output is not OutputFormat.JSON:  # JSON carries it as trusted_with
+        from .output import note, warn
+
+        record = result.record
+        (note if record.strict else warn)(f"trusted with: {record.summary()}")
     if sign_eat is not None and token_output is not None and result.gpu is not None:
         from .attest_remote import sign_result
 

@@ -341,7 +341,7 @@ def report(
     hint: str = "",
     *,
     line: bool = True,
-    reasons: tuple[str, ...] | list[str] | None = None,
+    reasons: list[dict[str, str]] | None = None,
 ) -> int:
     """One line on stderr and, when the command's output is JSON, the error document."""
     text = f"gpucc: error: {message}" + (f" ({hint})" if hint else "")
@@ -372,8 +372,13 @@ def report(
 def report_error(exc: GpuccError) -> int:
     """Report a library error; return its exit status."""
     message, hint = describe(exc, STATE.command)
-    listed = getattr(exc, "reasons", None)  # every reason of a refusal, for JSON
-    reasons = [str(r) for r in listed] if isinstance(listed, (list, tuple)) else None
+    listed = getattr(exc, "reasons", None)  # every failed check of a refusal, for JSON
+    reasons = None
+    if isinstance(listed, (list, tuple)):
+        reasons = [
+            {str(k): str(v) for k, v in r.items()} if isinstance(r, dict) else {"detail": str(r)}
+            for r in listed
+        ]
     return report(outcome_for(exc), message, hint, reasons=reasons)
 
 

@@ -27,7 +27,7 @@ from .options import (
     PolicyOption,
     RimDirOption,
 )
-from .output import emit, note, out
+from .output import emit, note, out, warn
 
 if TYPE_CHECKING:
     from gpucc.assembly import PlatformVerifier
@@ -214,9 +214,12 @@ def serve(
         Path | None,
         typer.Option(
             "--simulate-roots",
-            hidden=True,
             file_okay=False,
-            help="Trust a simulated GPU whose anchors and RIMs are in this directory.",
+            metavar="DIR",
+            rich_help_panel="Simulation (no GPU; never for production)",
+            help="Trust a simulation's self-made GPU and TDX roots and RIMs in DIR (written by "
+            "'travel run --simulate DIR' or 'session offer --simulate DIR'). It attests "
+            'nothing real: every log line then says "simulated": true.',
         ),
     ] = None,
     fmt: FormatOption = OutputFormat.TEXT,
@@ -252,7 +255,7 @@ def serve(
         missing = missing_simulation_files(simulate_roots)
         if missing:
             raise UsageError(f"--simulate-roots {simulate_roots} lacks {', '.join(missing)}")
-        note("SIMULATED GPU roots: for tests and demos only, this attests nothing real")
+        warn("SIMULATED GPU roots: for tests and demos only, this attests nothing real")
     config = HolderConfig(
         datasets=load_datasets(datasets, dataset_keys),
         signing_key=load_signing_key(key),

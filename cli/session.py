@@ -44,6 +44,7 @@ from .session_cvm import CvmCollateralOption, GpuOnlyOption
 
 if TYPE_CHECKING:
     from gpucc.assembly import PlatformResult, PlatformVerifier, Settings
+    from gpucc.assembly.record import TrustRecord
     from gpucc.staging.release import DatasetKey
 
 __all__ = ["session_app"]
@@ -177,20 +178,29 @@ def _announce_relaxations(verifier: PlatformVerifier) -> None:
 
 
 class RefusedError(NotTrustedError):
-    """The offer's attestation was refused; ``reasons`` lists every one (JSON, ``-v``)."""
+    """The offer's attestation was refused; ``reasons`` lists every failed check as data
+    (part, check, title, decision, detail): JSON's ``error.reasons``, and ``-v``."""
 
-    def __init__(self, message: str, reasons: tuple[str, ...]) -> None:
+    def __init__(self, message: str, reasons: tuple[dict[str, str], ...]) -> None:
         super().__init__(message)
         self.reasons = reasons
 
 
-def _refused(exc: Exception, verdicts: list[PlatformResult]) -> Exception:
-    """A short one-line refusal (count and first reasons) for an untrusted verdict."""
+def _refused(exc: NotTrustedError, verdicts: list[PlatformResult]) -> NotTrustedError:
+    """The refusal with every failed check as data; for the GPUs, a short one-line message
+    (count and first reasons)."""
     refused = [v for v in verdicts if not v.trusted]
     if not refused:
         return exc
-    reasons = tuple(refused[-1].reasons) or ("no reason given",)
-    joined = "; ".join(refused[-1].reasons) or "no reason given"
+    last = refused[-1]
+    checks = tuple(last.failed_checks())
+    if STATE.verbosity >= 1 and not STATE.json:
+        for c in checks:
+            note(f"  refused: {c['part']}: {c['title']}: {c['detail']}")
+    if last.gpu is None:  # the CVM's evidence: the protocol's own message says it
+        return RefusedError(str(exc), checks)
+    reasons = tuple(last.reasons) or ("no reason given",)
+    joined = "; ".join(last.reasons) or "no reason given"
     diagnosis = str(exc).partition(joined)[2]  # what the protocol adds (nonce diagnosis)
     shown = "; ".join(
         r if len(r) <= _SHOWN_CHARS else r[: _SHOWN_CHARS - 1] + "…"
@@ -198,13 +208,19 @@ def _refused(exc: Exception, verdicts: list[PlatformResult]) -> Exception:
     )
     more = len(reasons) - _SHOWN_REASONS
     tail = f"; and {more} more (all with -v or --format json)" if more > 0 else ""
-    if STATE.verbosity >= 1 and not STATE.json:
-        for reason in reasons:
-            note(f"  refused: {reason}")
     count = f"{len(reasons)} reason{'s' if len(reasons) != 1 else ''}"
     return RefusedError(
-        f"the offer's attestation is not trusted ({count}): {shown}{tail}{diagnosis}", reasons
+        f"the offer's attestation is not trusted ({count}): {shown}{tail}{diagnosis}", checks
     )
+
+
+def _release_record(verdicts: list[PlatformResult], *, gpu_only: bool) -> TrustRecord:
+    """What this release trusted; shown on stderr (even with -q unless strict)."""
+    from gpucc.assembly.record import release_record
+
+    record = release_record([v.record for v in verdicts], gpu_only=gpu_only)
+    (note if record.strict else warn)(f"key release trusted with: {record.summary()}")
+    return record
 
 
 def _grants(datasets: list[Path], key_file: Path) -> list[DatasetKey]:
@@ -395,11 +411,12 @@ def answer(
             challenge=value,
             attest=verifier.gpu_attester(verdicts.append),
             replay=replay,
-            attest_cvm=verifier.cvm_attester(),
+            attest_cvm=verifier.cvm_attester(verdicts.append),
             allow_gpu_only=verifier.allow_gpu_only,
         )
     except NotTrustedError as exc:
         raise _refused(exc, verdicts) from None
+    record = _release_record(verdicts, gpu_only=holder.version == 1)
     _write(output, holder.answer([holder.wrap(g) for g in grants]).to_json(), force=force)
     note(
         f"attestation trusted for {len(holder.report_digests)} GPU(s); wrote keys for "
@@ -415,6 +432,7 @@ def answer(
                 "transcript_hash": holder.transcript_hash.hex(),
                 "simulated": simulate is not None,
                 "protocol_version": holder.version,
+                "trusted_with": record.to_dict(),
             }
         )
 
@@ -539,11 +557,12 @@ def local(
             attest=verifier.gpu_attester(verdicts.append),
             datasets=grants,
             collect_cvm=platform.collect_cvm(),
-            attest_cvm=verifier.cvm_attester(),
+            attest_cvm=verifier.cvm_attester(verdicts.append),
             allow_gpu_only=verifier.allow_gpu_only,
         )
     except NotTrustedError as exc:
         raise _refused(exc, verdicts) from None
+    record = _release_record(verdicts, gpu_only=result.answer.version == 1)
     result.host_key.write(host_key)
     check_output(output, also=(host_key,))
     _write(output, result.answer.to_json(), force=force)
@@ -560,5 +579,6 @@ def local(
                 "dataset_ids": [g.dataset_id.hex() for g in grants],
                 "simulated": simulate is not None,
                 "protocol_version": result.answer.version,
+                "trusted_with": record.to_dict(),
             }
         )

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from .holder import keygen
 from .options import FormatOption, OutputFormat
-from .output import emit, note, out
+from .output import emit, note, out, warn
 from .safety_options import ForceOption
 
 __all__ = ["travel_app"]
@@ -28,6 +28,16 @@ travel_app = typer.Typer(
     pretty_exceptions_show_locals=False,
 )
 travel_app.command("keygen")(keygen)
+
+
+def _show_holder_record(holder: str, record: dict[str, Any]) -> None:
+    """What the holder said its release relied on (signed in its answer); on stderr even
+    with -q when anything was relaxed or simulated."""
+    relaxations = sorted({str(r.get("item")) for r in record.get("relaxations") or []})
+    simulated = bool(record.get("simulated"))
+    text = "; ".join(relaxations) if relaxations else "no policy relaxation"
+    line = f"{holder} released keys trusting: {text}" + ("; SIMULATED roots" if simulated else "")
+    (warn if relaxations or simulated else note)(line)
 
 
 @travel_app.command("run")
@@ -45,9 +55,12 @@ def run(
         Path | None,
         typer.Option(
             "--simulate",
-            hidden=True,
             file_okay=False,
-            help="Use a simulated GPU; its anchors and RIMs are written to this directory.",
+            metavar="DIR",
+            rich_help_panel="Simulation (no GPU; never for production)",
+            help="Use a SIMULATED GPU and TDX platform whose self-made roots and RIMs are "
+            "written to DIR (for holders started with --simulate-roots DIR). It attests "
+            "nothing real; never trust it in production.",
         ),
     ] = None,
     fmt: FormatOption = OutputFormat.TEXT,
@@ -59,7 +72,7 @@ def run(
 
     plan = load_plan(plan_file)
     if simulate is not None:
-        note("SIMULATED GPU: for tests and demos only, this attests nothing real")
+        warn("SIMULATED GPU: for tests and demos only, this attests nothing real")
     platform = assemble(Settings(simulation=simulate))
     result = run_plan(
         plan,
@@ -73,6 +86,7 @@ def run(
             f"{visit.holder_id}: {visit.bytes_staged} bytes staged and scrubbed "
             f"(read back zero), transcript {visit.transcript_hash[:16]}…"
         )
+        _show_holder_record(visit.holder_id, visit.trusted_with)
     if fmt is OutputFormat.JSON:
         emit(
             {
@@ -84,6 +98,7 @@ def run(
                         "transcript_hash": v.transcript_hash,
                         "evidence_digest": v.evidence_digest,
                         "receipt_kept": v.receipt_kept,
+                        "trusted_with": v.trusted_with,
                     }
                     for v in result.visits
                 ],

@@ -2,7 +2,7 @@
 
 Usage, on every rank after ``init_process_group`` (give it a ``timeout``)::
 
-    keys = GroupKeys.establish(collect=collect, attest=attest)
+    keys = GroupKeys.establish(platform=assemble(settings))
     state = EncryptedAllReduce(keys)
     model.register_comm_hook(state, encrypted_allreduce_hook)
 

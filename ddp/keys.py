@@ -116,6 +116,9 @@ class GroupKeys:
         if set(shared_secrets) != set(range(world_size)) - {rank}:
             raise UsageError("group keys need one shared secret per peer")
         self.rank = rank
+        #: named policy relaxations the setup used (``cvm.allow_gpu_only: true`` when a peer
+        #: was accepted on GPU evidence alone); empty when none was needed
+        self.relaxations: tuple[str, ...] = ()
         self.world_size = world_size
         self.transcript_hash = transcript_hash
         self.limits = limits or UsageLimits()
@@ -146,6 +149,7 @@ class GroupKeys:
         collect_cvm: Callable[[bytes], CollectedCvmEvidence] | None = None,
         attest_cvm: CvmAttester | None = None,
         platform: Platform | None = None,
+        allow_gpu_only: bool = False,
     ) -> GroupKeys:
         """Attested key setup over ``process_group`` (the default group when None).
 
@@ -161,8 +165,16 @@ class GroupKeys:
         ``attest_cvm`` the group binds to GPU evidence only (protocol version 1).
 
         ``platform`` (:func:`gpucc.assembly.assemble`) supplies all four instead: this
-        machine's evidence source and the one platform verifier, whose policy decides
-        whether GPU-only peers are accepted (the named relaxation ``cvm.allow_gpu_only``).
+        machine's evidence source and the one platform verifier.
+
+        Like every key-release path, setup requires each peer's CVM evidence. A group that
+        binds to GPU evidence only (no ``attest_cvm``, or peers that offer none) needs the
+        named relaxation: ``allow_gpu_only=True``, or ``cvm.allow_gpu_only: true`` in the
+        platform's policy. When a peer was accepted under it, :attr:`relaxations` says so
+        and a warning is logged (``gpucc.ddp``).
+
+        Raises (also):
+            UsageError: no CVM verifier and no ``allow_gpu_only`` relaxation.
 
         Raises:
             PeerNotTrustedError: some rank's evidence was refused (on every rank).
@@ -170,16 +182,21 @@ class GroupKeys:
         """
         from .setup import establish_group
 
-        allow_gpu_only = None
         if platform is not None:
             if any(x is not None for x in (collect, attest, collect_cvm, attest_cvm)):
                 raise UsageError("give platform, or collect and attest, not both")
             collect, collect_cvm = platform.collect(), platform.collect_cvm()
             attest = platform.verifier.gpu_attester()
             attest_cvm = platform.verifier.cvm_attester()
-            allow_gpu_only = platform.verifier.allow_gpu_only
+            allow_gpu_only = allow_gpu_only or platform.verifier.allow_gpu_only
         if collect is None or attest is None:
             raise UsageError("attested group setup needs platform, or collect and attest")
+        if attest_cvm is None and not allow_gpu_only:
+            raise UsageError(
+                "attested group setup requires every peer's CVM evidence (collect_cvm and "
+                "attest_cvm, or platform=); a group bound to GPU evidence only needs the named "
+                "relaxation allow_gpu_only=True"
+            )
         found = establish_group(
             process_group,
             collect=collect,
@@ -191,7 +208,7 @@ class GroupKeys:
             attest_cvm=attest_cvm,
             allow_gpu_only=allow_gpu_only,
         )
-        return cls(
+        keys = cls(
             rank=found.rank,
             world_size=found.world_size,
             shared_secrets=found.shared_secrets,
@@ -199,6 +216,16 @@ class GroupKeys:
             epoch=epoch,
             limits=limits,
         )
+        if found.gpu_only_peers:
+            keys.relaxations = ("cvm.allow_gpu_only: true",)
+            import logging
+
+            logging.getLogger("gpucc.ddp").warning(
+                "policy relaxation cvm.allow_gpu_only: true used: rank(s) %s offered GPU "
+                "evidence only (no CVM evidence)",
+                ", ".join(map(str, found.gpu_only_peers)),
+            )
+        return keys
 
     # --- epochs ---------------------------------------------------------------------
 

@@ -65,6 +65,7 @@ class GroupSecrets:
     world_size: int
     shared_secrets: dict[int, bytes] = field(repr=False)
     transcript_hash: bytes
+    gpu_only_peers: tuple[int, ...] = ()
 
 
 def exchange_bytes(data: bytes, *, limit: int, group: ProcessGroup | None) -> list[bytes]:
@@ -214,7 +215,20 @@ def establish_group(
         for peer in range(size)
         if peer != rank
     }
-    return GroupSecrets(rank=rank, world_size=size, shared_secrets=shared, transcript_hash=th)
+    gpu_only = tuple(peer for peer in range(size) if peer != rank and _is_gpu_only(offers[peer]))
+    return GroupSecrets(
+        rank=rank,
+        world_size=size,
+        shared_secrets=shared,
+        transcript_hash=th,
+        gpu_only_peers=gpu_only,
+    )
+
+
+def _is_gpu_only(raw: bytes) -> bool:
+    from gpucc.staging.release_messages import GPU_ONLY_VERSION
+
+    return Offer.from_json(raw).version == GPU_ONLY_VERSION
 
 
 def _public_key(raw: bytes) -> bytes:

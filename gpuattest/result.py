@@ -68,6 +68,9 @@ class Check:
     collateral_missing: bool = False
     decision: Decision = Decision.REFUSE
     note: str = ""
+    #: The policy item that accepted what the strict default would not (``ocsp.require:
+    #: false``, ``cvm.accept_tcb_status: OutOfDate``, ...); empty when none was needed.
+    relaxation: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form."""
@@ -79,6 +82,7 @@ class Check:
             "reason": self.reason,
             "collateral_missing": self.collateral_missing,
             "policy_note": self.note,
+            "relaxation": self.relaxation or None,
         }
 
 

@@ -48,6 +48,7 @@ def _rim_chain_check(
                 chain.reason,
                 note=f"expired signer accepted within the "
                 f"{policy.rim_expired_signer_grace.days}-day grace",
+                relaxation=f"rim.expired_signer_grace_days: {policy.rim_expired_signer_grace.days}",
             )
     return Check(f"{prefix}-chain", title, CheckStatus.FAIL, f"{chain.status}: {chain.reason}")
 

@@ -26,6 +26,7 @@ undecided; otherwise trusted. Several GPUs: trusted only if all are.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import hashlib
 import hmac
@@ -283,7 +284,12 @@ def _measurement_check(meas: MeasurementResult, policy: Policy) -> Check:
         else ""
     )
     ok = not blocking and not meas.conflicts
-    return Check("measurements", "Measurements", _passed(ok), reason, note=note)
+    relaxation = ""
+    if tolerated and ok:
+        relaxation = f"allow_mismatch: {', '.join(str(m.index) for m in tolerated)}"
+    return Check(
+        "measurements", "Measurements", _passed(ok), reason, note=note, relaxation=relaxation
+    )
 
 
 def _check_measurements(
@@ -519,7 +525,7 @@ def _verify_report_signature(report: AttestationReport, leaf: x509.Certificate) 
 
 def _decide(check: Check, policy: Policy) -> Check:
     """Apply the policy to one check (facts in, decision out)."""
-    decision, note = Decision.REFUSE, check.note
+    decision, note, relaxation = Decision.REFUSE, check.note, check.relaxation
     if check.status in (CheckStatus.PASS, CheckStatus.NOT_PRESENT):
         decision = Decision.ACCEPT
     elif check.status is CheckStatus.NOT_CHECKED:
@@ -528,13 +534,13 @@ def _decide(check: Check, policy: Policy) -> Check:
                 Decision.ACCEPT,
                 "accepted without a nonce by policy (nonce.require: false)",
             )
+            relaxation = "nonce.require: false"
         elif check.id.endswith("ocsp") and not policy.require_ocsp:
             decision, note = Decision.ACCEPT, "accepted unchecked by policy (ocsp.require: false)"
+            relaxation = "ocsp.require: false"
         elif check.collateral_missing:
             decision = Decision.UNDECIDED
-    return Check(
-        check.id, check.title, check.status, check.reason, check.collateral_missing, decision, note
-    )
+    return dataclasses.replace(check, decision=decision, note=note, relaxation=relaxation)
 
 
 def _version_policy(report: AttestationReport, policy: Policy) -> Check:

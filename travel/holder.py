@@ -33,7 +33,8 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from gpucc.assembly import PlatformVerifier
+from gpucc.assembly import PlatformResult, PlatformVerifier
+from gpucc.assembly.record import TrustRecord, release_record
 from gpucc.gpuattest.errors import (
     CollateralUnavailableError,
     EnvironmentProblemError,
@@ -62,6 +63,8 @@ __all__ = [
 ]
 
 _access = logging.getLogger("gpucc.holder.access")
+#: one line per key-release decision: what was released under which trust record, or why not
+_decisions = logging.getLogger("gpucc.holder")
 #: receipts accepted per answered session (without a pinned orchestrator key)
 _RECEIPTS_PER_SESSION = 4
 
@@ -226,18 +229,46 @@ def load_datasets(directory: Path, key_file: Path) -> tuple[DatasetKey, ...]:
     return tuple(keys)
 
 
-def _answer_offer(config: HolderConfig, offer: Offer) -> tuple[bytes, bytes]:
+def _answer_offer(
+    config: HolderConfig, offer: Offer, results: list[PlatformResult]
+) -> tuple[bytes, bytes, TrustRecord]:
+    """Verify ``offer`` through the platform verifier (every result appended to
+    ``results``), wrap the keys to its session, and sign the answer with the release's
+    trust record."""
     verifier = config.verifier
     holder = accept_offer(
         offer,
         challenge=offer.challenge,
-        attest=verifier.gpu_attester(),
-        attest_cvm=verifier.cvm_attester(),
+        attest=verifier.gpu_attester(results.append),
+        attest_cvm=verifier.cvm_attester(results.append),
         allow_gpu_only=verifier.allow_gpu_only,
     )
+    record = release_record([r.record for r in results], gpu_only=holder.version == 1)
     answer = holder.answer([holder.wrap(d) for d in config.datasets]).to_json()
-    envelope = sign_answer(config.signing_key, answer, holder.transcript_hash).to_json()
-    return envelope, holder.transcript_hash
+    envelope = sign_answer(
+        config.signing_key, answer, holder.transcript_hash, record.to_dict()
+    ).to_json()
+    return envelope, holder.transcript_hash, record
+
+
+def _allowed_relaxations(verifier: PlatformVerifier) -> list[str]:
+    """The relaxations the holder's policy allows (used ones are logged per release)."""
+    policy = verifier.settings.policy
+    allowed = []
+    if not policy.require_ocsp:
+        allowed.append("ocsp.require: false")
+    if not policy.require_nonce:
+        allowed.append("nonce.require: false")
+    cvm = policy.cvm
+    for name in ("allow_gpu_only", "allow_unpinned", "allow_debug"):
+        if getattr(cvm, name):
+            allowed.append(f"cvm.{name}: true")
+    return allowed
+
+
+def _failed_checks(results: list[PlatformResult]) -> list[dict[str, str]]:
+    refused = [r for r in results if not r.trusted]
+    return refused[-1].failed_checks() if refused else []
 
 
 def _one_line(exc: BaseException) -> str:
@@ -284,9 +315,18 @@ def build_app(config: HolderConfig) -> Any:
     answered: OrderedDict[str, int] = OrderedDict()
     answered_lock = threading.Lock()
 
-    def refuse(request: Request, status: int, kind: str, message: str) -> Response:
+    def refuse(
+        request: Request,
+        status: int,
+        kind: str,
+        message: str,
+        reasons: list[dict[str, str]] | None = None,
+    ) -> Response:
         request.state.outcome = kind
-        return JSONResponse({"error": kind, "message": message}, status_code=status)
+        body: dict[str, Any] = {"error": kind, "message": message}
+        if reasons:
+            body["reasons"] = reasons
+        return JSONResponse(body, status_code=status)
 
     async def read_body(request: Request) -> bytes | None:
         chunks: list[bytes] = []
@@ -342,10 +382,20 @@ def build_app(config: HolderConfig) -> Any:
             store.consume(parsed.challenge)
         except ChallengeRefused as exc:
             return refuse(request, 409, "challenge-refused", str(exc))
+        results: list[PlatformResult] = []
         try:
-            envelope, transcript = await run_in_threadpool(_answer_offer, config, parsed)
+            envelope, transcript, record = await run_in_threadpool(
+                _answer_offer, config, parsed, results
+            )
         except ProtocolError as exc:
-            return refuse(request, 403, "not-trusted", _one_line(exc))
+            reasons = _failed_checks(results)
+            _decisions.info(
+                json.dumps(
+                    {"event": "refusal", "client": client_of(request), "reasons": reasons},
+                    sort_keys=True,
+                )
+            )
+            return refuse(request, 403, "not-trusted", _one_line(exc), reasons)
         except MalformedInputError as exc:
             return refuse(request, 400, "malformed", _one_line(exc))
         except CollateralUnavailableError as exc:
@@ -356,6 +406,18 @@ def build_app(config: HolderConfig) -> Any:
             answered[transcript.hex()] = _RECEIPTS_PER_SESSION
             while len(answered) > config.max_outstanding:
                 answered.popitem(last=False)
+        _decisions.info(
+            json.dumps(
+                {
+                    "event": "release",
+                    "client": client_of(request),
+                    "transcript_hash": transcript.hex(),
+                    "datasets": len(config.datasets),
+                    "trusted_with": record.to_dict(),
+                },
+                sort_keys=True,
+            )
+        )
         request.state.outcome = "answered"
         return Response(envelope, media_type="application/json")
 
@@ -430,6 +492,28 @@ def store_receipt(directory: Path, receipt: Receipt) -> Path:
     return path
 
 
+_PLAIN = logging.Formatter("%(message)s")
+
+
+class _MarkedFormatter(logging.Formatter):
+    """Adds ``fields`` to every JSON log line (``"simulated": true`` for a holder that trusts
+    a simulation's roots: no line of its log can be read without it)."""
+
+    def __init__(self, fields: dict[str, Any]) -> None:
+        super().__init__("%(message)s")
+        self.fields = fields
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
+        try:
+            doc = json.loads(line)
+        except ValueError:
+            doc = {"message": line}
+        if not isinstance(doc, dict):
+            doc = {"message": doc}
+        return json.dumps({**doc, **self.fields}, sort_keys=True)
+
+
 def serve(
     config: HolderConfig,
     *,
@@ -455,7 +539,8 @@ def serve(
     import ssl
 
     handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter("%(message)s"))
+    simulated = config.verifier.settings.simulated
+    handler.setFormatter(_MarkedFormatter({"simulated": True}) if simulated else _PLAIN)
     for name in ("gpucc.holder.access", "gpucc.holder"):
         log = logging.getLogger(name)
         log.addHandler(handler)
@@ -485,6 +570,8 @@ def serve(
                     "tls": tls is not None,
                     "holder_key_id": key_id(config.signing_key),
                     "datasets": len(config.datasets),
+                    "roots": str(config.verifier.roots),
+                    "policy_relaxations_allowed": _allowed_relaxations(config.verifier),
                 },
                 sort_keys=True,
             )

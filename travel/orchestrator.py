@@ -69,6 +69,8 @@ class Visit:
     model_digest_out: str
     entry: bytes = field(repr=False)
     receipt_kept: bool = False
+    #: the holder's signed record of what its release relied on (relaxations, time, roots)
+    trusted_with: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -172,6 +174,7 @@ def _visit(
         "holder_id": holder.id,
         "holder_url": holder.url,
         "holder_key_id": envelope.holder_key_id,
+        "holder_trusted_with": envelope.trusted_with,
         "evidence_digest": hashlib.sha256(offer.evidence_json).hexdigest(),
         "transcript_hash": answer.transcript_hash.hex(),
         "datasets": [
@@ -312,6 +315,7 @@ def run_plan(
                     model_digest_out=d_out,
                     entry=line,
                     receipt_kept=kept,
+                    trusted_with=body["holder_trusted_with"],
                 )
             )
     except BaseException:

@@ -4,12 +4,15 @@ Holder and orchestrator each have a long-term ECDSA P-384 key (PKCS#8 PEM, mode 
 refused when group or others have access). A key is named by its id: the SHA-256 of its
 SubjectPublicKeyInfo DER.
 
-The answer envelope (``schema: gpucc.holder-envelope/v1``) carries the protocol answer
-bytes unchanged and a signature over::
+The answer envelope (``schema: gpucc.holder-envelope/v2``) carries the protocol answer
+bytes unchanged, the holder's trust record for the release (what it relied on: policy
+relaxations used, verification time, whose roots) and a signature over::
 
-    "gpucc/holder-answer/v1" || transcript_hash (48 bytes) || SHA-256(answer bytes)
+    "gpucc/holder-answer/v2" || transcript_hash (48 bytes) || SHA-256(answer bytes)
+        || SHA-256(canonical JSON of the trust record)
 
-so a signature made for one session cannot be moved to another, nor to other answer bytes.
+so a signature made for one session cannot be moved to another, nor to other answer bytes,
+and the record the holder signed cannot be changed on the way.
 """
 
 from __future__ import annotations
@@ -50,8 +53,8 @@ __all__ = [
     "write_signing_key",
 ]
 
-ENVELOPE_SCHEMA = "gpucc.holder-envelope/v1"
-ENVELOPE_LABEL = b"gpucc/holder-answer/v1"
+ENVELOPE_SCHEMA = "gpucc.holder-envelope/v2"
+ENVELOPE_LABEL = b"gpucc/holder-answer/v2"
 MAX_ENVELOPE_BYTES = 6 * 1024 * 1024
 _MAX_KEY_FILE = 16 * 1024
 _CURVE = ec.SECP384R1()
@@ -172,26 +175,36 @@ class KeyPin:
         return hmac.compare_digest(self.key_id.encode(), other_key_id.encode())
 
 
-def envelope_signing_input(transcript_hash: bytes, answer: bytes) -> bytes:
-    """``label || transcript_hash || SHA-256(answer)``: what the holder signs."""
+def envelope_signing_input(transcript_hash: bytes, answer: bytes, trusted_with: bytes) -> bytes:
+    """``label || transcript_hash || SHA-256(answer) || SHA-256(trusted_with)``: what the
+    holder signs (``trusted_with`` is the canonical JSON of the release's trust record)."""
     if len(transcript_hash) != 48:
         raise ValueError("a transcript hash is 48 bytes")
-    return ENVELOPE_LABEL + transcript_hash + hashlib.sha256(answer).digest()
+    return (
+        ENVELOPE_LABEL
+        + transcript_hash
+        + hashlib.sha256(answer).digest()
+        + hashlib.sha256(trusted_with).digest()
+    )
 
 
 @dataclass(frozen=True)
 class Envelope:
-    """A signed answer.
+    """A signed answer, with what the holder's release trusted.
 
     Attributes:
         answer: the protocol answer bytes (``gpucc.session-answer/v1`` JSON), unchanged.
         holder_public_key: the signer's SPKI DER.
         signature: DER ECDSA-P384-SHA384 over :func:`envelope_signing_input`.
+        trusted_with: the holder's trust record for this release
+            (``gpucc.assembly.record.TrustRecord.to_dict``): the policy relaxations it used,
+            its verification time, whose roots; signed with the answer.
     """
 
     answer: bytes = field(repr=False)
     holder_public_key: bytes
     signature: bytes
+    trusted_with: dict[str, Any] = field(default_factory=dict)
 
     @property
     def holder_key_id(self) -> str:
@@ -207,6 +220,7 @@ class Envelope:
                 "holder_public_key": base64.b64encode(self.holder_public_key).decode(),
                 "holder_key_id": self.holder_key_id,
                 "signature": base64.b64encode(self.signature).decode(),
+                "trusted_with": self.trusted_with,
             }
         )
 
@@ -216,14 +230,16 @@ class Envelope:
 
         Raises:
             MalformedEnvelopeError: too large, not JSON, missing or unknown keys, bad base64,
-                or a key id that does not name the enclosed key.
+                a trust record that is not an object, or a key id that does not name the
+                enclosed key.
         """
         doc = loads_untrusted(
             data, what="answer envelope", error=MalformedEnvelopeError, max_bytes=MAX_ENVELOPE_BYTES
         )
         keys = {"schema", "answer", "holder_public_key", "holder_key_id", "signature"}
+        keys.add("trusted_with")
         if not isinstance(doc, dict) or set(doc) != keys or doc["schema"] != ENVELOPE_SCHEMA:
-            raise MalformedEnvelopeError("not a gpucc.holder-envelope/v1 document")
+            raise MalformedEnvelopeError(f"not a {ENVELOPE_SCHEMA} document")
         try:
             fields = {
                 k: base64.b64decode(doc[k], validate=True)
@@ -233,7 +249,11 @@ class Envelope:
             raise MalformedEnvelopeError(
                 "the answer envelope has a field that is not base64"
             ) from None
-        env = cls(fields["answer"], fields["holder_public_key"], fields["signature"])
+        if not isinstance(doc["trusted_with"], dict):
+            raise MalformedEnvelopeError("the envelope's trust record is not an object")
+        env = cls(
+            fields["answer"], fields["holder_public_key"], fields["signature"], doc["trusted_with"]
+        )
         if not isinstance(doc["holder_key_id"], str) or doc["holder_key_id"] != env.holder_key_id:
             raise MalformedEnvelopeError("the envelope's key id does not name its key")
         return env
@@ -253,7 +273,9 @@ class Envelope:
             key = _load_public_bytes(self.holder_public_key, "the envelope key")
             key.verify(
                 self.signature,
-                envelope_signing_input(transcript_hash, self.answer),
+                envelope_signing_input(
+                    transcript_hash, self.answer, canonical_json(self.trusted_with)
+                ),
                 ec.ECDSA(hashes.SHA384()),
             )
         except (InvalidSignature, KeyFileError, ValueError):
@@ -262,9 +284,20 @@ class Envelope:
             ) from None
 
 
-def sign_answer(key: ec.EllipticCurvePrivateKey, answer: bytes, transcript_hash: bytes) -> Envelope:
-    """The holder's signed envelope for ``answer`` (made for ``transcript_hash``)."""
-    signature = key.sign(envelope_signing_input(transcript_hash, answer), ec.ECDSA(hashes.SHA384()))
+def sign_answer(
+    key: ec.EllipticCurvePrivateKey,
+    answer: bytes,
+    transcript_hash: bytes,
+    trusted_with: dict[str, Any] | None = None,
+) -> Envelope:
+    """The holder's signed envelope for ``answer`` (made for ``transcript_hash``), with the
+    release's trust record."""
+    record = dict(trusted_with or {})
+    signing_input = envelope_signing_input(transcript_hash, answer, canonical_json(record))
+    signature = key.sign(signing_input, ec.ECDSA(hashes.SHA384()))
     return Envelope(
-        answer=answer, holder_public_key=_spki_der(key.public_key()), signature=signature
+        answer=answer,
+        holder_public_key=_spki_der(key.public_key()),
+        signature=signature,
+        trusted_with=record,
     )

@@ -96,14 +96,19 @@ def _decide(check: Check) -> Check:
     return dataclasses.replace(check, decision=decision)
 
 
-def _judged(cid: str, title: str, ok: bool, reason: str = "", note: str = "") -> Check:
+def _judged(
+    cid: str, title: str, ok: bool, reason: str = "", note: str = "", relaxation: str = ""
+) -> Check:
     status = CheckStatus.PASS if ok else CheckStatus.FAIL
     decision = Decision.ACCEPT if ok else Decision.REFUSE
-    return Check(cid, title, status, "" if ok else reason, False, decision, note)
+    relaxed = relaxation if ok else ""
+    return Check(cid, title, status, "" if ok else reason, False, decision, note, relaxed)
 
 
-def _unchecked(cid: str, title: str, decision: Decision, reason: str = "", note: str = "") -> Check:
-    return Check(cid, title, CheckStatus.NOT_CHECKED, reason, False, decision, note)
+def _unchecked(
+    cid: str, title: str, decision: Decision, reason: str = "", note: str = "", relaxation: str = ""
+) -> Check:
+    return Check(cid, title, CheckStatus.NOT_CHECKED, reason, False, decision, note, relaxation)
 
 
 def _tcb_check(findings: CvmFindings, policy: CvmPolicy) -> Check:
@@ -125,12 +130,18 @@ def _tcb_check(findings: CvmFindings, policy: CvmPolicy) -> Check:
     if unaccepted:
         reason = f"{status} with advisories not accepted: {', '.join(unaccepted)}"
         return _judged("cvm-tcb", title, False, reason)
-    note = ""
+    note = relaxation = ""
     if status != "UpToDate":
         note = f"{status} accepted by policy (cvm.accept_tcb_status)"
-        if advisories:
-            note += f" with advisories {', '.join(advisories)} (cvm.accept_advisories)"
-    return _judged("cvm-tcb", title, True, note=note)
+        relaxation = f"cvm.accept_tcb_status: {status}"
+    if advisories:
+        note += (" with" if note else "accepted by policy") + (
+            f" advisories {', '.join(advisories)} (cvm.accept_advisories)"
+        )
+        relaxation += ("; " if relaxation else "") + (
+            f"cvm.accept_advisories: {', '.join(advisories)}"
+        )
+    return _judged("cvm-tcb", title, True, note=note, relaxation=relaxation)
 
 
 def _debug_check(findings: CvmFindings, policy: CvmPolicy) -> Check:
@@ -138,7 +149,9 @@ def _debug_check(findings: CvmFindings, policy: CvmPolicy) -> Check:
     what = "TD" if findings.kind is CvmKind.TDX else "guest"
     if debug and policy.allow_debug:
         note = f"a debuggable {what} accepted by policy (cvm.allow_debug)"
-        return _judged("cvm-debug", "Not debuggable", True, note=note)
+        return _judged(
+            "cvm-debug", "Not debuggable", True, note=note, relaxation="cvm.allow_debug: true"
+        )
     return _judged("cvm-debug", "Not debuggable", not debug, f"the {what} is debuggable")
 
 
@@ -150,7 +163,13 @@ def _measurement_check(findings: CvmFindings, policy: CvmPolicy, require_pins: b
         return _unchecked("cvm-measurements", title, Decision.REFUSE, reason)
     if not pins:
         note = f"not pinned: no cvm.measurements.{findings.kind} in the policy; reported only"
-        return _unchecked("cvm-measurements", title, Decision.ACCEPT, note=note)
+        # Key release needs pins unless the policy names cvm.allow_unpinned; a verdict without
+        # pins says that it trusted whatever the CVM runs.
+        relaxation = "cvm.allow_unpinned: true" if policy.allow_unpinned else ""
+        relaxation = relaxation or f"cvm.measurements.{findings.kind}: none pinned"
+        return _unchecked(
+            "cvm-measurements", title, Decision.ACCEPT, note=note, relaxation=relaxation
+        )
     wrong = [
         name for name, value in sorted(pins.items()) if findings.claims.get(name) != value.lower()
     ]
@@ -166,7 +185,13 @@ def _report_data_check(findings: CvmFindings, policy: CvmPolicy, expected: bytes
             reason = "no expected report data was given"
             return _unchecked("cvm-report-data", title, Decision.REFUSE, reason)
         note = "accepted without expected report data by policy (cvm.require_report_data: false)"
-        return _unchecked("cvm-report-data", title, Decision.ACCEPT, note=note)
+        return _unchecked(
+            "cvm-report-data",
+            title,
+            Decision.ACCEPT,
+            note=note,
+            relaxation="cvm.require_report_data: false",
+        )
     ok = hmac.compare_digest(findings.report_data, expected)
     reason = "the evidence does not commit to this session (another VM's evidence, or a replay)"
     return _judged("cvm-report-data", title, ok, reason)

@@ -250,10 +250,13 @@ def test_refused_answer_is_short_and_lists_every_reason_in_json(work: Path) -> N
     assert len(errors) == 1 and len(errors[0]) < 600, errors
     assert "reasons)" in errors[0] and "more (all with -v or --format json)" in errors[0]
     doc = document(gpucc(*args, "-f", "json", cwd=work), "gpucc.error/v1")
-    reasons = doc["error"]["reasons"]
-    assert len(reasons) >= 2 and reasons[0][:100] in doc["error"]["message"]
+    reasons = doc["error"]["reasons"]  # every failed check, as data
+    assert len(reasons) >= 2 and reasons[0]["detail"][:60] in doc["error"]["message"]
+    assert all(r["part"] == "GPU 0" and r["check"] and r["title"] for r in reasons)
     verbose = gpucc(*args, "-v", cwd=work)
-    assert all(f"refused: {r}" in verbose.stderr for r in reasons)
+    assert all(
+        f"refused: {r['part']}: {r['title']}: {r['detail']}" in verbose.stderr for r in reasons
+    )
 
 
 def _sample_bundle(path: Path) -> None:

@@ -131,9 +131,70 @@ def test_session_local_runs_version_2(work: Path) -> None:
 def test_stale_cvm_collateral_is_exit_3_and_releases_nothing(work: Path) -> None:
     import datetime as dt
 
-    challenge = offer(work, "s")
-    later = (dt.datetime.now(dt.UTC) + dt.timedelta(days=40)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    stale = answer(work, "s", challenge, "--at", later)
+    from gpucc.assembly import Platform, PlatformVerifier, Settings, SimulatedSource
+    from gpucc.staging.release import create_offer
+
+    # A CVM whose collateral was issued 40 days ago: stale now, when keys are released.
+    challenge = run("session", "challenge", cwd=work).stdout.strip()
+    old = SimulatedSource(work / "sim", now=dt.datetime.now(dt.UTC) - dt.timedelta(days=40))
+    platform = Platform(source=old, verifier=PlatformVerifier(Settings()))
+    made, _ = create_offer(
+        bytes.fromhex(challenge), platform.collect(), collect_cvm=platform.collect_cvm()
+    )
+    (work / "s.json").write_bytes(made.to_json())
+    stale = answer(work, "s", challenge)
     assert stale.returncode == 3
     assert "undecided" in last_error(stale) and "expired" in last_error(stale)
     assert not (work / "s-answer.json").exists()
+
+
+@pytest.mark.parametrize("how", ["--at", "GPUCC_AT"])
+def test_key_release_refuses_a_verification_time_other_than_now(work: Path, how: str) -> None:
+    import datetime as dt
+
+    challenge = offer(work, "t")
+    past = (dt.datetime.now(dt.UTC) - dt.timedelta(days=30)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    if how == "--at":
+        refused = answer(work, "t", challenge, "--at", past)
+    else:
+        refused = run_cli(
+            "session", "answer", "t.json", "--challenge", challenge, "--dataset", "d.gcc",
+            "--key-file", "k.key", "-o", "t-answer.json", "--simulate", "sim",
+            "--state-dir", "state", cwd=work, env={"GPUCC_AT": past},
+        )  # fmt: skip
+    assert refused.returncode == 2, refused.stderr
+    assert "current time" in last_error(refused)
+    assert not (work / "t-answer.json").exists()
+    local = run_cli(
+        "session", "local", "d.gcc", "--key-file", "k.key", "-o", "l.json", "--host-key", "l.key",
+        "--simulate", "sim", cwd=work, env={"GPUCC_AT": past},
+    )  # fmt: skip
+    assert local.returncode == 2 and not (work / "l.json").exists()
+
+
+def test_a_release_says_what_it_trusted_also_with_q(work: Path) -> None:
+    relaxed = policy(
+        work,
+        "cvm:\n  allow_unpinned: true\n  accept_tcb_status: [UpToDate, OutOfDate]\n",
+    )
+    challenge = offer(work, "r")
+    made = answer(work, "r", challenge, "--policy", relaxed, "--format", "json", "-q")
+    assert made.returncode == 0, made.stderr
+    record = json.loads(made.stdout)["trusted_with"]
+    items = {r["item"] for r in record["relaxations"]}
+    # used, not merely allowed: the simulated TD is UpToDate, so its TCB needed no relaxation
+    assert "cvm.allow_unpinned: true" in items and "ocsp.require: false" in items
+    assert not any(i.startswith("cvm.accept_tcb_status") for i in items)
+    assert record["roots"] == "simulated" and record["simulated"] is True
+    assert record["time_source"] == "clock"
+    assert "cvm.allow_unpinned: true" in made.stderr and "SIMULATED" in made.stderr
+
+
+def test_a_cvm_refusal_carries_its_failed_checks_as_data(work: Path) -> None:
+    pinned = policy(work, "cvm:\n  measurements:\n    tdx:\n      mrtd: '" + "ab" * 48 + "'\n")
+    challenge = offer(work, "x")
+    refused = answer(work, "x", challenge, "--policy", pinned, "--format", "json")
+    assert refused.returncode == 1
+    reasons = json.loads(refused.stdout)["error"]["reasons"]
+    assert {"part": "CVM", "check": "cvm-measurements"}.items() <= reasons[0].items()
+    assert "mrtd" in reasons[0]["detail"]

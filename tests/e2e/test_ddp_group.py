@@ -37,6 +37,7 @@ from gpucc.gpuattest.collateral import NoOcsp, rim_sources_from_mapping
 from gpucc.gpuattest.cvm.appraise import CvmResult, verify_cvm_evidence
 from gpucc.gpuattest.cvm.policy import parse_cvm_policy
 from gpucc.gpuattest.cvm.tdx_sim import SIMULATED_MRTD, simulated_tdx
+from gpucc.gpuattest.errors import UsageError
 from gpucc.gpuattest.evidence import EvidenceSet
 from gpucc.gpuattest.policy import parse_policy
 from gpucc.gpuattest.simulate import SimulatedGpu
@@ -89,6 +90,8 @@ def attest_cvm(evidence: bytes, collateral: bytes | None, expected: bytes) -> Cv
 
 
 def establish(gpu: SimulatedGpu = GOOD, **kwargs: Any) -> GroupKeys:
+    # Groups without a CVM verifier bind to GPU evidence only: the named relaxation.
+    kwargs.setdefault("allow_gpu_only", "attest_cvm" not in kwargs)
     return GroupKeys.establish(
         collect=collector(gpu), attest=attest, timeout=GROUP_TIMEOUT, **kwargs
     )
@@ -273,6 +276,16 @@ def scenario(rank: int, size: int) -> dict[str, Any]:
         out["gpu_only_peer"] = {"error": None}
     except PeerNotTrustedError as exc:
         out["gpu_only_peer"] = describe(exc)
+    # Without the relaxation a group that cannot check CVM evidence is refused before setup.
+    try:
+        GroupKeys.establish(collect=collector(GOOD), attest=attest, timeout=GROUP_TIMEOUT)
+        out["gpu_only_default"] = {"error": None}
+    except UsageError as exc:
+        out["gpu_only_default"] = {"error": "UsageError", "message": str(exc)}
+    out["relaxations"] = {
+        "gpu_only": list(keys.relaxations),
+        "cvm": list(establish(collect_cvm=collect_cvm, attest_cvm=attest_cvm).relaxations),
+    }
     if size >= 3:
         try:
             establish(OTHER if rank == size - 1 else GOOD)
@@ -477,3 +490,14 @@ def test_ranks_requiring_cvm_evidence_refuse_a_gpu_only_peer(group: Any) -> None
         got = r["gpu_only_peer"]
         assert got["error"] == "PeerNotTrustedError" and got["ranks"] == [size - 1], got
         assert "GPU-only" in got["message"]
+
+
+def test_a_group_without_cvm_evidence_is_refused_unless_the_relaxation_is_named(
+    group: Any,
+) -> None:
+    _, results = group
+    for r in results:
+        assert r["gpu_only_default"]["error"] == "UsageError"
+        assert "allow_gpu_only" in r["gpu_only_default"]["message"]
+        # the relaxation shows where it was used, and only there
+        assert r["relaxations"] == {"gpu_only": ["cvm.allow_gpu_only: true"], "cvm": []}

@@ -159,11 +159,16 @@ def test_every_refusal_is_json_logged_and_closes(world: World) -> None:
     time.sleep(0.2)
     logged = _access(h)[before:]
     assert sorted(e["status"] for e in logged) == sorted(s for _, s in cases)
+    # a holder that trusts a simulation's roots says so on every line
     assert all(
         set(e)
-        == {"event", "time", "client", "method", "path", "status", "outcome", "bytes_out", "ms"}
+        == {
+            "event", "time", "client", "method", "path", "status", "outcome", "bytes_out", "ms",
+            "simulated",
+        }
+        and e["simulated"] is True
         for e in logged
-    )
+    )  # fmt: skip
 
 
 def test_keep_alive_pipelining_and_head(world: World) -> None:

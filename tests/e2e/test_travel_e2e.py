@@ -322,9 +322,18 @@ def test_three_holders_each_staged_once_scrubbed_and_logged(world: World, tmp_pa
         offers = [e for e in lines if e.get("path") == "/v1/offer"]
         assert offers and all(
             set(e)
-            <= {"event", "time", "client", "method", "path", "status", "outcome", "bytes_out", "ms"}
+            <= {
+                "event", "time", "client", "method", "path", "status", "outcome", "bytes_out",
+                "ms", "simulated",
+            }
+            and e["simulated"] is True  # these holders trust a simulation's roots
             for e in offers
-        )
+        )  # fmt: skip
+        # each release is logged with what it trusted, as signed into the journey log
+        releases = [e for e in lines if e.get("event") == "release"]
+        assert len(releases) == 1 and releases[0]["trusted_with"]["roots"] == "simulated"
+        entry = entries[("a", "b", "c").index(name)]
+        assert entry["holder_trusted_with"] == releases[0]["trusted_with"]
 
 
 def test_cli_run_and_verify_log(world: World, tmp_path: Path) -> None:

@@ -66,20 +66,31 @@ TRANSCRIPT_HASH = bytes.fromhex(
     "c7de24a5a938b9a562499cee90600fb6"
 )
 ANSWER = b'{"schema":"gpucc.session-answer/v1"}'
+TRUSTED_WITH = {
+    "relaxations": [],
+    "roots": "vendor",
+    "simulated": False,
+    "time_origin": None,
+    "time_source": "clock",
+    "verified_at": "2026-01-01T00:00:00Z",
+}
 SIGNING_INPUT = (
-    "67707563632f686f6c6465722d616e737765722f7631"
+    "67707563632f686f6c6465722d616e737765722f7632"
     "96ac37295595283c299cf2376495e683b93528e96d264c8757ef8eb232d56749"
     "c7de24a5a938b9a562499cee90600fb6"
     "8799497cad6db6f4ad205ec8cf4d726f35dccdcc2a5666c6c21bc3bf3ef704fa"
+    "e47ec6cf54a74e2ed826e31fdbeb7800fb23b4fd0506b876aab25a145eb01445"
 )
 ENVELOPE = (
     '{"answer":"eyJzY2hlbWEiOiJncHVjYy5zZXNzaW9uLWFuc3dlci92MSJ9",'
     '"holder_key_id":"4072712ca47af65a9baef4352f0f1f74cbc7c5e281f12412b7ee40256bde3bee",'
     '"holder_public_key":"MHYwEAYHKoZIzj0CAQYFK4EEACIDYgAEs0uMBjFVcCHdXaeWSw9kVEOpaaGvng4zwevR6RI9'
     'Mp7X8HueN9aySZc1HaNlbeUyvh0yjnAAXA51n5MyDbvMC2TAxtXXwhIvo2SfIO7wV5XAcCR7yH2BrtumsDzyRN3T",'
-    '"schema":"gpucc.holder-envelope/v1",'
-    '"signature":"MGYCMQC66zA7asHph5oFEZXgefFOCq9f95IAc8GiKJr9dbLjys0RnhUIuGSS3gwTpkWAKu4CMQClW7R+'
-    'tZYMY8H+KvDwHOAjp9g+y6t75Eae3+aTqN7uKJalxFMxup7FYUsKbuxdsSg="}'
+    '"schema":"gpucc.holder-envelope/v2",'
+    '"signature":"MGQCMHXFPKiSCEs9GQMWaWfbUSt3QsyeJ4JdL3Btr0b3/yJmPpEW+L3jhCG+Z2EjSM9IJwIwNb1asX5C'
+    'KzKGCfbWRunIamTxL3rS98j63swVvFsQM31naEGKCrWrPxuWeveoL4Tu",'
+    '"trusted_with":{"relaxations":[],"roots":"vendor","simulated":false,"time_origin":null,'
+    '"time_source":"clock","verified_at":"2026-01-01T00:00:00Z"}}'
 )
 ORCH_SCALAR = b"\x44" * 48
 ORCH_KEY_ID = "27307e132ac9018293a1c31513e8098ac63a144fb4fe60fa1c33967d5a919e7d"
@@ -108,18 +119,28 @@ def _key(scalar: bytes) -> ec.EllipticCurvePrivateKey:
 
 def test_envelope_vector() -> None:
     holder = _key(HOLDER_SCALAR)
+    record = canonical_json(TRUSTED_WITH)
     assert key_id(holder) == HOLDER_KEY_ID
-    assert envelope_signing_input(TRANSCRIPT_HASH, ANSWER).hex() == SIGNING_INPUT
-    assert SIGNING_INPUT[:44] == b"gpucc/holder-answer/v1".hex()
-    assert SIGNING_INPUT[-64:] == hashlib.sha256(ANSWER).hexdigest()
+    assert envelope_signing_input(TRANSCRIPT_HASH, ANSWER, record).hex() == SIGNING_INPUT
+    assert SIGNING_INPUT[:44] == b"gpucc/holder-answer/v2".hex()
+    assert SIGNING_INPUT[-128:-64] == hashlib.sha256(ANSWER).hexdigest()
+    assert SIGNING_INPUT[-64:] == hashlib.sha256(record).hexdigest()
     env = Envelope.from_json(ENVELOPE.encode())
     assert env.answer == ANSWER and env.holder_key_id == HOLDER_KEY_ID
+    assert env.trusted_with == TRUSTED_WITH
     env.verify(KeyPin(HOLDER_KEY_ID), TRANSCRIPT_HASH)
     env.verify(KeyPin.parse(public_pem(holder).decode(), "pin"), TRANSCRIPT_HASH)
     with pytest.raises(HolderAuthenticationError):
         env.verify(KeyPin(HOLDER_KEY_ID), bytes(48))  # another session's transcript
+    # the signed record cannot be changed on the way: a relaxation hidden or added breaks it
+    relaxed = dict(TRUSTED_WITH, relaxations=[{"item": "ocsp.require: false"}])
+    with pytest.raises(HolderAuthenticationError):
+        Envelope(env.answer, env.holder_public_key, env.signature, relaxed).verify(
+            KeyPin(HOLDER_KEY_ID), TRANSCRIPT_HASH
+        )
     # a fresh signature over the same input verifies too (ECDSA signatures are randomised)
-    sign_answer(holder, ANSWER, TRANSCRIPT_HASH).verify(KeyPin(HOLDER_KEY_ID), TRANSCRIPT_HASH)
+    fresh = sign_answer(holder, ANSWER, TRANSCRIPT_HASH, TRUSTED_WITH)
+    fresh.verify(KeyPin(HOLDER_KEY_ID), TRANSCRIPT_HASH)
     for value in (HOLDER_KEY_ID, SIGNING_INPUT[:64], ENVELOPE[:80]):
         assert value in DOCS.replace("\n", "")
 
