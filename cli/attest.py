@@ -19,6 +19,7 @@ from .attest_cvm import (
     CvmReportDataOption,
     verify_cvm,
 )
+from .command import App
 from .options import (
     AtOption,
     CacheDirOption,
@@ -46,8 +47,11 @@ if TYPE_CHECKING:
     from gpucc.gpuattest.policy import Policy
     from gpucc.gpuattest.result import AttestationResult
 
-evidence_app = typer.Typer(
-    help="Collect GPU evidence.", no_args_is_help=True, pretty_exceptions_show_locals=False
+evidence_app = App(
+    group="evidence",
+    help="Collect GPU evidence.",
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,
 )
 
 
@@ -234,7 +238,6 @@ def attest(
         ),
     ] = None,
     force: ForceOption = False,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
     cvm_evidence: CvmEvidenceOption = None,
     cvm_collateral: CvmCollateralOption = None,
     cvm_report_data: CvmReportDataOption = None,
@@ -252,8 +255,10 @@ def attest(
     from gpucc.gpuattest.trust import TrustRoots
     from gpucc.gpuattest.verifier import verify
 
+    from .invocation import current
     from .render import verdict_exit_code
 
+    verbose = current().verbosity >= 1  # -v (every command's option): values in full
     now = parse_time(at)
     pol: Policy = load_policy(policy) if policy else Policy()
     ev: EvidenceSet
@@ -358,10 +363,9 @@ def attest(
 def _print(result: AttestationResult, *, output: OutputFormat, verbose: bool) -> None:
     """Print a result: its JSON document, or the text report (Rich's console only for a
     terminal or a composite result: it costs more to import than verifying)."""
-    from .output import emit
+    from .output import console, emit
     from .plain import is_terminal, render_plain
     from .render import attest_document, render_text
-    from .terminal import console
 
     if output is OutputFormat.JSON:
         emit(attest_document(result))

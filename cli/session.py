@@ -29,7 +29,8 @@ import typer
 from gpucc.gpuattest.errors import NotTrustedError, UsageError
 from gpucc.gpuattest.files import refuse_existing
 
-from .logs import STATE
+from .command import App
+from .invocation import current
 from .options import (
     AtOption,
     CollateralOption,
@@ -56,7 +57,8 @@ if TYPE_CHECKING:
 
 __all__ = ["session_app"]
 
-session_app = typer.Typer(
+session_app = App(
+    group="session",
     help="Release dataset keys only to a GPU session whose attestation verified.",
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,
@@ -280,7 +282,7 @@ def _refused(exc: Exception, verdicts: list[AttestationOutcome]) -> Exception:
     )
     more = len(reasons) - _SHOWN_REASONS
     tail = f"; and {more} more (all with -v or --format json)" if more > 0 else ""
-    if STATE.verbosity >= 1 and not STATE.json:
+    if current().verbosity >= 1 and not current().json:
         for reason in reasons:
             note(f"  refused: {reason}")
     count = f"{len(reasons)} reason{'s' if len(reasons) != 1 else ''}"

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from .command import App
 from .holder import keygen
 from .options import FormatOption, OutputFormat
 from .output import emit, note, out
@@ -27,7 +28,8 @@ if TYPE_CHECKING:
 
 __all__ = ["travel_app"]
 
-travel_app = typer.Typer(
+travel_app = App(
+    group="travel",
     help="Visit data holders in turn: attest, stage, train, scrub, rotate, log.",
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,
@@ -197,7 +199,6 @@ def verify_log(
 
 
 if __name__ == "__main__":  # pragma: no cover
-    from .boundary import run_app, wrap_commands
+    from .boundary import run_app
 
-    wrap_commands(travel_app)
     sys.exit(run_app(travel_app))
