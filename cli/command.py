@@ -140,7 +140,7 @@ def _label(param: Any) -> str:
 def path_rule(param: Any) -> PathRule | None:
     """The rule of a parameter whose type is the framework's path type (known by its public
     attributes: Typer carries its own Click, which gpucc does not import); None for others."""
-    kind = getattr(param, "type", None)
+    kind: Any = getattr(param, "type", None)
     if not all(hasattr(kind, a) for a in ("exists", "file_okay", "dir_okay", "readable")):
         return None
     return PathRule(_label(param), bool(kind.exists), bool(kind.file_okay), bool(kind.dir_okay))
@@ -199,14 +199,15 @@ class Command(TyperCommand):
         try:
             return super().parse_args(ctx, list(args))
         except typer.BadParameter as exc:
-            refused = path_rule(exc.param) if exc.param is not None else None
-            if refused is None:
+            param = exc.param
+            refused = path_rule(param) if param is not None else None
+            if param is None or refused is None:
                 raise
             opts, _, _ = self.make_parser(ctx).parse_args(args=list(args))
             given = {p.name: p.consume_value(ctx, opts)[0] for p in self.params}
             # The first path in the command's own order, as when every path is allowed
             # through (the framework refuses in command-line order).
-            checks = [*self.path_rules.items(), (exc.param.name, refused)]
+            checks = [*self.path_rules.items(), (str(param.name), refused)]
             found = (_path_problem(given.get(name), rule) for name, rule in checks)
             problem = next((p for p in found if p is not None), None)
             if problem is None:
@@ -231,12 +232,14 @@ class Command(TyperCommand):
             return self._guarded(ctx, invocation, own)
 
     def _guarded(self, ctx: Any, invocation: Invocation, own: dict[str, Any]) -> Any:
+        # the framework's own exits and usage errors, and what is reported, pass through
+        passing: tuple[type[Exception], ...] = (*_exits(), Reported, typer.Abort, TyperException)
         try:
             try:
                 for name, rule in self.path_rules.items():
                     rule.check_all(own.get(name))
                 value = ctx.invoke(self.callback, **own) if self.callback else None
-            except (typer.Exit, *_click_exits()) as exc:
+            except _exits() as exc:
                 code = int(getattr(exc, "exit_code", 1))
                 if not publish(invocation, code) and code != 0:
                     report(invocation, outcome_for_code(code), f"failed (exit {code})")
@@ -248,8 +251,8 @@ class Command(TyperCommand):
                 raise Reported(report_error(invocation, exc)) from None
             publish(invocation, 0)
             return value
-        except (typer.Exit, *_click_exits(), Reported, typer.Abort, TyperException):
-            raise  # the framework's own exits and usage errors, and what is reported
+        except passing:
+            raise
         except OSError as exc:
             if not isinstance(exc, BrokenPipeError) and exc.errno != errno.EPIPE:
                 raise Reported(report_bug(invocation, exc)) from None
@@ -271,20 +274,21 @@ def _path_problem(given: object, rule: PathRule) -> FileAccessError | None:
             rule.check(item)
         except FileAccessError as exc:
             return exc
-        if not os.access(item, os.R_OK):
+        if not os.access(str(item), os.R_OK):
             return FileAccessError(f"cannot read {rule.label} {item}: permission denied")
     return None
 
 
-def _click_exits() -> tuple[type[Exception], ...]:
-    """Click's ``Exit``, where Typer uses an installed Click (Typer 0.28 carries its own copy
-    of Click and installs none, so ``click`` is looked at only if something imported it)."""
+def _exits() -> tuple[type[Exception], ...]:
+    """``typer.Exit``, and Click's ``Exit`` where Typer uses an installed Click (Typer 0.28
+    carries its own copy of Click and installs none, so ``click`` is looked at only if
+    something imported it)."""
 
     click_exceptions = sys.modules.get("click.exceptions")
     exit_type = getattr(click_exceptions, "Exit", None)
     if isinstance(exit_type, type) and issubclass(exit_type, Exception):
-        return (exit_type,)
-    return ()
+        return (typer.Exit, exit_type)
+    return (typer.Exit,)
 
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -301,7 +305,7 @@ class App(typer.Typer):
         super().__init__(**settings)
         self.group = group
 
-    def command(  # type: ignore[override]
+    def command(
         self, name: str | None = None, *, cls: type[TyperCommand] | None = None, **settings: Any
     ) -> Callable[[F], F]:
         path = " ".join(p for p in (self.group, name or "") if p)

@@ -67,13 +67,13 @@ def _framework_writes(tree: ast.Module) -> list[str]:
             text = ast.unparse(target)
             base = target.value
             if target.attr in ("__signature__", "__wrapped__", "__annotations__"):
-                found.append(f"line {node.lineno}: {text}")
+                found.append(f"line {getattr(node, 'lineno', 0)}: {text}")
             elif isinstance(base, ast.Name) and base.id in suspects:
-                found.append(f"line {node.lineno}: {text}")
+                found.append(f"line {getattr(node, 'lineno', 0)}: {text}")
             elif any(n in ast.unparse(base) for n in FRAMEWORK_NAMES):
-                found.append(f"line {node.lineno}: {text}")
+                found.append(f"line {getattr(node, 'lineno', 0)}: {text}")
             elif ast.unparse(base).startswith(("typer.", "click.")):
-                found.append(f"line {node.lineno}: {text}")
+                found.append(f"line {getattr(node, 'lineno', 0)}: {text}")
     return found
 
 
