@@ -22,6 +22,7 @@ from .attest_cvm import (
     cvm_report_data_value,
     read_cvm_evidence,
 )
+from .command import App
 from .options import (
     AtOption,
     CacheDirOption,
@@ -48,8 +49,11 @@ if TYPE_CHECKING:
     from gpucc.gpuattest.netconfig import NetworkSettings
     from gpucc.gpuattest.policy import Policy
 
-evidence_app = typer.Typer(
-    help="Collect GPU evidence.", no_args_is_help=True, pretty_exceptions_show_locals=False
+evidence_app = App(
+    group="evidence",
+    help="Collect GPU evidence.",
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,
 )
 
 
@@ -212,7 +216,6 @@ def attest(
         ),
     ] = None,
     force: ForceOption = False,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
     cvm_evidence: CvmEvidenceOption = None,
     cvm_collateral: CvmCollateralOption = None,
     cvm_report_data: CvmReportDataOption = None,
@@ -229,8 +232,10 @@ def attest(
     from gpucc.gpuattest.evidence import parse_nonce_hex
     from gpucc.gpuattest.policy import Policy, load_policy
 
+    from .invocation import current
     from .render import verdict_exit_code
 
+    verbose = current().verbosity >= 1  # -v (every command's option): values in full
     now = parse_time(at)
     pol: Policy = load_policy(policy) if policy else Policy()
     ev: EvidenceSet | None = None
@@ -336,10 +341,9 @@ def attest(
 def _print(result: PlatformResult, *, output: OutputFormat, verbose: bool) -> None:
     """Print a result: its JSON document, or the text report (Rich's console only for a
     terminal or a composite result: it costs more to import than verifying)."""
-    from .output import emit
+    from .output import console, emit
     from .plain import is_terminal, render_plain
     from .render import attest_document, render_text
-    from .terminal import console
 
     if output is OutputFormat.JSON:
         emit(attest_document(result))

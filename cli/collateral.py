@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from .command import App
 from .exitcodes import COLLATERAL
-from .logs import STATE
+from .invocation import current
 from .options import (
     CacheDirOption,
     DeadlineOption,
@@ -30,7 +31,8 @@ if TYPE_CHECKING:
     from gpucc.gpuattest.collateral import OcspTarget, RimSource
     from gpucc.gpuattest.ocsp import OcspClient, OcspFetch
 
-collateral_app = typer.Typer(
+collateral_app = App(
+    group="collateral",
     help="Gather RIMs and OCSP responses into a bundle for verification without network.",
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,
@@ -39,7 +41,8 @@ collateral_app = typer.Typer(
 
 def _show_progress() -> bool:
     """One line per fetched item on stderr: on a terminal, or with -v."""
-    return STATE.verbosity >= 1 or (STATE.verbosity == 0 and sys.stderr.isatty())
+    verbosity = current().verbosity
+    return verbosity >= 1 or (verbosity == 0 and sys.stderr.isatty())
 
 
 class _RimProgress:

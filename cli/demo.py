@@ -43,7 +43,7 @@ def demo(
     from gpucc.staging.errors import ChunkAuthenticationError
     from gpucc.staging.release import CollectedEvidence, DatasetKey, local_session
 
-    from .terminal import console
+    from .output import console
 
     out = console(stderr=fmt is OutputFormat.JSON)
     steps: list[dict[str, Any]] = []

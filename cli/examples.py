@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import typer
-
 EXAMPLES: dict[str, tuple[str, ...]] = {
     "attest": (
         "gpucc attest --sample --at 2024-01-01T00:00:00Z",
@@ -56,14 +54,9 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
 }
 
 
-def add_examples(app: typer.Typer, prefix: str = "") -> None:
-    """Set each command's epilog to its examples (commands without any keep theirs)."""
-    for info in app.registered_commands:
-        name = info.name or (info.callback.__name__.replace("_", "-") if info.callback else "")
-        path = f"{prefix} {name}".strip()
-        examples = EXAMPLES.get(path)
-        if examples and not info.epilog:
-            info.epilog = "Examples:\n\n" + "\n\n".join(f"  {e}" for e in examples)
-    for group in app.registered_groups:
-        if group.typer_instance is not None:
-            add_examples(group.typer_instance, f"{prefix} {group.name or ''}".strip())
+def epilog_for(path: str) -> str | None:
+    """The ``--help`` epilog of the command ``path`` (``session offer``): its examples."""
+    examples = EXAMPLES.get(path)
+    if not examples:
+        return None
+    return "Examples:\n\n" + "\n\n".join(f"  {e}" for e in examples)

@@ -19,6 +19,7 @@ import typer
 
 from gpucc.gpuattest.errors import UsageError
 
+from .command import App
 from .options import (
     CollateralOption,
     FormatOption,
@@ -34,7 +35,8 @@ if TYPE_CHECKING:
 
 __all__ = ["holder_app", "keygen"]
 
-holder_app = typer.Typer(
+holder_app = App(
+    group="holder",
     help="Run a data holder's key-release service for travelling GPUs.",
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,
@@ -403,7 +405,6 @@ def receipts_cmd(
 
 
 if __name__ == "__main__":  # pragma: no cover - the tests run the service this way
-    from .boundary import run_app, wrap_commands
+    from .boundary import run_app
 
-    wrap_commands(holder_app)
     sys.exit(run_app(holder_app))

@@ -4,6 +4,10 @@ The libraries log under ``gpucc.*`` and never configure logging themselves. Ever
 takes ``-v/--verbose`` (repeatable) and ``-q/--quiet``; without them ``GPUCC_LOG_LEVEL`` (or
 ``NVAT_LOG_LEVEL``) sets the level. ``-v`` shows progress information and, for an internal
 error, its traceback; ``-vv`` shows debug records and the traceback of every error.
+
+:func:`configure` returns the verbosity it chose; the command boundary keeps it in the
+command's invocation (``cli.invocation``), where the output helpers read it. This module
+keeps no state of its own and imports only the escaping of ``cli.terminal``.
 """
 
 from __future__ import annotations
@@ -11,26 +15,14 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from dataclasses import dataclass
 from typing import Any
+
+from .terminal import safe_text
 
 LOGGER_NAME = "gpucc"
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING}
 _LEVELS |= {"warn": logging.WARNING, "error": logging.ERROR, "critical": logging.CRITICAL}
 _LEVELS |= {"trace": logging.DEBUG, "off": logging.CRITICAL + 10, "none": logging.CRITICAL + 10}
-
-
-@dataclass
-class _State:
-    verbosity: int = 0  # -1 quiet, 0 default, 1 -v, 2 -vv and more
-    json: bool = False  # the command's result (or error) goes to stdout as JSON
-    result_emitted: bool = False  # a result document is out: an error adds only its line
-    command: str = ""  # the command path, e.g. "session offer" (hints name its options)
-    hold_results: bool = False  # the boundary writes the result once the exit status is known
-    pending: dict[str, Any] | None = None  # the result document held until then
-
-
-STATE = _State()
 
 
 def level_from_env(environ: dict[str, str] | None = None) -> int | None:
@@ -48,35 +40,28 @@ class _SafeFormatter(logging.Formatter):
     untrusted input); the traceback of ``-vv`` stays as Python wrote it."""
 
     def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 - logging's name
-        from .terminal import safe_text
-
         return safe_text(super().formatMessage(record))
 
     def formatException(self, ei: Any) -> str:  # noqa: N802 - logging's name
-        from .terminal import safe_text
-
         return "\n".join(safe_text(line) for line in super().formatException(ei).splitlines())
 
 
-def configure(verbose: int, quiet: bool) -> None:
-    """Set the ``gpucc`` logger's level and its one stderr handler."""
+def configure(verbose: int, quiet: bool) -> int:
+    """Set the ``gpucc`` logger's level and its one stderr handler; return the verbosity
+    (-1 quiet, 0 default, 1 ``-v``, 2 ``-vv`` or a debug level from the environment)."""
     if quiet:
-        STATE.verbosity = -1
-        level = logging.ERROR
+        verbosity, level = -1, logging.ERROR
     elif verbose:
-        STATE.verbosity = verbose
-        level = logging.INFO if verbose == 1 else logging.DEBUG
+        verbosity, level = verbose, logging.INFO if verbose == 1 else logging.DEBUG
     else:
-        STATE.verbosity = 0
         env_level = level_from_env()
         level = logging.WARNING if env_level is None else env_level
-        if env_level is not None and env_level <= logging.DEBUG:
-            STATE.verbosity = 2
+        verbosity = 2 if env_level is not None and env_level <= logging.DEBUG else 0
     logger = logging.getLogger(LOGGER_NAME)
     logger.setLevel(level)
     logger.propagate = False
-    if not any(getattr(h, "_gpucc", False) for h in logger.handlers):
+    if not any(isinstance(h.formatter, _SafeFormatter) for h in logger.handlers):
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(_SafeFormatter("gpucc: %(levelname)s: %(message)s"))
-        handler._gpucc = True  # type: ignore[attr-defined]
         logger.addHandler(handler)
+    return verbosity

@@ -18,8 +18,8 @@ from typing import Annotated
 
 import typer
 
-from .boundary import run_app, wrap_commands
-from .examples import add_examples
+from .boundary import run_app
+from .command import App
 
 #: (module, attribute, name, is a group), in the order ``--help`` lists them. Every
 #: module is imported when its command is built: a failed import is an error, not a gap.
@@ -58,7 +58,7 @@ def main(
 
 def build(only: str | None = None) -> typer.Typer:
     """The application with every command, or with only the command (or group) ``only``."""
-    application = typer.Typer(
+    application = App(
         name="gpucc",
         help="Verify NVIDIA H100 confidential-computing attestation and stage sealed datasets.",
         no_args_is_help=True,
@@ -76,8 +76,6 @@ def build(only: str | None = None) -> typer.Typer:
             application.add_typer(target, name=name)
         else:
             application.command(name)(target)
-    add_examples(application)
-    wrap_commands(application)
     return application
 
 

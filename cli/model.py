@@ -21,6 +21,7 @@ import typer
 
 from gpucc.gpuattest.errors import UsageError
 
+from .command import App
 from .options import FormatOption, OutputFormat
 from .output import emit, format_rate, note, out, write_stdout
 from .seal import format_size, parse_size
@@ -30,7 +31,8 @@ if TYPE_CHECKING:
 
 __all__ = ["model_app"]
 
-model_app = typer.Typer(
+model_app = App(
+    group="model",
     help="Digest, sign and verify ML models (OpenSSF model-signing v1.0 compatible).",
     no_args_is_help=True,
 )

@@ -9,19 +9,38 @@ always reads exactly one document.
 Every byte for stdout passes through :func:`write_stdout`: written in full with
 ``os.write``, so a reader that goes away is a :class:`BrokenPipeError` (exit 141) however
 large the write, never a silent loss. Text for people is escaped (``terminal.safe_text``)
-on its way out.
+on its way out; :func:`console` is the one rich console commands draw with.
+
+Whether ``-q`` silences a line and whether a result is held come from the command's
+:class:`~gpucc.cli.invocation.Invocation` (:func:`~gpucc.cli.invocation.current`).
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
-from typing import Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
-from .logs import STATE
-from .terminal import json_for_terminal, safe_text
+from .invocation import current
+from .terminal import control_free, json_for_terminal, safe_text
 
-__all__ = ["emit", "format_bytes", "format_rate", "note", "out", "warn", "write_stdout"]
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.segment import Segment
+
+__all__ = [
+    "console",
+    "emit",
+    "format_bytes",
+    "format_rate",
+    "note",
+    "out",
+    "warn",
+    "write_document",
+    "write_stdout",
+]
 
 
 def write_stdout(data: str | bytes) -> None:
@@ -52,7 +71,7 @@ def out(*lines: str) -> None:
 
 def note(message: str) -> None:
     """One line for people on stderr, prefixed ``gpucc:``, escaped; nothing with ``-q``."""
-    if STATE.verbosity < 0:
+    if current().quiet:
         return
     sys.stderr.write(f"gpucc: {safe_text(message)}\n")
     sys.stderr.flush()
@@ -75,8 +94,9 @@ def emit(document: dict[str, Any]) -> None:
     """
     if "schema" not in document:
         raise ValueError("every JSON document names its schema")
-    if STATE.hold_results:
-        STATE.pending = document
+    result = current().result
+    if result.hold:
+        result.document = document
         return
     write_document(document)
 
@@ -86,7 +106,7 @@ def write_document(document: dict[str, Any]) -> None:
     import json
 
     write_stdout(json_for_terminal(json.dumps(document, indent=2)) + "\n")
-    STATE.result_emitted = True
+    current().result.written = True
 
 
 def format_bytes(nbytes: float) -> str:
@@ -111,3 +131,63 @@ def format_rate(nbytes: float, seconds: float) -> str:
     if rate >= 1e3:
         return f"{rate / 1e3:.1f} kB/s"
     return f"{rate:.0f} B/s"
+
+
+# --- the rich console -------------------------------------------------------------------
+
+
+class _Stdout:
+    """A text stream on stdout that writes through :func:`write_stdout` (every byte, or a
+    broken pipe), for rich."""
+
+    encoding = "utf-8"
+
+    def write(self, text: str) -> int:
+        write_stdout(text)
+        return len(text)
+
+    def flush(self) -> None:
+        return None
+
+    def isatty(self) -> bool:
+        return sys.stdout.isatty()
+
+    def fileno(self) -> int:
+        return sys.stdout.fileno()
+
+
+def _console_class() -> type[Console]:
+    """The console class, defined on first use: rich is imported only by commands that
+    draw with it (a report to a pipe does not)."""
+    from rich.console import Console as RichConsole
+    from rich.segment import Segment as RichSegment
+
+    class SafeConsole(RichConsole):
+        """A rich console that escapes control characters in everything it renders
+        (rich adds its own styling afterwards) and reports a closed output as
+        :class:`BrokenPipeError` instead of exiting 1."""
+
+        def _render_buffer(self, buffer: Iterable[Segment]) -> str:
+            escaped = (
+                seg
+                if seg.control or seg.text == "\n"
+                else RichSegment("\n".join(map(control_free, seg.text.split("\n"))), seg.style)
+                for seg in buffer
+            )
+            return super()._render_buffer(escaped)
+
+        def on_broken_pipe(self) -> None:
+            self.quiet = True
+            raise BrokenPipeError(errno.EPIPE, "the reader of the output went away")
+
+    return SafeConsole
+
+
+def console(*, stderr: bool = False, **options: Any) -> Console:
+    """The rich console every command draws with: on stderr (silent with ``-q``), or on
+    stdout through the one write path (a closed pipe is exit 141); untrusted text is escaped
+    as it is rendered."""
+    if stderr:
+        options.setdefault("quiet", current().quiet)  # -q: only errors on stderr
+        return _console_class()(stderr=True, **options)
+    return _console_class()(file=_Stdout(), **options)  # type: ignore[arg-type]

@@ -82,8 +82,8 @@ def byte_progress(description: str, total: int) -> Iterator[Callable[[int, int],
         TransferSpeedColumn,
     )
 
-    from .logs import STATE
-    from .terminal import console as make_console
+    from .invocation import current
+    from .output import console as make_console
 
     console = make_console(stderr=True)
     with Progress(
@@ -93,7 +93,7 @@ def byte_progress(description: str, total: int) -> Iterator[Callable[[int, int],
         TransferSpeedColumn(),
         TimeRemainingColumn(),
         console=console,
-        disable=not console.is_terminal or STATE.verbosity < 0,
+        disable=not console.is_terminal or current().quiet,
         transient=False,
     ) as progress:
         task = progress.add_task(description, total=max(total, 1))

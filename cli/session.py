@@ -27,7 +27,8 @@ import typer
 from gpucc.gpuattest.errors import NotTrustedError, UsageError
 from gpucc.gpuattest.files import refuse_existing
 
-from .logs import STATE
+from .command import App
+from .invocation import current
 from .options import (
     AtOption,
     CollateralOption,
@@ -49,7 +50,8 @@ if TYPE_CHECKING:
 
 __all__ = ["session_app"]
 
-session_app = typer.Typer(
+session_app = App(
+    group="session",
     help="Release dataset keys only to a GPU session whose attestation verified.",
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,
@@ -194,7 +196,7 @@ def _refused(exc: NotTrustedError, verdicts: list[PlatformResult]) -> NotTrusted
         return exc
     last = refused[-1]
     checks = tuple(last.failed_checks())
-    if STATE.verbosity >= 1 and not STATE.json:
+    if current().verbosity >= 1 and not current().json:
         for c in checks:
             note(f"  refused: {c['part']}: {c['title']}: {c['detail']}")
     if last.gpu is None:  # the CVM's evidence: the protocol's own message says it

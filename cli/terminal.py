@@ -8,24 +8,17 @@ instead of sending it to the terminal. Only text output uses it; JSON output car
 exact strings.
 
 Every path by which gpucc's text reaches a terminal applies it (``cli.output``'s
-:func:`~gpucc.cli.output.out` and :func:`~gpucc.cli.output.note`, the error line, the log
-handler and :func:`console`, whose rendered text is escaped segment by segment), so a
-command cannot forget to.
+:func:`~gpucc.cli.output.out`, :func:`~gpucc.cli.output.note` and
+:func:`~gpucc.cli.output.console`, whose rendered text is escaped segment by segment, the
+error line and the log handler), so a command cannot forget to. This module is pure text:
+it imports nothing else of the command line, and everything that prints imports it.
 """
 
 from __future__ import annotations
 
-import errno
-import sys
 import unicodedata
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
-    from rich.console import Console
-    from rich.segment import Segment
-
-__all__ = ["console", "json_for_terminal", "safe_text"]
+__all__ = ["control_free", "json_for_terminal", "safe_text"]
 
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\\": "\\\\"}
 
@@ -81,73 +74,8 @@ def json_for_terminal(text: str) -> str:
     )
 
 
-def _control_free(text: str) -> str:
+def control_free(text: str) -> str:
     """Control and format characters escaped; backslashes left alone (rendered text)."""
     if text.isprintable():
         return text
     return "".join(_visible(ch) if ch != "\\" and _unsafe(ch) else ch for ch in text)
-
-
-class _Stdout:
-    """A text stream on stdout that writes through :func:`gpucc.cli.output.write_stdout`
-    (every byte, or a broken pipe), for rich."""
-
-    encoding = "utf-8"
-
-    def write(self, text: str) -> int:
-        from .output import write_stdout
-
-        write_stdout(text)
-        return len(text)
-
-    def flush(self) -> None:
-        return None
-
-    def isatty(self) -> bool:
-        return sys.stdout.isatty()
-
-    def fileno(self) -> int:
-        return sys.stdout.fileno()
-
-
-_CONSOLE_CLASS: type[Console] | None = None
-
-
-def _console_class() -> type[Console]:
-    global _CONSOLE_CLASS
-    if _CONSOLE_CLASS is None:
-        from rich.console import Console as RichConsole
-        from rich.segment import Segment as RichSegment
-
-        class SafeConsole(RichConsole):
-            """A rich console that escapes control characters in everything it renders
-            (rich adds its own styling afterwards) and reports a closed output as
-            :class:`BrokenPipeError` instead of exiting 1."""
-
-            def _render_buffer(self, buffer: Iterable[Segment]) -> str:
-                escaped = (
-                    seg
-                    if seg.control or seg.text == "\n"
-                    else RichSegment("\n".join(map(_control_free, seg.text.split("\n"))), seg.style)
-                    for seg in buffer
-                )
-                return super()._render_buffer(escaped)
-
-            def on_broken_pipe(self) -> None:
-                self.quiet = True
-                raise BrokenPipeError(errno.EPIPE, "the reader of the output went away")
-
-        _CONSOLE_CLASS = SafeConsole
-    return _CONSOLE_CLASS
-
-
-def console(*, stderr: bool = False, **options: Any) -> Console:
-    """The rich console every command draws with: on stderr (silent with ``-q``), or on
-    stdout through the one write path (a closed pipe is exit 141); untrusted text is escaped
-    as it is rendered."""
-    if stderr:
-        from .logs import STATE
-
-        options.setdefault("quiet", STATE.verbosity < 0)  # -q: only errors on stderr
-        return _console_class()(stderr=True, **options)
-    return _console_class()(file=_Stdout(), **options)  # type: ignore[arg-type]

@@ -16,10 +16,12 @@ from typing import Annotated
 
 import typer
 
+from .command import App
 from .options import AtOption, FormatOption, OutputFormat
 from .output import emit, out
 
-token_app = typer.Typer(
+token_app = App(
+    group="token",
     help="Check signed attestation results (EAT, ES384).",
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,

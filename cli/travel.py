@@ -15,6 +15,7 @@ from typing import Annotated, Any
 
 import typer
 
+from .command import App
 from .holder import keygen
 from .options import FormatOption, OutputFormat
 from .output import emit, note, out, warn
@@ -22,7 +23,8 @@ from .safety_options import ForceOption
 
 __all__ = ["travel_app"]
 
-travel_app = typer.Typer(
+travel_app = App(
+    group="travel",
     help="Visit data holders in turn: attest, stage, train, scrub, rotate, log.",
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,
@@ -179,7 +181,6 @@ def verify_log(
 
 
 if __name__ == "__main__":  # pragma: no cover
-    from .boundary import run_app, wrap_commands
+    from .boundary import run_app
 
-    wrap_commands(travel_app)
     sys.exit(run_app(travel_app))

@@ -102,7 +102,7 @@ def test_terminal_console_escapes_what_it_renders() -> None:
     from rich.table import Table
     from rich.text import Text
 
-    from gpucc.cli.terminal import console
+    from gpucc.cli.output import console
 
     buffer = io.StringIO()
     con = console(stderr=True, file=buffer, width=120, force_terminal=False)
