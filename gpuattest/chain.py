@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -86,13 +87,22 @@ class ChainResult:
 def load_pem_chain(data: bytes) -> tuple[x509.Certificate, ...]:
     """Parse a concatenated PEM bundle, leaf first.
 
+    The certificates of the same bytes are parsed once for the process (a GPU sends the
+    same chain with every piece of evidence); what is kept is the parse alone, never a
+    check of trust (the chain is validated, at its time, by :func:`validate_chain`).
+
     Raises:
-        MalformedCertificateError: empty, oversized or unparseable input.
+        MalformedCertificateError: empty, oversized or unparseable input (never kept).
     """
     if len(data) > MAX_PEM_CHAIN_BYTES:
         raise MalformedCertificateError(
             f"certificate bundle is {len(data)} bytes, more than {MAX_PEM_CHAIN_BYTES}"
         )
+    return _parse_pem_chain(bytes(data))
+
+
+@functools.lru_cache(maxsize=64)
+def _parse_pem_chain(data: bytes) -> tuple[x509.Certificate, ...]:
     try:
         certs = x509.load_pem_x509_certificates(data)
     except (ValueError, x509.InvalidVersion) as exc:
@@ -182,6 +192,48 @@ def validate_chain(
         )
 
 
+@functools.lru_cache(maxsize=256)
+def _structure_problem(
+    certs: tuple[x509.Certificate, ...],
+    anchor: x509.Certificate,
+    expected_length: int | None,
+) -> str | None:
+    """Why the chain's shape, names, signatures or CA constraints are invalid; None if not.
+
+    Nothing here depends on the time, so the answer for the same certificates (equal
+    and hashed by their DER bytes), the same anchor and the same length is the same
+    every time: it is kept for the process (a holder sees the same RIM and device chains
+    in every offer). A ``ValueError`` or ``TypeError`` is raised, never kept.
+    """
+    if not certs:
+        return "the chain is empty"
+    if expected_length is not None and len(certs) != expected_length:
+        return f"expected {expected_length} certificates, found {len(certs)}"
+    if _der(certs[-1]) != _der(anchor):
+        return f"the chain ends in '{common_name(certs[-1])}', which is not the pinned root"
+    for i, cert in enumerate(certs):
+        name = common_name(cert)
+        unknown = _unknown_critical(cert)
+        if unknown:
+            return f"'{name}' has unknown critical extensions {', '.join(unknown)}"
+        issuer = certs[i + 1] if i + 1 < len(certs) else cert
+        if cert.issuer != issuer.subject:
+            return f"'{name}' is not issued by '{common_name(issuer)}' (wrong order or gap)"
+        try:
+            cert.verify_directly_issued_by(issuer)
+        except InvalidSignature:
+            return f"the signature on '{name}' does not verify"
+        except (ValueError, TypeError) as exc:
+            return f"'{name}' cannot be checked against its issuer: {exc}"
+        if i + 1 < len(certs):
+            # The issuer must be a CA; the CA certificates between it and the leaf
+            # (indices 1..i) count against its path-length constraint.
+            problem = _ca_problem(issuer, below=i)
+            if problem:
+                return problem
+    return None
+
+
 def _validate(
     certs: tuple[x509.Certificate, ...],
     anchor: x509.Certificate,
@@ -189,36 +241,10 @@ def _validate(
     expected_length: int | None,
 ) -> ChainResult:
     earliest = min((c.not_valid_after_utc for c in certs), default=None)
-
-    def bad(reason: str) -> ChainResult:
-        return ChainResult(ChainStatus.INVALID, reason, earliest, certs)
-
-    if not certs:
-        return bad("the chain is empty")
-    if expected_length is not None and len(certs) != expected_length:
-        return bad(f"expected {expected_length} certificates, found {len(certs)}")
-    if _der(certs[-1]) != _der(anchor):
-        return bad(f"the chain ends in '{common_name(certs[-1])}', which is not the pinned root")
-    for i, cert in enumerate(certs):
-        name = common_name(cert)
-        unknown = _unknown_critical(cert)
-        if unknown:
-            return bad(f"'{name}' has unknown critical extensions {', '.join(unknown)}")
-        issuer = certs[i + 1] if i + 1 < len(certs) else cert
-        if cert.issuer != issuer.subject:
-            return bad(f"'{name}' is not issued by '{common_name(issuer)}' (wrong order or gap)")
-        try:
-            cert.verify_directly_issued_by(issuer)
-        except InvalidSignature:
-            return bad(f"the signature on '{name}' does not verify")
-        except (ValueError, TypeError) as exc:
-            return bad(f"'{name}' cannot be checked against its issuer: {exc}")
-        if i + 1 < len(certs):
-            # The issuer must be a CA; the CA certificates between it and the leaf
-            # (indices 1..i) count against its path-length constraint.
-            problem = _ca_problem(issuer, below=i)
-            if problem:
-                return bad(problem)
+    problem = _structure_problem(certs, anchor, expected_length)
+    if problem is not None:
+        return ChainResult(ChainStatus.INVALID, problem, earliest, certs)
+    # the time is checked on every call: it is never part of what is kept
     for cert in certs:
         if now < cert.not_valid_before_utc:
             start = cert.not_valid_before_utc.isoformat()

@@ -63,6 +63,7 @@ __all__ = [
     "RimSignatureResult",
     "SchemaResult",
     "validate_schema",
+    "verify_document",
     "verify_signature",
 ]
 
@@ -569,3 +570,33 @@ def verify_signature(
     signer = manifest.certificates[0] if manifest.certificates else None
     refusal = signature_refusal(manifest.tree, manifest.certificates)
     return RimSignatureResult(not refusal, refusal, chain, signer)
+
+
+@functools.lru_cache(maxsize=16)
+def _checked(xml: bytes) -> tuple[ReferenceManifest, SchemaResult, str]:
+    manifest = ReferenceManifest.parse(xml)
+    refusal = signature_refusal(manifest.tree, manifest.certificates)
+    return manifest, validate_schema(manifest), refusal
+
+
+def verify_document(
+    xml: bytes, *, anchor: x509.Certificate, now: dt.datetime
+) -> tuple[ReferenceManifest, SchemaResult, RimSignatureResult]:
+    """Parse a RIM, validate its schema, verify its signature and its chain at ``now``.
+
+    The same as :meth:`ReferenceManifest.parse`, :func:`validate_schema` and
+    :func:`verify_signature`, with what depends on the document's bytes alone (the parsed
+    manifest, the schema result, whether the enveloped signature verifies with the
+    embedded leaf) kept for the process per document (a holder reads the same RIMs for
+    every offer). The chain is validated against ``anchor`` at ``now`` on every call.
+
+    Raises:
+        MalformedRimError: not a parseable RIM (never kept: raised again each time).
+        UsageError: ``now`` is not timezone-aware.
+    """
+    if now.tzinfo is None or now.utcoffset() is None:
+        raise UsageError("verification time must be timezone-aware")
+    manifest, schema, refusal = _checked(bytes(xml))
+    chain = validate_chain(manifest.certificates, anchor, now, expected_length=RIM_CHAIN_LENGTH)
+    signer = manifest.certificates[0] if manifest.certificates else None
+    return manifest, schema, RimSignatureResult(not refusal, refusal, chain, signer)
