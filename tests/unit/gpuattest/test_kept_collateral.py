@@ -11,8 +11,10 @@ import pytest
 
 from gpucc.gpuattest import chain as chain_module
 from gpucc.gpuattest import rim as rim_module
+from gpucc.gpuattest import xmldsig
 from gpucc.gpuattest.chain import ChainStatus, load_pem_chain, validate_chain
 from gpucc.gpuattest.collateral import NoOcsp, rim_sources_from_mapping
+from gpucc.gpuattest.errors import MalformedCertificateError
 from gpucc.gpuattest.evidence import EvidenceSet
 from gpucc.gpuattest.policy import parse_policy
 from gpucc.gpuattest.simulate import SimulatedGpu
@@ -57,7 +59,7 @@ def test_the_same_rims_and_chain_are_parsed_and_checked_once(
     gpu: SimulatedGpu, rims: dict[str, bytes], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls = {"signature": 0, "issued": 0}
-    refusal = rim_module.signature_refusal
+    refusal = xmldsig.signature_refusal
 
     def counted_refusal(*args: Any) -> str:
         calls["signature"] += 1
@@ -116,5 +118,5 @@ def test_changed_bytes_are_checked_afresh(gpu: SimulatedGpu, rims: dict[str, byt
     assert not sig.signature_valid and manifest.raw == altered
     pem = gpu.evidence(os.urandom(32)).gpus[0].cert_chain_pem
     assert load_pem_chain(pem) == load_pem_chain(bytes(pem))
-    with pytest.raises(chain_module.MalformedCertificateError):
+    with pytest.raises(MalformedCertificateError):
         load_pem_chain(pem[:40])
