@@ -572,11 +572,22 @@ def verify_signature(
     return RimSignatureResult(not refusal, refusal, chain, signer)
 
 
-@functools.lru_cache(maxsize=16)
-def _checked(xml: bytes) -> tuple[ReferenceManifest, SchemaResult, str]:
+#: The largest RIM kept after its checks (published RIMs are about 20 KiB): at most 16 are
+#: kept, so what is kept stays small whatever documents a process is given.
+_KEPT_RIM_BYTES = 1024 * 1024
+
+
+def _check(xml: bytes) -> tuple[ReferenceManifest, SchemaResult, str]:
     manifest = ReferenceManifest.parse(xml)
     refusal = signature_refusal(manifest.tree, manifest.certificates)
     return manifest, validate_schema(manifest), refusal
+
+
+_kept_check = functools.lru_cache(maxsize=16)(_check)
+
+
+def _checked(xml: bytes) -> tuple[ReferenceManifest, SchemaResult, str]:
+    return _kept_check(xml) if len(xml) <= _KEPT_RIM_BYTES else _check(xml)
 
 
 def verify_document(
