@@ -17,12 +17,12 @@ from tests.support.netfixtures import free_port
 pytestmark = pytest.mark.slow
 
 
-def _plan(tmp: Path, holder: dict[str, Any]) -> Path:
+def _plan(tmp: Path, holder: dict[str, Any], log: str = "travel-log.jsonl") -> Path:
     made = run_cli("travel", "keygen", "--key", tmp / "o.key", "--pub", tmp / "o.pub.pem")
     assert made.returncode == 0 or (tmp / "o.key").exists(), made.stderr
     doc = {
         "version": 1,
-        "orchestrator": {"key": "o.key", "log": "travel-log.jsonl"},
+        "orchestrator": {"key": "o.key", "log": log},
         "holders": [
             {
                 "id": "a",
@@ -74,9 +74,14 @@ def test_a_journey_that_cannot_start_leaves_no_log(tmp_path: Path) -> None:
         ),
         "TLS CA for http": ({"tls_ca": "ca.pem"}, 4, "tls_ca"),
     }
+
     for name, (holder, code, said) in cases.items():
         plan = _plan(tmp_path, holder)
         run = run_cli("travel", "run", plan, "--simulate", tmp_path / "sim")
         lines = [x for x in run.stderr.splitlines() if not x.startswith("gpucc: SIMULATED")]
         assert run.returncode == code and len(lines) == 1 and said in lines[0], (name, lines)
         assert not (tmp_path / "travel-log.jsonl").exists(), name
+    plan = _plan(tmp_path, {}, log="nowhere/travel-log.jsonl")
+    run = run_cli("travel", "run", plan, "--simulate", tmp_path / "sim")
+    assert run.returncode == 8 and "nowhere" in run.stderr, run.stderr
+    assert not (tmp_path / "nowhere").exists()
