@@ -13,8 +13,9 @@ document can fail into one error of the caller's malformed-input family, never a
   thousands of digits with a bare ``ValueError``);
 * nesting deeper than the caller's limit (checked without recursion of our own);
 * a byte-order mark at the start (JSON forbids it; YAML would skip it silently);
-* YAML only: a control character other than tab, line feed and carriage return (PyYAML
-  refuses it while building its reader, which is inside the same mapping of errors);
+* YAML only: a character YAML does not allow (NUL and the other C0 controls but tab, line
+  feed and carriage return; DEL and the C1 controls but next-line; U+FFFE, U+FFFF), which
+  PyYAML refuses while building its reader, inside the same mapping of errors;
 * YAML only: tags (``!!python/object``, ``!!binary``, ``!custom``), anchors and aliases
   (the "billion laughs"), merge keys, and more than one document. What remains is plain
   data: mappings with string keys, lists, strings, numbers, booleans and null.
