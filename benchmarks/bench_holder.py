@@ -9,6 +9,11 @@ process on the same kind of evidence, times COUNT).
 
     python benchmarks/bench_holder.py --count 200
     python benchmarks/bench_holder.py --smoke      # 3 offers: a quick check (CI runs it)
+    python benchmarks/bench_holder.py --baseline OLD --rounds 3
+
+``--baseline OLD`` compares with another source tree of gpucc (e.g. ``git worktree add OLD
+REV``): the two are run in turn, ROUNDS times each, in new processes on the same machine,
+and their medians are printed side by side with the ratios.
 """
 
 from __future__ import annotations
@@ -63,16 +68,50 @@ def _peak_rss_mib(pid: int) -> float:
     return float("nan")
 
 
+_COMPARED = ("requests_per_s", "p50_ms", "p99_ms", "server_cpu_s", "server_peak_rss_mib")
+
+
+def _compare(baseline: Path, rounds: int, count: int, timeout: float) -> int:
+    """Run this benchmark on ``baseline``'s code and on this tree's, in turn, ``rounds``
+    times each; print every run and the medians side by side."""
+    here = Path(__file__).resolve().parents[1]
+    runs: dict[str, list[dict[str, Any]]] = {"baseline": [], "this tree": []}
+    for _ in range(rounds):
+        for name, tree in (("baseline", baseline.resolve()), ("this tree", here)):
+            done = subprocess.run(
+                [sys.executable, __file__, "--count", str(count), "--timeout", str(timeout),
+                 "--json"],
+                capture_output=True, text=True, check=False, cwd=tree,
+                env={**os.environ, "PYTHONPATH": str(tree)},
+            )  # fmt: skip
+            if done.returncode != 0:
+                raise SystemExit(f"{name}: exit {done.returncode}: {done.stderr[-2000:]}")
+            report = json.loads(done.stdout)
+            runs[name].append(report)
+            print(name, {k: report[k] for k in ("errors", *_COMPARED)}, flush=True)
+    print(f"\nmedian of {rounds} runs each, {count} concurrent offers, {os.cpu_count()} CPUs")
+    print(f"{'':22s} {'baseline':>10s} {'this tree':>10s} {'ratio':>7s}")
+    for key in _COMPARED:
+        old = statistics.median(r[key] for r in runs["baseline"])
+        new = statistics.median(r[key] for r in runs["this tree"])
+        print(f"{key:22s} {old:10.1f} {new:10.1f} {new / old if old else float('nan'):7.2f}")
+    return 0 if all(r["errors"] == 0 for rs in runs.values() for r in rs) else 1
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--count", type=int, default=200, help="concurrent offers (1-1000)")
     ap.add_argument("--timeout", type=float, default=120.0, help="per request, s")
     ap.add_argument("--json", action="store_true", help="print one JSON document")
     ap.add_argument("--smoke", action="store_true", help="3 offers: a quick check")
+    ap.add_argument("--baseline", type=Path, help="another gpucc source tree to compare with")
+    ap.add_argument("--rounds", type=int, default=3, help="runs of each tree (--baseline)")
     args = ap.parse_args()
     if args.smoke:
         args.count = 3
     count = max(1, min(args.count, 1000))
+    if args.baseline is not None:
+        return _compare(args.baseline, max(1, args.rounds), count, args.timeout)
 
     gpu = SimulatedGpu.create(now=dt.datetime.now(dt.UTC))
     with tempfile.TemporaryDirectory(prefix="gpucc-bench-holder-") as tmp_name:

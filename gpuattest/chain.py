@@ -10,6 +10,7 @@ through (its result types are re-exported here).
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from collections.abc import Sequence
 
 from cryptography import x509
@@ -35,13 +36,22 @@ MAX_PEM_CHAIN_BYTES = 64 * 1024
 def load_pem_chain(data: bytes) -> tuple[x509.Certificate, ...]:
     """Parse a concatenated PEM bundle, leaf first.
 
+    The certificates of the same bytes are parsed once for the process (a GPU sends the
+    same chain with every piece of evidence); what is kept is the parse alone, never a
+    check of trust (the chain is validated, at its time, by :func:`validate_chain`).
+
     Raises:
-        MalformedCertificateError: empty, oversized or unparseable input.
+        MalformedCertificateError: empty, oversized or unparseable input (never kept).
     """
     if len(data) > MAX_PEM_CHAIN_BYTES:
         raise MalformedCertificateError(
             f"certificate bundle is {len(data)} bytes, more than {MAX_PEM_CHAIN_BYTES}"
         )
+    return _parse_pem_chain(bytes(data))
+
+
+@functools.lru_cache(maxsize=64)
+def _parse_pem_chain(data: bytes) -> tuple[x509.Certificate, ...]:
     try:
         certs = x509.load_pem_x509_certificates(data)
     except (ValueError, x509.InvalidVersion) as exc:

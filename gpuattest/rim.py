@@ -64,6 +64,7 @@ __all__ = [
     "RimSignatureResult",
     "SchemaResult",
     "validate_schema",
+    "verify_document",
     "verify_signature",
 ]
 
@@ -572,3 +573,44 @@ def verify_signature(
     signer = manifest.certificates[0] if manifest.certificates else None
     refusal = signature_refusal(manifest.tree, manifest.certificates)
     return RimSignatureResult(not refusal, refusal, chain, signer)
+
+
+#: The largest RIM kept after its checks (published RIMs are about 20 KiB): at most 16 are
+#: kept, so what is kept stays small whatever documents a process is given.
+_KEPT_RIM_BYTES = 1024 * 1024
+
+
+def _check(xml: bytes) -> tuple[ReferenceManifest, SchemaResult, str]:
+    manifest = ReferenceManifest.parse(xml)
+    refusal = signature_refusal(manifest.tree, manifest.certificates)
+    return manifest, validate_schema(manifest), refusal
+
+
+_kept_check = functools.lru_cache(maxsize=16)(_check)
+
+
+def _checked(xml: bytes) -> tuple[ReferenceManifest, SchemaResult, str]:
+    return _kept_check(xml) if len(xml) <= _KEPT_RIM_BYTES else _check(xml)
+
+
+def verify_document(
+    xml: bytes, *, anchor: x509.Certificate, now: dt.datetime
+) -> tuple[ReferenceManifest, SchemaResult, RimSignatureResult]:
+    """Parse a RIM, validate its schema, verify its signature and its chain at ``now``.
+
+    The same as :meth:`ReferenceManifest.parse`, :func:`validate_schema` and
+    :func:`verify_signature`, with what depends on the document's bytes alone (the parsed
+    manifest, the schema result, whether the enveloped signature verifies with the
+    embedded leaf) kept for the process per document (a holder reads the same RIMs for
+    every offer). The chain is validated against ``anchor`` at ``now`` on every call.
+
+    Raises:
+        MalformedRimError: not a parseable RIM (never kept: raised again each time).
+        UsageError: ``now`` is not timezone-aware.
+    """
+    if now.tzinfo is None or now.utcoffset() is None:
+        raise UsageError("verification time must be timezone-aware")
+    manifest, schema, refusal = _checked(bytes(xml))
+    chain = validate_chain(manifest.certificates, anchor, now, RIM_CHAIN)
+    signer = manifest.certificates[0] if manifest.certificates else None
+    return manifest, schema, RimSignatureResult(not refusal, refusal, chain, signer)

@@ -109,11 +109,10 @@ def verify_rim(
             f"{claim}-measurements-available": False,
         }
         return RimOutcome(None, tuple(checks), claims)
-    from .rim import ReferenceManifest  # lxml loads only when a RIM is there to parse
+    from .rim import verify_document  # lxml loads only when a RIM is there to parse
 
-    manifest = ReferenceManifest.parse(data)
+    manifest, schema, sig = verify_document(data, anchor=roots.rim_root, now=now)
     checks = [Check(f"{p}-fetched", f"{label} available", CheckStatus.PASS, rim_id)]
-    schema = manifest.validate_schema()
     checks.append(
         Check(
             f"{p}-schema",
@@ -122,7 +121,6 @@ def verify_rim(
             schema.reason,
         )
     )
-    sig = manifest.verify_signature(anchor=roots.rim_root, now=now)
     checks.append(
         Check(
             f"{p}-signature",

@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -242,10 +243,12 @@ def validate_chain(
     certs = tuple(chain)
     try:
         earliest = min((c.not_valid_after_utc for c in certs), default=None)
-        _check_links(certs, anchor, profile)
-    except _Broken as broken:
-        status = ChainStatus.INVALID
-        return ChainResult(status, broken.reason, earliest, certs, broken.fault, broken.position)
+        broken = _links_broken(certs, anchor, profile)
+        if broken is not None:
+            status = ChainStatus.INVALID
+            return ChainResult(
+                status, broken.reason, earliest, certs, broken.fault, broken.position
+            )
     except (ValueError, TypeError, UnsupportedAlgorithm) as exc:  # an unparseable field
         reason = f"a certificate cannot be parsed: {exc}"
         return ChainResult(ChainStatus.INVALID, reason, None, certs, ChainFault.MALFORMED)
@@ -259,6 +262,26 @@ def validate_chain(
     else:
         reason = f"'{name}' expired on {cert.not_valid_after_utc.isoformat()}"
     return ChainResult(ChainStatus.EXPIRED, reason, earliest, certs, fault, i)
+
+
+@functools.lru_cache(maxsize=256)
+def _links_broken(
+    certs: tuple[x509.Certificate, ...], anchor: x509.Certificate, profile: ChainProfile
+) -> _Broken | None:
+    """Rules 1 to 3 for these certificates, this anchor and profile: the first rule broken,
+    or None.
+
+    Nothing here depends on the time, so the answer for the same certificates (equal and
+    hashed by their DER bytes), anchor and profile is the same every time: it is kept for
+    the process (a holder sees the same RIM and device chains in every offer). Validity at
+    ``now`` (rule 4) is judged at every call and never kept; a ``ValueError`` or
+    ``TypeError`` from an unparseable field is raised, never kept.
+    """
+    try:
+        _check_links(certs, anchor, profile)
+    except _Broken as broken:
+        return broken
+    return None
 
 
 def _check_links(

@@ -32,8 +32,8 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from gpucc.gpuattest.errors import UsageError
-from gpucc.gpuattest.files import OutputExistsError, write_atomic
+from gpucc.gpuattest.errors import FileAccessError, UsageError
+from gpucc.gpuattest.files import OutputExistsError, read_capped, write_atomic
 from gpucc.staging.release import (
     Answer,
     CollectedCvmEvidence,
@@ -51,6 +51,8 @@ from .signing import key_id, load_signing_key
 from .state import ScrubReceipt, model_digest, scrub_and_check
 
 __all__ = ["TrainingStep", "TravelResult", "Visit", "load_training_step", "run_plan"]
+
+_MAX_TLS_CA = 1024 * 1024
 
 #: ``step(buffers, model, holder_id)``: buffers maps dataset names to staged buffers.
 TrainingStep = Callable[[Mapping[str, Any], MutableMapping[str, Any], str], None]
@@ -103,6 +105,31 @@ def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
+def _check_datasets(holder: HolderSpec) -> None:
+    """Each of ``holder``'s datasets is readable and has the header digest the plan names."""
+    from gpucc.staging import open_sealed
+
+    for spec in holder.datasets:
+        actual = open_sealed(spec.path).header_digest
+        if actual != spec.header_digest:
+            raise DatasetDigestMismatchError(
+                f"dataset {spec.name} of {holder.id}: header digest {actual.hex()[:16]}… is not "
+                f"the plan's {spec.header_digest.hex()[:16]}…"
+            )
+
+
+def _preflight(plan: Plan, log_path: Path | None) -> None:
+    """What can be checked before any holder is contacted: a journey refused here never
+    started, and leaves no log. Every check is made again when it matters (the datasets
+    at their visit)."""
+    if log_path is not None and not log_path.parent.is_dir():
+        raise FileAccessError(f"the log's directory {log_path.parent} does not exist")
+    for holder in plan.holders:
+        if holder.tls_ca is not None:
+            read_capped(holder.tls_ca, _MAX_TLS_CA, what=f"TLS CA of {holder.id}")
+        _check_datasets(holder)
+
+
 def _visit(
     holder: HolderSpec,
     *,
@@ -115,7 +142,7 @@ def _visit(
     on_staged: Callable[[str, str, Any], None] | None,
     clock: Callable[[], dt.datetime],
 ) -> tuple[dict[str, Any], int, tuple[ScrubReceipt, ...], str, str]:
-    from gpucc.staging import open_sealed, plan_stage
+    from gpucc.staging import plan_stage
 
     client = HolderClient(
         holder.url,
@@ -134,13 +161,7 @@ def _visit(
         raise ModelDigestMismatchError(
             f"the model arriving at {holder.id} is not the model that left the previous holder"
         )
-    for spec in holder.datasets:
-        actual = open_sealed(spec.path).header_digest
-        if actual != spec.header_digest:
-            raise DatasetDigestMismatchError(
-                f"dataset {spec.name} of {holder.id}: header digest {actual.hex()[:16]}… is not "
-                f"the plan's {spec.header_digest.hex()[:16]}…"
-            )
+    _check_datasets(holder)
     staged: list[tuple[str, Any, Any]] = []
     receipts: list[ScrubReceipt] = []
     try:
@@ -226,6 +247,9 @@ def run_plan(
 
     Raises:
         OutputExistsError: the log exists (without ``force``).
+        FileAccessError: the log's directory, a TLS CA file or a dataset cannot be read
+            (checked, with the datasets' digests, before any holder is contacted: a
+            journey that could not start leaves no log).
         UsageError: no key to sign the log with.
         HolderUnreachableError, HolderRefusedError, HolderProtocolError,
         HolderAuthenticationError, ProtocolError, KeyUnwrapError,
@@ -233,6 +257,7 @@ def run_plan(
         errors: the visit failed; nothing it staged is left unscrubbed.
     """
     log_path = log_path or plan.log_path
+    _preflight(plan, log_path)
     if log_path is not None and log_path.exists() and not force:
         raise OutputExistsError(f"{log_path} exists; choose another log or replace it with --force")
     if log_path is not None and signing_key is None:

@@ -24,10 +24,12 @@ Relative paths are relative to the plan file.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from gpucc.gpuattest._internal.jsonio import load_yaml_untrusted, require_int
 from gpucc.gpuattest.errors import KeyFileError
@@ -40,6 +42,8 @@ __all__ = ["DatasetSpec", "HolderSpec", "Plan", "load_plan", "parse_plan"]
 
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _MAX_PLAN = 1024 * 1024
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_DNS_NAME = re.compile(rf"^(?=.{{1,253}}$){_LABEL}(?:\.{_LABEL})*\.?$")
 
 
 @dataclass(frozen=True)
@@ -97,6 +101,41 @@ def _ident(value: Any, where: str) -> str:
     return text
 
 
+def _holder_url(value: Any, where: str) -> str:
+    """``value`` if it is an http(s) URL with a host, a port in range, no credentials, no
+    query or fragment (the client appends its paths), and nothing unprintable. Messages
+    never repeat the URL: it may carry a password."""
+    url = _str(value, where)
+    if any(c.isspace() or not c.isprintable() or not c.isascii() for c in url):
+        raise PlanError(f"{where} must be printable ASCII without spaces (hosts in xn-- form)")
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        raise PlanError(f"{where} is not a URL with a host and a port from 1 to 65535") from None
+    if parts.scheme not in ("http", "https") or not url.startswith(("http://", "https://")):
+        raise PlanError(f"{where} must be http:// or https://")
+    if "@" in parts.netloc:
+        raise PlanError(f"{where} must not carry credentials (user:password@host)")
+    host = parts.hostname
+    if not host:
+        raise PlanError(f"{where} names no host")
+    if parts.netloc.startswith("["):
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            raise PlanError(f"{where} has a bracketed host that is not an IPv6 address") from None
+    elif not _DNS_NAME.match(host):
+        raise PlanError(f"{where} has a host that is neither a DNS name nor an IP address")
+    if port is not None and not 1 <= port <= 65535:
+        raise PlanError(f"{where} has a port out of range (1 to 65535)")
+    if parts.netloc.endswith(":"):
+        raise PlanError(f"{where} has an empty port")
+    if "?" in url or "#" in url:
+        raise PlanError(f"{where} must not have a query or a fragment")
+    return url
+
+
 def parse_plan(doc: Any, base: Path = Path(".")) -> Plan:
     """A plan from its YAML document; paths are resolved against ``base``.
 
@@ -123,9 +162,7 @@ def parse_plan(doc: Any, base: Path = Path(".")) -> Plan:
         if hid in seen:
             raise PlanError(f"holder id {hid} appears twice")
         seen.add(hid)
-        url = _str(h["url"], f"{where}.url")
-        if not url.startswith(("http://", "https://")):
-            raise PlanError(f"{where}.url must be http:// or https://")
+        url = _holder_url(h["url"], f"{where}.url")
         try:
             pin = KeyPin.parse(_str(h["public_key"], f"{where}.public_key"), f"{where}.public_key")
         except KeyFileError as exc:
@@ -151,6 +188,8 @@ def parse_plan(doc: Any, base: Path = Path(".")) -> Plan:
                 )
             )
         tls_ca = base / _str(h["tls_ca"], f"{where}.tls_ca") if "tls_ca" in h else None
+        if tls_ca is not None and not url.startswith("https://"):
+            raise PlanError(f"{where}.tls_ca is given for a URL that is not https://")
         holders.append(
             HolderSpec(id=hid, url=url, pin=pin, datasets=tuple(datasets), tls_ca=tls_ca)
         )

@@ -12,6 +12,10 @@ document can fail into one error of the caller's malformed-input family, never a
   literal longer than :data:`MAX_NUMBER_DIGITS` characters (Python refuses integers of
   thousands of digits with a bare ``ValueError``);
 * nesting deeper than the caller's limit (checked without recursion of our own);
+* a byte-order mark at the start (JSON forbids it; YAML would skip it silently);
+* YAML only: a character YAML does not allow (NUL and the other C0 controls but tab, line
+  feed and carriage return; DEL and the C1 controls but next-line; U+FFFE, U+FFFF), which
+  PyYAML refuses while building its reader, inside the same mapping of errors;
 * YAML only: tags (``!!python/object``, ``!!binary``, ``!custom``), anchors and aliases
   (the "billion laughs"), merge keys, and more than one document. What remains is plain
   data: mappings with string keys, lists, strings, numbers, booleans and null.
@@ -98,9 +102,12 @@ def _text(
     if max_bytes is not None and len(data) > max_bytes:
         raise error(f"the {what} is larger than {max_bytes} bytes")
     try:
-        return data.decode("utf-8") if isinstance(data, bytes | bytearray) else data
+        text = data.decode("utf-8") if isinstance(data, bytes | bytearray) else data
     except UnicodeDecodeError as exc:
         raise error(f"the {what} is not UTF-8 (byte {exc.start})") from None
+    if text.startswith("\ufeff"):
+        raise error(f"the {what} starts with a byte-order mark; save it as UTF-8 without one")
+    return text
 
 
 def loads_untrusted(
@@ -237,8 +244,11 @@ def load_yaml_untrusted(
     import yaml
 
     text = _text(data, what, error, max_bytes)
-    loader = _strict_loader(max_depth)(text)
+    loader = None
     try:
+        # PyYAML checks every character while the loader is built (a NUL or another control
+        # character raises there), so building it is inside the mapping of errors too
+        loader = _strict_loader(max_depth)(text)
         doc = loader.get_single_data()
     except RecursionError:
         raise error(f"the {what} nests deeper than {max_depth} levels") from None
@@ -250,7 +260,8 @@ def load_yaml_untrusted(
     except ValueError as exc:
         raise error(f"the {what} is not YAML: {' '.join(str(exc).split())[:200]}") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     if _depth_exceeds(doc, max_depth):
         raise error(f"the {what} nests deeper than {max_depth} levels")
     return doc

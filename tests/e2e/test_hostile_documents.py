@@ -43,6 +43,16 @@ CORPUS: dict[str, bytes] = {
     "NaN": b'{"version": NaN}',
     "Infinity": b"version: .inf\n",
     "huge integer": b'{"version": 1' + b"0" * 100_000 + b"}",
+    # characters: each one is otherwise an acceptable document (JSON is YAML)
+    "NUL": b'{"version": 1\x00}',
+    "NUL in a string": b'{"version": "1\x00"}',
+    "control character": b'{"version": "1\x1b[2J"}',
+    "backspace (YAML)": b"version: 1\x08\n",
+    "invalid UTF-8 (overlong)": b'{"version": "\xc0\xaf"}',
+    "invalid UTF-8 (surrogate)": b'{"version": "\xed\xa0\x80"}',
+    "invalid UTF-8 (truncated)": b'{"version": 1}\xe2\x82',
+    "byte-order mark": b'\xef\xbb\xbf{"version": 1}',
+    "byte-order mark (YAML)": b"\xef\xbb\xbfversion: 1\n",
 }
 
 OVERSIZED = 65 * 1024 * 1024  # beyond every reader's cap
@@ -121,7 +131,16 @@ COMMANDS: dict[str, Callable[[dict[str, Path], Path], list[str]]] = {
 #: documents the cases below (their reader is the same function, which the library test
 #: gives the whole corpus for each of them)
 WHOLE = {"travel plan", "policy", "travel log"}
-JSON_CASES = {"deep nesting", "duplicate keys", "non-UTF-8", "NaN", "huge integer"}
+JSON_CASES = {
+    "deep nesting",
+    "duplicate keys",
+    "non-UTF-8",
+    "NaN",
+    "huge integer",
+    "NUL",
+    "control character",
+    "byte-order mark",
+}
 
 
 def test_every_command_refuses_the_corpus_as_malformed(files: dict[str, Path]) -> None:

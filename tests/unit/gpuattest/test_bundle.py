@@ -534,7 +534,6 @@ def test_cli_fetch_writes_what_it_got_and_exits_3_for_the_rest(
     from typer.testing import CliRunner
 
     from gpucc.cli.collateral import collateral_app
-    from gpucc.gpuattest.errors import CollateralUnavailableError
 
     secret = "nvapi-CLI-SECRET-KEY"
     monkeypatch.setenv("NV_ATTESTATION_SERVICE_KEY", secret)
@@ -562,8 +561,10 @@ def test_cli_fetch_writes_what_it_got_and_exits_3_for_the_rest(
         )
         assert rim_srv.seen[0].headers["Authorization"] == f"Bearer {secret}"
     # NVIDIA's real chains cannot be answered by the test responder: RIMs in, OCSP missing.
-    assert isinstance(result.exception, CollateralUnavailableError), result.output
-    assert exit_code_for(result.exception) == 3
+    # the command reported its outcome (line and exit status 3, collateral unavailable);
+    # run_app turns that into the process's status
+    assert getattr(result.exception, "code", None) == 3, result.output
+    assert "collateral incomplete" in result.output
     assert secret not in result.output
     assert "RIM  NV_GPU_DRIVER_GH100_545.00" in result.output
     assert "missing: OCSP for 'GH100 A01 GSP BROM'" in result.output

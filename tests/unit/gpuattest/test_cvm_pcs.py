@@ -127,21 +127,24 @@ def test_attest_fetches_through_the_cache_and_works_offline_from_it(
 def test_a_holder_fetches_collateral_an_offer_came_without(
     server: LocalServer, tmp_path: Path
 ) -> None:
-    from gpucc.assembly import PlatformVerifier, Settings
+    from gpucc.assembly import PlatformEvidence, PlatformVerifier, Settings
     from gpucc.gpuattest.netconfig import NetworkSettings
     from gpucc.gpuattest.policy import parse_policy
 
+    # The real quote's collateral is of its day: verified as of then (key release itself is
+    # always decided now; this checks where the collateral comes from).
     policy = parse_policy({"cvm": {"allow_unpinned": True}})
     network = NetworkSettings(cache_dir=tmp_path)
+    offer = PlatformEvidence(cvm=QUOTE, source="offer")  # no collateral came with it
+    data = bytes.fromhex(REPORT_DATA)
     verifier = PlatformVerifier(
         Settings(policy=policy, network=network, pccs_url=server.url, at=AT)
     )
-    attest = verifier.cvm_attester()
-    assert attest(QUOTE, None, bytes.fromhex(REPORT_DATA)).trusted
+    assert verifier.verify(offer, cvm_report_data=data).trusted
     offline = PlatformVerifier(
         Settings(policy=policy, network=NetworkSettings(cache_dir=tmp_path, offline=True), at=AT)
-    ).cvm_attester()
-    assert offline(QUOTE, None, bytes.fromhex(REPORT_DATA)).trusted  # from the cache
+    )
+    assert offline.verify(offer, cvm_report_data=data).trusted  # from the cache
 
 
 def _tcb_body(prefix: str) -> Callable[[Seen, Reply], Reply]:

@@ -378,6 +378,12 @@ def test_plan_parsing(tmp_path: Path) -> None:
         _plan_doc(holders=[]),
         _plan_doc(holders=[holder, holder]),
         _plan_doc(holders=[{**holder, "url": "ftp://x"}]),
+        # checked at load, not when the journey reaches the holder
+        _plan_doc(holders=[{**holder, "url": "http://"}]),
+        _plan_doc(holders=[{**holder, "url": "https://a.example:70000"}]),
+        _plan_doc(holders=[{**holder, "url": "https://u:p@a.example"}]),
+        _plan_doc(holders=[{**holder, "url": "https://a.example/#x"}]),
+        _plan_doc(holders=[{**holder, "url": "http://a.example", "tls_ca": "ca.pem"}]),
         _plan_doc(holders=[{**holder, "public_key": "nonsense"}]),
         _plan_doc(holders=[{**holder, "id": "../x"}]),
         _plan_doc(
