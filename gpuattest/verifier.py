@@ -45,7 +45,12 @@ from .chain import ChainResult, load_pem_chain, validate_chain
 from .collateral import ChainKind, OcspChecker, RimSource
 from .errors import MalformedEvidenceError
 from .evidence import EvidenceSet, GpuEvidence
-from .measurements import MeasurementResult, MeasurementStatus, compare_measurements
+from .measurements import (
+    MeasurementResult,
+    MeasurementStatus,
+    MismatchRecord,
+    compare_measurements,
+)
 from .policy import Policy, version_tuple
 from .report import Architecture, AttestationReport, OpaqueType
 from .result import (
@@ -258,6 +263,14 @@ def _check_rims(
     return outcomes[0], outcomes[1]
 
 
+def _describe_mismatch(m: MismatchRecord) -> str:
+    """``index 9 (vbios): golden <hex>[ or <hex>], runtime <hex>``: exact enough for a
+    policy that names the index."""
+    golden = " or ".join(m.golden_values) or "(none)"
+    runtime = m.runtime_value if m.runtime_value is not None else "(no block)"
+    return f"index {m.index} ({m.source}): golden {golden}, runtime {runtime}"
+
+
 def _measurement_check(meas: MeasurementResult, policy: Policy) -> Check:
     if meas.status is MeasurementStatus.NOT_RUN:
         return Check(
@@ -269,9 +282,12 @@ def _measurement_check(meas: MeasurementResult, policy: Policy) -> Check:
         )
     tolerated = [m for m in meas.mismatches if m.index in policy.allow_mismatch]
     blocking = [m for m in meas.mismatches if m.index not in policy.allow_mismatch]
+    missing = " and no ".join(meas.missing_rims)
     if blocking:
-        listed = ", ".join(f"{m.index} ({m.source})" for m in blocking)
-        reason = f"mismatch at RIM indices {listed}"
+        listed = "; ".join(_describe_mismatch(m) for m in blocking)
+        reason = f"mismatch at RIM {listed}"
+        if missing:
+            reason += f" (not compared: no {missing} RIM)"
     elif meas.conflicts:
         reason = f"indices active in both RIMs: {', '.join(map(str, meas.conflicts))}"
     else:
@@ -281,6 +297,16 @@ def _measurement_check(meas: MeasurementResult, policy: Policy) -> Check:
         if tolerated
         else ""
     )
+    if not blocking and not meas.conflicts and missing:
+        # Only tolerated mismatches in what could be compared: the rest is undecided.
+        return Check(
+            "measurements",
+            "Measurements",
+            CheckStatus.NOT_CHECKED,
+            f"reference values unavailable: no {missing} RIM; {reason}",
+            collateral_missing=True,
+            note=note,
+        )
     ok = not blocking and not meas.conflicts
     return Check("measurements", "Measurements", _passed(ok), reason, note=note)
 
