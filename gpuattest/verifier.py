@@ -182,13 +182,13 @@ def _check_fwid(report: AttestationReport, leaf: x509.Certificate, rec: _Record)
         rec.add(Check("fwid", "FWID", CheckStatus.NOT_PRESENT, reason), {claim: None})
         return
     try:
-        leaf_fwid = _leaf_fwid(leaf)
+        found = leaf_fwid(leaf)
     except der.DerError as exc:
-        leaf_fwid, reason = None, f"the leaf FWID extension is malformed: {exc}"
+        found, reason = None, f"the leaf FWID extension is malformed: {exc}"
     else:
-        reason = "" if leaf_fwid is not None else "the leaf certificate has no FWID extension"
-    match = leaf_fwid is not None and hmac.compare_digest(leaf_fwid, report.fwid)
-    if leaf_fwid is not None and not match:
+        reason = "" if found is not None else "the leaf certificate has no FWID extension"
+    match = found is not None and hmac.compare_digest(found, report.fwid)
+    if found is not None and not match:
         reason = "the report FWID differs from the leaf certificate's"
     rec.add(Check("fwid", "FWID", _passed(match), reason), {claim: match})
 
@@ -196,7 +196,7 @@ def _check_fwid(report: AttestationReport, leaf: x509.Certificate, rec: _Record)
 def _check_report_signature(
     report: AttestationReport, leaf: x509.Certificate, rec: _Record
 ) -> None:
-    ok, reason = _verify_report_signature(report, leaf)
+    ok, reason = verify_report_signature(report.signed_bytes, report.signature, leaf)
     rec.add(
         Check("report-signature", "Report signature", _passed(ok), reason),
         {"x-nvidia-gpu-attestation-report-signature-verified": ok},
@@ -514,7 +514,7 @@ def verify(
 # --- helpers ------------------------------------------------------------------------------
 
 
-def _leaf_fwid(leaf: x509.Certificate) -> bytes | None:
+def leaf_fwid(leaf: x509.Certificate) -> bytes | None:
     """The FWID of the leaf certificate (Hopper or DICE TcbInfo form), if any."""
     for oid, extract in ((_FWID_HOPPER, der.hopper_fwid), (_FWID_DICE, der.dice_tcbinfo_fwid)):
         try:
@@ -529,14 +529,17 @@ def _leaf_fwid(leaf: x509.Certificate) -> bytes | None:
     return None
 
 
-def _verify_report_signature(report: AttestationReport, leaf: x509.Certificate) -> tuple[bool, str]:
+def verify_report_signature(
+    signed: bytes, sig: bytes, leaf: x509.Certificate
+) -> tuple[bool, str]:
+    """ECDSA P-384/SHA-384 over ``signed`` with the leaf key; raw ``r || s`` signature
+    (the rule for every NVIDIA device report, GPU or NVSwitch)."""
     key = leaf.public_key()
     if not isinstance(key, ec.EllipticCurvePublicKey) or key.curve.name != "secp384r1":
         return False, "the leaf key is not an ECDSA P-384 key"
-    sig = report.signature
     der_sig = encode_dss_signature(int.from_bytes(sig[:48], "big"), int.from_bytes(sig[48:], "big"))
     try:
-        key.verify(der_sig, report.signed_bytes, ec.ECDSA(hashes.SHA384()))
+        key.verify(der_sig, signed, ec.ECDSA(hashes.SHA384()))
     except InvalidSignature:
         return False, "the report signature does not verify with the leaf key"
     return True, ""
