@@ -29,6 +29,8 @@ if TYPE_CHECKING:
     from gpucc.gpuattest.cvm.appraise import CvmResult
     from gpucc.gpuattest.measurements import MismatchRecord
     from gpucc.gpuattest.result import GpuResult
+    from gpucc.gpuattest.switch_result import SwitchResult
+    from gpucc.gpuattest.topology import TopologyResult
 
 _STATUS_STYLE = {
     "pass": "green",
@@ -185,7 +187,9 @@ def sized_table(console: Console, headers: Sequence[str], rows: Sequence[Sequenc
     return table
 
 
-def _check_rows(gpu: GpuResult | CvmResult) -> list[list[Text]]:
+def _check_rows(
+    gpu: GpuResult | CvmResult | SwitchResult | TopologyResult,
+) -> list[list[Text]]:
     from rich.text import Text
 
     rows: list[list[Text]] = []
@@ -280,11 +284,14 @@ def render_text(result: PlatformResult, console: Console, *, verbose: bool = Fal
                     console.print(Text(f"{label} golden[{n}] {value}"), soft_wrap=True)
                 runtime = m.runtime_value or "(missing)"
                 console.print(Text(f"{label} runtime {runtime}"), soft_wrap=True)
+    from .render_devices import device_count, render_switches
+
+    render_switches(result, console)
     label, style = _VERDICT_LINE[str(result.verdict)]
     at = result.verified_at.isoformat().replace("+00:00", "Z")
     line = Text(f"{label}", style=style)
     cvm = f"the CVM ({result.cvm.kind}) and " if result.cvm is not None else ""
-    line.append(f": {cvm}{len(result.gpus)} GPU(s) verified as of {at}", style="")
+    line.append(f": {cvm}{device_count(result)} verified as of {at}", style="")
     if result.reasons:
         line.append(f"; {shorten_hex(result.reasons[0])}", style="")
         if len(result.reasons) > 1:

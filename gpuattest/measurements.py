@@ -45,7 +45,6 @@ __all__ = [
 NVDEC0_INDEX = 35
 
 
-
 class MeasurementStatus(enum.StrEnum):
     """Outcome of the comparison, with NVIDIA's ``measres`` vocabulary."""
 
@@ -60,7 +59,8 @@ class MismatchRecord:
 
     Attributes:
         index: the RIM index (SPDM block ``index + 1``).
-        source: ``"driver"``, ``"vbios"`` or (NVSwitch) ``"bios"``: which RIM the golden entry came from.
+        source: ``"driver"``, ``"vbios"`` or (NVSwitch) ``"bios"``: which RIM the
+            golden entry came from.
         golden_values: every golden alternative, lower-case hex.
         golden_size: the golden size in bytes.
         runtime_value: the runtime value in lower-case hex, or None when the

@@ -529,9 +529,7 @@ def leaf_fwid(leaf: x509.Certificate) -> bytes | None:
     return None
 
 
-def verify_report_signature(
-    signed: bytes, sig: bytes, leaf: x509.Certificate
-) -> tuple[bool, str]:
+def verify_report_signature(signed: bytes, sig: bytes, leaf: x509.Certificate) -> tuple[bool, str]:
     """ECDSA P-384/SHA-384 over ``signed`` with the leaf key; raw ``r || s`` signature
     (the rule for every NVIDIA device report, GPU or NVSwitch)."""
     key = leaf.public_key()
