@@ -45,7 +45,7 @@ from typing import Any
 
 from .cvm.policy import CvmPolicy, parse_cvm_policy
 from .errors import MalformedPolicyError
-from .topology import TopologyPolicy
+from .topology_policy import TopologyPolicy
 
 __all__ = ["Policy", "load_policy", "parse_policy", "version_tuple"]
 

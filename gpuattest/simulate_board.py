@@ -54,9 +54,7 @@ def _issue(ca: Pki, names: Sequence[str], now: dt.datetime) -> Pki:
         cert = builder.sign(issuer_key, hashes.SHA384())
         certs.append(cert)
         issuer_cert, issuer_key = cert, keys[depth]
-    return Pki(
-        certs=(*reversed(certs), *ca.certs[-3:]), keys=(*reversed(keys), *ca.keys[-3:])
-    )
+    return Pki(certs=(*reversed(certs), *ca.certs[-3:]), keys=(*reversed(keys), *ca.keys[-3:]))
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 from .report import AttestationReport, OpaqueType
 from .result import Check, CheckStatus, Decision, Verdict, check_reasons, combine_verdicts
 from .switch_report import PDI_LENGTH, split_pdis
+from .topology_policy import TopologyPolicy
 
 if TYPE_CHECKING:
     from .result import GpuResult
@@ -49,25 +50,6 @@ __all__ = ["TopologyPolicy", "TopologyResult", "check_topology"]
 
 _DISABLED_PDI = bytes(PDI_LENGTH)
 MAX_DEVICES = 64
-
-
-@dataclass(frozen=True)
-class TopologyPolicy:
-    """The policy's ``topology:`` section.
-
-    Attributes:
-        ppcie: the GPUs and switches must form one Protected PCIe machine.
-        gpus: how many GPUs the board has (8 on HGX H100/H200).
-        switches: how many NVSwitches it has (4 on HGX H100/H200).
-    """
-
-    ppcie: bool = False
-    gpus: int = 8
-    switches: int = 4
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON form."""
-        return {"ppcie": self.ppcie, "gpus": self.gpus, "switches": self.switches}
 
 
 @dataclass(frozen=True)
