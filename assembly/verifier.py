@@ -20,6 +20,13 @@ from typing import TYPE_CHECKING, Any
 
 from gpucc.gpuattest.result import AttestationResult, Verdict, combine_verdicts
 
+from .devices import (
+    PlatformOutcome,
+    in_offer_order,
+    split_devices,
+    verify_switches,
+    verify_topology,
+)
 from .record import Roots, TrustRecord, relaxations_of
 from .settings import Settings, TimeSource
 
@@ -31,8 +38,10 @@ if TYPE_CHECKING:
     from gpucc.gpuattest.evidence import EvidenceSet
     from gpucc.gpuattest.policy import Policy
     from gpucc.gpuattest.result import GpuResult
+    from gpucc.gpuattest.switch_result import SwitchAttestationResult
+    from gpucc.gpuattest.topology import TopologyResult
     from gpucc.gpuattest.trust import TrustRoots
-    from gpucc.staging.release import Attester, CvmAttester
+    from gpucc.staging.release import AttestationOutcome, Attester, CvmAttester, GpuOutcome
 
 __all__ = ["PlatformEvidence", "PlatformResult", "PlatformVerifier"]
 
@@ -47,12 +56,15 @@ class PlatformEvidence:
         cvm_collateral: collateral that came with the CVM evidence (the settings' own
             collateral, when given, replaces it).
         source: where the evidence came from (``file``, ``nvml``, ``offer``, ...).
+        switches: every NVSwitch's reports and chains (switch entries in ``gpus``, as a
+            PPCIe machine's evidence file or offer carries them, are moved here).
     """
 
     gpus: EvidenceSet | None = None
     cvm: bytes | None = field(default=None, repr=False)
     cvm_collateral: bytes | None = field(default=None, repr=False)
     source: str = "file"
+    switches: EvidenceSet | None = None
 
 
 @dataclass(frozen=True)
@@ -70,6 +82,9 @@ class PlatformResult:
         expected_nonce: the GPU nonce required.
         source: where the evidence came from.
         record: what the verdict trusted: relaxations used, time, roots.
+        switch: the NVSwitches' result (None: no switch evidence was verified).
+        topology: the Protected PCIe topology checks (None: the policy does not ask for
+            PPCIe, ``topology.ppcie``).
     """
 
     verdict: Verdict
@@ -82,6 +97,8 @@ class PlatformResult:
     expected_nonce: bytes | None
     source: str
     record: TrustRecord
+    switch: SwitchAttestationResult | None = None
+    topology: TopologyResult | None = None
 
     @classmethod
     def of_gpus(cls, result: AttestationResult) -> PlatformResult:
@@ -125,7 +142,9 @@ class PlatformResult:
     def reasons(self) -> tuple[str, ...]:
         """Why not trusted: the CVM's reasons, then each GPU's, prefixed."""
         cvm = tuple(f"CVM: {r}" for r in self.cvm.reasons) if self.cvm is not None else ()
-        return cvm + (self.gpu.reasons if self.gpu is not None else ())
+        switch = self.switch.reasons if self.switch is not None else ()
+        topo = tuple(f"Topology: {r}" for r in self.topology.reasons) if self.topology else ()
+        return cvm + (self.gpu.reasons if self.gpu is not None else ()) + switch + topo
 
     def to_dict(self) -> dict[str, Any]:
         """The ``gpucc.attest/v1`` document, less what only a command line knows."""
@@ -142,6 +161,8 @@ class PlatformResult:
             "reasons": list(self.reasons),
             "gpus": [g.to_dict() for g in self.gpus],
             "cvm": self.cvm.to_dict() if self.cvm is not None else None,
+            "switches": [s.to_dict() for s in self.switch.switches] if self.switch else [],
+            "topology": self.topology.to_dict() if self.topology is not None else None,
             "trusted_with": self.record.to_dict(),
         }
 
@@ -152,6 +173,10 @@ class PlatformResult:
         parts = [(f"GPU {g.index}", g.checks) for g in self.gpus]
         if self.cvm is not None:
             parts.insert(0, ("CVM", self.cvm.checks))
+        if self.switch is not None:
+            parts += [(f"NVSwitch {s.index}", s.checks) for s in self.switch.switches]
+        if self.topology is not None:
+            parts.append(("topology", self.topology.checks))
         return [
             {
                 "part": part,
@@ -166,12 +191,18 @@ class PlatformResult:
         ]
 
 
-def _relaxations(gpu: AttestationResult | None, cvm: CvmResult | None) -> tuple[Any, ...]:
+def _relaxations(
+    gpu: AttestationResult | None,
+    cvm: CvmResult | None,
+    switch: SwitchAttestationResult | None = None,
+) -> tuple[Any, ...]:
     found: list[Any] = []
     if cvm is not None:
         found += relaxations_of(cvm.checks, "CVM")
     for g in gpu.gpus if gpu is not None else ():
         found += relaxations_of(g.checks, f"GPU {g.index}")
+    for sw in switch.switches if switch is not None else ():
+        found += relaxations_of(sw.checks, f"NVSwitch {sw.index}")
     return tuple(found)
 
 
@@ -223,27 +254,33 @@ class PlatformVerifier:
                 collateral when it cannot be fetched).
         """
         settings = self.settings
-        if evidence.gpus is None and evidence.cvm is None:
+        gpus, switches = split_devices(evidence.gpus, evidence.switches)
+        ppcie = settings.policy.topology.ppcie
+        if gpus is None and evidence.cvm is None and switches is None and not ppcie:
             from gpucc.gpuattest.errors import UsageError
 
             raise UsageError("no evidence to verify")
         now = settings.now()
         gpu = None
-        if evidence.gpus is not None:
-            gpu = self._verify_gpus(evidence.gpus, nonce, now)
+        if gpus is not None:
+            gpu = self._verify_gpus(gpus, nonce, now)
+        switch = None
+        if switches is not None:
+            switch = verify_switches(switches, nonce, now, self._gpu_trust(), settings.policy)
+        topology = verify_topology(gpus, gpu, switch, settings.policy) if ppcie else None
         cvm = None
         if evidence.cvm is not None:
             expected = cvm_report_data
-            if expected is None and nonce is not None and evidence.gpus is not None:
+            if expected is None and nonce is not None and gpus is not None:
                 from gpucc.gpuattest.cvm.appraise import attest_report_data
 
                 expected = attest_report_data(nonce)
             cvm = self._verify_cvm(
                 evidence.cvm, evidence.cvm_collateral, expected, now, release=release
             )
-        verdicts = [r.verdict for r in (gpu, cvm) if r is not None]
+        verdicts = [r.verdict for r in (gpu, cvm, switch, topology) if r is not None]
         record = TrustRecord(
-            relaxations=_relaxations(gpu, cvm),
+            relaxations=_relaxations(gpu, cvm, switch),
             verified_at=now,
             time_source=str(settings.time_source),
             time_origin=settings.at_origin or ("the caller" if settings.at is not None else ""),
@@ -257,9 +294,11 @@ class PlatformVerifier:
             verified_at=now,
             time_source=settings.time_source,
             simulated=settings.simulated,
-            expected_nonce=nonce if evidence.gpus is not None else None,
+            expected_nonce=nonce if gpus is not None or switches is not None else None,
             source=gpu.source if gpu is not None else evidence.source,
             record=record,
+            switch=switch,
+            topology=topology,
         )
 
     @property
@@ -303,12 +342,19 @@ class PlatformVerifier:
         """
         self._release_time_is_now()
 
-        def attest(gpus: Any, nonce: bytes) -> AttestationResult:
+        def attest(gpus: Any, nonce: bytes) -> AttestationOutcome:
             result = self.verify(
                 PlatformEvidence(gpus=gpus, source="offer"), nonce=nonce, release=True
             )
             if on_result is not None:
                 on_result(result)
+            if result.switch is not None or result.topology is not None:
+                # A PPCIe machine is one party: one verdict, every device's report.
+                devices: list[GpuOutcome] = [*result.gpus]
+                devices += result.switch.switches if result.switch is not None else ()
+                return PlatformOutcome(
+                    result.trusted, result.reasons, in_offer_order(gpus, devices)
+                )
             assert result.gpu is not None  # GPU evidence was given
             return result.gpu
 

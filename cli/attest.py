@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import enum
 import os
@@ -62,6 +63,13 @@ ExistingFile = Annotated[
 ]
 
 
+class Device(enum.StrEnum):
+    """--device values (nvattest's)."""
+
+    GPU = "gpu"
+    NVSWITCH = "nvswitch"
+
+
 class Verifier(enum.StrEnum):
     """--verifier values."""
 
@@ -69,8 +77,9 @@ class Verifier(enum.StrEnum):
     REMOTE = "remote"
 
 
-def load_evidence(evidence: Path, cert_chain: Path | None) -> EvidenceSet:
-    """Evidence JSON, or a raw report with its chain; says which option a raw report needs.
+def load_evidence(evidence: Path, cert_chain: Path | None, arch: str | None = None) -> EvidenceSet:
+    """Evidence JSON, or a raw report with its chain (``arch``: the raw report's device;
+    None: read from its leaf certificate); says which option a raw report needs.
 
     Raises:
         MalformedEvidenceError: unreadable or malformed input.
@@ -79,7 +88,7 @@ def load_evidence(evidence: Path, cert_chain: Path | None) -> EvidenceSet:
     from gpucc.gpuattest.evidence import NotEvidenceJsonError, load_evidence_file
 
     try:
-        return load_evidence_file(evidence, cert_chain)
+        return load_evidence_file(evidence, cert_chain, arch=arch)
     except NotEvidenceJsonError as exc:
         raise MalformedEvidenceError(
             f"{exc}; for a raw report also pass --cert-chain FILE"
@@ -221,6 +230,50 @@ def attest(
     cvm_report_data: CvmReportDataOption = None,
     cvm_only_: CvmOnlyOption = False,
     cvm_pccs_url: CvmPccsOption = None,
+    device: Annotated[
+        Device,
+        typer.Option(
+            "--device",
+            "-d",
+            rich_help_panel="Evidence",
+            help="Which device the evidence is from (nvattest's flag): gpu, or nvswitch "
+            "(NVSwitch LS10 evidence). A raw report's device is read from its chain's leaf.",
+        ),
+    ] = Device.GPU,
+    switch_evidence: Annotated[
+        Path | None,
+        typer.Option(
+            "--nvswitch-evidence-file",
+            "--switch-evidence",
+            rich_help_panel="Evidence",
+            exists=True,
+            dir_okay=False,
+            help="NVSwitch evidence JSON to verify beside the GPUs' (for --ppcie); switch "
+            "entries (arch LS10) inside --evidence are read too.",
+        ),
+    ] = None,
+    ppcie: Annotated[
+        bool,
+        typer.Option(
+            "--ppcie",
+            rich_help_panel="Evidence",
+            help="Protected PCIe: the GPUs and NVSwitches are one machine, trusted only if "
+            "every device is and the topology holds (the policy's topology: section gives "
+            "the board's counts; 8 GPUs and 4 switches by default).",
+        ),
+    ] = False,
+    simulate: Annotated[
+        Path | None,
+        typer.Option(
+            "--simulate",
+            file_okay=False,
+            exists=True,
+            metavar="DIR",
+            rich_help_panel="Simulation (no GPU; never for production)",
+            help="Trust a SIMULATION's self-made roots and RIMs from DIR instead of NVIDIA's. "
+            "It attests nothing real; never use it in production.",
+        ),
+    ] = None,
 ) -> None:
     """Verify GPU attestation evidence (and a confidential VM's) and print a verdict.
 
@@ -280,6 +333,13 @@ def attest(
             pol = sample_policy()
     elif evidence is not None:
         ev = load_evidence(evidence, cert_chain)
+    elif device is Device.NVSWITCH or ppcie:
+        from gpucc.gpuattest.errors import EnvironmentProblemError
+
+        raise EnvironmentProblemError(
+            "collecting NVSwitch evidence here needs NVIDIA's NSCQ library, which gpucc does "
+            "not drive; collect it with nvattest and give --evidence FILE"
+        )
     elif not cvm_only_:
         if cert_chain is not None:
             raise UsageError("--cert-chain needs --evidence REPORT")
@@ -289,6 +349,18 @@ def attest(
         ev = sources.open_source().gpu_evidence(fresh)
         nonce = fresh.hex()
     expected = parse_nonce_hex(nonce) if nonce and not cvm_only_ else None
+    ev, switches = _devices(ev, switch_evidence, device=device, ppcie=ppcie)
+    if ppcie:
+        from gpucc.gpuattest.topology import TopologyPolicy
+
+        topo = pol.topology
+        pol = dataclasses.replace(pol, topology=TopologyPolicy(True, topo.gpus, topo.switches))
+    if simulate is not None and policy is None:
+        from gpucc.assembly import simulation_policy
+
+        pol = dataclasses.replace(simulation_policy(), topology=pol.topology)
+    if switches is not None and (verifier is Verifier.REMOTE or sign_eat is not None):
+        raise UsageError("NVSwitch evidence is verified locally only: drop --sign-eat/--verifier")
     if verifier is Verifier.REMOTE and ev is not None:
         _attest_remote(
             ev,
@@ -310,11 +382,12 @@ def attest(
             pccs_url=cvm_pccs_url,
             at=now if at else None,
             at_origin="--at or GPUCC_AT" if at else "",
+            simulation=simulate,
         )
     )
     try:
         result = platform.verify(
-            PlatformEvidence(gpus=ev, cvm=cvm[0] if cvm is not None else None),
+            PlatformEvidence(gpus=ev, cvm=cvm[0] if cvm is not None else None, switches=switches),
             nonce=expected,
             cvm_report_data=cvm_report_data_value(cvm_report_data),
         )
@@ -338,6 +411,42 @@ def attest(
     raise typer.Exit(verdict_exit_code(result.verdict))
 
 
+def _devices(
+    ev: EvidenceSet | None, switch_file: Path | None, *, device: Device, ppcie: bool
+) -> tuple[EvidenceSet | None, EvidenceSet | None]:
+    """The GPUs' and the switches' evidence; evidence of the wrong device is a usage error.
+
+    Raises:
+        UsageError: switch evidence without --device nvswitch or --ppcie, or GPU evidence
+            with --device nvswitch.
+    """
+    from gpucc.assembly.devices import split_devices
+    from gpucc.gpuattest.errors import UsageError
+
+    extra = None
+    if switch_file is not None:
+        more, extra = split_devices(load_evidence(switch_file, None), None)
+        if more is not None:
+            raise UsageError(f"{switch_file} holds GPU evidence, not NVSwitch evidence")
+    gpus, switches = split_devices(ev, extra)
+    if ppcie:
+        return gpus, switches
+    if device is Device.NVSWITCH:
+        if gpus is not None:
+            arch = gpus.gpus[0].arch
+            raise UsageError(
+                f"--device nvswitch, but the evidence is a GPU's (arch {arch}); "
+                "drop --device nvswitch, or pass --ppcie for GPUs and switches together"
+            )
+        return None, switches
+    if switches is not None:
+        raise UsageError(
+            "the evidence is an NVSwitch's (arch LS10): pass --device nvswitch, or --ppcie "
+            "for GPUs and switches together"
+        )
+    return gpus, None
+
+
 def _print(result: PlatformResult, *, output: OutputFormat, verbose: bool) -> None:
     """Print a result: its JSON document, or the text report (Rich's console only for a
     terminal or a composite result: it costs more to import than verifying)."""
@@ -350,6 +459,8 @@ def _print(result: PlatformResult, *, output: OutputFormat, verbose: bool) -> No
     elif (
         is_terminal(sys.stdout)
         or result.cvm is not None  # the plain writer draws the GPUs' report only
+        or result.switch is not None
+        or result.topology is not None
         or not render_plain(result, verbose=verbose)
     ):
         render_text(result, console(), verbose=verbose)

@@ -29,6 +29,8 @@ if TYPE_CHECKING:
     from gpucc.gpuattest.cvm.appraise import CvmResult
     from gpucc.gpuattest.measurements import MismatchRecord
     from gpucc.gpuattest.result import GpuResult
+    from gpucc.gpuattest.switch_result import SwitchResult
+    from gpucc.gpuattest.topology import TopologyResult
 
 _STATUS_STYLE = {
     "pass": "green",
@@ -185,7 +187,9 @@ def sized_table(console: Console, headers: Sequence[str], rows: Sequence[Sequenc
     return table
 
 
-def _check_rows(gpu: GpuResult | CvmResult) -> list[list[Text]]:
+def _check_rows(
+    gpu: GpuResult | CvmResult | SwitchResult | TopologyResult,
+) -> list[list[Text]]:
     from rich.text import Text
 
     rows: list[list[Text]] = []
@@ -280,16 +284,59 @@ def render_text(result: PlatformResult, console: Console, *, verbose: bool = Fal
                     console.print(Text(f"{label} golden[{n}] {value}"), soft_wrap=True)
                 runtime = m.runtime_value or "(missing)"
                 console.print(Text(f"{label} runtime {runtime}"), soft_wrap=True)
+    render_switches(result, console)
     label, style = _VERDICT_LINE[str(result.verdict)]
     at = result.verified_at.isoformat().replace("+00:00", "Z")
     line = Text(f"{label}", style=style)
     cvm = f"the CVM ({result.cvm.kind}) and " if result.cvm is not None else ""
-    line.append(f": {cvm}{len(result.gpus)} GPU(s) verified as of {at}", style="")
+    line.append(f": {cvm}{device_count(result)} verified as of {at}", style="")
     if result.reasons:
         line.append(f"; {shorten_hex(result.reasons[0])}", style="")
         if len(result.reasons) > 1:
             line.append(f" (+{len(result.reasons) - 1} more)", style="")
     console.print(line, highlight=False)
+
+
+def render_switches(result: PlatformResult, console: Console) -> None:
+    """A table per NVSwitch (checks, BIOS version, RIM ID, PDI), then the topology checks."""
+    from rich.text import Text
+
+    for switch in result.switch.switches if result.switch is not None else ():
+        console.print(Text(f"NVSwitch {switch.index} ({switch.arch})", style="bold"))
+        console.print(sized_table(console, ("check", "result", "detail"), _check_rows(switch)))
+        claims = switch.claims
+        _print_pairs(
+            console,
+            [
+                ("BIOS", str(claims.get("x-nvidia-switch-bios-version"))),
+                ("hwmodel", str(claims.get("hwmodel"))),
+                ("measres", str(claims.get("measres"))),
+                ("BIOS RIM", switch.bios_rim_id),
+                ("PDI", switch.device_pdi.hex()),
+            ],
+        )
+        mismatches = switch.measurements.mismatches if switch.measurements else ()
+        if mismatches:
+            console.print(Text(f"Measurement mismatches ({len(mismatches)})", style="bold"))
+            headers = ("index", "source", "reason", "golden", "runtime")
+            console.print(sized_table(console, headers, mismatch_rows(mismatches)))
+    topology = result.topology
+    if topology is not None:
+        expected = topology.expected
+        title = f"Protected PCIe topology ({expected.gpus} GPUs, {expected.switches} NVSwitches)"
+        console.print(Text(title, style="bold"))
+        console.print(sized_table(console, ("check", "result", "detail"), _check_rows(topology)))
+
+
+def device_count(result: PlatformResult) -> str:
+    """``8 GPU(s), 4 NVSwitch(es)`` for the verdict line."""
+    parts = [f"{len(result.gpus)} GPU(s)"] if result.gpu is not None else []
+    if result.switch is not None:
+        parts.append(f"{len(result.switch.switches)} NVSwitch(es)")
+    text = ", ".join(parts) or "no device"
+    if result.topology is not None:
+        text += " and the PPCIe topology"
+    return text
 
 
 # TDX's, then SEV-SNP's.

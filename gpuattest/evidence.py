@@ -30,6 +30,7 @@ __all__ = [
     "EvidenceSet",
     "GpuEvidence",
     "NotEvidenceJsonError",
+    "arch_of_chain",
     "dump_evidence_json",
     "load_evidence_file",
     "load_evidence_json",
@@ -222,18 +223,44 @@ def _decode_report(data: bytes) -> bytes:
     raise MalformedEvidenceError("report is neither hex text nor a binary SPDM report")
 
 
-def load_raw_evidence(report_path: Path, chain_path: Path, arch: str = "HOPPER") -> EvidenceSet:
-    """One GPU's evidence from a raw report file and a PEM chain file.
+# The chip in the leaf certificate's common name, and the architecture it belongs to.
+_LEAF_CHIPS = (("GB1", "BLACKWELL"), ("GB2", "BLACKWELL"), ("GH1", "HOPPER"), ("LS_10", "LS10"))
+
+
+def arch_of_chain(chain_pem: bytes) -> str:
+    """The architecture a raw report's chain names in its leaf's common name (``GH100 A01
+    GSP FMC LF`` is Hopper, ``GB100 ...`` Blackwell, ``LS_10 ...`` an NVSwitch); HOPPER
+    when the leaf names none of them (the chain check then judges the chain)."""
+    from cryptography import x509
+
+    try:
+        leaf = x509.load_pem_x509_certificates(chain_pem)[0]
+    except (ValueError, IndexError):
+        return "HOPPER"
+    names = leaf.subject.get_attributes_for_oid(x509.NameOID.COMMON_NAME)
+    cn = str(names[0].value) if names else ""
+    for prefix, arch in _LEAF_CHIPS:
+        if cn.startswith(prefix):
+            return arch
+    return "HOPPER"
+
+
+def load_raw_evidence(report_path: Path, chain_path: Path, arch: str | None = None) -> EvidenceSet:
+    """One device's evidence from a raw report file and a PEM chain file (``arch`` None:
+    read from the chain's leaf, see :func:`arch_of_chain`).
 
     Raises:
         MalformedEvidenceError: unreadable or undecodable files.
     """
     report = _decode_report(_read_capped(report_path, "report"))
     chain = _read_capped(chain_path, "certificate chain")
+    arch = arch or arch_of_chain(chain)
     return EvidenceSet(gpus=(GpuEvidence(report=report, cert_chain_pem=chain, arch=arch),))
 
 
-def load_evidence_file(path: Path, cert_chain: Path | None = None) -> EvidenceSet:
+def load_evidence_file(
+    path: Path, cert_chain: Path | None = None, *, arch: str | None = None
+) -> EvidenceSet:
     """Load evidence JSON, or a raw report when ``cert_chain`` is given.
 
     Raises:
@@ -241,7 +268,7 @@ def load_evidence_file(path: Path, cert_chain: Path | None = None) -> EvidenceSe
         MalformedEvidenceError: unreadable or malformed input.
     """
     if cert_chain is not None:
-        return load_raw_evidence(path, cert_chain)
+        return load_raw_evidence(path, cert_chain, arch)
     data = _read_capped(path, "evidence file")
     if data.lstrip()[:1] in (b"[", b"{"):
         return load_evidence_json(data)

@@ -13,8 +13,11 @@ Rules (as NVIDIA's verifiers apply them):
 5. When the report says NVDEC0 is disabled (opaque type 11 is ``0x55``), index
    35 is not compared, and the result records that it was skipped.
 
-Without both RIMs no comparison is made at all: the result is ``not-run`` and
-names the missing RIM, which is distinct from a mismatch.
+6. A decided failure outranks missing collateral: when one RIM is missing, the
+   other is still compared. A mismatch there fails the comparison (the reason
+   also names the RIM that was missing); if everything that could be compared
+   matches, the result is ``not-run`` and names the missing RIM, which is
+   distinct from a mismatch.
 """
 
 from __future__ import annotations
@@ -35,12 +38,11 @@ __all__ = [
     "MeasurementStatus",
     "MismatchRecord",
     "compare_measurements",
+    "compare_switch_measurements",
 ]
 
 # RIM index of the NVDEC0 measurement, not compared when NVDEC0 is disabled.
 NVDEC0_INDEX = 35
-
-_SOURCES = ("driver", "vbios")
 
 
 class MeasurementStatus(enum.StrEnum):
@@ -57,7 +59,8 @@ class MismatchRecord:
 
     Attributes:
         index: the RIM index (SPDM block ``index + 1``).
-        source: ``"driver"`` or ``"vbios"``: which RIM the golden entry came from.
+        source: ``"driver"``, ``"vbios"`` or (NVSwitch) ``"bios"``: which RIM the
+            golden entry came from.
         golden_values: every golden alternative, lower-case hex.
         golden_size: the golden size in bytes.
         runtime_value: the runtime value in lower-case hex, or None when the
@@ -82,7 +85,7 @@ class MismatchRecord:
     @property
     def measurement_source(self) -> str:
         """NVIDIA's name for the source: ``"Driver"``, or ``"Firmware"`` for the VBIOS."""
-        return "Firmware" if self.source == "vbios" else "Driver"
+        return "Driver" if self.source == "driver" else "Firmware"
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form: NVAT's record (``index``, ``goldenValue`` (the first
@@ -202,26 +205,54 @@ def compare_measurements(
         A :class:`MeasurementResult`. Mismatches, conflicts and missing RIMs are
         results, never exceptions; this function does not raise.
     """
-    missing = tuple(
-        name for name, rim in zip(_SOURCES, (driver, vbios), strict=True) if rim is None
-    )
-    if driver is None or vbios is None:
-        return MeasurementResult(
-            status=MeasurementStatus.NOT_RUN,
-            reason=f"reference values unavailable: no {' and no '.join(missing)} RIM",
-            missing_rims=missing,
-            mismatches=(),
-            conflicts=(),
-            skipped=(),
-            golden_count=0,
-            compared_count=0,
-            matched_count=0,
-            nvdec0_disabled=nvdec0_disabled,
-        )
+    rims = {"driver": driver, "vbios": vbios}
+    return _compare(rims, runtime, nvdec0_disabled)
 
-    conflicts = tuple(sorted(driver.active_indices & vbios.active_indices))
-    golden = [(e, "driver") for e in driver.active] + [(e, "vbios") for e in vbios.active]
-    golden.sort(key=lambda pair: (pair[0].index, _SOURCES.index(pair[1])))
+
+def compare_switch_measurements(
+    *, bios: ReferenceManifest | None, runtime: Mapping[int, bytes]
+) -> MeasurementResult:
+    """Compare an NVSwitch's runtime measurements with its one BIOS RIM (a switch has no
+    driver RIM and no NVDEC0).
+
+    Returns:
+        A :class:`MeasurementResult` whose mismatch records name the source ``"bios"``.
+    """
+    return _compare({"bios": bios}, runtime, None)
+
+
+def _not_run(missing: tuple[str, ...], nvdec0_disabled: bool | None) -> MeasurementResult:
+    return MeasurementResult(
+        status=MeasurementStatus.NOT_RUN,
+        reason=f"reference values unavailable: no {' and no '.join(missing)} RIM",
+        missing_rims=missing,
+        mismatches=(),
+        conflicts=(),
+        skipped=(),
+        golden_count=0,
+        compared_count=0,
+        matched_count=0,
+        nvdec0_disabled=nvdec0_disabled,
+    )
+
+
+def _compare(
+    rims: Mapping[str, ReferenceManifest | None],
+    runtime: Mapping[int, bytes],
+    nvdec0_disabled: bool | None,
+) -> MeasurementResult:
+    """Compare every RIM that is there; a missing one leaves the result not-run unless
+    what could be compared already failed (a decided failure outranks missing collateral)."""
+    order = tuple(rims)
+    missing = tuple(name for name, rim in rims.items() if rim is None)
+    present = [(name, rim) for name, rim in rims.items() if rim is not None]
+    if not present:
+        return _not_run(missing, nvdec0_disabled)
+    conflicts: tuple[int, ...] = ()
+    if len(present) == 2:
+        conflicts = tuple(sorted(present[0][1].active_indices & present[1][1].active_indices))
+    golden = [(e, name) for name, rim in present for e in rim.active]
+    golden.sort(key=lambda pair: (pair[0].index, order.index(pair[1])))
 
     mismatches: list[MismatchRecord] = []
     skipped: set[int] = set()
@@ -236,7 +267,7 @@ def compare_measurements(
             mismatches.append(record)
 
     problems: list[str] = []
-    if compared == 0:
+    if compared == 0 and not missing:
         # Vacuous success would let two empty RIMs vouch for any GPU.
         problems.append("the RIMs have no active measurements to compare")
     if conflicts:
@@ -246,10 +277,29 @@ def compare_measurements(
             "measurement mismatch at RIM indices "
             + ", ".join(f"{m.index} ({m.source})" for m in mismatches)
         )
+    if missing and not problems:
+        # Nothing that could be compared failed, but the rest cannot be judged.
+        partial = _not_run(missing, nvdec0_disabled)
+        present_names = " and ".join(name for name, _ in present)
+        return MeasurementResult(
+            status=MeasurementStatus.NOT_RUN,
+            reason=f"{partial.reason}; the {compared} golden values of the {present_names} "
+            "RIM that could be compared match",
+            missing_rims=missing,
+            mismatches=(),
+            conflicts=(),
+            skipped=tuple(sorted(skipped)),
+            golden_count=len(golden),
+            compared_count=compared,
+            matched_count=compared,
+            nvdec0_disabled=nvdec0_disabled,
+        )
+    if missing:
+        problems.append(f"not compared: no {' and no '.join(missing)} RIM")
     return MeasurementResult(
         status=MeasurementStatus.FAIL if problems else MeasurementStatus.SUCCESS,
         reason="; ".join(problems),
-        missing_rims=(),
+        missing_rims=missing,
         mismatches=tuple(mismatches),
         conflicts=conflicts,
         skipped=tuple(sorted(skipped)),

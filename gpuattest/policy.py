@@ -28,6 +28,11 @@ Schema (every key optional; shown with its default)::
       require_cc_on: true        # NVML evidence only: CC feature must be on
       forbid_devtools: true      # NVML evidence only: DevTools mode must be off
     cvm: {}                      # confidential-VM evidence: see gpuattest.cvm.policy
+    topology:
+      ppcie: false               # true: GPUs and NVSwitches must form one Protected PCIe
+                                 # machine (see gpuattest.topology for the checks)
+      gpus: 8                    # GPUs on the board (8 on HGX H100/H200)
+      switches: 4                # NVSwitches on the board (4 on HGX H100/H200)
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from typing import Any
 
 from .cvm.policy import CvmPolicy, parse_cvm_policy
 from .errors import MalformedPolicyError
+from .topology_policy import TopologyPolicy
 
 __all__ = ["Policy", "load_policy", "parse_policy", "version_tuple"]
 
@@ -73,6 +79,7 @@ class Policy:
     require_cc_on: bool = True
     forbid_devtools: bool = True
     cvm: CvmPolicy = field(default_factory=CvmPolicy)
+    topology: TopologyPolicy = field(default_factory=TopologyPolicy)
     source: str = field(default="built-in strict default", compare=False)
 
     def to_dict(self) -> dict[str, Any]:
@@ -99,6 +106,7 @@ class Policy:
             },
             "cc": {"require_cc_on": self.require_cc_on, "forbid_devtools": self.forbid_devtools},
             "cvm": self.cvm.to_dict(),
+            "topology": self.topology.to_dict(),
         }
 
 
@@ -118,6 +126,7 @@ _SCHEMA: dict[str, dict[str, type | tuple[type, ...]]] = {
         "allowed_vbios": (list, type(None)),
     },
     "cc": {"require_cc_on": bool, "forbid_devtools": bool},
+    "topology": {"ppcie": bool, "gpus": int, "switches": int},
 }
 
 
@@ -183,6 +192,10 @@ def parse_policy(doc: Any, *, source: str = "policy") -> Policy:
             raise MalformedPolicyError(
                 f"versions.min_driver {min_driver!r} is not a version"
             ) from None
+    topo = _section(doc, "topology")
+    for key in ("gpus", "switches"):
+        if not 1 <= topo.get(key, 1) <= 64:
+            raise MalformedPolicyError(f"topology.{key} must be 1..64")
     drivers = ver.get("allowed_drivers")
     vbios = ver.get("allowed_vbios")
     return Policy(
@@ -203,6 +216,11 @@ def parse_policy(doc: Any, *, source: str = "policy") -> Policy:
         require_cc_on=cc.get("require_cc_on", True),
         forbid_devtools=cc.get("forbid_devtools", True),
         cvm=parse_cvm_policy(doc.get("cvm")),
+        topology=TopologyPolicy(
+            ppcie=topo.get("ppcie", False),
+            gpus=topo.get("gpus", 8),
+            switches=topo.get("switches", 4),
+        ),
         source=source,
     )
 

@@ -27,6 +27,7 @@ __all__ = [
     "AttestationReport",
     "MeasurementBlock",
     "OpaqueType",
+    "SpdmEnvelope",
     "decode_vbios_version",
 ]
 
@@ -170,6 +171,83 @@ class _Reader:
 
 
 @dataclass(frozen=True)
+class SpdmEnvelope:
+    """The SPDM 1.1 layer every NVIDIA device report shares (GPUs and NVSwitches).
+
+    Request, MEASUREMENTS response, measurement blocks, responder nonce, opaque TLVs and
+    the 96-byte signature, each bounds-checked; the data must end exactly where the
+    structure ends (``37 + 42 + L1 + L2 + 96`` bytes). What the opaque types mean is the
+    device's business (:class:`AttestationReport` for GPUs, :mod:`.switch_report`).
+    """
+
+    raw: bytes = field(repr=False)
+    nonce: bytes
+    responder_nonce: bytes
+    blocks: Mapping[int, MeasurementBlock] = field(repr=False)
+    opaque: Mapping[int, bytes] = field(repr=False)
+    unknown_types: tuple[int, ...]
+
+    @classmethod
+    def parse(cls, data: bytes) -> SpdmEnvelope:
+        """Parse the SPDM layer of a report.
+
+        Raises:
+            MalformedReportError: wrong headers, lengths that run past the data, duplicate
+                or malformed blocks or TLVs, or bytes after the signature (the message
+                names the length the structure implies).
+        """
+        data = bytes(data)
+        if len(data) > MAX_REPORT_BYTES:
+            raise MalformedReportError(
+                f"report is {len(data)} bytes, more than the {MAX_REPORT_BYTES}-byte maximum"
+            )
+        r = _Reader(data)
+        # (1) request: version, code, param1, param2, nonce, slot
+        version, code = r.u8("request version"), r.u8("request code")
+        if version != _SPDM_VERSION_11 or code != _GET_MEASUREMENTS:
+            raise MalformedReportError(
+                f"not an SPDM 1.1 GET_MEASUREMENTS request (0x{version:02x} 0x{code:02x})"
+            )
+        r.take(2, "request parameters")
+        nonce = r.take(NONCE_LENGTH, "request nonce")
+        r.take(1, "request slot")
+        # (2) response header
+        version, code = r.u8("response version"), r.u8("response code")
+        if version != _SPDM_VERSION_11 or code != _MEASUREMENTS:
+            raise MalformedReportError(
+                f"not an SPDM 1.1 MEASUREMENTS response (0x{version:02x} 0x{code:02x})"
+            )
+        r.take(2, "response parameters")
+        n_blocks = r.u8("block count")
+        record_len = r.u24("measurement record length")
+        record_end = r.pos + record_len
+        if record_end > len(data):
+            raise MalformedReportError("measurement record runs past the end of the report")
+        blocks = _parse_blocks(data, r.pos, record_end, n_blocks)
+        r.pos = record_end
+        responder_nonce = r.take(NONCE_LENGTH, "responder nonce")
+        opaque_len = r.u16("opaque data length")
+        opaque_start = r.pos
+        r.take(opaque_len, "opaque data")
+        opaque, unknown = _parse_opaque(data, opaque_start, opaque_start + opaque_len)
+        r.take(SIGNATURE_LENGTH, "signature")
+        if r.pos != len(data):
+            raise MalformedReportError(
+                f"{len(data) - r.pos} unexpected bytes after the signature: the report's "
+                f"structure ends after {r.pos} bytes (37 + 42 + {record_len} measurement "
+                f"bytes + {opaque_len} opaque bytes + 96), the data has {len(data)}"
+            )
+        return cls(
+            raw=data,
+            nonce=nonce,
+            responder_nonce=responder_nonce,
+            blocks=MappingProxyType(blocks),
+            opaque=MappingProxyType(opaque),
+            unknown_types=tuple(sorted(unknown)),
+        )
+
+
+@dataclass(frozen=True)
 class AttestationReport:
     """A parsed, structurally valid attestation report.
 
@@ -242,43 +320,8 @@ class AttestationReport:
                 run past the data, duplicate or malformed blocks or TLVs, a missing
                 required TLV, or bytes after the signature.
         """
-        data = bytes(data)
-        if len(data) > MAX_REPORT_BYTES:
-            raise MalformedReportError(
-                f"report is {len(data)} bytes, more than the {MAX_REPORT_BYTES}-byte maximum"
-            )
-        r = _Reader(data)
-        # (1) request: version, code, param1, param2, nonce, slot
-        version, code = r.u8("request version"), r.u8("request code")
-        if version != _SPDM_VERSION_11 or code != _GET_MEASUREMENTS:
-            raise MalformedReportError(
-                f"not an SPDM 1.1 GET_MEASUREMENTS request (0x{version:02x} 0x{code:02x})"
-            )
-        r.take(2, "request parameters")
-        nonce = r.take(NONCE_LENGTH, "request nonce")
-        r.take(1, "request slot")
-        # (2) response header
-        version, code = r.u8("response version"), r.u8("response code")
-        if version != _SPDM_VERSION_11 or code != _MEASUREMENTS:
-            raise MalformedReportError(
-                f"not an SPDM 1.1 MEASUREMENTS response (0x{version:02x} 0x{code:02x})"
-            )
-        r.take(2, "response parameters")
-        n_blocks = r.u8("block count")
-        record_len = r.u24("measurement record length")
-        record_end = r.pos + record_len
-        if record_end > len(data):
-            raise MalformedReportError("measurement record runs past the end of the report")
-        blocks = cls._parse_blocks(data, r.pos, record_end, n_blocks)
-        r.pos = record_end
-        responder_nonce = r.take(NONCE_LENGTH, "responder nonce")
-        opaque_len = r.u16("opaque data length")
-        opaque_start = r.pos
-        r.take(opaque_len, "opaque data")
-        opaque, unknown = cls._parse_opaque(data, opaque_start, opaque_start + opaque_len)
-        r.take(SIGNATURE_LENGTH, "signature")
-        if r.pos != len(data):
-            raise MalformedReportError(f"{len(data) - r.pos} unexpected bytes after the signature")
+        env = SpdmEnvelope.parse(data)
+        opaque = env.opaque
         for t in _REQUIRED_TYPES:
             if t not in opaque:
                 raise MalformedReportError(f"opaque data lacks required field {t.name}")
@@ -291,11 +334,11 @@ class AttestationReport:
         flag = opaque.get(OpaqueType.FEATURE_FLAG)
         chip_info = opaque.get(OpaqueType.CHIP_INFO)
         return cls(
-            raw=data,
-            nonce=nonce,
-            responder_nonce=responder_nonce,
-            blocks=MappingProxyType(blocks),
-            opaque=MappingProxyType(opaque),
+            raw=env.raw,
+            nonce=env.nonce,
+            responder_nonce=env.responder_nonce,
+            blocks=env.blocks,
+            opaque=env.opaque,
             driver_version=_ascii_field(opaque[OpaqueType.DRIVER_VERSION], "DRIVER_VERSION"),
             vbios_version=decode_vbios_version(opaque[OpaqueType.VBIOS_VERSION]),
             project=_ascii_field(opaque[OpaqueType.PROJECT], "PROJECT"),
@@ -305,49 +348,47 @@ class AttestationReport:
             fwid=fwid,
             nvdec0_status=nvdec[0] if nvdec is not None else None,
             feature_flag=int.from_bytes(flag, "little") if flag else None,
-            unknown_types=tuple(sorted(unknown)),
+            unknown_types=env.unknown_types,
         )
 
-    @staticmethod
-    def _parse_blocks(data: bytes, start: int, end: int, count: int) -> dict[int, MeasurementBlock]:
-        r = _Reader(data, start, end)
-        blocks: dict[int, MeasurementBlock] = {}
-        for n in range(count):
-            index = r.u8(f"block {n + 1} index")
-            spec = r.u8(f"block {n + 1} specification")
-            size = r.u16(f"block {n + 1} size")
-            body = _Reader(data, r.pos, r.pos + size)
-            r.take(size, f"block {n + 1} body")
-            if spec != _DMTF_SPEC:
-                raise MalformedReportError(f"block {index} is not a DMTF measurement")
-            if index == 0 or index in blocks:
-                raise MalformedReportError(f"block index {index} is invalid or repeated")
-            value_type = body.u8(f"block {index} value type")
-            value_size = body.u16(f"block {index} value size")
-            value = body.take(value_size, f"block {index} value")
-            if body.pos != body.end:
-                raise MalformedReportError(f"block {index} size does not match its value")
-            blocks[index] = MeasurementBlock(index, value_type, value)
-        if r.pos != end:
-            raise MalformedReportError(
-                f"measurement record length disagrees with its {count} blocks"
-            )
-        return blocks
 
-    @staticmethod
-    def _parse_opaque(data: bytes, start: int, end: int) -> tuple[dict[int, bytes], set[int]]:
-        r = _Reader(data, start, end)
-        fields: dict[int, bytes] = {}
-        unknown: set[int] = set()
-        while r.pos < r.end:
-            t = r.u16("opaque type")
-            length = r.u16(f"opaque field {t} length")
-            value = r.take(length, f"opaque field {t} value")
-            if t == 0 or t > _MAX_VALID_TYPE:
-                raise MalformedReportError(f"opaque field type {t} is not a valid type")
-            if t in fields:
-                raise MalformedReportError(f"opaque field type {t} appears twice")
-            if t not in OpaqueType._value2member_map_:
-                unknown.add(t)
-            fields[t] = value
-        return fields, unknown
+def _parse_blocks(data: bytes, start: int, end: int, count: int) -> dict[int, MeasurementBlock]:
+    r = _Reader(data, start, end)
+    blocks: dict[int, MeasurementBlock] = {}
+    for n in range(count):
+        index = r.u8(f"block {n + 1} index")
+        spec = r.u8(f"block {n + 1} specification")
+        size = r.u16(f"block {n + 1} size")
+        body = _Reader(data, r.pos, r.pos + size)
+        r.take(size, f"block {n + 1} body")
+        if spec != _DMTF_SPEC:
+            raise MalformedReportError(f"block {index} is not a DMTF measurement")
+        if index == 0 or index in blocks:
+            raise MalformedReportError(f"block index {index} is invalid or repeated")
+        value_type = body.u8(f"block {index} value type")
+        value_size = body.u16(f"block {index} value size")
+        value = body.take(value_size, f"block {index} value")
+        if body.pos != body.end:
+            raise MalformedReportError(f"block {index} size does not match its value")
+        blocks[index] = MeasurementBlock(index, value_type, value)
+    if r.pos != end:
+        raise MalformedReportError(f"measurement record length disagrees with its {count} blocks")
+    return blocks
+
+
+def _parse_opaque(data: bytes, start: int, end: int) -> tuple[dict[int, bytes], set[int]]:
+    r = _Reader(data, start, end)
+    fields: dict[int, bytes] = {}
+    unknown: set[int] = set()
+    while r.pos < r.end:
+        t = r.u16("opaque type")
+        length = r.u16(f"opaque field {t} length")
+        value = r.take(length, f"opaque field {t} value")
+        if t == 0 or t > _MAX_VALID_TYPE:
+            raise MalformedReportError(f"opaque field type {t} is not a valid type")
+        if t in fields:
+            raise MalformedReportError(f"opaque field type {t} appears twice")
+        if t not in OpaqueType._value2member_map_:
+            unknown.add(t)
+        fields[t] = value
+    return fields, unknown

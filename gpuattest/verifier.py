@@ -46,7 +46,12 @@ from .chain import load_pem_chain
 from .collateral import ChainKind, OcspChecker, RimSource
 from .errors import MalformedEvidenceError
 from .evidence import EvidenceSet, GpuEvidence
-from .measurements import MeasurementResult, MeasurementStatus, compare_measurements
+from .measurements import (
+    MeasurementResult,
+    MeasurementStatus,
+    MismatchRecord,
+    compare_measurements,
+)
 from .policy import Policy, version_tuple
 from .report import Architecture, AttestationReport, OpaqueType
 from .result import (
@@ -179,13 +184,13 @@ def _check_fwid(report: AttestationReport, leaf: x509.Certificate, rec: _Record)
         rec.add(Check("fwid", "FWID", CheckStatus.NOT_PRESENT, reason), {claim: None})
         return
     try:
-        leaf_fwid = _leaf_fwid(leaf)
+        found = leaf_fwid(leaf)
     except der.DerError as exc:
-        leaf_fwid, reason = None, f"the leaf FWID extension is malformed: {exc}"
+        found, reason = None, f"the leaf FWID extension is malformed: {exc}"
     else:
-        reason = "" if leaf_fwid is not None else "the leaf certificate has no FWID extension"
-    match = leaf_fwid is not None and hmac.compare_digest(leaf_fwid, report.fwid)
-    if leaf_fwid is not None and not match:
+        reason = "" if found is not None else "the leaf certificate has no FWID extension"
+    match = found is not None and hmac.compare_digest(found, report.fwid)
+    if found is not None and not match:
         reason = "the report FWID differs from the leaf certificate's"
     rec.add(Check("fwid", "FWID", _passed(match), reason), {claim: match})
 
@@ -193,7 +198,7 @@ def _check_fwid(report: AttestationReport, leaf: x509.Certificate, rec: _Record)
 def _check_report_signature(
     report: AttestationReport, leaf: x509.Certificate, rec: _Record
 ) -> None:
-    ok, reason = _verify_report_signature(report, leaf)
+    ok, reason = verify_report_signature(report.signed_bytes, report.signature, leaf)
     rec.add(
         Check("report-signature", "Report signature", _passed(ok), reason),
         {"x-nvidia-gpu-attestation-report-signature-verified": ok},
@@ -260,6 +265,14 @@ def _check_rims(
     return outcomes[0], outcomes[1]
 
 
+def _describe_mismatch(m: MismatchRecord) -> str:
+    """``index 9 (vbios): golden <hex>[ or <hex>], runtime <hex>``: exact enough for a
+    policy that names the index."""
+    golden = " or ".join(m.golden_values) or "(none)"
+    runtime = m.runtime_value if m.runtime_value is not None else "(no block)"
+    return f"index {m.index} ({m.source}): golden {golden}, runtime {runtime}"
+
+
 def _measurement_check(meas: MeasurementResult, policy: Policy) -> Check:
     if meas.status is MeasurementStatus.NOT_RUN:
         return Check(
@@ -271,9 +284,12 @@ def _measurement_check(meas: MeasurementResult, policy: Policy) -> Check:
         )
     tolerated = [m for m in meas.mismatches if m.index in policy.allow_mismatch]
     blocking = [m for m in meas.mismatches if m.index not in policy.allow_mismatch]
+    missing = " and no ".join(meas.missing_rims)
     if blocking:
-        listed = ", ".join(f"{m.index} ({m.source})" for m in blocking)
-        reason = f"mismatch at RIM indices {listed}"
+        listed = "; ".join(_describe_mismatch(m) for m in blocking)
+        reason = f"mismatch at RIM {listed}"
+        if missing:
+            reason += f" (not compared: no {missing} RIM)"
     elif meas.conflicts:
         reason = f"indices active in both RIMs: {', '.join(map(str, meas.conflicts))}"
     else:
@@ -283,6 +299,16 @@ def _measurement_check(meas: MeasurementResult, policy: Policy) -> Check:
         if tolerated
         else ""
     )
+    if not blocking and not meas.conflicts and missing:
+        # Only tolerated mismatches in what could be compared: the rest is undecided.
+        return Check(
+            "measurements",
+            "Measurements",
+            CheckStatus.NOT_CHECKED,
+            f"reference values unavailable: no {missing} RIM; {reason}",
+            collateral_missing=True,
+            note=note,
+        )
     ok = not blocking and not meas.conflicts
     relaxation = ""
     if tolerated and ok:
@@ -495,7 +521,7 @@ def verify(
 # --- helpers ------------------------------------------------------------------------------
 
 
-def _leaf_fwid(leaf: x509.Certificate) -> bytes | None:
+def leaf_fwid(leaf: x509.Certificate) -> bytes | None:
     """The FWID of the leaf certificate (Hopper or DICE TcbInfo form), if any."""
     for oid, extract in ((_FWID_HOPPER, der.hopper_fwid), (_FWID_DICE, der.dice_tcbinfo_fwid)):
         try:
@@ -510,14 +536,15 @@ def _leaf_fwid(leaf: x509.Certificate) -> bytes | None:
     return None
 
 
-def _verify_report_signature(report: AttestationReport, leaf: x509.Certificate) -> tuple[bool, str]:
+def verify_report_signature(signed: bytes, sig: bytes, leaf: x509.Certificate) -> tuple[bool, str]:
+    """ECDSA P-384/SHA-384 over ``signed`` with the leaf key; raw ``r || s`` signature
+    (the rule for every NVIDIA device report, GPU or NVSwitch)."""
     key = leaf.public_key()
     if not isinstance(key, ec.EllipticCurvePublicKey) or key.curve.name != "secp384r1":
         return False, "the leaf key is not an ECDSA P-384 key"
-    sig = report.signature
     der_sig = encode_dss_signature(int.from_bytes(sig[:48], "big"), int.from_bytes(sig[48:], "big"))
     try:
-        key.verify(der_sig, report.signed_bytes, ec.ECDSA(hashes.SHA384()))
+        key.verify(der_sig, signed, ec.ECDSA(hashes.SHA384()))
     except InvalidSignature:
         return False, "the report signature does not verify with the leaf key"
     return True, ""

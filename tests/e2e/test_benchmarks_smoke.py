@@ -36,6 +36,7 @@ SMOKES = [
         slow=True,
     ),
     Smoke("bench_attest.py", ("full verify() of set A", "whole process: gpucc attest"), slow=True),
+    Smoke("bench_ppcie.py", ("8 GPUs + 4 NVSwitches + topology", "real LS10 switch")),
     Smoke(
         "bench_startup.py",
         ("gpucc attest 550.90.07 sample", "NVIDIA's verifier skipped"),

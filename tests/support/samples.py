@@ -27,3 +27,21 @@ IN_WINDOW = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
 def report_bytes(path: Path) -> bytes:
     """The binary report from a hex sample file."""
     return bytes.fromhex(path.read_text().strip())
+
+
+# NVSwitch LS10 (NVIDIA attestation-sdk): trusted between the RIM signer's notBefore and L3's notAfter.
+SWITCH = DATA / "ls10-switch-96.10.55.00.01"
+SWITCH_JSON = SWITCH / "switch_evidence_ls10.json"
+SWITCH_REPORT = SWITCH / "attestation-report.hex"
+SWITCH_CHAIN = SWITCH / "cert-chain.pem"
+SWITCH_RIM = SWITCH / "NV_SWITCH_BIOS_5612_0002_890_9610550001.xml"
+SWITCH_NONCE = HEAD_NONCE
+SWITCH_FROM = dt.datetime(2026, 5, 20, 22, 2, 51, tzinfo=dt.UTC)
+SWITCH_UNTIL = dt.datetime(2027, 11, 2, 23, 59, 59, tzinfo=dt.UTC)
+SWITCH_AT = dt.datetime(2026, 12, 1, tzinfo=dt.UTC)
+
+# Blackwell B200 (NVIDIA attestation-sdk): no RIM exists for it.
+B200 = DATA / "b200-575.32"
+B200_REPORT = B200 / "attestation-report.hex"
+B200_CHAIN = B200 / "cert-chain.pem"
+B200_NONCE = HEAD_NONCE
