@@ -10,22 +10,26 @@ For 1 MiB and 4 MiB chunks, with one thread and with every CPU, it times:
 
 * ``raw encrypt_into`` / ``raw decrypt_into``: bare ``AESGCM.*_into`` calls, one per chunk
   on a thread pool, over in-memory buffers that are already mapped: the ceiling.
-* ``seal_bytes``: the library sealing an in-memory plaintext into memory it allocates, as a
-  program that seals repeatedly sees it: one untimed call, its result dropped, then the
-  timed call (which reuses those pages).
-* ``seal_bytes, 1st call``: the same with the reusable buffers released first (fresh pages).
+* ``seal_bytes``: the library sealing an in-memory plaintext into memory the caller owns
+  outright (the default): one untimed call, its result dropped, then the timed call. Every
+  call takes fresh pages from the kernel: nothing in the process keeps them for reuse.
+* ``seal_bytes arena``: the same with ``arena=`` (a ``HostArena`` made for this benchmark):
+  the timed call gets the pages the first call's result gave back (zeroed) to the arena.
+* ``seal_bytes arena +release``: the same, with the dropping of the result (the arena
+  zeroes it) timed too.
 * ``seal_bytes out=``: the same into a mapped buffer: library overhead alone.
 * ``seal_file (+fsync)``: file to file, with the temporary file, fsync and rename.
-* ``stage_cpu``: file (page cache) into a buffer it allocates, every chunk verified, timed
-  the same way as ``seal_bytes`` (the second of two calls).
-* ``stage_cpu, 1st call``: the same with the reusable buffers released first, so every page
-  is fresh, as a program that stages once sees.
+* ``stage_cpu``: file (page cache) into a buffer the caller owns outright, every chunk
+  verified, timed the same way as ``seal_bytes`` (the second of two calls; fresh pages).
+* ``stage_cpu arena`` and ``stage_cpu arena +release``: the same with ``arena=``, as for
+  ``seal_bytes``.
 * ``stage_cpu out=``: the same into a mapped buffer (no page faults while timed).
 * ``stage_bytes out=``: a sealed dataset already in memory (no file read): library
   overhead alone.
 * ``stage_plaintext_cpu``: a plaintext file, encrypted and decrypted (two AES passes).
 * ``verify_cpu``: every chunk of the file authenticated in place in per-thread buffers,
-  none kept (what ``gpucc stage`` does on the CPU without ``--manifest``).
+  none kept; ``verify_cpu arena``: the same with the buffers lent by the arena (what
+  ``gpucc stage`` does on the CPU without ``--manifest``).
 * ``gpucc stage (CLI)``: ``gpucc stage FILE --key-file K --format json`` as a process; its
   own reported rate (open, unwrap and verify every chunk, start-up excluded), as a user
   sees it.
@@ -36,9 +40,9 @@ For 1 MiB and 4 MiB chunks, with one thread and with every CPU, it times:
 
 Before the table it prints how fast the kernel hands out fresh memory (every page cleared
 before its first write), with huge pages and every thread touching its share: a call that
-must return fresh memory pays that on top of its own work, which bounds it at
-``1 / (1 + out_rate / clear_rate)`` of the same call into a mapped buffer; the bound is
-printed beside the measured first calls.
+must return fresh memory (the default path) pays that on top of its own work, which bounds
+it at ``1 / (1 + out_rate / clear_rate)`` of the same call into a mapped buffer; the bound
+is printed beside the measured default calls.
 
 The operations run interleaved, round after round, so that noise from neighbours on a VM
 hits the ceiling and the library alike; each cell is the best of ``--repeat`` rounds, in
@@ -65,7 +69,7 @@ import numpy as np
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from gpucc.staging import format as fmt
-from gpucc.staging._buffers import release_idle
+from gpucc.staging.arena import HostArena
 from gpucc.staging.cpu import stage_bytes, stage_cpu, stage_plaintext_cpu
 from gpucc.staging.dataset import open_sealed
 from gpucc.staging.seal import WrapSpec, seal_bytes, seal_file
@@ -112,10 +116,15 @@ def _second(size: int, fn: Callable[[], object]) -> _Rate:
     return _Rate(size / elapsed / 1e9)
 
 
-def _fresh(fn: Callable[[], object]) -> object:
-    """``fn`` on memory this process has not mapped yet: reusable buffers released first."""
-    release_idle()
-    return fn()
+def _with_release(size: int, fn: Callable[[], object]) -> _Rate:
+    """Like :func:`_second`, with the dropping of the timed call's result timed too (an
+    arena zeroes a buffer as it comes back)."""
+    result = fn()
+    del result
+    started = time.perf_counter()
+    result = fn()
+    del result
+    return _Rate(size / (time.perf_counter() - started) / 1e9)
 
 
 def _raw(
@@ -257,6 +266,7 @@ def main() -> int:
             aead = AESGCM(os.urandom(32))
             for threads in thread_counts:
                 executor = ThreadPoolExecutor(threads) if threads > 1 else None
+                arena = HostArena()
                 # name -> (callable, name of its ceiling)
                 ops: dict[str, tuple[Callable[[], object], str | None]] = {
                     "raw encrypt_into": (
@@ -292,11 +302,22 @@ def main() -> int:
                         ),
                         "raw encrypt_into",
                     ),
-                    "seal_bytes, 1st call": (
+                    "seal_bytes arena": (
                         partial(
-                            _fresh,
+                            _second, size,
                             partial(
-                                seal_bytes, plain.data, kek=kek, chunk_size=chunk, threads=threads
+                                seal_bytes, plain.data, kek=kek, chunk_size=chunk, threads=threads,
+                                arena=arena,
+                            ),
+                        ),
+                        "raw encrypt_into",
+                    ),
+                    "seal_bytes arena +release": (
+                        partial(
+                            _with_release, size,
+                            partial(
+                                seal_bytes, plain.data, kek=kek, chunk_size=chunk, threads=threads,
+                                arena=arena,
                             ),
                         ),
                         "raw encrypt_into",
@@ -319,12 +340,26 @@ def main() -> int:
                         partial(_second, size, partial(stage_cpu, dataset, dk, threads=threads)),
                         "raw decrypt_into",
                     ),
-                    "stage_cpu, 1st call": (
-                        partial(_fresh, partial(stage_cpu, dataset, dk, threads=threads)),
+                    "stage_cpu arena": (
+                        partial(
+                            _second, size,
+                            partial(stage_cpu, dataset, dk, threads=threads, arena=arena),
+                        ),
+                        "raw decrypt_into",
+                    ),
+                    "stage_cpu arena +release": (
+                        partial(
+                            _with_release, size,
+                            partial(stage_cpu, dataset, dk, threads=threads, arena=arena),
+                        ),
                         "raw decrypt_into",
                     ),
                     "verify_cpu": (
                         partial(verify_cpu, dataset, dk, threads=threads), "raw decrypt_into"
+                    ),
+                    "verify_cpu arena": (
+                        partial(verify_cpu, dataset, dk, threads=threads, arena=arena),
+                        "raw decrypt_into",
                     ),
                     "gpucc stage (CLI)": (
                         partial(_cli_stage, sealed_path, key_file, threads), "raw decrypt_into"
@@ -350,6 +385,7 @@ def main() -> int:
                         best[name] = max(best[name], _best(fn, 1, size))
                 if executor is not None:
                     executor.shutdown()
+                arena.close()
                 for name, (_fn, ceiling_name) in ops.items():
                     ceiling_rate = best[ceiling_name] if ceiling_name else None
                     rows.append((name, chunk, threads, best[name], ceiling_rate))
@@ -359,7 +395,7 @@ def main() -> int:
     cells = ", ".join(f"{t} thr {rate:.2f} GB/s" for t, rate in clear_rate.items())
     print(f"fresh memory (the kernel clears every page first; huge pages): {cells}")
     print()
-    header = f"{'operation':<22} {'chunk':>6}"
+    header = f"{'operation':<26} {'chunk':>6}"
     for threads in thread_counts:
         header += f" {f'{threads} thr GB/s':>12} {'vs raw':>7}"
     print(header)
@@ -367,7 +403,7 @@ def main() -> int:
     names = list(dict.fromkeys(r[0] for r in rows))
     for chunk in (1 * MiB, 4 * MiB):
         for name in names:
-            line = f"{name:<22} {chunk // MiB:>4}Mi"
+            line = f"{name:<26} {chunk // MiB:>4}Mi"
             for threads in thread_counts:
                 match = [r for r in rows if r[:3] == (name, chunk, threads)]
                 rate, ceiling = match[0][3], match[0][4]
@@ -375,29 +411,35 @@ def main() -> int:
                 line += f" {rate:>12.2f} {ratio:>7}"
             print(line)
     print()
-    print("default paths against the same call into a caller's mapped buffer (out=):")
+    print("arena and default paths against the same call into a caller's mapped buffer (out=):")
     for chunk in (1 * MiB, 4 * MiB):
         for threads in thread_counts:
             rates = {r[0]: r[3] for r in rows if r[1:3] == (chunk, threads)}
-            pairs = [
-                (name, rates[name] / rates[base])
-                for name, base in (
-                    ("stage_cpu", "stage_cpu out="),
-                    ("seal_bytes", "seal_bytes out="),
+
+            def ratios(pairs: tuple[tuple[str, str], ...], rates: dict[str, float] = rates) -> str:
+                return ", ".join(f"{name} {rates[name] / rates[base]:.2f}" for name, base in pairs)
+
+            arena_cells = ratios(
+                (
+                    ("stage_cpu arena", "stage_cpu out="),
+                    ("seal_bytes arena", "seal_bytes out="),
+                    ("stage_cpu arena +release", "stage_cpu out="),
+                    ("seal_bytes arena +release", "seal_bytes out="),
                     ("gpucc stage (CLI)", "stage_cpu out="),
-                    ("stage_cpu, 1st call", "stage_cpu out="),
-                    ("seal_bytes, 1st call", "seal_bytes out="),
                 )
-            ]
-            cells = ", ".join(f"{name} {ratio:.2f}" for name, ratio in pairs)
+            )
+            default_cells = ratios(
+                (("stage_cpu", "stage_cpu out="), ("seal_bytes", "seal_bytes out="))
+            )
             bounds = ", ".join(
                 f"{name} {1 / (1 + rates[base] / clear_rate[threads]):.2f}"
                 for name, base in (("stage", "stage_cpu out="), ("seal", "seal_bytes out="))
             )
-            print(f"  {chunk // MiB} MiB, {threads} thr: {cells}")
+            print(f"  {chunk // MiB} MiB, {threads} thr, arena: {arena_cells}")
+            print(f"      default (fresh memory every call): {default_cells}")
             bare = rates["raw decrypt_into, fresh"] / rates["raw decrypt_into"]
             print(
-                f"      bound for a 1st call into fresh memory: {bounds}; "
+                f"      bound for a call into fresh memory: {bounds}; "
                 f"bare decrypt_into into fresh memory: {bare:.2f} of into mapped"
             )
     print()

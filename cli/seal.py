@@ -171,7 +171,7 @@ def seal(
     then linked into place); an existing output is replaced only with --force, and never
     the dataset or the key file. A fresh dataset key is wrapped for the key file's key.
     """
-    from gpucc.staging import seal_file
+    from gpucc.staging import HostArena, seal_file
 
     if key_file is None:
         raise UsageError("seal needs --key-file (or GPUCC_KEY_FILE): the key that will open it")
@@ -189,7 +189,9 @@ def seal(
     check_output(output, dataset, key_file)  # the key file exists now: compare inodes
     total = dataset.stat().st_size
     started = time.perf_counter()
-    with force_hint(), byte_progress("sealing", total) as progress:
+    # The chunk buffers that hold plaintext are lent by this command's arena, closed (every
+    # page zeroed) before it reports.
+    with HostArena() as arena, force_hint(), byte_progress("sealing", total) as progress:
         result = seal_file(
             dataset,
             output,
@@ -198,6 +200,7 @@ def seal(
             threads=threads,
             progress=progress,
             force=force,
+            arena=arena,
         )
     seconds = time.perf_counter() - started
     header = result.header
@@ -244,6 +247,7 @@ def _seal_shards(
     ``out_dir`` is created when it does not exist (and removed again if sealing fails).
     No shard may be the dataset or the key file, whatever ``--force`` says.
     """
+    from gpucc.staging import HostArena
     from gpucc.staging.format import key_id
     from gpucc.staging.shards import seal_shards, shard_path
 
@@ -261,7 +265,11 @@ def _seal_shards(
         for path in outputs:
             check_output(path, dataset, key_file)  # the key file exists now: compare inodes
         started = time.perf_counter()
-        with force_hint(), byte_progress("sealing", dataset.stat().st_size) as progress:
+        with (
+            HostArena() as arena,
+            force_hint(),
+            byte_progress("sealing", dataset.stat().st_size) as progress,
+        ):
             result = seal_shards(
                 dataset,
                 out_dir,
@@ -271,6 +279,7 @@ def _seal_shards(
                 threads=threads,
                 progress=progress,
                 force=force,
+                arena=arena,
             )
     except BaseException:
         if created:

@@ -278,16 +278,18 @@ def stage(
     total = header.plaintext_length
     staged = header.plaintext_length
     checked = None
-    with byte_progress("staging", total) as progress:
+    # The host memory that holds plaintext is this command's, lent by one arena that is
+    # closed (every page it lent zeroed) before the command reports.
+    with staging.HostArena() as arena, byte_progress("staging", total) as progress:
         started = time.perf_counter()
         if trusted is None:
             # Nothing needs the plaintext afterwards: authenticate every chunk without
             # holding the dataset (bounded memory, no fresh pages; staging/verify.py).
-            verified = plan.verify(threads=threads, progress=progress)
+            verified = plan.verify(threads=threads, progress=progress, arena=arena)
             seconds = time.perf_counter() - started
             held, scrubbed = verified.held_bytes, verified.scrubbed
         else:
-            with plan.run(threads=threads, progress=progress) as buf:
+            with plan.run(threads=threads, progress=progress, arena=arena) as buf:
                 seconds = time.perf_counter() - started
                 # Hash the staged buffer itself, while it is still held: the bytes that
                 # verify are the bytes the caller would use. On any failure the buffer is
@@ -349,7 +351,8 @@ def _stage_set(
     scrubbed = True
     started = time.perf_counter()
     where = "cpu"
-    with byte_progress("staging", shard_set.plaintext_length) as progress:
+    arena = staging.HostArena()  # one for the set: the shards reuse its chunk buffers
+    with arena, byte_progress("staging", shard_set.plaintext_length) as progress:
         for part in shard_set.parts:
             plan = staging.plan_stage(
                 part.path,
@@ -359,7 +362,7 @@ def _stage_set(
                 in_set=shard_set,
             )
             where = plan.device
-            verified = plan.verify(threads=threads, progress=progress)
+            verified = plan.verify(threads=threads, progress=progress, arena=arena)
             staged += verified.plaintext_length
             chunks += verified.chunk_count
             held = max(held, verified.held_bytes)

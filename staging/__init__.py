@@ -13,6 +13,8 @@ Submodules load on first use, so ``import gpucc.staging`` stays cheap::
     with plan.run() as buf:                         # ... then stage
         ...
     staging.verify_cpu(dataset, dataset_key)        # every chunk checked, none kept
+    with staging.HostArena() as arena:              # staging.arena: memory lent, reused,
+        staging.stage_cpu(dataset, key, arena=arena)  # zeroed on return and on close
 
 Errors are in :mod:`staging.errors`; the key-release protocol in :mod:`staging.release`;
 GPU staging in :mod:`staging.gpu`.
@@ -25,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .api import StagePlan, plan_stage, stage
+    from .arena import HostArena
     from .cpu import scrub, stage_bytes, stage_cpu, stage_plaintext_cpu
     from .dataset import SealedDataset, is_sealed, open_sealed
     from .format import read_key_file, valid_chunk_size, write_key_file
@@ -32,6 +35,7 @@ if TYPE_CHECKING:
     from .verify import Verified, verify_cpu, verify_plaintext_cpu
 
 __all__ = [
+    "HostArena",
     "SealResult",
     "SealedDataset",
     "StagePlan",
@@ -57,6 +61,7 @@ __all__ = [
 ]
 
 _HOME = {
+    "HostArena": "arena",
     "StagePlan": "api",
     "plan_stage": "api",
     "stage": "api",

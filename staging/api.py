@@ -18,6 +18,10 @@ kernels do not build or fail their known answers, ``"gpu"`` and ``"auto"`` both 
 :func:`stage` is :func:`plan_stage` (choose the backend, open the input, resolve its key,
 each once) followed by :meth:`StagePlan.run`; callers that report on what they stage (the
 CLI) use the two steps.
+
+Host memory: on the CPU the staged buffer (and the per-thread chunk buffers) are the call's
+own by default; pass ``arena=`` (a :class:`~staging.arena.HostArena` the caller closes) to
+have them lent by it and reused from call to call (:mod:`staging.arena`).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 from gpucc.gpuattest.errors import UsageError
 
 from . import cpu
+from .arena import HostArena
 from .dataset import SealedDataset, io_error, is_sealed, open_sealed
 from .errors import GpuStagingUnavailableError, StageKeyArgumentsError
 from .format import DEFAULT_CHUNK_SIZE, Header, StrPath, read_key_file
@@ -96,6 +101,7 @@ class Backend(Protocol):
 @dataclass(frozen=True)
 class _CpuBackend:
     name: str = "cpu"
+    arena: HostArena | None = None
 
     def stage_sealed(
         self,
@@ -105,7 +111,9 @@ class _CpuBackend:
         threads: int | None,
         progress: ProgressCallback | None,
     ) -> cpu.Buffer:
-        return cpu.stage_cpu(dataset, dataset_key, threads=threads, progress=progress)
+        return cpu.stage_cpu(
+            dataset, dataset_key, threads=threads, progress=progress, arena=self.arena
+        )
 
     def stage_plaintext(
         self,
@@ -116,7 +124,7 @@ class _CpuBackend:
         progress: ProgressCallback | None,
     ) -> cpu.Buffer:
         return cpu.stage_plaintext_cpu(
-            path, chunk_size=chunk_size, threads=threads, progress=progress
+            path, chunk_size=chunk_size, threads=threads, progress=progress, arena=self.arena
         )
 
     def scrub(self, buf: Any) -> None:
@@ -211,13 +219,26 @@ class StagePlan:
         """``cpu`` or ``gpu``."""
         return self.backend.name
 
+    def _backend(self, arena: HostArena | None) -> Backend:
+        """The backend, lending host memory from ``arena`` on the CPU (a GPU stages into
+        device memory: the arena is not used there)."""
+        if arena is not None and isinstance(self.backend, _CpuBackend):
+            return _CpuBackend(arena=arena)
+        return self.backend
+
     @contextmanager
     def run(
-        self, *, threads: int | None = None, progress: ProgressCallback | None = None
+        self,
+        *,
+        threads: int | None = None,
+        progress: ProgressCallback | None = None,
+        arena: HostArena | None = None,
     ) -> Iterator[Any]:
         """Stage, yield the verified buffer, and zero it on exit (also on errors).
 
         The backend verifies the header tag under the key before it decrypts anything.
+        On the CPU the buffer is the call's own, or lent by ``arena`` (which then zeroes it
+        again as it comes back and lends its pages to the next call).
 
         Raises:
             HeaderAuthenticationError: the key does not verify the header.
@@ -225,27 +246,33 @@ class StagePlan:
                 GpuStagingUnavailableError: see :func:`staging.cpu.stage_cpu` and
                 :func:`staging.gpu.stage_gpu`.
         """
+        backend = self._backend(arena)
         if self.dataset is not None and self.dataset_key is not None:
-            buf = self.backend.stage_sealed(
+            buf = backend.stage_sealed(
                 self.dataset, self.dataset_key, threads=threads, progress=progress
             )
         else:
-            buf = self.backend.stage_plaintext(
+            buf = backend.stage_plaintext(
                 self.path, chunk_size=self.header.chunk_size, threads=threads, progress=progress
             )
         try:
             yield buf
         finally:
-            self.backend.scrub(buf)
+            backend.scrub(buf)
 
     def verify(
-        self, *, threads: int | None = None, progress: ProgressCallback | None = None
+        self,
+        *,
+        threads: int | None = None,
+        progress: ProgressCallback | None = None,
+        arena: HostArena | None = None,
     ) -> Verified:
         """Authenticate every chunk and keep none of the plaintext.
 
         On the CPU chunk by chunk in a window of per-thread buffers
         (:func:`staging.verify.verify_cpu`: memory bounded by threads x chunk size, whatever
         the dataset's size); on a GPU by staging into device memory, then scrubbing it.
+        ``arena`` lends the CPU's per-thread buffers (by default they are the call's own).
 
         Raises:
             The errors of :meth:`run`.
@@ -255,10 +282,14 @@ class StagePlan:
         if self.backend.name == "cpu":
             if self.dataset is not None and self.dataset_key is not None:
                 return verify.verify_cpu(
-                    self.dataset, self.dataset_key, threads=threads, progress=progress
+                    self.dataset, self.dataset_key, threads=threads, progress=progress, arena=arena
                 )
             return verify.verify_plaintext_cpu(
-                self.path, chunk_size=self.header.chunk_size, threads=threads, progress=progress
+                self.path,
+                chunk_size=self.header.chunk_size,
+                threads=threads,
+                progress=progress,
+                arena=arena,
             )
         with self.run(threads=threads, progress=progress) as buf:
             pass
@@ -419,17 +450,21 @@ def stage(
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     gpus: int | None = None,
     key_for: Callable[[bytes], bytes] | None = None,
+    arena: HostArena | None = None,
+    in_set: ShardSet | None = None,
 ) -> Iterator[Any]:
     """Stage a dataset, yield the verified buffer, and zero it on exit (also on errors).
 
     :func:`plan_stage` then :meth:`StagePlan.run`. The buffer is a one-dimensional NumPy
     ``uint8`` array on the CPU (``cpu.Buffer``), and what the GPU backend returns on the
-    GPU. See :func:`plan_stage` for the arguments.
+    GPU. See :func:`plan_stage` for the arguments; ``arena`` lends the host memory on the
+    CPU (:meth:`StagePlan.run`).
 
     Raises:
         GpuStagingUnavailableError: ``device`` is ``gpu`` and GPU staging is not usable.
         UsageError: key arguments that do not fit the input.
         MalformedDatasetError, KeyFileError, IntegrityError: see :func:`staging.cpu.stage_cpu`.
+        ShardSetError: ``path`` is one shard of a larger set and ``in_set`` is not its set.
     """
     plan = plan_stage(
         path,
@@ -441,6 +476,7 @@ def stage(
         gpus=gpus,
         plaintext=plaintext,
         chunk_size=chunk_size,
+        in_set=in_set,
     )
-    with plan.run(threads=threads, progress=progress) as buf:
+    with plan.run(threads=threads, progress=progress, arena=arena) as buf:
         yield buf

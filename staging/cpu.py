@@ -1,6 +1,6 @@
 """Staging into host memory: decrypt and verify chunk by chunk into one NumPy buffer.
 
-The ciphertext is read with ``pread`` into private scratch buffers (two per thread) and
+The ciphertext is read with ``pread`` into private scratch buffers (one per thread) and
 decrypted from there with ``AESGCM.decrypt_into`` straight into the destination. The file is
 deliberately not memory-mapped: with a mapping, whoever can write the file (in confidential
 computing, possibly the untrusted host's storage) could change the bytes between the moment
@@ -11,6 +11,11 @@ No plaintext of an unverified chunk survives a failure: ``decrypt_into`` writes 
 before it checks the tag, so the failing chunk is zeroed, the chunks in flight are allowed
 to finish, and then everything from the first failing chunk to the end of the buffer is
 zeroed before the error is raised.
+
+Memory: by default the destination is an array the caller owns outright and the scratch
+buffers belong to the call (zeroed before it returns); with ``arena=`` (a
+:class:`~staging.arena.HostArena`) both are lent by the caller's arena, which zeroes them as
+they come back and reuses their pages (:mod:`staging.arena`).
 """
 
 from __future__ import annotations
@@ -24,8 +29,8 @@ import numpy.typing as npt
 
 from gpucc.gpuattest.errors import MalformedInputError
 
-from ._buffers import host_buffer, host_view
 from ._pipeline import ChunkFailure, run_chunks, window_for
+from .arena import HostArena, owned_array, owned_view
 from .chunks import ChunkCipher, zero
 from .dataset import SealedDataset, io_error, open_sealed, read_exact
 from .errors import MalformedDatasetError
@@ -67,13 +72,12 @@ def scrub(buf: Buffer) -> None:
     buf.fill(0)
 
 
-def _destination(length: int, out: Buffer | None) -> Buffer:
+def _destination(length: int, out: Buffer | None, arena: HostArena | None) -> Buffer:
     if out is None:
-        # Huge pages, reused between calls (_buffers.host_buffer). Its bytes are undefined
-        # until written: on success every byte has been written by a verified chunk, and
-        # every failure path zeroes the whole buffer (owned=True), so nothing it held
-        # before is ever returned.
-        return host_buffer(length)
+        # Zeros either way: memory of the caller's own (huge pages advised) or lent by the
+        # caller's arena. On success every byte is written by a verified chunk; every
+        # failure path zeroes the whole buffer (owned=True).
+        return owned_array(length) if arena is None else arena.array(length)
     if (
         out.dtype != np.uint8
         or out.ndim != 1
@@ -174,15 +178,16 @@ def chunk_progress(
     return on_done
 
 
-def scratch_buffers(header: Header, slots: int) -> list[memoryview]:
-    """One buffer of ``chunk size + 16`` bytes per worker, contents undefined until read into.
+def scratch_buffers(header: Header, slots: int, arena: HostArena | None) -> list[memoryview]:
+    """One buffer of ``chunk size + 16`` bytes per worker; the caller zeroes them at the end.
 
-    Large ones are reusable host memory with huge pages advised (``_buffers.host_view``):
-    a fresh 4 KiB page costs a fault and a clearing on first touch, and a later call in the
-    process gets the same pages back.
+    Lent by ``arena`` (its pages reused from call to call: a fresh page costs a fault and
+    the kernel's clearing on first touch), else the call's own (huge pages advised).
     """
     length = min(header.chunk_size, header.plaintext_length) + TAG_SIZE
-    return [host_view(length) for _ in range(slots)]
+    if arena is None:
+        return [owned_view(length) for _ in range(slots)]
+    return [arena.view(length) for _ in range(slots)]
 
 
 def stage_cpu(
@@ -192,6 +197,7 @@ def stage_cpu(
     threads: int | None = None,
     progress: ProgressCallback | None = None,
     out: Buffer | None = None,
+    arena: HostArena | None = None,
 ) -> Buffer:
     """Decrypt and verify a sealed dataset into host memory.
 
@@ -200,8 +206,10 @@ def stage_cpu(
         dataset_key: the unwrapped dataset key.
         threads: worker threads (default ``os.cpu_count()``).
         progress: ``progress(done_bytes, total_bytes)`` as chunks verify, in order.
-        out: a destination to fill (e.g. pinned memory); by default a new array (its
-            memory is reused by a later call once the array and its views are gone).
+        out: a destination to fill (e.g. pinned memory); by default a new array that
+            the caller owns outright (or one lent by ``arena``).
+        arena: a :class:`~staging.arena.HostArena` to lend the result (unless ``out``) and
+            the per-thread chunk buffers; by default they are the call's own.
 
     Returns:
         The plaintext, every byte of it verified.
@@ -216,21 +224,25 @@ def stage_cpu(
     threads = threads or default_threads()
     header = dataset.header
     cipher = dataset.check_key(dataset_key)
-    dst = _destination(header.plaintext_length, out)
+    dst = _destination(header.plaintext_length, out, arena)
     try:
         fd = open_unchanged(dataset)
     except BaseException:
         dst[:] = 0
         raise
     try:
-        slots = scratch_buffers(header, window_for(threads, header.chunk_count))
+        slots = scratch_buffers(header, window_for(threads, header.chunk_count), arena)
 
         def fill(index: int, slot: int, length: int) -> memoryview:
-            buf = memoryview(slots[slot])[: length + TAG_SIZE]
+            buf = slots[slot][: length + TAG_SIZE]
             read_chunk(dataset, fd, index, buf)
             return buf
 
-        _decrypt_all(cipher, fill, dst, threads=threads, progress=progress, owned=out is None)
+        try:
+            _decrypt_all(cipher, fill, dst, threads=threads, progress=progress, owned=out is None)
+        finally:
+            for buf in slots:  # ciphertext only, but nothing of the call outlives it
+                zero(buf)
     finally:
         os.close(fd)
     return dst
@@ -243,12 +255,13 @@ def stage_bytes(
     threads: int | None = None,
     progress: ProgressCallback | None = None,
     out: Buffer | None = None,
+    arena: HostArena | None = None,
 ) -> Buffer:
     """Decrypt and verify a sealed dataset held in memory (e.g. from ``seal_bytes``).
 
     Chunks are decrypted straight from ``data``, without a copy, so ``data`` must be private
     memory that nothing else writes while staging runs (not a shared mapping of a file).
-    The same checks and the same zeroing as :func:`stage_cpu`.
+    The same checks, the same zeroing and the same ``out`` and ``arena`` as :func:`stage_cpu`.
 
     Raises:
         MalformedDatasetError: bad framing or a length that does not match the header.
@@ -270,7 +283,7 @@ def stage_bytes(
         )
     cipher = ChunkCipher(dataset_key, header)
     cipher.verify_header(bytes(view[HEADER_SIZE:PREFIX_SIZE]))
-    dst = _destination(header.plaintext_length, out)
+    dst = _destination(header.plaintext_length, out, arena)
 
     def fill(index: int, _slot: int, length: int) -> memoryview:
         start = header.chunk_offset(index)
@@ -287,6 +300,7 @@ def stage_plaintext_cpu(
     threads: int | None = None,
     progress: ProgressCallback | None = None,
     out: Buffer | None = None,
+    arena: HostArena | None = None,
 ) -> Buffer:
     """Stage a plaintext file the way confidential computing moves it: sealed in transit.
 
@@ -294,7 +308,7 @@ def stage_plaintext_cpu(
     the host exactly as the sealed format prescribes (the bounce-buffer model: the host
     encrypts, the device decrypts), then decrypted and verified into the destination with
     the same code that stages a sealed file. On the CPU this is a round trip; on the GPU the
-    second half runs on the device.
+    second half runs on the device. ``out`` and ``arena`` as in :func:`stage_cpu`.
 
     Raises:
         MalformedInputError: ``path`` is not a regular file or changed size.
@@ -305,8 +319,8 @@ def stage_plaintext_cpu(
     fd, header = open_plaintext(path, chunk_size)
     try:
         cipher = ChunkCipher(new_dataset_key(), header)
-        dst = _destination(header.plaintext_length, out)
-        sealed = scratch_buffers(header, window_for(threads, header.chunk_count))
+        dst = _destination(header.plaintext_length, out, arena)
+        sealed = scratch_buffers(header, window_for(threads, header.chunk_count), arena)
 
         def fill(index: int, slot: int, length: int) -> memoryview:
             # Read into the slot and encrypt there, in place (as verify_plaintext_cpu does):

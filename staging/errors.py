@@ -3,7 +3,7 @@
 Each one derives from a family in :mod:`gpucc.gpuattest.errors`, so what callers must be
 able to tell apart stays defined in one place:
 
-* usage: :class:`StageKeyArgumentsError`;
+* usage: :class:`StageKeyArgumentsError`, :class:`ArenaClosedError`;
 * malformed input: :class:`MalformedDatasetError`, :class:`KeyFileError`,
   :class:`MalformedSessionMessageError`;
 * environment: :class:`GpuStagingUnavailableError` (no usable CUDA device) and
@@ -34,6 +34,7 @@ from gpucc.gpuattest.errors import (
 )
 
 __all__ = [
+    "ArenaClosedError",
     "ChunkAuthenticationError",
     "DatasetKeyMismatchError",
     "GpuKernelError",
@@ -68,6 +69,10 @@ class StageKeyArgumentsError(UsageError):
         super().__init__(message)
         self.path = path
         self.sealed = sealed
+
+
+class ArenaClosedError(UsageError):
+    """A closed :class:`~staging.arena.HostArena` was asked to lend memory."""
 
 
 # --- malformed input ------------------------------------------------

@@ -6,6 +6,11 @@ buffers, and writes each chunk at its fixed offset in a temporary file beside th
 destination. Only a complete, flushed file gets the destination's name, exclusively unless
 asked to replace (:func:`gpuattest.files.exclusive_output`); on any error or signal the
 temporary file is removed, so a half-written dataset never exists under its name.
+
+Memory: :func:`seal_bytes` returns memory the caller owns outright unless given ``out=`` or
+``arena=`` (a :class:`~staging.arena.HostArena`, which lends it and reuses its pages once it
+comes back); :func:`seal_file`'s chunk buffers are the call's own, or lent by ``arena``, and
+the ones that held plaintext are zeroed before it returns.
 """
 
 from __future__ import annotations
@@ -26,8 +31,8 @@ from gpucc.gpuattest.files import (
     write_all,
 )
 
-from ._buffers import host_view
 from ._pipeline import ChunkFailure, run_chunks, window_for
+from .arena import HostArena, owned_view
 from .chunks import ChunkCipher, zero
 from .dataset import SealedDataset, io_error, open_sealed, read_exact
 from .format import (
@@ -173,16 +178,24 @@ def seal_bytes(
     threads: int | None = None,
     dataset_id: bytes | None = None,
     out: bytearray | memoryview | None = None,
+    arena: HostArena | None = None,
 ) -> memoryview:
     """Seal an in-memory plaintext and return the sealed dataset, as a writable view.
 
     Exactly the format :func:`seal_file` writes. Pass ``kek`` (a key-file key), ``wrap`` (a
     :class:`WrapSpec`), or only ``dataset_key`` for a dataset without a wrap record.
-    ``dataset_id`` is random unless given (tests only). ``out``, if given, must be exactly
-    :func:`~staging.format.sealed_size` writable bytes; it is filled and a view of it is
-    returned. Otherwise the memory is the process's reusable host memory: once the view and
-    every slice of it are gone, the next large seal or stage in the process reuses its pages
-    instead of asking the kernel for fresh (cleared) ones. ``bytes(view)`` makes a copy.
+    ``dataset_id`` is random unless given (tests only). Where the result lives:
+
+    * ``out``: exactly :func:`~staging.format.sealed_size` writable bytes of the caller's;
+      it is filled and a view of it is returned;
+    * ``arena``: a buffer lent by the caller's :class:`~staging.arena.HostArena`; when the
+      view and every slice of it are gone the arena zeroes it and lends its pages again
+      (no fresh pages for the next call), and closing the arena zeroes it in any case;
+    * neither: memory the caller owns outright (a large result is a mapping of its own,
+      huge pages advised), which nothing else in the process reuses; it is freed with the
+      view's last slice.
+
+    The view compares and slices like ``bytes``; ``bytes(view)`` makes a copy.
     """
     src = memoryview(data).cast("B")
     header, key, record = plan_seal(
@@ -198,9 +211,9 @@ def seal_bytes(
     if header.chunk_offset(0) != len(prefix):  # pragma: no cover - format invariant
         raise AssertionError("the prefix and the chunks must cover the sealed dataset")
     if out is None:
-        # No zero-fill pass: the prefix and the chunks below write every byte, and a
-        # failure drops the buffer unreturned.
-        result = host_view(header.file_size)
+        # Zeros from the kernel or the arena, without a zero-fill pass of its own; the
+        # prefix and the chunks below write every byte.
+        result = owned_view(header.file_size) if arena is None else arena.view(header.file_size)
     else:
         result = memoryview(out).cast("B")
         if len(result) != header.file_size or result.readonly:
@@ -238,6 +251,7 @@ def seal_file(
     threads: int | None = None,
     progress: ProgressCallback | None = None,
     force: bool = False,
+    arena: HostArena | None = None,
 ) -> SealResult:
     """Seal the regular file ``src`` into ``dst``, atomically.
 
@@ -252,6 +266,9 @@ def seal_file(
         threads: worker threads (default ``os.cpu_count()``).
         progress: ``progress(done_bytes, total_bytes)`` as chunks complete.
         force: replace an existing ``dst`` (atomically).
+        arena: a :class:`~staging.arena.HostArena` to lend the per-thread chunk buffers
+            (by default they are the call's own); either way the ones that held
+            plaintext are zeroed before the call returns.
 
     Raises:
         OutputExistsError: ``dst`` exists (without ``force``) or is ``src``.
@@ -277,7 +294,7 @@ def seal_file(
         )
         cipher = ChunkCipher(key, header)
         tag, prefix = _prefix(cipher, record)
-        _write_sealed(src_fd, src, dst, cipher, prefix, threads, progress, force)
+        _write_sealed(src_fd, src, dst, cipher, prefix, threads, progress, force, arena)
     finally:
         os.close(src_fd)
     return SealResult(
@@ -298,6 +315,7 @@ def _write_sealed(
     threads: int,
     progress: ProgressCallback | None,
     force: bool,
+    arena: HostArena | None,
 ) -> None:
     header = cipher.header
     with exclusive_output(dst, mode=0o644, force=force, what="sealed dataset") as out_fd:
@@ -309,14 +327,15 @@ def _write_sealed(
         count = header.chunk_count
         slots = window_for(threads, count)
         size = header.chunk_size
-        plain = [bytearray(min(size, header.plaintext_length) or 0) for _ in range(slots)]
-        sealed = [bytearray(min(size, header.plaintext_length) + TAG_SIZE) for _ in range(slots)]
+        first = min(size, header.plaintext_length)
+        plain = slot_buffers(first, slots, arena)
+        sealed = slot_buffers(first + TAG_SIZE, slots, arena)
         total = header.plaintext_length
 
         def work(index: int, slot: int) -> None:
             length = header.chunk_length(index)
-            pt = memoryview(plain[slot])[:length]
-            ct = memoryview(sealed[slot])[: length + TAG_SIZE]
+            pt = plain[slot][:length]
+            ct = sealed[slot][: length + TAG_SIZE]
             try:
                 read_exact(src_fd, pt, index * size)
             except OSError as exc:
@@ -345,6 +364,14 @@ def _write_sealed(
                 raise MalformedInputError(f"{src} changed size while it was being sealed")
         except OSError as exc:
             raise io_error("read", src, exc) from None
+
+
+def slot_buffers(length: int, count: int, arena: HostArena | None) -> list[memoryview]:
+    """``count`` chunk buffers of ``length`` bytes: lent by ``arena``, else the caller's own
+    (ordinary ``bytearray`` memory: a handful of chunks, made once per call)."""
+    if arena is None:
+        return [memoryview(bytearray(length)) for _ in range(count)]
+    return [arena.view(length) for _ in range(count)]
 
 
 def _reserve(fd: int, size: int) -> None:

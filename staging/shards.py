@@ -39,6 +39,7 @@ from gpucc.gpuattest.errors import IntegrityError, MalformedInputError, UsageErr
 from gpucc.gpuattest.files import fsync_dir, refuse_existing, write_all
 
 from ._pipeline import ChunkFailure, run_chunks, window_for
+from .arena import HostArena
 from .chunks import ChunkCipher, zero
 from .dataset import SealedDataset, io_error, open_sealed, read_exact
 from .errors import StageKeyArgumentsError
@@ -49,7 +50,7 @@ from .format import (
     chunk_count_for,
     read_key_file,
 )
-from .seal import ProgressCallback, WrapSpec, default_threads, plan_seal
+from .seal import ProgressCallback, WrapSpec, default_threads, plan_seal, slot_buffers
 
 __all__ = [
     "SET_ID_SIZE",
@@ -156,6 +157,7 @@ def seal_shards(
     stem: str | None = None,
     progress: ProgressCallback | None = None,
     force: bool = False,
+    arena: HostArena | None = None,
 ) -> ShardSetResult:
     """Seal the regular file ``src`` into ``n`` bound shards in ``out_dir``.
 
@@ -175,6 +177,7 @@ def seal_shards(
         stem: file name stem (default: ``src``'s name without its suffix).
         progress: ``progress(done_bytes, total_bytes)`` over the whole plaintext.
         force: replace existing files of the shards' names.
+        arena: lends the chunk buffers, as in :func:`staging.seal.seal_file`.
 
     Raises:
         OutputExistsError: a shard's file exists and ``force`` is not set.
@@ -231,7 +234,7 @@ def seal_shards(
                 if progress is not None:
                     progress(base + done, total)
 
-            _write_part(src_fd, src, start, tmp, cipher, prefix, threads, report)
+            _write_part(src_fd, src, start, tmp, cipher, prefix, threads, report, arena)
             counts.append(header.chunk_count)
             done_bytes += length
         if os.fstat(src_fd).st_size != total:
@@ -276,6 +279,7 @@ def _write_part(
     prefix: bytes,
     threads: int,
     progress: Callable[[int, int], None],
+    arena: HostArena | None,
 ) -> None:
     """Seal plaintext ``src[start : start + length]`` into the new file ``tmp``."""
     header = cipher.header
@@ -292,14 +296,14 @@ def _write_part(
         size = header.chunk_size
         slots = window_for(threads, header.chunk_count)
         first = min(size, header.plaintext_length)
-        plain = [bytearray(first) for _ in range(slots)]
-        sealed = [bytearray(first + TAG_SIZE) for _ in range(slots)]
+        plain = slot_buffers(first, slots, arena)
+        sealed = slot_buffers(first + TAG_SIZE, slots, arena)
         total = header.plaintext_length
 
         def work(index: int, slot: int) -> None:
             length = header.chunk_length(index)
-            pt = memoryview(plain[slot])[:length]
-            ct = memoryview(sealed[slot])[: length + TAG_SIZE]
+            pt = plain[slot][:length]
+            ct = sealed[slot][: length + TAG_SIZE]
             try:
                 read_exact(src_fd, pt, start + index * size)
             except OSError as exc:

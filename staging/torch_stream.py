@@ -12,6 +12,10 @@ released; the pool's free buffers are zeroed when an iteration ends, fails or is
 a buffer freed after that is zeroed as it comes back. Tensors the consumer still holds are
 the consumer's (as copies would be). On the GPU each chunk is verified into a device array
 of its own from CuPy's memory pool, exposed through DLPack.
+
+Memory: the CPU buffers are lent by a :class:`~staging.arena.HostArena`, the caller's
+(``arena=``) or one the stream makes in each process and closes in :meth:`close` (at once,
+or when the last tensor still held is freed): then every page that held plaintext is zero.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from gpucc.gpuattest.errors import UsageError
 
+from .arena import HostArena
 from .format import TAG_SIZE, StrPath
 from .seal import default_threads
 from .torch_read import (
@@ -55,12 +60,18 @@ class _Pool:
     they come back. The pool keeps as many free buffers as were out at once (collation
     holds a batch of them), between ``keep`` and ``keep + SPARE``; it zeroes any other
     before letting it go.
+
+    The buffers are lent by ``arena``; without one the pool makes its own and closes it
+    once :meth:`close` was called and no buffer is out any more.
     """
 
     SPARE = 8
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, arena: HostArena | None = None) -> None:
         self.size = size
+        self.owns_arena = arena is None
+        self.arena = HostArena() if arena is None else arena
+        self.closing = False
         self.keep = 0
         self.lock = threading.RLock()  # a tensor may be freed (calling give) under the lock
         self.free: list[Buffer] = []
@@ -74,12 +85,21 @@ class _Pool:
             self.high = max(self.high, self.out)
             if self.free:
                 return self.free.pop()
-        return np.zeros(self.size, dtype=np.uint8)
+        try:
+            return self.arena.array(self.size)
+        except BaseException:
+            with self.lock:
+                self.out -= 1
+            raise
 
     def give(self, buf: Buffer) -> None:
         """Take back a buffer nothing views any more."""
         with self.lock:
             self.out -= 1
+            if self.closing:
+                buf.fill(0)
+                self._close_arena_when_idle()
+                return
             room = len(self.free) < min(max(self.keep, self.high), self.keep + self.SPARE)
             if not self.open or not room:
                 buf.fill(0)
@@ -103,6 +123,20 @@ class _Pool:
             self.open -= 1
             for buf in self.free:
                 buf.fill(0)
+
+    def close(self) -> None:
+        """Let every free buffer go (zeroed), and close the pool's own arena now or when the
+        last buffer out comes back."""
+        with self.lock:
+            self.closing = True
+            for buf in self.free:
+                buf.fill(0)
+            self.free.clear()
+            self._close_arena_when_idle()
+
+    def _close_arena_when_idle(self) -> None:
+        if self.owns_arena and self.out == 0:
+            self.arena.close()
 
 
 class _Ring:
@@ -218,11 +252,16 @@ class SealedChunkStream(IterableDataset[torch.Tensor]):
             ``threads + 1``).
         rank, world_size: override what :func:`rank_and_world` finds (fixed at
             construction, in the main process).
+        arena: a :class:`~staging.arena.HostArena` that lends the CPU buffers in this
+            process (the caller closes it: tensors still held then read as zeros). By
+            default the stream makes one per process and closes it in :meth:`close`; a
+            DataLoader worker process always makes its own.
 
     A yielded tensor stays valid as long as it is referenced, in any DataLoader setting
     (``batch_size`` None or N, any ``collate_fn``, workers, ``pin_memory``). On the CPU its
     memory returns to the stream's pool when it is freed, and is zeroed when the
-    iteration ends (or as it comes back, after that). The epoch (:meth:`set_epoch`) lives
+    iteration ends (or as it comes back, after that); every page is zero once the stream
+    is closed and the tensors it yielded are freed. The epoch (:meth:`set_epoch`) lives
     in shared memory, so DataLoader workers, persistent ones included, follow it.
     """
 
@@ -245,6 +284,7 @@ class SealedChunkStream(IterableDataset[torch.Tensor]):
         prefetch: int | None = None,
         rank: int | None = None,
         world_size: int | None = None,
+        arena: HostArena | None = None,
     ) -> None:
         self.device, self.device_index = device_index(device)
         self.shards = open_source(source, key, kek, key_file, key_for)
@@ -275,11 +315,14 @@ class SealedChunkStream(IterableDataset[torch.Tensor]):
         self._live: weakref.WeakSet[_StreamIterator] = weakref.WeakSet()
         self._pool: _Pool | None = None
         self._pool_pid = -1
+        self._arena = arena
+        self._arena_pid = os.getpid()
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_live"] = None
         state["_pool"] = None
+        state["_arena"] = None  # the caller's memory stays in the caller's process
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -299,9 +342,11 @@ class SealedChunkStream(IterableDataset[torch.Tensor]):
     def pool(self) -> _Pool:
         """This process's pool (a forked DataLoader worker makes its own: the parent's
         lock may have been held by a thread the fork did not copy)."""
-        if self._pool is None or self._pool_pid != os.getpid():
-            self._pool = _Pool(self.shards.chunk_size)
-            self._pool_pid = os.getpid()
+        pid = os.getpid()
+        if self._pool is None or self._pool_pid != pid:
+            arena = self._arena if self._arena_pid == pid else None
+            self._pool = _Pool(self.shards.chunk_size, arena)
+            self._pool_pid = pid
         return self._pool
 
     def chunks(self, worker: int = 0, num_workers: int = 1) -> list[int]:
@@ -334,9 +379,15 @@ class SealedChunkStream(IterableDataset[torch.Tensor]):
         return self.__iter__()
 
     def close(self) -> None:
-        """End every iteration still open (zeroing what it verified ahead)."""
-        for iterator in list(self._live):
+        """End every iteration still open (zeroing what it verified ahead), and close this
+        process's pool: its free buffers are zeroed and let go, and the arena the stream
+        made is closed once no tensor it yielded is held any more. A later iteration starts
+        a new pool."""
+        for iterator in list(self._live or ()):
             iterator.close()
+        pool, self._pool = self._pool, None
+        if pool is not None and self._pool_pid == os.getpid():
+            pool.close()
 
 
 class _StreamIterator(Iterator[torch.Tensor]):

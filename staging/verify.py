@@ -7,6 +7,8 @@ chunk is read into it and decrypted and authenticated in place there. So the mem
 needed (a fresh page costs the kernel's clearing, about as much as AES-GCM itself on a small
 machine), and the plaintext stays in buffers the size of a core's cache instead of going out
 to main memory. Every buffer is zeroed when the call ends, on success and failure alike.
+The buffers are the call's own, or lent by the caller's :class:`~staging.arena.HostArena`
+(``arena=``), which keeps their pages mapped for the next call.
 
 Reading goes through the same private-copy ``pread`` as :func:`staging.cpu.stage_cpu`, for
 the same reasons (see there): the file is never memory-mapped.
@@ -21,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._pipeline import ChunkFailure, run_chunks, window_for
+from .arena import HostArena
 from .chunks import ChunkCipher, zero
 from .cpu import (
     check_plaintext_unchanged,
@@ -60,13 +63,14 @@ def _verify_chunks(
     threads: int,
     progress: ProgressCallback | None,
     work: Callable[[int, memoryview], None],
+    arena: HostArena | None,
 ) -> Verified:
     """Run ``work(index, buffer)`` for every chunk in a window of zeroed-at-the-end buffers.
 
     ``buffer`` is the slot's memory, ``chunk length + 16`` bytes; ``work`` leaves the
     chunk's verified plaintext in its first ``chunk length`` bytes or raises.
     """
-    slots = scratch_buffers(header, window_for(threads, header.chunk_count))
+    slots = scratch_buffers(header, window_for(threads, header.chunk_count), arena)
 
     def one(index: int, slot: int) -> None:
         work(index, slots[slot][: header.chunk_length(index) + TAG_SIZE])
@@ -94,12 +98,14 @@ def verify_cpu(
     *,
     threads: int | None = None,
     progress: ProgressCallback | None = None,
+    arena: HostArena | None = None,
 ) -> Verified:
     """Authenticate every chunk of a sealed dataset, keeping none of its plaintext.
 
     The same checks, in the same order, as :func:`staging.cpu.stage_cpu`: the header tag
     under the key, the file unchanged since it was opened, then every chunk (its content,
     position and dataset). ``progress(done_bytes, total_bytes)`` as chunks verify, in order.
+    ``arena`` lends the per-thread buffers (by default they are the call's own).
 
     Raises:
         HeaderAuthenticationError: wrong key or altered header (nothing decrypted).
@@ -116,7 +122,7 @@ def verify_cpu(
         cipher.decrypt_into(index, buf, buf[: len(buf) - TAG_SIZE])
 
     try:
-        return _verify_chunks(dataset.header, threads, progress, work)
+        return _verify_chunks(dataset.header, threads, progress, work, arena)
     finally:
         os.close(fd)
 
@@ -127,11 +133,13 @@ def verify_plaintext_cpu(
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     threads: int | None = None,
     progress: ProgressCallback | None = None,
+    arena: HostArena | None = None,
 ) -> Verified:
     """Seal a plaintext file in transit under a fresh key and authenticate every chunk.
 
     The round trip :func:`staging.cpu.stage_plaintext_cpu` makes (read, encrypt as the
     format prescribes, decrypt and verify), chunk by chunk in place, keeping nothing.
+    ``arena`` as in :func:`verify_cpu`.
 
     Raises:
         MalformedInputError: ``path`` is not a regular file, or changed size.
@@ -149,7 +157,7 @@ def verify_plaintext_cpu(
             cipher.encrypt_into(index, plain, buf)
             cipher.decrypt_into(index, buf, plain)
 
-        verified = _verify_chunks(header, threads, progress, work)
+        verified = _verify_chunks(header, threads, progress, work, arena)
         check_plaintext_unchanged(fd, path, header)
         return verified
     finally:

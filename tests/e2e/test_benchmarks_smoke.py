@@ -32,7 +32,12 @@ class Smoke:
 SMOKES = [
     Smoke(
         "bench_seal_stage.py",
-        ("raw decrypt_into", "gpucc stage (CLI)", "stage_cpu, 1st call"),
+        (
+            "raw decrypt_into",
+            "gpucc stage (CLI)",
+            "stage_cpu arena",
+            "default (fresh memory every call)",
+        ),
         slow=True,
     ),
     Smoke("bench_attest.py", ("full verify() of set A", "whole process: gpucc attest"), slow=True),

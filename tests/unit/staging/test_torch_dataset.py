@@ -251,6 +251,38 @@ def test_pool_zeroes_buffers_it_lets_go() -> None:
     assert int(np.count_nonzero(again)) == 0
 
 
+def test_the_stream_closes_its_own_arena_once_its_tensors_are_freed(sealed: Path) -> None:
+    import gc
+
+    stream = SealedChunkStream(sealed, key=KEY, shuffle=False, threads=2, prefetch=3)
+    arena = stream.pool().arena  # the one this process's iterations lend from
+    it = iter(stream)
+    held = next(it)
+    assert arena.lent_bytes > 0
+    stream.close()
+    closed_while_held = arena.closed
+    assert not closed_while_held  # a tensor the consumer holds stays intact...
+    assert bytes(held.numpy()) == _chunk(0)
+    del held, it
+    gc.collect()
+    assert arena.closed and arena.idle_bytes == 0  # ...and once freed, the arena is closed
+    assert [bytes(t.numpy()) for t in stream] == [_chunk(g) for g in range(CHUNKS)]  # a new pool
+
+
+def test_a_callers_arena_lends_the_tensors_and_its_close_zeroes_them(sealed: Path) -> None:
+    from gpucc.staging.arena import HostArena
+
+    arena = HostArena()
+    stream = SealedChunkStream(sealed, key=KEY, shuffle=False, threads=2, arena=arena)
+    kept = list(stream)
+    assert [bytes(t.numpy()) for t in kept] == [_chunk(g) for g in range(CHUNKS)]
+    assert arena.lent_bytes >= CHUNKS * CHUNK  # every tensor's memory is the arena's
+    stream.close()
+    assert not arena.closed  # the caller's to close
+    arena.close()
+    assert all(int(torch.count_nonzero(t)) == 0 for t in kept)
+
+
 def test_tampered_chunk_is_never_yielded(tmp_path: Path, sealed: Path) -> None:
     _tamper(sealed, 7)
     stream = SealedChunkStream(sealed, key=KEY, shuffle=False, threads=2, prefetch=4)

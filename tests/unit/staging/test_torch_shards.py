@@ -47,7 +47,7 @@ def _read_set(paths: list[Path], key: bytes) -> bytes:
     shards = open_shard_set(paths, key=key)
     out = b""
     for part in shards.parts:
-        with stage(part.path, key=key) as buf:
+        with stage(part.path, key=key, in_set=shards) as buf:
             out += bytes(buf)
     return out
 
