@@ -579,9 +579,8 @@ def seal_gpu(
         ValueError: inconsistent key arguments or a bad ``data`` array.
         GpuStagingUnavailableError: no CuPy.
         GpuKernelError: the kernels do not build or fail their known answers there
-            (``stage="build"``, ...), or a kernel faulted on this work (``"launch"``; every
-            byte of the output is zeroed, and a chunk rejected before the fault is still
-            raised as ChunkAuthenticationError).
+            (``stage="build"``, ...), or a kernel faulted on this work (``"launch"``; the
+            device copy of the records is zeroed, nothing is returned).
     """
     cupy = rt.import_cupy()
     if data.dtype != cupy.uint8 or data.ndim != 1 or not data.flags.c_contiguous:
