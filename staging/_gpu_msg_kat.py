@@ -106,8 +106,16 @@ def check_messages(
             verdicts = [int(v) for v in cupy.asnumpy(status)]
         finally:
             keyring.close()
-    except GpuKernelError:
-        raise
+    except GpuKernelError as exc:
+        if exc.stage != "launch":
+            raise
+        # The keyring names a fault on real work "launch"; here it is the known answers'.
+        raise GpuKernelError(
+            f"the message-batch known answers could not run on CUDA device {device_id}: "
+            f"{_one_line(exc)}",
+            device_id=device_id,
+            stage="known-answer",
+        ) from None
     except Exception as exc:  # noqa: BLE001 - a launch or copy failed
         raise GpuKernelError(
             f"the message-batch known answers could not run on CUDA device {device_id}: "

@@ -234,9 +234,51 @@ def run_device(
 
     On a failing chunk: the whole pipeline drains, the failing chunk and everything after it
     in ``out`` are zeroed, and ChunkAuthenticationError is raised for the lowest one. On any
-    other error ``out`` is zeroed entirely before the error propagates.
+    other error ``out`` is zeroed entirely before the error propagates; a CUDA fault (a kernel
+    that hit an illegal address, a failed launch or copy) is :class:`GpuKernelError` with
+    ``stage="launch"``, and a chunk the kernels had already rejected before it is still
+    reported (through ``failure``), never hidden behind the fault.
     """
     cupy = rt.import_cupy()
+    try:
+        _run_device(
+            cupy,
+            device_id=device_id,
+            source=source,
+            chunk_key=chunk_key,
+            first=first,
+            count=count,
+            out=out,
+            pool=pool,
+            batch_bytes=batch_bytes,
+            slots=slots,
+            use_gds=use_gds,
+            failure=failure,
+            on_verified=on_verified,
+        )
+    except rt.device_faults(cupy) as exc:
+        rt.zero_buffers(cupy, device_id, cupy.cuda.get_current_stream(), [out])
+        raise rt.launch_fault(device_id, exc) from None
+
+
+def _run_device(
+    cupy: Any,
+    *,
+    device_id: int,
+    source: Source,
+    chunk_key: bytes,
+    first: int,
+    count: int,
+    out: Any,
+    pool: ThreadPoolExecutor,
+    batch_bytes: int,
+    slots: int,
+    use_gds: bool,
+    failure: Failure,
+    on_verified: Callable[[int], None] | None,
+) -> None:
+    """:func:`run_device` with CuPy's errors as they come."""
+    faults = rt.device_faults(cupy)
     header = source.header
     size = header.chunk_size
     stride = size + TAG_SIZE
@@ -325,6 +367,23 @@ def run_device(
                 if on_verified is not None:
                     on_verified(n)
 
+        issued = 0  # status words of the batches launched so far
+
+        def rejected_before_a_fault() -> None:
+            # The status words already copied back were written by kernels that completed
+            # (stream order) before the one that faulted: a rejection among them stands.
+            bad = np.flatnonzero(status_h[:issued])
+            if bad.size:
+                failure.report(first + int(bad[0]))
+
+        def drain() -> None:
+            _drain(reads, copy_stream, compute_stream)
+
+        def scrub_status() -> None:
+            with compute_stream:
+                status_d.fill(0)
+            compute_stream.synchronize()
+
         try:
             for bi in range(min(nslots, len(batches))):
                 schedule_read(bi)
@@ -364,25 +423,25 @@ def run_device(
                 consumed[slot].record(compute_stream)
                 used[slot] = True
                 pending.append((lo, n, consumed[slot]))
+                issued = lo + n
                 if bi + nslots < len(batches):
                     schedule_read(bi + nslots)
                 check(block=False)
             compute_stream.synchronize()
             check(block=True)
-        except BaseException:
-            _drain(reads, copy_stream, compute_stream)
-            with compute_stream:
-                out.fill(0)
-            compute_stream.synchronize()
+        except BaseException as exc:
+            if isinstance(exc, faults):
+                rejected_before_a_fault()
+            rt.scrub_quietly(faults, drain)
+            rt.zero_buffers(cupy, device_id, compute_stream, [out])
             raise
         finally:
-            _drain(reads, copy_stream, compute_stream)
-            gcm.close()
-            with compute_stream:
-                status_d.fill(0)
-            compute_stream.synchronize()
+            cleanup_fault = rt.scrub_quietly(faults, drain, gcm.close, scrub_status)
             if gds_file is not None:
                 gds_file.close()
+        if cleanup_fault is not None:
+            rt.zero_buffers(cupy, device_id, compute_stream, [out])
+            raise cleanup_fault
 
         lowest = failure.lowest()
         if lowest is not None and lowest < first + count:

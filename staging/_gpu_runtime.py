@@ -6,8 +6,9 @@ module at call time, so tests can put a fake in its place).
 
 from __future__ import annotations
 
+import functools
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
@@ -38,10 +39,14 @@ __all__ = [
     "GcmDevice",
     "device_list",
     "gpu_available",
+    "device_faults",
     "gpu_count",
     "import_cupy",
+    "launch_fault",
     "require_gpu",
+    "scrub_quietly",
     "unavailable_reason",
+    "zero_buffers",
 ]
 
 #: Default bytes of sealed records per batch: one H2D copy and one launch pair each.
@@ -57,6 +62,27 @@ def check_aligned(name: str, array: Any) -> None:
     """The kernels read and write 16-byte vectors: device buffers must be 16-byte aligned."""
     if int(array.data.ptr) % 16:
         raise ValueError(f"{name} must start on a 16-byte boundary (a view at an odd offset?)")
+
+
+def zero_buffers(
+    cupy: Any, device_id: int, stream: Any, buffers: Sequence[Any]
+) -> BaseException | None:
+    """Zero ``buffers`` on ``stream`` (after the work queued there) and wait for it.
+
+    When the wait reports a fault of earlier work on the stream, the zeroing is queued and
+    waited for once more (a stream that faulted and still takes work then runs it; a device
+    that refuses all work refuses it again). Returns the first device fault, or ``None``.
+    """
+    faults = device_faults(cupy)
+    first: BaseException | None = None
+    for _ in range(2):
+        with cupy.cuda.Device(device_id), stream:
+            steps = [functools.partial(b.fill, 0) for b in buffers if b is not None]
+            fault = scrub_quietly(faults, *steps, stream.synchronize)
+        if fault is None:
+            break
+        first = first or fault
+    return first
 
 
 # --- CuPy, devices and the compiled module ------------------------------------------------------
@@ -75,6 +101,42 @@ def import_cupy() -> Any:
             f"CuPy is not installed ({exc.__class__.__name__}: {exc})"
         ) from None
     return cupy
+
+
+def device_faults(cupy: Any) -> tuple[type[BaseException], ...]:
+    """The errors ``cupy`` raises for a CUDA runtime or driver failure: what a kernel that hit an
+    illegal address (or any launch that failed) surfaces as, at that launch or at the next
+    synchronisation or copy (``CUDARuntimeError``, ``CUDADriverError``)."""
+    kinds: list[type[BaseException]] = []
+    for part, name in (("runtime", "CUDARuntimeError"), ("driver", "CUDADriverError")):
+        kind = getattr(getattr(cupy.cuda, part, None), name, None)
+        if isinstance(kind, type) and issubclass(kind, BaseException):
+            kinds.append(kind)
+    return tuple(kinds)
+
+
+def launch_fault(device_id: int, exc: BaseException) -> GpuKernelError:
+    """A fault of kernels that passed their start-up checks, on real work: ``stage="launch"``."""
+    return GpuKernelError(
+        f"a kernel launch failed on CUDA device {device_id} after the kernels passed their "
+        f"start-up checks: {_one_line(exc)}",
+        device_id=device_id,
+        stage="launch",
+    )
+
+
+def scrub_quietly(
+    faults: tuple[type[BaseException], ...], *steps: Callable[[], None]
+) -> BaseException | None:
+    """Run every step (zeroing, freeing) even when one of them faults: a device that faulted
+    may refuse later work too. Returns the first device fault, or ``None``."""
+    first: BaseException | None = None
+    for step in steps:
+        try:
+            step()
+        except faults as exc:
+            first = first or exc
+    return first
 
 
 def gpu_count() -> int:
@@ -514,9 +576,14 @@ class GcmDevice:
                             np.uint64(-(-self.last_len // 16)),
                         ),
                     )
-                finally:
                     key.fill(0)
                     self.stream.synchronize()
+                except BaseException:
+                    # A fault: the key's copy and whatever of the context was written are
+                    # zeroed as far as the device still takes work; the error goes on.
+                    ctx, self.ctx = self.ctx, None
+                    zero_buffers(cupy, device_id, self.stream, [key, ctx])
+                    raise
 
     def items(self, first: int, count: int) -> int:
         """Work items (chunk, tile) of the batch of chunks [first, first + count)."""
@@ -582,10 +649,13 @@ class GcmDevice:
             )
 
     def close(self) -> None:
-        """Zero the key context and the GHASH scratch, after the kernels that use them."""
-        with self.cupy.cuda.Device(self.device_id), self.stream:
-            for buf in (self.ctx, self.partials):
-                if buf is not None:
-                    buf.fill(0)
-            self.stream.synchronize()
+        """Zero the key context and the GHASH scratch, after the kernels that use them.
+
+        A device fault on the way (a kernel of this stream faulted) still zeroes every buffer
+        the device takes work for, and is raised after that.
+        """
+        bufs = [self.ctx, self.partials]
         self.ctx = self.partials = None
+        fault = zero_buffers(self.cupy, self.device_id, self.stream, bufs)
+        if fault is not None:
+            raise fault

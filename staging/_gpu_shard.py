@@ -173,9 +173,12 @@ def stage_shards(
                 cut = max(0, lowest - shard.first_chunk) * header.chunk_size
             if cut < shard.array.size:
                 with cupy.cuda.Device(shard.device):
-                    shard.array[cut:].fill(0)
-                    cupy.cuda.Device(shard.device).synchronize()
-        if only_auth and lowest is not None:
+                    stream = cupy.cuda.get_current_stream()
+                # Quietly: a device that faulted may refuse it; its error is the one raised.
+                rt.zero_buffers(cupy, shard.device, stream, [shard.array[cut:]])
+        if lowest is not None:
+            # A chunk the kernels rejected is reported even when another device, or a later
+            # launch of the same one, failed otherwise (everything is zeroed then).
             raise ChunkAuthenticationError(lowest) from None
         raise real[0][1]
     return shards

@@ -74,7 +74,7 @@ from ._gpu_runtime import (
 )
 from ._gpu_shard import GpuShard, single_array, stage_shards
 from .dataset import SealedDataset
-from .errors import ChunkAuthenticationError
+from .errors import ChunkAuthenticationError, GpuKernelError
 from .format import (
     DEFAULT_CHUNK_SIZE,
     TAG_SIZE,
@@ -140,7 +140,10 @@ def stage_gpu_sharded(
         HeaderAuthenticationError: wrong key or altered header (nothing staged).
         ChunkAuthenticationError: the lowest failing chunk; see :func:`stage_gpu`.
         GpuStagingUnavailableError: no CuPy, no driver or no such device.
-        GpuKernelError: the kernels do not build or fail their known answers there.
+        GpuKernelError: the kernels do not build or fail their known answers there
+            (``stage="build"``, ...), or a kernel faulted on this work (``"launch"``; every
+            byte of the output is zeroed, and a chunk rejected before the fault is still
+            raised as ChunkAuthenticationError).
         MalformedDatasetError: the file changed since it was opened.
         StagingIOError: the file cannot be read.
     """
@@ -225,7 +228,10 @@ def stage_gpu(
         ChunkAuthenticationError: a chunk failed; it and every byte after it are zero in
             ``out`` (an array staging allocated itself is zeroed entirely).
         GpuStagingUnavailableError: no CuPy, no driver or no such device.
-        GpuKernelError: the kernels do not build or fail their known answers there.
+        GpuKernelError: the kernels do not build or fail their known answers there
+            (``stage="build"``, ...), or a kernel faulted on this work (``"launch"``; every
+            byte of the output is zeroed, and a chunk rejected before the fault is still
+            raised as ChunkAuthenticationError).
         MalformedDatasetError: the file changed since it was opened.
         StagingIOError: the file cannot be read.
     """
@@ -264,7 +270,10 @@ def stage_plaintext_gpu_sharded(
         MalformedInputError: ``path`` is not a regular file or changed size.
         ChunkAuthenticationError: a chunk did not verify (memory or transfer corruption).
         GpuStagingUnavailableError: no CuPy, no driver or no such device.
-        GpuKernelError: the kernels do not build or fail their known answers there.
+        GpuKernelError: the kernels do not build or fail their known answers there
+            (``stage="build"``, ...), or a kernel faulted on this work (``"launch"``; every
+            byte of the output is zeroed, and a chunk rejected before the fault is still
+            raised as ChunkAuthenticationError).
         StagingIOError: the file cannot be read.
     """
     return _plaintext_on(
@@ -309,8 +318,7 @@ def _plaintext_on(
         try:
             source.check_unchanged()
         except BaseException:
-            for shard in shards:
-                scrub_gpu(shard.array)
+            _scrub_all([shard.array for shard in shards], quietly=True)
             raise
         return shards
     finally:
@@ -347,7 +355,10 @@ def stage_plaintext_gpu(
         MalformedInputError: ``path`` is not a regular file or changed size.
         ChunkAuthenticationError: a chunk did not verify (memory or transfer corruption).
         GpuStagingUnavailableError: no CuPy, no driver or no such device.
-        GpuKernelError: the kernels do not build or fail their known answers there.
+        GpuKernelError: the kernels do not build or fail their known answers there
+            (``stage="build"``, ...), or a kernel faulted on this work (``"launch"``; every
+            byte of the output is zeroed, and a chunk rejected before the fault is still
+            raised as ChunkAuthenticationError).
         StagingIOError: the file cannot be read.
     """
     shards = stage_plaintext_gpu_sharded(
@@ -364,11 +375,34 @@ def stage_plaintext_gpu(
 
 
 def scrub_gpu(array: Any) -> None:
-    """Zero a device array in place and wait until the zeros are written."""
+    """Zero a device array in place and wait until the zeros are written.
+
+    Raises:
+        GpuKernelError: the device reported a fault (``stage="launch"``); the zeroing was
+            queued once more and waited for.
+    """
     cupy = rt.import_cupy()
-    with cupy.cuda.Device(int(array.device.id)):
-        array.fill(0)
-        cupy.cuda.Device(int(array.device.id)).synchronize()
+    device = int(array.device.id)
+    with cupy.cuda.Device(device):
+        try:
+            array.fill(0)
+            cupy.cuda.Device(device).synchronize()
+        except rt.device_faults(cupy) as exc:
+            rt.zero_buffers(cupy, device, cupy.cuda.get_current_stream(), [array])
+            raise rt.launch_fault(device, exc) from None
+
+
+def _scrub_all(arrays: Sequence[Any], *, quietly: bool = False) -> None:
+    """:func:`scrub_gpu` every array, even when one device faults; then raise the first fault
+    (unless ``quietly``: another error is already on its way)."""
+    first: GpuKernelError | None = None
+    for array in arrays:
+        try:
+            scrub_gpu(array)
+        except GpuKernelError as exc:
+            first = first or exc
+    if first is not None and not quietly:
+        raise first
 
 
 @dataclass
@@ -394,9 +428,8 @@ class GpuStaged:
         return self.shards[0].array
 
     def scrub(self) -> None:
-        """Zero every shard's device memory."""
-        for shard in self.shards:
-            scrub_gpu(shard.array)
+        """Zero every shard's device memory (all of them, even when one device faults)."""
+        _scrub_all([shard.array for shard in self.shards])
 
 
 @contextmanager
@@ -459,6 +492,7 @@ def decrypt_records_gpu(
         ChunkAuthenticationError: the lowest failing chunk; ``out`` is zeroed from it on (an
             array allocated here is zeroed entirely).
         ValueError: ``records`` is not a whole number of records.
+        GpuKernelError: a kernel faulted (``stage="launch"``); ``out`` is zeroed.
     """
     cupy = rt.import_cupy()
     device_id = int(records.device.id)
@@ -468,28 +502,33 @@ def decrypt_records_gpu(
     if out is not None:
         check_aligned("out", out)
     owned = out is None
+    faults = rt.device_faults(cupy)
     with cupy.cuda.Device(device_id):
         if owned:
             out = cupy.empty(length, dtype=cupy.uint8)
         elif out.size != length or out.dtype != cupy.uint8:
             raise ValueError(f"out must be {length} uint8 bytes")
-        gcm = GcmDevice(cupy, device_id, header, chunk_key)  # on the current stream
+        stream = cupy.cuda.get_current_stream()
         try:
-            status = cupy.zeros(max(1, count), dtype=cupy.uint32)
-            if count:
-                gcm.launch(first_chunk, count, records, out, status, seal=False)
-            verdicts = cupy.asnumpy(status[:count])
-        except BaseException:
-            out.fill(0)
-            gcm.stream.synchronize()
-            raise
-        finally:
+            gcm = GcmDevice(cupy, device_id, header, chunk_key)  # on the current stream
+            try:
+                status = cupy.zeros(max(1, count), dtype=cupy.uint32)
+                if count:
+                    gcm.launch(first_chunk, count, records, out, status, seal=False)
+                verdicts = cupy.asnumpy(status[:count])
+            except BaseException:
+                rt.zero_buffers(cupy, device_id, stream, [out])
+                rt.scrub_quietly(faults, gcm.close)
+                raise
             gcm.close()
+        except faults as exc:
+            rt.zero_buffers(cupy, device_id, stream, [out])
+            raise rt.launch_fault(device_id, exc) from None
         bad = np.flatnonzero(verdicts)
         if bad.size:
             cut = 0 if owned else int(bad[0]) * header.chunk_size
-            out[cut:].fill(0)
-            gcm.stream.synchronize()
+            # The rejection is what is raised, even if the device faults while zeroing.
+            rt.zero_buffers(cupy, device_id, stream, [out[cut:]])
             raise ChunkAuthenticationError(first_chunk + int(bad[0]))
     return out
 
@@ -539,7 +578,9 @@ def seal_gpu(
     Raises:
         ValueError: inconsistent key arguments or a bad ``data`` array.
         GpuStagingUnavailableError: no CuPy.
-        GpuKernelError: the kernels do not build or fail their known answers there.
+        GpuKernelError: the kernels do not build or fail their known answers there
+            (``stage="build"``, ...), or a kernel faulted on this work (``"launch"``; the
+            device copy of the records is zeroed, nothing is returned).
     """
     cupy = rt.import_cupy()
     if data.dtype != cupy.uint8 or data.ndim != 1 or not data.flags.c_contiguous:
@@ -565,14 +606,22 @@ def seal_gpu(
     with cupy.cuda.Device(device_id):
         require_gpu(device_id)
         records = cupy.empty(header.file_size - len(prefix), dtype=cupy.uint8)
-        gcm = GcmDevice(cupy, device_id, header, chunk_key)  # on the current stream
+        faults = rt.device_faults(cupy)
+        stream = cupy.cuda.get_current_stream()
         try:
-            status = cupy.zeros(header.chunk_count, dtype=cupy.uint32)
-            gcm.launch(0, header.chunk_count, data, records, status, seal=True)
-            host = np.frombuffer(memoryview(blob)[len(prefix) :], dtype=np.uint8)
-            records.get(out=host)
-        finally:
+            gcm = GcmDevice(cupy, device_id, header, chunk_key)  # on the current stream
+            try:
+                status = cupy.zeros(header.chunk_count, dtype=cupy.uint32)
+                gcm.launch(0, header.chunk_count, data, records, status, seal=True)
+                host = np.frombuffer(memoryview(blob)[len(prefix) :], dtype=np.uint8)
+                records.get(out=host)
+            except BaseException:
+                rt.scrub_quietly(faults, gcm.close)
+                raise
             gcm.close()
+        except faults as exc:
+            rt.zero_buffers(cupy, device_id, stream, [records])
+            raise rt.launch_fault(device_id, exc) from None
     return blob
 
 
@@ -621,11 +670,7 @@ class GpuBackend:
 
     def scrub(self, buf: Any) -> None:
         """Zero what :meth:`stage_sealed` or :meth:`stage_plaintext` returned."""
-        if isinstance(buf, list):
-            for shard in buf:
-                scrub_gpu(shard.array)
-        else:
-            scrub_gpu(buf)
+        _scrub_all([shard.array for shard in buf] if isinstance(buf, list) else [buf])
 
 
 def backend(gpus: int | Sequence[int] | None = None) -> GpuBackend:

@@ -164,24 +164,29 @@ class DeviceKeyring:
         words = _ctx_words(_CT)
         with cupy.cuda.Device(device_id):
             self.stream: Any = cupy.cuda.get_current_stream() if stream is None else stream
-            with self.stream:
+        raw: Any = None
+        try:
+            with cupy.cuda.Device(device_id), self.stream:
                 self.ctxs = cupy.zeros(words * len(keys), dtype=cupy.uint32)
                 raw = cupy.asarray(np.frombuffer(b"".join(keys), dtype=np.uint8))
-                try:
-                    for i in range(len(keys)):
-                        self.kernels.setup(
-                            (1,),
-                            (256,),
-                            (
-                                raw[32 * i : 32 * (i + 1)],
-                                self.ctxs[words * i : words * (i + 1)],
-                                np.uint32(_CT),
-                                np.uint64(0),
-                                np.uint64(0),
-                            ),
-                        )
-                finally:
-                    raw.fill(0)
+                for i in range(len(keys)):
+                    self.kernels.setup(
+                        (1,),
+                        (256,),
+                        (
+                            raw[32 * i : 32 * (i + 1)],
+                            self.ctxs[words * i : words * (i + 1)],
+                            np.uint32(_CT),
+                            np.uint64(0),
+                            np.uint64(0),
+                        ),
+                    )
+                raw.fill(0)
+        except BaseException as exc:
+            self._fail([raw])
+            if isinstance(exc, _rt.device_faults(cupy)):
+                raise _rt.launch_fault(device_id, exc) from None
+            raise
 
     def __repr__(self) -> str:
         return f"DeviceKeyring(keys={self.size}, device={self.device_id})"
@@ -205,10 +210,14 @@ class DeviceKeyring:
         """Launch on ``stream`` from now on, ordered after everything queued so far."""
         if int(stream.ptr) == int(self.stream.ptr):
             return
-        with self.cupy.cuda.Device(self.device_id):
-            done = self.cupy.cuda.Event(disable_timing=True)
-            done.record(self.stream)
-            stream.wait_event(done)
+        try:
+            with self.cupy.cuda.Device(self.device_id):
+                done = self.cupy.cuda.Event(disable_timing=True)
+                done.record(self.stream)
+                stream.wait_event(done)
+        except self._faults() as exc:
+            self._fail([])
+            raise _rt.launch_fault(self.device_id, exc) from None
         self.stream = stream
 
     def _launch(
@@ -228,13 +237,32 @@ class DeviceKeyring:
         s0, d0 = int(src.data.ptr), int(dst.data.ptr)
         if s0 < d0 + int(dst.size) and d0 < s0 + int(src.size):
             raise UsageError("src and dst of a batch must not overlap")
-        cupy = self.cupy
         desc_np, aad_bytes, items = _descriptors(messages)
+        if status is not None and (status.dtype != np.uint32 or status.size != len(messages)):
+            raise UsageError("status must hold one uint32 word per message")
+        try:
+            return self._queue(messages, items, desc_np, aad_bytes, src, dst, status, seal=seal)
+        except self._faults() as exc:
+            self._fail([dst])
+            raise _rt.launch_fault(self.device_id, exc) from None
+
+    def _queue(
+        self,
+        messages: Sequence[DeviceMessage],
+        items: int,
+        desc_np: np.ndarray,
+        aad_bytes: bytes,
+        src: Any,
+        dst: Any,
+        status: Any,
+        *,
+        seal: bool,
+    ) -> Any:
+        """The launch pair of a checked batch on :attr:`stream`."""
+        cupy = self.cupy
         with cupy.cuda.Device(self.device_id), self.stream:
             if status is None:
                 status = cupy.empty(len(messages), dtype=cupy.uint32)
-            elif status.dtype != np.uint32 or status.size != len(messages):
-                raise UsageError("status must hold one uint32 word per message")
             need = max(1, items) * 4
             if self.partials is None or self.partials.size < need:
                 if self.partials is not None:
@@ -277,17 +305,47 @@ class DeviceKeyring:
             self._keep = (desc, aad, status)
         return status
 
+    def verdicts(self, status: Any, dst: Any) -> np.ndarray:
+        """The verdict words ``status`` of a batch opened into ``dst`` (0 authentic, 1 rejected
+        and its text zeroed), read after :attr:`stream` got there.
+
+        Raises:
+            GpuKernelError: a kernel faulted (``stage="launch"``): the words cannot be trusted,
+                so all of ``dst`` is zeroed, and the keyring is closed (its contexts zeroed).
+        """
+        try:
+            with self.cupy.cuda.Device(self.device_id), self.stream:
+                words: np.ndarray = self.cupy.asnumpy(status)
+        except self._faults() as exc:
+            self._fail([dst])
+            raise _rt.launch_fault(self.device_id, exc) from None
+        return words
+
     def close(self) -> None:
-        """Zero the key contexts and the GHASH scratch, after the launches that use them."""
+        """Zero the key contexts and the GHASH scratch, after the launches that use them.
+
+        Raises:
+            GpuKernelError: a launch of this keyring faulted (``stage="launch"``); the
+                contexts and the scratch were zeroed as far as the device still takes work.
+        """
         if self.ctxs is None:
             return
-        with self.cupy.cuda.Device(self.device_id), self.stream:
-            for buf in (self.ctxs, self.partials):
-                if buf is not None:
-                    buf.fill(0)
-            self.stream.synchronize()
+        bufs = [self.ctxs, self.partials]
         self.ctxs = self.partials = None
         self._keep = ()
+        fault = _rt.zero_buffers(self.cupy, self.device_id, self.stream, bufs)
+        if fault is not None:
+            raise _rt.launch_fault(self.device_id, fault) from None
+
+    def _faults(self) -> tuple[type[BaseException], ...]:
+        return _rt.device_faults(self.cupy)
+
+    def _fail(self, outputs: Sequence[Any]) -> None:
+        """After an error: zero ``outputs`` and the keyring's own buffers; it is closed."""
+        bufs = [*outputs, self.ctxs, self.partials]
+        self.ctxs = self.partials = None
+        self._keep = ()
+        _rt.zero_buffers(self.cupy, self.device_id, self.stream, bufs)
 
     def __enter__(self) -> DeviceKeyring:
         return self

@@ -75,6 +75,7 @@ class Config:
 
 def reset(devices: int = 1, seed: int = 0) -> None:
     Config.device_count = devices
+    Config.sm_count = 2  # backends that install over this one set their own
     Config.compile_error = None
     Config.selftest_broken = False
     Config.occupancy = 3
@@ -422,7 +423,17 @@ def _memcpy_async(dst: int, src: int, size: int, kind: int, stream: int) -> None
     _streams[stream].enqueue(copy)
 
 
+class CUDARuntimeError(RuntimeError):
+    """A CUDA runtime error (as cupy.cuda.runtime.CUDARuntimeError): a fault of work queued
+    earlier surfaces as one at the next synchronisation or copy."""
+
+
+class CUDADriverError(RuntimeError):
+    """A CUDA driver error (as cupy.cuda.driver.CUDADriverError)."""
+
+
 runtime = SimpleNamespace(
+    CUDARuntimeError=CUDARuntimeError,
     getDeviceCount=lambda: Config.device_count,
     memcpyAsync=_memcpy_async,
     memcpyHostToDevice=1,
@@ -781,5 +792,8 @@ cuda = SimpleNamespace(
     get_elapsed_time=get_elapsed_time,
     alloc_pinned_memory=alloc_pinned_memory,
     runtime=runtime,
-    driver=SimpleNamespace(occupancyMaxActiveBlocksPerMultiprocessor=_occupancy),
+    driver=SimpleNamespace(
+        CUDADriverError=CUDADriverError,
+        occupancyMaxActiveBlocksPerMultiprocessor=_occupancy,
+    ),
 )

@@ -58,7 +58,7 @@ class CompileException(Exception):  # noqa: N818 - the CuPy name
     """The source did not build (as cupy.cuda.compiler.CompileException)."""
 
 
-class LaunchError(RuntimeError):
+class LaunchError(_f.CUDARuntimeError):
     """A kernel fault found by the CPU execution (a CUDA error on a GPU)."""
 
 

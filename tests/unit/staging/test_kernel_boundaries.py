@@ -34,9 +34,11 @@ from gpucc.staging import _gpu_kat as kat
 from gpucc.staging import _gpu_runtime as rt
 from gpucc.staging import format as fmt
 from gpucc.staging import gpu
+from gpucc.staging import gpu_messages as gm
 from gpucc.staging.errors import ChunkAuthenticationError
 from gpucc.staging.format import Header
 from gpucc.staging.model import digest_gpu
+from gpucc.staging.seal import seal_bytes
 from tests.support import fake_cupy
 from tests.support.cudacpu import backend
 from tests.unit.staging.test_kernel_secrets import gf_mul
@@ -278,3 +280,87 @@ def test_sha256_of_a_message_past_512_mib_uses_the_high_length_word(
     want.update(b"\0\0\1")
     assert got == [want.digest()]
     assert os.environ["CUDACPU_VARIANT"] == "fast"
+
+
+# --- more tiles than gcm_finalize has threads, with little data --------------------------------
+
+#: Tiles per chunk (and per message): more than the 256 combine threads, so each combine thread
+#: runs Horner with G^256 (the context's highest power of G) over two or more tiles.
+MANY_TILES = 300
+#: CTA width of these launches: the narrowest the kernels take (tiles of 4 x 32 blocks, 2 KiB),
+#: so 300 tiles are 600 KiB instead of the 4.7 MiB of the production known answers' shape.
+NARROW = 32
+
+
+def test_chunks_of_more_than_256_tiles_open_and_seal_bit_exact(
+    cpu: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """gcm_chunks at 32 threads and gcm_finalize over chunks of 300 tiles (5 blocks short of
+    whole tiles) and a short last chunk: opened, sealed and a tag rejected, against
+    ``cryptography`` (``seal_bytes``)."""
+    monkeypatch.setattr(rt, "_threads_for", lambda _chunk_size: NARROW)
+    cs = MANY_TILES * rt._K * NARROW * 16 - 5 * 16
+    plain = random.Random(256).randbytes(2 * cs + 1000 + 5)
+    dk, did = fmt.new_dataset_key(), os.urandom(16)
+    blob = bytes(seal_bytes(plain, dataset_key=dk, chunk_size=cs, dataset_id=did, threads=1))
+    header = Header.parse(blob[: fmt.HEADER_SIZE])
+    records = blob[header.chunks_offset :]
+    kernels = rt._build(cpu, 0, 1)
+    gcm = rt.GcmDevice(cpu, 0, header, fmt.derive_chunk_key(dk, did), _unchecked=(kernels, 2))
+    try:
+        assert gcm.width == NARROW and gcm.tiles_full == MANY_TILES
+        assert kat._open_on(gcm, cpu, records) == (plain, [0, 0, 0])
+        tampered = bytearray(records)
+        tampered[cs + 15] ^= 0x80  # the last byte of chunk 0's tag
+        opened, status = kat._open_on(gcm, cpu, tampered)
+        assert status == [1, 0, 0] and opened == bytes(cs) + plain[cs:]
+        with cpu.cuda.Device(0), gcm.stream:
+            sealed = cpu.zeros(len(records), dtype=cpu.uint8)
+            words = cpu.zeros(header.chunk_count, dtype=cpu.uint32)
+            gcm.launch(0, header.chunk_count, _dev(cpu, plain), sealed, words, seal=True)
+            assert _host(sealed) == records
+    finally:
+        gcm.close()
+
+
+def test_messages_of_more_than_256_tiles_open_and_seal_bit_exact(
+    cpu: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """gcm_msgs at 32 threads and gcm_msgs_finalize over messages of 300 tiles and more under
+    two keys, against ``cryptography``'s AESGCM; a tag changed in one is rejected."""
+    monkeypatch.setattr(gm, "WIDTH", NARROW)
+    monkeypatch.setattr(gm, "_CT", rt._K * NARROW)
+    tile = rt._K * NARROW * 16
+    rng = random.Random(300)
+    keys = [rng.randbytes(32), rng.randbytes(32)]
+    texts = [rng.randbytes(MANY_TILES * tile - 5 * 16 - 3), rng.randbytes(257 * tile + 1)]
+    messages, sealed, at = [], bytearray(), 0
+    for i, text in enumerate(texts):
+        nonce, aad = rng.randbytes(12), rng.randbytes(20 + i)
+        record = AESGCM(keys[i]).encrypt(nonce, text, aad)
+        src = len(sealed)
+        sealed += record + bytes(-len(record) % 16)
+        messages.append(gm.DeviceMessage(i, nonce, aad, src, at, src + len(text), len(text)))
+        at += -(-len(text) // 16) * 16
+    plain = bytearray(at)
+    for m, text in zip(messages, texts, strict=True):
+        plain[m.dst : m.dst + m.length] = text
+    kernels = rt._build(cpu, 0, 1)
+    with gm.DeviceKeyring(keys, _unchecked=(kernels, 2)) as ring:
+        assert gm._tiles(len(texts[0])) == MANY_TILES and gm._tiles(len(texts[1])) == 258
+        out = cpu.zeros(at, dtype=cpu.uint8)
+        assert list(ring.verdicts(ring.open(messages, _dev(cpu, bytes(sealed)), out), out)) == [
+            0,
+            0,
+        ]
+        assert _host(out) == bytes(plain)
+        tampered = bytearray(sealed)
+        tampered[messages[1].tag] ^= 0x01
+        status = ring.open(messages, _dev(cpu, bytes(tampered)), out)
+        assert list(ring.verdicts(status, out)) == [0, 1]
+        reseal = [gm.DeviceMessage(m.key, m.nonce, m.aad, m.dst, m.src, m.tag, m.length)
+                  for m in messages]  # fmt: skip
+        back = cpu.zeros(len(sealed), dtype=cpu.uint8)
+        ring.seal(reseal, _dev(cpu, bytes(plain)), back)
+        with cpu.cuda.Device(0), ring.stream:
+            assert _host(back) == bytes(sealed)
