@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from gpucc.gpuattest.errors import UsageError
 
-from . import cpu
+from . import cpu, sources
 from .dataset import SealedDataset, io_error, is_sealed, open_sealed
 from .errors import GpuStagingUnavailableError, StageKeyArgumentsError
 from .format import DEFAULT_CHUNK_SIZE, Header, StrPath, read_key_file
@@ -317,6 +317,7 @@ def plan_stage(
     gpus: int | None = None,
     plaintext: bool | None = None,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
+    source_settings: sources.SourceSettings | None = None,
 ) -> StagePlan:
     """Decide a staging call once: choose the backend, open the input, resolve its key.
 
@@ -334,6 +335,7 @@ def plan_stage(
             and without one the file's magic decides. A plaintext input is sealed in
             transit under a fresh key; no key argument is allowed then.
         chunk_size: chunk size for the plaintext path.
+        source_settings: how a remote ``path`` (``s3://``, ``https://``, ``-``) is read.
 
     Raises:
         GpuStagingUnavailableError: ``device`` is ``gpu`` and GPU staging is not usable
@@ -348,6 +350,19 @@ def plan_stage(
     """
     backend = select_backend(device, gpus=gpus)
     keyed = any(x is not None for x in (key, kek, key_file, key_for))
+    if sources.is_remote(path):  # s3://, https:// or - (staging.sources)
+        from .sources.sealed import plan_source
+
+        if plaintext:
+            raise UsageError(f"{path}: only sealed datasets are read from a store or a stream")
+        file_kek = read_key_file(key_file) if key_file is not None else None
+        return plan_source(
+            sources.open_source(str(path), source_settings),
+            backend,
+            lambda ds: _dataset_key(
+                ds, key=key, kek=kek, key_file=key_file, key_for=key_for, file_kek=file_kek
+            ),
+        )
     if plaintext is None:
         # A key says the input must be sealed: anything else is malformed, not plaintext.
         sealed = keyed or is_sealed(path)

@@ -213,6 +213,10 @@ def stage_cpu(
         MalformedDatasetError: the file changed since it was opened.
         StagingIOError: the file cannot be read.
     """
+    if dataset.source is not None:  # a store, a URL or a stream: read ahead (staging.sources)
+        from .sources.sealed import stage_source
+
+        return stage_source(dataset, dataset_key, threads=threads, progress=progress, out=out)
     threads = threads or default_threads()
     header = dataset.header
     cipher = dataset.check_key(dataset_key)

@@ -107,6 +107,10 @@ def verify_cpu(
         MalformedDatasetError: the file changed since it was opened.
         StagingIOError: the file cannot be read.
     """
+    if dataset.source is not None:  # a store, a URL or a stream: read ahead (staging.sources)
+        from .sources.sealed import verify_source
+
+        return verify_source(dataset, dataset_key, threads=threads, progress=progress)
     threads = threads or default_threads()
     cipher = dataset.check_key(dataset_key)
     fd = open_unchanged(dataset)
