@@ -222,6 +222,17 @@ def stage(
         ),
     ] = None,
     deadline: DeadlineOption = 60.0,
+    retries: Annotated[
+        int,
+        typer.Option(
+            "--retries",
+            min=0,
+            max=20,
+            rich_help_panel="Remote data",
+            help="Retries of a failed request (connection, 5xx, a body ending early), "
+            "resuming where it stopped.",
+        ),
+    ] = 4,
     ca_file: Annotated[
         Path | None,
         typer.Option(
@@ -276,6 +287,7 @@ def stage(
         part_size=parse_size(part_size),
         window=prefetch,
         deadline=deadline,
+        retries=retries,
         ca_file=ca_file,
     )
     remote = [name for name in datasets if is_remote(name)]

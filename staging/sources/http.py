@@ -295,7 +295,10 @@ class HttpSpan(Span):
                 try:
                     data = self._resp.read1(min(_READ, len(buf) - got))
                 except HTTPError as exc:
-                    raise TransientStoreError(f"{self.where()}: {_reason(exc)}") from None
+                    raise TransientStoreError(
+                        f"{self.where()}: the body ended after {self.done} of {self.length} "
+                        f"bytes ({type(getattr(exc, 'reason', None) or exc).__name__})"
+                    ) from None
                 finally:
                     self.charge(started)
                 if not data:

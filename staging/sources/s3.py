@@ -48,8 +48,10 @@ def s3_client(settings: SourceSettings) -> Any:
     try:
         import boto3
         from botocore.config import Config
-    except ImportError:  # pragma: no cover - a base dependency
-        raise StoreUnavailableError("s3:// needs boto3 (pip install boto3)") from None
+    except ImportError:
+        from gpucc.gpuattest.errors import EnvironmentProblemError
+
+        raise EnvironmentProblemError("s3:// needs boto3: pip install 'gpucc[s3]'") from None
     config = Config(
         signature_version="s3v4",
         retries={"max_attempts": settings.retries + 1, "mode": "standard"},
