@@ -163,4 +163,4 @@ class ObjectSource(ABC):
 def backoff(attempt: int) -> float:
     """Seconds to wait before retry ``attempt`` (1, 2, ...): 0.1 s doubling, jittered,
     at most 2 s."""
-    return min(2.0, 0.1 * 2 ** (attempt - 1)) * (0.5 + random.random() / 2)  # noqa: S311 - jitter
+    return float(min(2.0, 0.1 * 2 ** (attempt - 1)) * (0.5 + random.random() / 2))  # noqa: S311 - jitter

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import BinaryIO
+from io import BufferedIOBase
 
 from ..dataset import io_error
 from ..errors import ChunkAuthenticationError, ExtendedDatasetError, StagingIOError
@@ -54,8 +54,8 @@ class StdinSource(ObjectSource):
 
     sequential = True
 
-    def __init__(self, stream: BinaryIO | None = None) -> None:
-        self.stream = stream if stream is not None else sys.stdin.buffer
+    def __init__(self, stream: BufferedIOBase | None = None) -> None:
+        self.stream: BufferedIOBase = stream if stream is not None else sys.stdin.buffer  # type: ignore[assignment]
         self.name = "-"
         self.size = None
         self.pin = "stream (read once, in order)"

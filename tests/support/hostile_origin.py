@@ -28,7 +28,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 ETAG = '"v1"'
-_seen: set[tuple[str, str]] = set()
+_seen: set[tuple[str, int]] = set()
 _lock = threading.Lock()
 
 
