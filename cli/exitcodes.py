@@ -29,25 +29,29 @@ USAGE = Outcome(2, "usage", "usage error: unknown or conflicting options, bad va
 COLLATERAL = Outcome(
     3,
     "collateral-unavailable",
-    "could not decide: collateral (a RIM, an OCSP answer, a service) is missing or unreachable",
+    "could not decide: collateral (a RIM, an OCSP answer, a service) is missing or "
+    "unreachable, or a dataset's store is unreachable or too slow (retries and deadline spent)",
 )
 MALFORMED = Outcome(
     4,
     "malformed-input",
-    "malformed input: evidence, certificate, RIM, policy, bundle, message, sealed dataset or key",
+    "malformed input: evidence, certificate, RIM, policy, bundle, message, sealed dataset or "
+    "key, or a store's answer outside the range protocol",
 )
 ENVIRONMENT = Outcome(5, "environment", "environment: no GPU, driver, NVML or CuPy; CC mode off")
 AUTHENTICATION = Outcome(
     6,
     "authentication-failed",
     "data authentication failed: a sealed chunk, header or wrap record was altered, "
-    "or chunks are missing",
+    "or chunks are missing, or a stored object changed while it was read",
 )
 WRONG_KEY = Outcome(
     7, "wrong-key", "wrong key: the key given is not the one the data was sealed for"
 )
 FILE_ACCESS = Outcome(
-    8, "file-access", "a file cannot be read or written (missing, exists, special, permissions)"
+    8,
+    "file-access",
+    "a file or stored object cannot be read or written (missing, exists, special, permissions)",
 )
 INTERNAL = Outcome(70, "internal", "internal error (a bug), reported in one line; -v shows more")
 INTERRUPTED = Outcome(130, "interrupted", "interrupted (SIGINT); 143 for SIGTERM, 129 for SIGHUP")

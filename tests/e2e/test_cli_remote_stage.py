@@ -245,3 +245,21 @@ def test_stage_from_standard_input(sealed: Path) -> None:
     bad = _stdin(sealed, bytes(flipped))
     assert bad.returncode == 6
     assert "chunk 39 failed authentication" in json.loads(bad.stdout)["error"]["message"]
+
+
+def test_api_stages_an_s3_object_into_memory_and_scrubs_it(
+    sealed: Path, s3: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gpucc import staging
+    from gpucc.staging.sources import SourceSettings
+
+    for name, value in s3.items():
+        monkeypatch.setenv(name, value)
+    plan = staging.plan_stage(
+        "s3://data/train/d.gcc",
+        key_file=sealed / "k.key",
+        source_settings=SourceSettings(part_size=3 * CS, parallelism=3),
+    )
+    with plan.run(threads=2) as buf:
+        assert buf.tobytes() == (sealed / "d.bin").read_bytes()
+    assert not buf.any()
