@@ -218,7 +218,8 @@ def stage(
             "--prefetch",
             min=1,
             rich_help_panel="Remote data",
-            help="Chunks read ahead of verification (default: parallelism x chunks per part).",
+            help="Chunks read ahead of verification (default: parallelism x chunks per part, "
+            "at most 64 MiB).",
         ),
     ] = None,
     deadline: DeadlineOption = 60.0,

@@ -47,7 +47,7 @@ class SourceSettings:
         parallelism: requests in flight at once (each reads one part).
         part_size: bytes one request reads (rounded to whole chunks, at least one).
         window: chunks held ahead of verification (ciphertext; default: parallelism x the
-            chunks of a part, so no request waits for room).
+            chunks of a part, at most 64 MiB of chunks and at least two per request).
         deadline: the longest one request may take, seconds (see the module docstring).
         timeout: the longest one socket operation may wait, seconds.
         retries: retries of a transient failure (connection, 5xx, a body ending early),

@@ -1,8 +1,8 @@
 """Objects read over HTTP(S) with ranges: ``https://`` URLs, and S3's GETs (presigned).
 
-urllib3 carries the bytes (``read1`` into the caller's buffer, one socket read at a time, so
-the deadline is checked between reads and a dripping body cannot hold a read forever). What
-the store answers is checked, never trusted:
+urllib3 carries the bytes (``readinto`` straight into the caller's buffer; a watchdog shuts a
+request's connection down when its deadline passes, so a dripping body cannot hold a read).
+What the store answers is checked, never trusted:
 
 * a range is asked with ``Range`` and the pin (``If-Match`` with a strong ETag, else
   ``If-Unmodified-Since``); the answer must be ``206`` with a ``Content-Range`` for exactly
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import ssl
+import threading
 import time
 from collections.abc import Callable, Mapping
 from email.utils import parsedate_to_datetime
@@ -286,28 +287,12 @@ class HttpSpan(Span):
         return resp
 
     def read_exact(self, buf: memoryview) -> None:
-        got, attempt = 0, 0
-        while got < len(buf):
+        start, attempt = self.done, 0
+        while self.done - start < len(buf):
             try:
                 if self._resp is None:
                     self._resp = self._open()
-                started = time.monotonic()
-                try:
-                    data = self._resp.read1(min(_READ, len(buf) - got))
-                except HTTPError as exc:
-                    raise TransientStoreError(
-                        f"{self.where()}: the body ended after {self.done} of {self.length} "
-                        f"bytes ({type(getattr(exc, 'reason', None) or exc).__name__})"
-                    ) from None
-                finally:
-                    self.charge(started)
-                if not data:
-                    raise TransientStoreError(
-                        f"{self.where()}: the body ended after {self.done} of {self.length} bytes"
-                    )
-                buf[got : got + len(data)] = data
-                got += len(data)
-                self.done += len(data)
+                self._fill(self._resp, buf[self.done - start :])
             except TransientStoreError as exc:
                 self.close()
                 attempt += 1
@@ -316,8 +301,48 @@ class HttpSpan(Span):
                         f"{exc} (after {self.obj.settings.retries} retries)"
                     ) from None
                 pause = backoff(attempt)
-                self.charge(time.monotonic() - min(pause, self.remaining() + 0.001))
+                self.charge(time.monotonic() - pause)
                 time.sleep(pause)
+
+    def _fill(self, resp: urllib3.BaseHTTPResponse, view: memoryview) -> None:
+        """Read ``view`` full from ``resp`` (``readinto``, in place), within the deadline:
+        a watchdog shuts the connection down when the span's network time runs out, so a
+        body that drips cannot hold a read however large the read is."""
+        expired = threading.Event()
+
+        def expire() -> None:
+            expired.set()
+            resp.shutdown()
+
+        watchdog = threading.Timer(self.remaining(), expire)
+        watchdog.daemon = True
+        started = time.monotonic()
+        watchdog.start()
+        got = 0
+        try:
+            while got < len(view):
+                try:
+                    n = resp.readinto(view[got : got + _READ])
+                except (HTTPError, OSError) as exc:
+                    if expired.is_set():
+                        break
+                    raise TransientStoreError(
+                        f"{self.where()}: the body ended after {self.done} of {self.length} "
+                        f"bytes ({type(getattr(exc, 'reason', None) or exc).__name__})"
+                    ) from None
+                if not n:
+                    if expired.is_set():
+                        break
+                    raise TransientStoreError(
+                        f"{self.where()}: the body ended after {self.done} of {self.length} bytes"
+                    )
+                got += n
+                self.done += n
+        finally:
+            watchdog.cancel()
+            self.charge(started)  # raises StoreDeadlineError once the deadline is spent
+        if expired.is_set():
+            self.charge(started - self.remaining() - 1)
 
     def close(self) -> None:
         if self._resp is not None:

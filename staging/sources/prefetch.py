@@ -21,14 +21,20 @@ from ..format import TAG_SIZE, Header
 from .base import ObjectSource, SourceSettings
 from .stream import StreamEnded, cut_off
 
-__all__ = ["Prefetcher", "window_chunks"]
+__all__ = ["DEFAULT_WINDOW_BYTES", "Prefetcher", "window_chunks"]
+
+#: The prefetch window by default: parallelism x a part, but no more chunks than fill this many
+#: bytes (and at least two per request in flight).
+DEFAULT_WINDOW_BYTES = 64 << 20
 
 
 def window_chunks(header: Header, settings: SourceSettings) -> tuple[int, int]:
     """(chunks per part, chunks in the window) for a dataset read with ``settings``."""
     slot = min(header.chunk_size, header.plaintext_length) + TAG_SIZE
     per_part = max(1, settings.part_size // slot)
-    window = settings.window or per_part * settings.parallelism
+    window = settings.window or min(
+        per_part * settings.parallelism, max(2 * settings.parallelism, DEFAULT_WINDOW_BYTES // slot)
+    )
     return per_part, max(1, min(window, header.chunk_count))
 
 
