@@ -6,15 +6,21 @@ learnt then) and read through :class:`Span` objects: one request for ``length`` 
 bound to the pin, so bytes of two versions of an object are never mixed: a change is an
 :class:`~.errors.ObjectChangedError` naming the object.
 
-Time: each span has one deadline, :attr:`SourceSettings.deadline` seconds of network time
-(connecting, waiting for the answer, reading its body, retries included), so a body that
-drips a byte at a time fails as surely as one that never comes. Time a span spends waiting
-for room in the prefetch window is not network time and does not count.
+Time: each read of a span (one chunk) has one deadline, :attr:`SourceSettings.deadline`
+seconds of network time (sending the request or resuming it, waiting for the answer, reading
+the bytes, retries included), so a body that drips a byte at a time fails as surely as one
+that never comes. Time a span spends waiting for room in the prefetch window is not network
+time and does not count.
+
+The span that read a dataset's header is kept open (*parked*) where the header ended:
+:meth:`ObjectSource.span_at` hands it to the first part that starts there, and on to each
+following part while they are read in order, so one request can carry the whole object.
 """
 
 from __future__ import annotations
 
 import random
+import threading
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -99,6 +105,10 @@ class Span(ABC):
                 f"({self.done} of {self.length} bytes came)"
             )
 
+    def restart_deadline(self) -> None:
+        """Start a new deadline: each chunk read (its retries included) has one of its own."""
+        self._spent = 0.0
+
     def remaining(self) -> float:
         """Network time left to this span, seconds."""
         return max(0.001, self._budget - self._spent)
@@ -139,6 +149,34 @@ class ObjectSource(ABC):
     def open_span(self, offset: int, length: int) -> Span:
         """A request for ``length`` bytes from ``offset``."""
 
+    _parked: Span | None = None
+    _parking = threading.Lock()
+
+    def park(self, span: Span) -> None:
+        """Keep ``span`` open for :meth:`span_at` (closing any span parked before)."""
+        self.unpark()
+        self._parked = span
+
+    def unpark(self) -> None:
+        """Close the parked span, if any."""
+        with self._parking:
+            span, self._parked = self._parked, None
+        if span is not None:
+            span.close()
+
+    def span_at(self, offset: int, length: int) -> Span:
+        """The parked span, where it is at ``offset`` and reaches ``offset + length``
+        (handed over as a slice of it); else a new request."""
+        with self._parking:
+            parked = self._parked
+            if (
+                parked is not None
+                and parked.offset + parked.done == offset
+                and parked.offset + parked.length >= offset + length
+            ):
+                return _Slice(self, parked, offset, length)
+        return self.open_span(offset, length)
+
     def read_into(self, offset: int, buf: memoryview) -> None:
         """Read exactly ``len(buf)`` bytes from ``offset`` (one span)."""
         span = self.open_span(offset, len(buf))
@@ -164,3 +202,21 @@ def backoff(attempt: int) -> float:
     """Seconds to wait before retry ``attempt`` (1, 2, ...): 0.1 s doubling, jittered,
     at most 2 s."""
     return float(min(2.0, 0.1 * 2 ** (attempt - 1)) * (0.5 + random.random() / 2))  # noqa: S311 - jitter
+
+
+class _Slice(Span):
+    """``length`` bytes of a parked span; it stays parked after a slice read to its end."""
+
+    def __init__(self, source: ObjectSource, parked: Span, offset: int, length: int) -> None:
+        super().__init__(parked.name, offset, length, float("inf"))
+        self.source = source
+        self.parked = parked
+
+    def read_exact(self, buf: memoryview) -> None:
+        self.parked.read_exact(buf)
+        self.done += len(buf)
+
+    def close(self) -> None:
+        finished = self.parked.done == self.parked.length
+        if self.done != self.length or finished:
+            self.source.unpark()

@@ -288,6 +288,7 @@ class HttpSpan(Span):
 
     def read_exact(self, buf: memoryview) -> None:
         start, attempt = self.done, 0
+        self.restart_deadline()
         while self.done - start < len(buf):
             try:
                 if self._resp is None:

@@ -100,7 +100,7 @@ class Prefetcher:
         header = self.header
         start = header.chunk_offset(first)
         end = header.chunk_offset(last) + header.chunk_length(last) + TAG_SIZE
-        span = self.source.open_span(start, end - start)
+        span = self.source.span_at(start, end - start)
         try:
             for index in range(first, last + 1):
                 slot = index % self.window
@@ -148,3 +148,4 @@ class Prefetcher:
             self._cond.notify_all()
         for thread in self._threads:
             thread.join(timeout=wait)
+        self.source.unpark()

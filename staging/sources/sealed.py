@@ -24,7 +24,7 @@ from ..errors import ChunkAuthenticationError, MalformedDatasetError
 from ..format import HEADER_SIZE, MAGIC, PREFIX_SIZE, TAG_SIZE, Header, parse_wrap_section
 from ..seal import ProgressCallback, default_threads
 from ..verify import Verified, _verify_chunks
-from .base import ObjectSource, SourceSettings
+from .base import ObjectSource, SourceSettings, Span
 from .prefetch import Prefetcher
 from .stream import StreamEnded
 
@@ -67,6 +67,17 @@ def _read(source: ObjectSource, offset: int, length: int) -> bytes:
     return bytes(buf)
 
 
+def _read_span(span: Span, length: int, name: str) -> bytes:
+    buf = bytearray(max(0, length))
+    try:
+        span.read_exact(memoryview(buf))
+    except StreamEnded:
+        raise MalformedDatasetError(
+            f"{name} is not a sealed dataset: it ends inside the sealed header"
+        ) from None
+    return bytes(buf)
+
+
 def open_sealed_source(source: ObjectSource) -> SealedDataset:
     """Parse a sealed dataset's header and wrap section from ``source``.
 
@@ -76,30 +87,38 @@ def open_sealed_source(source: ObjectSource) -> SealedDataset:
         The errors of the source (:mod:`.errors`).
     """
     name = source.name
-    if source.size is not None:
-        head = _read(source, 0, min(source.size, PREFIX_SIZE + _MAX_RECORD))
-        if len(head) < PREFIX_SIZE or head[: len(MAGIC)] != MAGIC:
-            raise MalformedDatasetError(
-                f"{name} is not a sealed dataset: {describe_unsealed(head, source.size)}"
-            )
-        tail = head[PREFIX_SIZE:]
-    else:
-        head = _read(source, 0, PREFIX_SIZE)
-        if head[: len(MAGIC)] != MAGIC:
-            raise MalformedDatasetError(
-                f"{name} is not a sealed dataset: {describe_unsealed(head, len(head))}"
-            )
-        tail = b""
+    whole = source.size if source.size is not None else PREFIX_SIZE
+    if whole < PREFIX_SIZE:
+        head = _read(source, 0, whole) if whole else b""
+        raise MalformedDatasetError(
+            f"{name} is not a sealed dataset: {describe_unsealed(head, whole)}"
+        )
+    # One request for the whole object: the header is read from its start and the request
+    # is parked where the header ends, for the chunks (staging.sources.base).
+    span = source.span_at(0, whole)
+    keep = False
     try:
-        header = Header.parse(head[:HEADER_SIZE])
-        if source.size is None:
-            tail = _read(source, PREFIX_SIZE, header.wrap_length)
-        wrap_bytes = tail[: header.wrap_length]
-        if len(wrap_bytes) != header.wrap_length:
-            raise MalformedDatasetError("it ends inside its wrap section")
-        wrap = parse_wrap_section(wrap_bytes)
-    except MalformedDatasetError as exc:
-        raise MalformedDatasetError(f"{name}: {exc}") from None
+        head = _read_span(span, PREFIX_SIZE, name)
+        if head[: len(MAGIC)] != MAGIC:
+            sample = head + _read_span(span, min(512, whole) - PREFIX_SIZE, name)
+            raise MalformedDatasetError(
+                f"{name} is not a sealed dataset: "
+                f"{describe_unsealed(sample, source.size or len(sample))}"
+            )
+        try:
+            header = Header.parse(head[:HEADER_SIZE])
+            if source.size is not None and source.size < PREFIX_SIZE + header.wrap_length:
+                raise MalformedDatasetError("it ends inside its wrap section")
+            wrap_bytes = _read_span(span, header.wrap_length, name)
+            wrap = parse_wrap_section(wrap_bytes)
+        except MalformedDatasetError as exc:
+            raise MalformedDatasetError(f"{name}: {exc}") from None
+        if source.size is not None:
+            source.park(span)
+            keep = True
+    finally:
+        if not keep:
+            span.close()
     return SealedDataset(
         path=Path(name),
         header=header,
