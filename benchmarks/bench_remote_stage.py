@@ -40,6 +40,23 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
+def _peak() -> int:
+    """This process's peak resident memory since the last reset, KiB (VmHWM)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
+def _reset_peak() -> int:
+    """Reset the peak to the memory resident now (Linux: clear_refs 5); returns it, KiB."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        pass
+    return _peak()
+
+
 def _child(args: list[str]) -> None:
     """``--child KIND URL ...``: one measurement; prints a JSON line."""
     kind, target = args[0], args[1]
@@ -50,7 +67,7 @@ def _child(args: list[str]) -> None:
     from gpucc.staging.api import plan_stage
     from gpucc.staging.sources import SourceSettings, http, s3, sealed  # noqa: F401
 
-    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    rss0 = _reset_peak()
     started = time.perf_counter()
     extra: dict[str, object] = {}
     if kind == "stage":
@@ -85,7 +102,7 @@ def _child(args: list[str]) -> None:
                 raise SystemExit("short download")
             done += n
     seconds = time.perf_counter() - started
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    rss = _peak()
     print(json.dumps({"seconds": seconds, "bytes": size, "rss_kib": rss - rss0, **extra}))
 
 
