@@ -29,25 +29,29 @@ USAGE = Outcome(2, "usage", "usage error: unknown or conflicting options, bad va
 COLLATERAL = Outcome(
     3,
     "collateral-unavailable",
-    "could not decide: collateral (a RIM, an OCSP answer, a service) is missing or unreachable",
+    "could not decide: collateral (a RIM, an OCSP answer, a service) is missing or "
+    "unreachable, or a dataset's store is unreachable or too slow (retries and deadline spent)",
 )
 MALFORMED = Outcome(
     4,
     "malformed-input",
-    "malformed input: evidence, certificate, RIM, policy, bundle, message, sealed dataset or key",
+    "malformed input: evidence, certificate, RIM, policy, bundle, message, sealed dataset or "
+    "key, or a store's answer outside the range protocol",
 )
 ENVIRONMENT = Outcome(5, "environment", "environment: no GPU, driver, NVML or CuPy; CC mode off")
 AUTHENTICATION = Outcome(
     6,
     "authentication-failed",
     "data authentication failed: a sealed chunk, header or wrap record was altered, "
-    "or chunks are missing",
+    "or chunks are missing, or a stored object changed while it was read",
 )
 WRONG_KEY = Outcome(
     7, "wrong-key", "wrong key: the key given is not the one the data was sealed for"
 )
 FILE_ACCESS = Outcome(
-    8, "file-access", "a file cannot be read or written (missing, exists, special, permissions)"
+    8,
+    "file-access",
+    "a file or stored object cannot be read or written (missing, exists, special, permissions)",
 )
 INTERNAL = Outcome(70, "internal", "internal error (a bug), reported in one line; -v shows more")
 INTERRUPTED = Outcome(130, "interrupted", "interrupted (SIGINT); 143 for SIGTERM, 129 for SIGHUP")
@@ -192,10 +196,21 @@ def cli_hint(exc: BaseException, command: str = "") -> str:
 
     Only hints whose options ``command`` has; with no command, the first for the family.
     """
+    if isinstance(exc, GpuKernelError) and getattr(exc, "stage", "") == "launch":
+        if not command or command in _WITH_DEVICE:
+            return _LAUNCH_FAULT
     for family, commands, hint in _HINTS:
         if isinstance(exc, family) and (not command or commands is None or command in commands):
             return hint
     return ""
+
+
+#: A kernel that built and passed its known answers faulted on real work (its output is
+#: zeroed): the device or the driver, not the build.
+_LAUNCH_FAULT = (
+    "a GPU kernel faulted on the data (its output was zeroed): check the GPU's health "
+    "(nvidia-smi, Xid errors in the kernel log) and run again, or use --device cpu"
+)
 
 
 def describe(exc: errors.GpuccError, command: str = "") -> tuple[str, str]:

@@ -12,7 +12,7 @@ import typer
 
 from gpucc.gpuattest.errors import UsageError
 
-from .options import FormatOption, OutputFormat
+from .options import DeadlineOption, FormatOption, OutputFormat
 from .output import emit, format_rate, note
 from .seal import byte_progress, check_chunk_size, chunk_summary, format_size, parse_size
 
@@ -73,16 +73,22 @@ def _trusted_manifest(
     return trusted
 
 
-def _inputs(given: list[Path]) -> list[Path]:
+def _inputs(names: list[str]) -> list[Path]:
     """The files DATASET names: a directory stands for the sealed files (``*.gcc``) in it,
     in name order (the order ``seal --shards`` names them in). Key files are refused: a
     secret is never staged as if it were data.
 
     Raises:
         UsageError: an empty directory, or a key file among the inputs.
+        FileAccessError: a name that does not exist (exit 8).
     """
     from gpucc.gpuattest.files import read_capped
 
+    from .command import PathRule
+
+    given = [Path(name) for name in names]
+    for path in given:
+        PathRule("DATASET...", True, True, True).check(path)
     files: list[Path] = []
     for path in given:
         if path.is_dir():
@@ -101,12 +107,12 @@ def _inputs(given: list[Path]) -> list[Path]:
 
 def stage(
     datasets: Annotated[
-        list[Path],
+        list[str],
         typer.Argument(
             metavar="DATASET...",
-            exists=True,
             help="A sealed dataset, the shards of a set (or their directory), or a plaintext "
-            "file (sealed in transit with a fresh key).",
+            "file (sealed in transit with a fresh key); or one sealed dataset at an s3:// or "
+            "https:// URL, or - for standard input.",
             show_default=False,
         ),
     ],
@@ -188,6 +194,57 @@ def stage(
             help="The manifest file the dataset holds (default: the manifest's only file).",
         ),
     ] = None,
+    parallelism: Annotated[
+        int,
+        typer.Option(
+            "--parallelism",
+            min=1,
+            max=64,
+            rich_help_panel="Remote data",
+            help="Requests in flight at once for an s3:// or https:// dataset.",
+        ),
+    ] = 4,
+    part_size: Annotated[
+        str,
+        typer.Option(
+            "--part-size",
+            rich_help_panel="Remote data",
+            help="Bytes one request reads (whole chunks, at least one).",
+        ),
+    ] = "16MiB",
+    prefetch: Annotated[
+        int | None,
+        typer.Option(
+            "--prefetch",
+            min=1,
+            rich_help_panel="Remote data",
+            help="Chunks read ahead of verification (default: parallelism x chunks per part, "
+            "at most 64 MiB).",
+        ),
+    ] = None,
+    deadline: DeadlineOption = 60.0,
+    retries: Annotated[
+        int,
+        typer.Option(
+            "--retries",
+            min=0,
+            max=20,
+            rich_help_panel="Remote data",
+            help="Retries of a failed request (connection, 5xx, a body ending early), "
+            "resuming where it stopped.",
+        ),
+    ] = 4,
+    ca_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--ca-file",
+            exists=True,
+            dir_okay=False,
+            rich_help_panel="Remote data",
+            help="CA certificates for https:// (default: the system's, SSL_CERT_FILE or "
+            "REQUESTS_CA_BUNDLE).",
+        ),
+    ] = None,
     output: FormatOption = OutputFormat.TEXT,
 ) -> None:
     """Decrypt and verify DATASET chunk by chunk, then scrub what held its plaintext.
@@ -201,7 +258,10 @@ def stage(
     refused, exit 6), then each shard is verified and scrubbed in turn. Exit codes: 0
     staged, 2 usage, 4 malformed dataset or key file, 5 GPU staging not available, 6 data
     authentication failed (a chunk, the header or a missing chunk or shard), 7 wrong key,
-    8 file access.
+    8 file access (also a missing object, or access refused by the store). From a store
+    or a URL, also: 3 the store is unreachable or too slow (retries and --deadline spent),
+    4 it answers outside the range protocol (200 for a range, other bytes' Content-Range,
+    a redirect to another origin), 6 the object changed during the read.
     """
     from gpucc import staging
     from gpucc.staging.api import reads_back_zero
@@ -221,7 +281,20 @@ def stage(
     released = None
     if session is not None and host_key is not None:
         released = partial(_session_key, session, host_key)
-    inputs = _inputs(datasets)
+    from gpucc.staging.sources import SourceSettings, is_remote
+
+    settings = SourceSettings(
+        parallelism=parallelism,
+        part_size=parse_size(part_size),
+        window=prefetch,
+        deadline=deadline,
+        retries=retries,
+        ca_file=ca_file,
+    )
+    remote = [name for name in datasets if is_remote(name)]
+    if remote and len(datasets) > 1:
+        raise UsageError("stage one dataset from a store, a URL or standard input at a time")
+    inputs: list[Any] = list(remote) or _inputs(datasets)
     dataset = inputs[0]
     if len(inputs) > 1:
         from gpucc.staging.shards import open_shard_set
@@ -241,6 +314,7 @@ def stage(
             device=_DEVICE_NAMES[device],
             gpus=gpus,
             chunk_size=size,
+            source_settings=settings,
         )
     except StageKeyArgumentsError as exc:
         if exc.sealed:
@@ -254,7 +328,15 @@ def stage(
     if plan.sealed:
         from gpucc.staging.shards import ShardId, open_shard_set
 
-        if ShardId.parse(plan.header.dataset_id) is not None:  # its header authenticated
+        shard = ShardId.parse(plan.header.dataset_id)
+        if shard is not None and remote:  # its header authenticated
+            from gpucc.staging.shards import ShardSetError
+
+            raise ShardSetError(
+                f"{dataset} is shard {shard.index} of a set of {shard.count}: a lone shard is "
+                "not a dataset (stage the whole set)"
+            )
+        if shard is not None:  # its header authenticated
             shard_set = open_shard_set([dataset], key=plan.dataset_key)  # a lone shard: refused
             if trusted is not None:
                 raise UsageError("--manifest checks one buffer: stage one dataset, not a set")
@@ -288,6 +370,8 @@ def stage(
             verified = plan.verify(threads=threads, progress=progress, arena=arena)
             seconds = time.perf_counter() - started
             held, scrubbed = verified.held_bytes, verified.scrubbed
+            if remote:
+                summary["source"] = _source_summary(verified)
         else:
             with plan.run(threads=threads, progress=progress, arena=arena) as buf:
                 seconds = time.perf_counter() - started
@@ -331,6 +415,17 @@ def stage(
             f"({checked.serialization.resource_algorithm}, "
             f"subject sha256 {checked.subject_digest})"
         )
+
+
+def _source_summary(verified: Any) -> dict[str, Any]:
+    """The ``source`` object of the JSON document (staging.sources.sealed.SourceVerified)."""
+    return {
+        "name": verified.source,
+        "pin": verified.pin,
+        "parallelism": verified.parallelism,
+        "part_size": verified.part_size,
+        "window_bytes": verified.window_bytes,
+    }
 
 
 def _held(held: int, staged: int, *, each: bool = False) -> str:

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from gpucc.gpuattest.errors import UsageError
 
-from . import cpu
+from . import cpu, sources
 from .arena import HostArena
 from .dataset import SealedDataset, io_error, is_sealed, open_sealed
 from .errors import GpuStagingUnavailableError, StageKeyArgumentsError
@@ -111,6 +111,12 @@ class _CpuBackend:
         threads: int | None,
         progress: ProgressCallback | None,
     ) -> cpu.Buffer:
+        if dataset.source is not None:  # a store, a URL or a stream: read ahead
+            from .sources.sealed import stage_source
+
+            return stage_source(
+                dataset, dataset_key, threads=threads, progress=progress, arena=self.arena
+            )
         return cpu.stage_cpu(
             dataset, dataset_key, threads=threads, progress=progress, arena=self.arena
         )
@@ -281,6 +287,16 @@ class StagePlan:
 
         if self.backend.name == "cpu":
             if self.dataset is not None and self.dataset_key is not None:
+                if self.dataset.source is not None:  # a store, a URL or a stream
+                    from .sources.sealed import verify_source
+
+                    return verify_source(
+                        self.dataset,
+                        self.dataset_key,
+                        threads=threads,
+                        progress=progress,
+                        arena=arena,
+                    )
                 return verify.verify_cpu(
                     self.dataset, self.dataset_key, threads=threads, progress=progress, arena=arena
                 )
@@ -350,6 +366,7 @@ def plan_stage(
     plaintext: bool | None = None,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     in_set: ShardSet | None = None,
+    source_settings: sources.SourceSettings | None = None,
 ) -> StagePlan:
     """Decide a staging call once: choose the backend, open the input, resolve its key.
 
@@ -369,6 +386,7 @@ def plan_stage(
         chunk_size: chunk size for the plaintext path.
         in_set: the verified shard set (:func:`gpucc.staging.shards.open_shard_set`) that
             ``path`` is a part of; without it a shard of a larger set is refused.
+        source_settings: how a remote ``path`` (``s3://``, ``https://``, ``-``) is read.
 
     Raises:
         GpuStagingUnavailableError: ``device`` is ``gpu`` and GPU staging is not usable
@@ -385,6 +403,29 @@ def plan_stage(
     """
     backend = select_backend(device, gpus=gpus)
     keyed = any(x is not None for x in (key, kek, key_file, key_for))
+    if sources.is_remote(path):  # s3://, https:// or - (staging.sources)
+        from .sources.sealed import open_keyed_source
+
+        if plaintext:
+            raise UsageError(f"{path}: only sealed datasets are read from a store or a stream")
+        if backend.name != "cpu":
+            raise UsageError(f"{path}: datasets from a store or a stream stage on the CPU")
+        file_kek = read_key_file(key_file) if key_file is not None else None
+        remote, remote_key, key_source = open_keyed_source(
+            sources.open_source(str(path), source_settings),
+            lambda ds: _dataset_key(
+                ds, key=key, kek=kek, key_file=key_file, key_for=key_for, file_kek=file_kek
+            ),
+        )
+        return StagePlan(
+            path=Path(remote.name),
+            backend=backend,
+            sealed=True,
+            header=remote.header,
+            key_source=key_source,  # type: ignore[arg-type]
+            dataset=remote,
+            dataset_key=remote_key,
+        )
     if plaintext is None:
         # A key says the input must be sealed: anything else is malformed, not plaintext.
         sealed = keyed or is_sealed(path)

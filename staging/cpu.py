@@ -221,6 +221,13 @@ def stage_cpu(
         MalformedDatasetError: the file changed since it was opened.
         StagingIOError: the file cannot be read.
     """
+    if dataset.source is not None:
+        from gpucc.gpuattest.errors import UsageError
+
+        raise UsageError(
+            f"{dataset.name} is read from a store or a stream: stage it with staging.stage "
+            "or staging.plan_stage"
+        )
     threads = threads or default_threads()
     header = dataset.header
     cipher = dataset.check_key(dataset_key)

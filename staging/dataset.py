@@ -7,6 +7,7 @@ import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -40,6 +41,9 @@ from .format import (
     parse_wrap_section,
     unwrap_key,
 )
+
+if TYPE_CHECKING:
+    from .sources.base import ObjectSource
 
 __all__ = [
     "SealedDataset",
@@ -125,7 +129,9 @@ class SealedDataset:
         wrap: the embedded wrap record, if the file has one.
         prefix: the raw bytes before chunk 0 (header, tag, wrap section), so staging can
             confirm it reads the same file that was opened.
-        file_length: the file's size when it was opened.
+        file_length: the file's size when it was opened (-1: unknown, a stream).
+        source: where the chunks are read from when it is not the local file ``path``
+            (:mod:`staging.sources`: an object store, a URL, standard input).
     """
 
     path: Path
@@ -134,6 +140,12 @@ class SealedDataset:
     wrap: WrapRecord | None
     prefix: bytes
     file_length: int = -1
+    source: ObjectSource | None = dataclasses.field(default=None, compare=False, repr=False)
+
+    @property
+    def name(self) -> str:
+        """How messages name the dataset: its path, or its source's name (a URL, ``-``)."""
+        return self.source.name if self.source is not None else str(self.path)
 
     @property
     def dataset_id(self) -> bytes:
@@ -180,7 +192,7 @@ class SealedDataset:
         count = header.chunk_count
         if size > header.file_size:
             raise ExtendedDatasetError(
-                f"{self.path}: {size - header.file_size} byte(s) follow the final chunk "
+                f"{self.name}: {size - header.file_size} byte(s) follow the final chunk "
                 f"(chunk {count - 1}) that the authenticated header describes"
             )
         first = next(
@@ -196,7 +208,7 @@ class SealedDataset:
             after = f", and chunks {first + 1} to {count - 1} are missing"
         raise ChunkAuthenticationError(
             first,
-            f"the file ends {header.file_size - size} byte(s) short of the length its "
+            f"{self.name} ends {header.file_size - size} byte(s) short of the length its "
             f"authenticated header describes: chunk {first} {state}{after} "
             f"(chunks 0 to {count - 1}; truncated, or chunks dropped)",
         )

@@ -50,6 +50,12 @@ SMOKES = [
     Smoke("bench_holder.py", ("errors",), slow=True),
     Smoke("bench_model.py", ("gpucc sha256",), slow=True),
     Smoke("bench_cvm.py", ("dcap-qvl",)),
+    Smoke(
+        "bench_remote_stage.py",
+        ("s3: plain download", "s3: remote P=1 part=whole", "s3: remote P=2 part=4MiB"),
+        slow=True,
+        needs="moto",
+    ),
     Smoke("bench_torch_data.py", ("stream, workers=2",), slow=True, needs="torch"),
     Smoke("bench_ddp.py", ("a2a",), slow=True, needs="torch"),
     Smoke("bench_gpu.py", ("kernel open, device-resident", "D2D copy (ceiling)")),

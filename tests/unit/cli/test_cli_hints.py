@@ -77,3 +77,14 @@ def test_nvml_hint_depends_on_the_command() -> None:
     for command in ("evidence collect", "session offer", "session local"):
         assert "--evidence" not in exitcodes.cli_hint(exc, command)
     assert "--simulate" in exitcodes.cli_hint(exc, "session offer")
+
+
+def test_a_launch_fault_is_not_told_as_a_build_failure() -> None:
+    from gpucc.cli.exitcodes import cli_hint
+    from gpucc.staging.errors import GpuKernelError
+
+    built = GpuKernelError("nvrtc failed", device_id=0, stage="build")
+    faulted = GpuKernelError("a kernel faulted", device_id=0, stage="launch")
+    assert "build or verify" in cli_hint(built, "stage")
+    assert "faulted on the data" in cli_hint(faulted, "stage")
+    assert "build" not in cli_hint(faulted, "stage")
