@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from cryptography import x509
 
-from ..errors import CollateralUnavailableError, MalformedEvidenceError, UsageError
+from ..errors import CollateralUnavailableError, MalformedEvidenceError
 from ..result import Check, CheckStatus, Decision, Verdict, check_reasons, combine_verdicts
 from .findings import CvmFindings, CvmKind
 from .policy import CvmPolicy
@@ -196,11 +196,11 @@ def appraise(
     """
     if expected_report_data is not None:
         if "vtpm" in findings.claims and not 1 <= len(expected_report_data) <= 64:
-            raise UsageError("the expected report data of vTPM evidence is 1 to 64 bytes")
-        if "vtpm" not in findings.claims and len(expected_report_data) != 64:
-            raise UsageError(
-                "the expected report data of a TDX quote or SEV-SNP report is 64 bytes"
+            raise MalformedEvidenceError(
+                "the expected report data of vTPM evidence is 1 to 64 bytes"
             )
+        if "vtpm" not in findings.claims and len(expected_report_data) != 64:
+            raise MalformedEvidenceError("the expected CVM report data must be 64 bytes")
     checks = [_decide(c) for c in findings.checks]
     checks += [
         _tcb_check(findings, policy),
