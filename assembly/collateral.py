@@ -36,6 +36,9 @@ def fetch_cvm_collateral(
     if detect_kind(evidence) is CvmKind.SNP:
         from gpucc.gpuattest.cvm.snp_kds import fetch_vcek
 
+        if len(evidence) > 0x48 and (evidence[0x48] >> 2) & 0x7 == 1:
+            return None  # a VLEK is the cloud's, not on AMD's KDS: given or from the host
+
         with build_fetcher(network) as fetcher:
             return fetch_vcek(evidence, fetcher=fetcher, cache=network.cache())
     from gpucc.gpuattest.cvm.pcs import INTEL_PCS_URL, tdx_collateral_for

@@ -79,3 +79,18 @@ def test_help_says_what_the_report_data_is_for_vtpm_evidence() -> None:
 def test_short_report_data_for_a_raw_report_is_still_a_usage_error() -> None:
     proc = attest(DATA / "cpu-tee" / "snp" / "report.bin", "--cvm-report-data", CHALLENGE)
     assert proc.returncode == 2 and "64 bytes" in proc.stderr
+
+
+def test_an_aws_vlek_report_with_its_vlek_through_the_cli() -> None:
+    vlek = DATA / "cloud-cvm" / "snp-vlek"
+    report_data = (vlek / "report.bin").read_bytes()[0x50:0x90].hex()
+
+    def run(at: str) -> subprocess.CompletedProcess[str]:
+        return run_cli("attest", "--cvm-only", "--cvm-evidence", vlek / "report.bin",
+                       "--cvm-collateral", vlek / "vlek.der", "--cvm-report-data", report_data,
+                       "--at", at, "--offline", "-f", "json")  # fmt: skip
+
+    trusted = run("2025-06-01T00:00:00Z")
+    assert trusted.returncode == 0, trusted.stderr
+    assert json.loads(trusted.stdout)["cvm"]["claims"]["csp_id"] == "CN=cc-us-east-2.amazonaws.com"
+    assert run("2026-11-01T00:00:00Z").returncode == 3
