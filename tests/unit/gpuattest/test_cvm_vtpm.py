@@ -60,7 +60,7 @@ def hcl(doc: Doc) -> bytearray:
     return bytearray(base64.urlsafe_b64decode(doc["hcl_report"]))
 
 
-def set_hcl(doc: Doc, data: bytes) -> Doc:
+def set_hcl(doc: Doc, data: bytes | bytearray) -> Doc:
     return {**doc, "hcl_report": base64.urlsafe_b64encode(bytes(data)).decode()}
 
 
