@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 
+from gpucc.gpuattest.cvm.vtpm_evidence import looks_like_vtpm_evidence
 from gpucc.gpuattest.netconfig import NetworkSettings
 
 __all__ = ["fetch_cvm_collateral"]
@@ -30,8 +31,13 @@ def fetch_cvm_collateral(
     from gpucc.gpuattest.cvm.findings import CvmKind
     from gpucc.gpuattest.netconfig import build_fetcher
 
+    if looks_like_vtpm_evidence(evidence):
+        return _vtpm_collateral(evidence, network, now=now, pccs_url=pccs_url)
     if detect_kind(evidence) is CvmKind.SNP:
         from gpucc.gpuattest.cvm.snp_kds import fetch_vcek
+
+        if len(evidence) > 0x48 and (evidence[0x48] >> 2) & 0x7 == 1:
+            return None  # a VLEK is the cloud's, not on AMD's KDS: given or from the host
 
         with build_fetcher(network) as fetcher:
             return fetch_vcek(evidence, fetcher=fetcher, cache=network.cache())
@@ -43,4 +49,33 @@ def fetch_cvm_collateral(
         found = tdx_collateral_for(
             evidence, fetcher, now=now, cache=network.cache(), base_url=pccs_url or INTEL_PCS_URL
         )
+    return found.to_json()
+
+
+def _vtpm_collateral(
+    evidence: bytes, network: NetworkSettings, *, now: dt.datetime, pccs_url: str | None
+) -> bytes | None:
+    """vTPM evidence: SEV-SNP carries its VCEK (or the KDS has it); TDX needs Intel's
+    collateral for its TD quote, and without it is verified as far as it can be (undecided)."""
+    from gpucc.gpuattest.cvm.pcs import INTEL_PCS_URL, tdx_collateral_for
+    from gpucc.gpuattest.cvm.vtpm_evidence import parse_vtpm_evidence
+    from gpucc.gpuattest.errors import CollateralUnavailableError
+    from gpucc.gpuattest.netconfig import build_fetcher
+
+    parsed = parse_vtpm_evidence(evidence)
+    if parsed.hcl.tee == "snp":
+        if parsed.vcek is not None:
+            return None
+        from gpucc.gpuattest.cvm.snp_kds import fetch_vcek
+
+        with build_fetcher(network) as fetcher:
+            return fetch_vcek(parsed.hcl.hardware_report, fetcher=fetcher, cache=network.cache())
+    quote = parsed.td_quote or b""
+    try:
+        with build_fetcher(network) as fetcher:
+            found = tdx_collateral_for(
+                quote, fetcher, now=now, cache=network.cache(), base_url=pccs_url or INTEL_PCS_URL
+            )
+    except CollateralUnavailableError:
+        return None  # verified offline; the collateral check says what is missing
     return found.to_json()

@@ -118,10 +118,12 @@ class LocalSource:
             )
             raise
         if self.cvm_collateral is None and report.kind is CvmKind.SNP and report.auxblob:
-            from gpucc.gpuattest.cvm.snp_certs import vcek_from_auxblob
+            from gpucc.gpuattest.cvm.snp_certs import endorsement_from_auxblob
 
-            # The host's certificate table: AMD-signed, checked by the verifier like its own.
-            return CollectedCvmEvidence(report.outblob, vcek_from_auxblob(report.auxblob))
+            # The host's certificate table (the VCEK, or a cloud's VLEK): AMD-signed, checked
+            # by the verifier like its own.
+            endorsement = endorsement_from_auxblob(report.auxblob, report.outblob)
+            return CollectedCvmEvidence(report.outblob, endorsement)
         return CollectedCvmEvidence(report.outblob, self.cvm_collateral)
 
 

@@ -389,7 +389,7 @@ def attest(
         result = platform.verify(
             PlatformEvidence(gpus=ev, cvm=cvm[0] if cvm is not None else None, switches=switches),
             nonce=expected,
-            cvm_report_data=cvm_report_data_value(cvm_report_data),
+            cvm_report_data=cvm_report_data_value(cvm_report_data, cvm[0] if cvm else None),
         )
     except CollateralUnavailableError as exc:
         if cvm is not None and cvm_collateral is None:

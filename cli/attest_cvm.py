@@ -17,8 +17,10 @@ CvmEvidenceOption = Annotated[
         dir_okay=False,
         rich_help_panel=_PANEL,
         help="The CVM's evidence: an Intel TDX quote or an AMD SEV-SNP report (raw, as "
-        "configfs-tsm's outblob gives it); the kind is detected from the content. The verdict "
-        "is trusted only if the CVM and every GPU are.",
+        "configfs-tsm's outblob gives it), or a paravisor CVM's vTPM evidence (Azure: CoCo "
+        "attestation-agent JSON, versions 0-2, or 'gpucc evidence collect --cvm' output); the "
+        "kind is detected from the content. The verdict is trusted only if the CVM and every "
+        "GPU are.",
     ),
 ]
 CvmCollateralOption = Annotated[
@@ -29,7 +31,8 @@ CvmCollateralOption = Annotated[
         dir_okay=False,
         rich_help_panel=_PANEL,
         help="Collateral for --cvm-evidence: for TDX Intel's collateral as JSON in the shape a "
-        "PCCS serves; for SEV-SNP the VCEK certificate.",
+        "PCCS serves; for SEV-SNP the VCEK or VLEK certificate (replacing one that came with "
+        "the evidence).",
     ),
 ]
 CvmReportDataOption = Annotated[
@@ -37,9 +40,12 @@ CvmReportDataOption = Annotated[
     typer.Option(
         "--cvm-report-data",
         rich_help_panel=_PANEL,
-        help="The 64 bytes (128 hex) the CVM evidence must sign. Default with GPU evidence: "
-        "SHA-512('gpucc/attest/v1/cvm-report-data' || nonce), what 'gpucc evidence collect "
-        "--cvm' asks for; required otherwise by the default policy (cvm.require_report_data).",
+        help="The value (hex) the CVM evidence must commit to: a TDX quote's or SEV-SNP "
+        "report's REPORT_DATA (64 bytes); for vTPM evidence the TPM quote's qualifying data "
+        "(1 to 64 bytes; also the runtime claims' user-data where the evidence binds it). "
+        "Default with GPU evidence: SHA-512('gpucc/attest/v1/cvm-report-data' || nonce), what "
+        "'gpucc evidence collect --cvm' asks for; required otherwise by the default policy "
+        "(cvm.require_report_data).",
     ),
 ]
 CvmPccsOption = Annotated[
@@ -63,12 +69,14 @@ CvmOnlyOption = Annotated[
 ]
 
 
-def cvm_report_data_value(text: str | None) -> bytes | None:
-    """``--cvm-report-data``: 64 bytes as hex, or None.
+def cvm_report_data_value(text: str | None, evidence: bytes | None = None) -> bytes | None:
+    """``--cvm-report-data``: hex, or None: 64 bytes for a TDX quote or an SEV-SNP report, 1 to
+    64 bytes (a TPM quote's qualifying data) for vTPM evidence (``evidence`` is JSON).
 
     Raises:
-        UsageError: not 64 bytes of hex.
+        UsageError: not hex of the right length.
     """
+    from gpucc.gpuattest.cvm.vtpm_evidence import looks_like_vtpm_evidence
     from gpucc.gpuattest.errors import UsageError
 
     if text is None:
@@ -77,8 +85,13 @@ def cvm_report_data_value(text: str | None) -> bytes | None:
         value = bytes.fromhex(text.strip())
     except ValueError:
         raise UsageError("--cvm-report-data must be hex") from None
-    if len(value) != 64:
-        raise UsageError("--cvm-report-data must be 64 bytes (128 hex digits)")
+    if not 1 <= len(value) <= 64:
+        raise UsageError("--cvm-report-data must be 1 to 64 bytes (2 to 128 hex digits)")
+    if len(value) != 64 and not (evidence is not None and looks_like_vtpm_evidence(evidence)):
+        raise UsageError(
+            "--cvm-report-data must be 64 bytes (128 hex digits) for a TDX quote or an SEV-SNP "
+            "report (1 to 64 bytes only for vTPM evidence)"
+        )
     return value
 
 

@@ -346,6 +346,18 @@ _CVM_SUMMARY = (
 )
 
 
+def _vtpm_pairs(vtpm: dict[str, Any], *, verbose: bool) -> list[tuple[str, str]]:
+    """A paravisor CVM's claims: its VM configuration, the quote's qualifying data, PCRs."""
+    config = vtpm.get("vm_configuration") or {}
+    flags = ("secure-boot", "tpm-enabled", "console-enabled")
+    pairs = [(name, str(config.get(name))) for name in flags if name in config]
+    pairs.append(("qualifying data", str(vtpm.get("qualifying_data"))))
+    pcrs: dict[str, str] = vtpm.get("pcrs") or {}
+    shown = pcrs if verbose else {i: v for i, v in pcrs.items() if i in ("0", "4", "7", "11")}
+    pairs += [(f"PCR{i}", v) for i, v in shown.items()]
+    return pairs
+
+
 def _render_cvm(cvm: CvmResult, console: Console, *, verbose: bool) -> None:
     """The CVM's checks, then its TCB status and measurements (in full with ``verbose``)."""
     from rich.text import Text
@@ -354,6 +366,9 @@ def _render_cvm(cvm: CvmResult, console: Console, *, verbose: bool) -> None:
     console.print(sized_table(console, ("check", "result", "detail"), _check_rows(cvm)))
     pairs = [(k, str(cvm.claims[k])) for k in _CVM_SUMMARY if k in cvm.claims]
     pairs.append(("report data", str(cvm.claims.get("report_data"))))
+    vtpm = cvm.claims.get("vtpm")
+    if isinstance(vtpm, dict):
+        pairs += _vtpm_pairs(vtpm, verbose=verbose)
     _print_pairs(console, [(k, v if verbose else shorten_hex(v)) for k, v in pairs])
     if verbose:
         console.print(f"CVM evidence sha256 {cvm.evidence_sha256.hex()}", soft_wrap=True)

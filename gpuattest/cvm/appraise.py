@@ -21,6 +21,7 @@ from ..errors import CollateralUnavailableError, MalformedEvidenceError
 from ..result import Check, CheckStatus, Decision, Verdict, check_reasons, combine_verdicts
 from .findings import CvmFindings, CvmKind
 from .policy import CvmPolicy
+from .vtpm_policy import vtpm_policy_checks
 
 if TYPE_CHECKING:
     from .snp_roots import SnpRoots
@@ -180,6 +181,9 @@ def _measurement_check(findings: CvmFindings, policy: CvmPolicy, require_pins: b
 
 def _report_data_check(findings: CvmFindings, policy: CvmPolicy, expected: bytes | None) -> Check:
     title = "Report data"
+    vtpm = findings.claims.get("vtpm")
+    if vtpm is not None:
+        title = "Report data (the TPM quote's qualifying data)"
     if expected is None:
         if policy.require_report_data:
             reason = "no expected report data was given"
@@ -194,6 +198,10 @@ def _report_data_check(findings: CvmFindings, policy: CvmPolicy, expected: bytes
         )
     ok = hmac.compare_digest(findings.report_data, expected)
     reason = "the evidence does not commit to this session (another VM's evidence, or a replay)"
+    if ok and vtpm is not None and vtpm.get("user_data_bound"):
+        padded = expected.ljust(64, b"\0").hex()
+        ok = hmac.compare_digest(str(vtpm.get("user_data")), padded)
+        reason = "the runtime claims' user-data does not hold this session's report data"
     return _judged("cvm-report-data", title, ok, reason)
 
 
@@ -211,15 +219,25 @@ def appraise(
     Raises:
         MalformedEvidenceError: the expected report data is not 64 bytes.
     """
-    if expected_report_data is not None and len(expected_report_data) != 64:
-        raise MalformedEvidenceError("the expected CVM report data must be 64 bytes")
+    if expected_report_data is not None:
+        if "vtpm" in findings.claims and not 1 <= len(expected_report_data) <= 64:
+            raise MalformedEvidenceError(
+                "the expected report data of vTPM evidence is 1 to 64 bytes"
+            )
+        if "vtpm" not in findings.claims and len(expected_report_data) != 64:
+            raise MalformedEvidenceError("the expected CVM report data must be 64 bytes")
     checks = [_decide(c) for c in findings.checks]
     checks += [
         _tcb_check(findings, policy),
         _debug_check(findings, policy),
         _measurement_check(findings, policy, require_pins),
-        _report_data_check(findings, policy, expected_report_data),
     ]
+    if "vtpm" in findings.claims:
+        checks += vtpm_policy_checks(findings.claims["vtpm"], policy, require_pins)
+    elif policy.pcrs:
+        reason = "the policy pins PCRs (cvm.pcrs) but this evidence has no vTPM quote"
+        checks.append(_judged("cvm-pcrs", "PCRs", False, reason))
+    checks.append(_report_data_check(findings, policy, expected_report_data))
     verdicts = [
         {Decision.ACCEPT: Verdict.TRUSTED, Decision.REFUSE: Verdict.NOT_TRUSTED}.get(
             c.decision, Verdict.UNDECIDED
@@ -243,7 +261,10 @@ def detect_kind(evidence: bytes) -> CvmKind:
         MalformedEvidenceError: neither kind (an SGX quote, GPU evidence, anything else).
     """
     from .tdx import looks_like_tdx_quote
+    from .vtpm_evidence import looks_like_vtpm_evidence, parse_vtpm_evidence
 
+    if looks_like_vtpm_evidence(evidence):
+        return CvmKind(parse_vtpm_evidence(evidence).hcl.tee)
     if looks_like_tdx_quote(evidence):
         return CvmKind.TDX
     if _snp_detector(evidence):
@@ -288,8 +309,25 @@ def verify_cvm_evidence(
     """
     if len(evidence) > MAX_EVIDENCE_BYTES:
         raise MalformedEvidenceError(f"the CVM evidence is larger than {MAX_EVIDENCE_BYTES} bytes")
-    kind = detect_kind(evidence)
     findings: CvmFindings
+    from .vtpm_evidence import looks_like_vtpm_evidence
+
+    if looks_like_vtpm_evidence(evidence):
+        from .vtpm import verify_vtpm_evidence
+        from .vtpm_evidence import parse_vtpm_evidence
+
+        findings = verify_vtpm_evidence(
+            parse_vtpm_evidence(evidence),
+            collateral,
+            now=now,
+            snp_roots=snp_roots,
+            tdx_root=tdx_root,
+        )
+        findings = dataclasses.replace(findings, evidence_sha256=hashlib.sha256(evidence).digest())
+        return appraise(
+            findings, policy, expected_report_data=expected_report_data, require_pins=require_pins
+        )
+    kind = detect_kind(evidence)
     if kind is CvmKind.TDX:
         from .tdx import TdxCollateral, verify_tdx_quote
 

@@ -13,10 +13,16 @@ Schema (every key optional; shown with its default)::
       measurements:                  # expected values (hex) per kind; none pinned by default
         tdx: {mrtd: ..., rtmr0: ..., rtmr1: ..., rtmr2: ..., rtmr3: ..., mrseam: ...}
         snp: {measurement: ..., host_data: ...}
+      pcrs: {0: ..., 7: ...}         # vTPM evidence (Azure): expected SHA-256 PCR values by index
+      allow_console: true            # vTPM evidence: false refuses a VM whose paravisor reports
+                                     # its serial console enabled (vm-configuration)
 
 Measurements are the user's own image, so nothing is pinned by default: the values are
 reported and the check is shown as "not pinned", a visible relaxation. A key-releasing holder
-must pin them (or name the relaxation ``allow_unpinned``).
+must pin them (or name the relaxation ``allow_unpinned``). On a paravisor CVM the
+hardware measurement (``snp.measurement``, ``tdx.mrtd``) is the paravisor's launch
+measurement; the guest's firmware, boot loader and kernel are measured into the vTPM's PCRs,
+pinned by index under ``pcrs``. A key-releasing holder must pin both for vTPM evidence.
 """
 
 from __future__ import annotations
@@ -63,6 +69,8 @@ _KEYS = {
     "measurements",
     "allow_gpu_only",
     "allow_unpinned",
+    "pcrs",
+    "allow_console",
 }
 
 
@@ -77,6 +85,8 @@ class CvmPolicy:
     measurements: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     allow_gpu_only: bool = False
     allow_unpinned: bool = False
+    pcrs: Mapping[int, str] = field(default_factory=dict)
+    allow_console: bool = True
 
     def pins(self, kind: str) -> Mapping[str, str]:
         """The pinned values (lower-case hex) for evidence of ``kind``."""
@@ -92,6 +102,8 @@ class CvmPolicy:
             "measurements": {k: dict(v) for k, v in sorted(self.measurements.items())},
             "allow_gpu_only": self.allow_gpu_only,
             "allow_unpinned": self.allow_unpinned,
+            "pcrs": {str(i): v for i, v in sorted(self.pcrs.items())},
+            "allow_console": self.allow_console,
         }
 
 
@@ -133,6 +145,28 @@ def _measurements(value: Any) -> dict[str, dict[str, str]]:
     return out
 
 
+def _pcrs(value: Any) -> dict[int, str]:
+    if not isinstance(value, dict):
+        raise MalformedPolicyError("policy key 'cvm.pcrs' must be a mapping of PCR index to hex")
+    out: dict[int, str] = {}
+    for index, hexval in value.items():
+        where = f"cvm.pcrs.{index}"
+        try:
+            number = int(str(index), 10)
+        except ValueError:
+            number = -1
+        if isinstance(index, bool) or not 0 <= number <= 23 or number in out:
+            raise MalformedPolicyError(f"policy key '{where}' is not a PCR index 0 to 23")
+        try:
+            ok = isinstance(hexval, str) and len(bytes.fromhex(hexval)) == 32
+        except ValueError:
+            ok = False
+        if not ok:
+            raise MalformedPolicyError(f"policy key '{where}' must be 64 hex digits (SHA-256)")
+        out[number] = hexval.lower()
+    return out
+
+
 def parse_cvm_policy(doc: Any) -> CvmPolicy:
     """Build a :class:`CvmPolicy` from the decoded ``cvm:`` mapping (None: the default).
 
@@ -162,4 +196,6 @@ def parse_cvm_policy(doc: Any) -> CvmPolicy:
         measurements=_measurements(doc.get("measurements", {})),
         allow_gpu_only=_bool(doc, "allow_gpu_only", False),
         allow_unpinned=_bool(doc, "allow_unpinned", False),
+        pcrs=_pcrs(doc.get("pcrs", {})),
+        allow_console=_bool(doc, "allow_console", True),
     )

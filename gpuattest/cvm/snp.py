@@ -1,4 +1,10 @@
-"""Verify an AMD SEV-SNP attestation report against its VCEK and AMD's pinned roots.
+"""Verify an AMD SEV-SNP attestation report against its VCEK or VLEK and AMD's pinned roots.
+
+A report's SIGNING_KEY says which key signed it: a VCEK (one chip, issued by the ASK) or a
+VLEK (a cloud provider's hosts, issued by the ASVK). The certificate given must be of that
+kind; a VLEK's chain is VLEK -> ASVK -> ARK (:data:`VLEK_CHAIN`), checked by the same rules
+as a VCEK's, and a VLEK has no chip ID (check 5 passes with a note). Below, "VCEK" stands for
+either, except where said.
 
 What is checked, in order (each a :class:`~gpuattest.result.Check` in the findings):
 
@@ -57,10 +63,18 @@ from .snp_report import (
     looks_like_snp_report,
     parse_snp_report,
 )
-from .snp_roots import SnpProductRoots, SnpRoots, VcekInfo, load_vcek, product_of_issuer, vcek_info
+from .snp_roots import (
+    SnpProductRoots,
+    SnpRoots,
+    VcekInfo,
+    endorser_of_issuer,
+    load_vcek,
+    vcek_info,
+)
 
 __all__ = [
     "VCEK_CHAIN",
+    "VLEK_CHAIN",
     "SnpRoots",
     "looks_like_snp_report",
     "verify_snp_report",
@@ -68,7 +82,13 @@ __all__ = [
 
 #: VCEK, ASK and ARK, each signed with RSA-PSS SHA-384 (AMD signs with nothing else).
 VCEK_CHAIN = ChainProfile("SEV-SNP VCEK", expected_length=3, signature=SignatureRule.RSA_PSS_SHA384)
+#: VLEK, ASVK and ARK, each signed with RSA-PSS SHA-384.
+VLEK_CHAIN = ChainProfile("SEV-SNP VLEK", expected_length=3, signature=SignatureRule.RSA_PSS_SHA384)
 _NO_VCEK = "no VCEK certificate was given (fetch it from AMD's KDS or pass it as a file)"
+_NO_VLEK = (
+    "the report is signed with a VLEK and none was given (pass it with --cvm-collateral, or "
+    "collect it from the host's certificate table)"
+)
 
 
 def _status(ok: bool) -> CheckStatus:
@@ -113,8 +133,9 @@ def verify_snp_report(
     info: VcekInfo | None = None
     tcb_status: str | None = None
     if cert is None:
+        missing = _NO_VLEK if parsed.signing_key == SigningKey.VLEK else _NO_VCEK
         for check_id, title in _CHECKS:
-            checks.append(Check(check_id, title, CheckStatus.NOT_CHECKED, _NO_VCEK, True))
+            checks.append(Check(check_id, title, CheckStatus.NOT_CHECKED, missing, True))
     else:
         info = vcek_info(cert)
         chain_check, vcek_product, line = _check_chain(cert, info, parsed, anchors, now)
@@ -122,7 +143,7 @@ def verify_snp_report(
         checks.append(chain_check)
         checks.append(_check_validity(cert, line, now))
         checks.append(_check_signature(cert, parsed))
-        checks.append(_check_chip_id(info, parsed, product))
+        checks.append(_check_chip_id(info, parsed, product, cert))
         tcb_check = _check_tcb(info, parsed, product)
         checks.append(tcb_check)
         if tcb_check.status is CheckStatus.PASS:
@@ -151,7 +172,9 @@ def _check_chain(
     cert: x509.Certificate, info: VcekInfo, report: SnpReport, roots: SnpRoots, now: dt.datetime
 ) -> tuple[Check, SnpProduct | None, SnpProductRoots | None]:
     check_id, title = _CHECKS[0]
-    product = product_of_issuer(cert)
+    product, endorser = endorser_of_issuer(cert)
+    if endorser == "vlek":
+        title = "VLEK chain to AMD's root (VLEK, ASVK, ARK)"
 
     def fail(
         reason: str, line: SnpProductRoots | None = None
@@ -161,6 +184,12 @@ def _check_chain(
     if product is None:
         issuer = cert.issuer.rfc4514_string()[:120]
         return fail(f"the VCEK's issuer '{issuer}' is not an AMD SEV product line")
+    wants = "vlek" if report.signing_key == SigningKey.VLEK else "vcek"
+    if report.signing_key in (SigningKey.VCEK, SigningKey.VLEK) and endorser != wants:
+        return fail(
+            f"the report says it was signed with a {wants.upper()}, but the certificate "
+            f"given is a {str(endorser).upper()} (issued by {cert.issuer.rfc4514_string()[:60]})"
+        )
     cpu = report.cpuid_product
     if cpu is not None and cpu is not product:
         return fail(f"the report comes from a {cpu} CPU but the VCEK is for {product}")
@@ -172,7 +201,12 @@ def _check_chain(
     line = roots.get(product)
     if line is None:
         return fail(f"no {product} root (ARK and ASK) is configured")
-    chain = validate_chain((cert, line.ask, line.ark), line.ark, now, VCEK_CHAIN)
+    if endorser == "vlek":
+        if line.asvk is None:
+            return fail(f"no {product} ASVK (SEV-VLEK-{product}) is configured")
+        chain = validate_chain((cert, line.asvk, line.ark), line.ark, now, VLEK_CHAIN)
+    else:
+        chain = validate_chain((cert, line.ask, line.ark), line.ark, now, VCEK_CHAIN)
     if chain.status is ChainStatus.INVALID:  # expiry is the validity check's to report
         return fail(chain.reason, line)
     key = cert.public_key()
@@ -182,18 +216,21 @@ def _check_chain(
         return fail("the VCEK is malformed: " + "; ".join(info.problems), line)
     if info.product_name is not None and info.product_name.split("-")[0] != product.value:
         return fail(f"the VCEK's productName '{info.product_name[:40]}' is not {product}", line)
-    return Check(check_id, title, CheckStatus.PASS, f"{product}: VCEK -> ASK -> ARK"), product, line
+    path = "VLEK -> ASVK -> ARK" if endorser == "vlek" else "VCEK -> ASK -> ARK"
+    return Check(check_id, title, CheckStatus.PASS, f"{product}: {path}"), product, line
 
 
 def _check_validity(
     cert: x509.Certificate, line: SnpProductRoots | None, now: dt.datetime
 ) -> Check:
     check_id, title = _CHECKS[1]
-    certs = (cert,) if line is None else (cert, line.ask, line.ark)
+    vlek = endorser_of_issuer(cert)[1] == "vlek"
+    middle = line.asvk if vlek and line is not None else line.ask if line is not None else None
+    certs = (cert,) if line is None or middle is None else (cert, middle, line.ark)
     outside = validity_fault(certs, now)
     if outside is not None:
         fault, i = outside
-        role, c = ("VCEK", "ASK", "ARK")[i], certs[i]
+        role, c = (("VLEK", "ASVK", "ARK") if vlek else ("VCEK", "ASK", "ARK"))[i], certs[i]
         window = f"valid {_ts(c.not_valid_before_utc)} to {_ts(c.not_valid_after_utc)}"
         if fault is ChainFault.NOT_YET_VALID:
             reason = f"the {role} is not valid yet at {_ts(now)} ({window})"
@@ -209,12 +246,21 @@ def _check_validity(
 
 def _check_signature(cert: x509.Certificate, report: SnpReport) -> Check:
     check_id, title = _CHECKS[2]
-    if report.signing_key != SigningKey.VCEK:
+    if report.signing_key == SigningKey.VLEK:
+        title = "Report signature (VLEK, ECDSA P-384)"
+    if report.signing_key not in (SigningKey.VCEK, SigningKey.VLEK):
         used = {"vlek": "a VLEK", "none": "no key"}.get(
             _signing_key_name(report.signing_key), f"key type {report.signing_key}"
         )
-        reason = f"the report says it was signed with {used}; gpucc verifies VCEK signatures"
+        reason = (
+            f"the report says it was signed with {used}; gpucc verifies VCEK and VLEK signatures"
+        )
         return Check(check_id, title, CheckStatus.NOT_CHECKED, reason)
+    wants = "vlek" if report.signing_key == SigningKey.VLEK else "vcek"
+    endorser = endorser_of_issuer(cert)[1]
+    if endorser != wants:
+        reason = f"the report names a {wants.upper()} as its signer; the certificate is not one"
+        return Check(check_id, title, CheckStatus.FAIL, reason)
     key = cert.public_key()
     if not isinstance(key, ec.EllipticCurvePublicKey) or not isinstance(key.curve, ec.SECP384R1):
         return Check(check_id, title, CheckStatus.FAIL, "the VCEK's key is not ECDSA P-384")
@@ -223,13 +269,22 @@ def _check_signature(cert: x509.Certificate, report: SnpReport) -> Check:
         key.verify(signature, report.signed_bytes, ec.ECDSA(hashes.SHA384()))
     except InvalidSignature:
         return Check(
-            check_id, title, CheckStatus.FAIL, "the report signature does not verify with the VCEK"
+            check_id,
+            title,
+            CheckStatus.FAIL,
+            "the report signature does not verify with the "
+            + ("VLEK" if report.signing_key == SigningKey.VLEK else "VCEK"),
         )
     return Check(check_id, title, CheckStatus.PASS, "")
 
 
-def _check_chip_id(info: VcekInfo, report: SnpReport, product: SnpProduct | None) -> Check:
+def _check_chip_id(
+    info: VcekInfo, report: SnpReport, product: SnpProduct | None, cert: x509.Certificate
+) -> Check:
     check_id, title = _CHECKS[3]
+    if endorser_of_issuer(cert)[1] == "vlek":
+        note = "a VLEK endorses a cloud provider's hosts, not one chip: no chip ID to compare"
+        return Check(check_id, title, CheckStatus.PASS, note=note)
     hwid = info.hwid
     if hwid is None:
         return Check(check_id, title, CheckStatus.FAIL, "the VCEK has no hwID extension")
@@ -304,6 +359,7 @@ def _claims(
         "report_id_ma": report.report_id_ma.hex(),
         "platform_info": f"{report.platform_info:016x}",
         "signing_key": _signing_key_name(report.signing_key),
+        "csp_id": info.csp_id if info is not None else None,
         "firmware": "{}.{}.{}".format(*report.current_version),
         "migration_agent_allowed": bool(report.policy >> 18 & 1),
     }

@@ -28,6 +28,7 @@ __all__ = [
     "CERT_TABLE_MAX",
     "VCEK_GUID",
     "VLEK_GUID",
+    "endorsement_from_auxblob",
     "MalformedCertTableError",
     "SnpCertTable",
     "parse_snp_cert_table",
@@ -184,3 +185,15 @@ def vcek_from_auxblob(auxblob: bytes) -> bytes | None:
         MalformedCertTableError: the table breaks its layout (exit 4).
     """
     return parse_snp_cert_table(auxblob).vcek
+
+
+def endorsement_from_auxblob(auxblob: bytes, report: bytes) -> bytes | None:
+    """The certificate that endorses ``report`` in an SEV-SNP ``auxblob``: the VLEK when the
+    report's SIGNING_KEY says VLEK, the VCEK otherwise; None when the host did not supply it.
+
+    Raises:
+        MalformedCertTableError: the table breaks its layout (exit 4).
+    """
+    table = parse_snp_cert_table(auxblob)
+    vlek = len(report) > 0x48 and (report[0x48] >> 2) & 0x7 == 1
+    return table.vlek if vlek else table.vcek

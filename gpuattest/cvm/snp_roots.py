@@ -1,7 +1,9 @@
-"""AMD's SEV-SNP trust anchors, and what a VCEK certificate says about its chip.
+"""AMD's SEV-SNP trust anchors, and what a VCEK or VLEK certificate says about its chip.
 
 Each EPYC product line has its own AMD Root Key (ARK, self-signed, RSA-4096, RSA-PSS
-SHA-384) and AMD SEV Signing Key (ASK, signed by the ARK), which signs the chips' VCEKs.
+SHA-384) and AMD SEV Signing Key (ASK, signed by the ARK), which signs the chips' VCEKs, and
+AMD SEV VLEK Signing Key (ASVK, ``SEV-VLEK-<line>``, signed by the ARK), which signs the
+Versioned Loaded Endorsement Keys (VLEKs) AMD issues to cloud providers for their hosts.
 AMD's are shipped as package data and checked against their SHA-256 fingerprints on every
 load (:meth:`SnpRoots.amd`); tests and private deployments pass their own
 (:meth:`SnpRoots.from_pem`).
@@ -12,7 +14,8 @@ TCB. It carries, as X.509 extensions under AMD's arc 1.3.6.1.4.1.3704.1:
 * ``.2`` productName (IA5String, e.g. ``Milan-B0``);
 * ``.3.1`` boot loader, ``.3.2`` TEE, ``.3.3`` SNP, ``.3.8`` microcode SPLs, and on Turin
   ``.3.9`` FMC (DER INTEGERs);
-* ``.4`` hwID: the chip ID (raw bytes, or an OCTET STRING).
+* ``.4`` hwID: the chip ID (raw bytes, or an OCTET STRING); a VLEK has none;
+* ``.5`` CSP-ID (IA5String): the cloud provider a VLEK was issued to.
 """
 
 from __future__ import annotations
@@ -35,11 +38,13 @@ from ..trust import TrustRootError
 from .snp_report import SnpProduct, SnpTcb
 
 __all__ = [
+    "AMD_ASVK_SHA256",
     "AMD_ROOT_SHA256",
     "SnpProductRoots",
     "SnpRoots",
     "VcekInfo",
     "load_vcek",
+    "endorser_of_issuer",
     "product_of_issuer",
     "vcek_info",
 ]
@@ -60,6 +65,13 @@ AMD_ROOT_SHA256: Mapping[SnpProduct, tuple[str, str]] = {
     ),
 }
 
+# SHA-256 over the DER encoding of AMD's ASVK (SEV-VLEK-<line>) per product line.
+AMD_ASVK_SHA256: Mapping[SnpProduct, str] = {
+    SnpProduct.MILAN: "c5e081f59b7efab1fe2f8b505e159704e72f29cab7ef7cf628a05a42439082f5",
+    SnpProduct.GENOA: "197e610743a917d6b9bb982a5a9226ccc0a15b611be0619e626aca9151457372",
+    SnpProduct.TURIN: "104e10a8bd060a3c20a434261a57d0588fd65a88915b4f65b08bdecaf8df1a3c",
+}
+
 _AMD_ARC = "1.3.6.1.4.1.3704.1"
 OID_PRODUCT_NAME = x509.ObjectIdentifier(f"{_AMD_ARC}.2")
 OID_BOOTLOADER = x509.ObjectIdentifier(f"{_AMD_ARC}.3.1")
@@ -68,6 +80,7 @@ OID_SNP = x509.ObjectIdentifier(f"{_AMD_ARC}.3.3")
 OID_MICROCODE = x509.ObjectIdentifier(f"{_AMD_ARC}.3.8")
 OID_FMC = x509.ObjectIdentifier(f"{_AMD_ARC}.3.9")
 OID_HWID = x509.ObjectIdentifier(f"{_AMD_ARC}.4")
+OID_CSP_ID = x509.ObjectIdentifier(f"{_AMD_ARC}.5")
 
 # A VCEK is about 1.4 KiB; anything much larger is not one.
 MAX_VCEK_BYTES = 16 * 1024
@@ -80,11 +93,12 @@ def _fingerprint(cert: x509.Certificate) -> str:
 
 @dataclass(frozen=True)
 class SnpProductRoots:
-    """One product line's anchors: the ARK and the ASK it signed."""
+    """One product line's anchors: the ARK and the ASK (and ASVK, when known) it signed."""
 
     product: SnpProduct
     ark: x509.Certificate
     ask: x509.Certificate
+    asvk: x509.Certificate | None = None
 
 
 @dataclass(frozen=True)
@@ -107,19 +121,23 @@ class SnpRoots:
         return _amd_roots()
 
     @classmethod
-    def from_pem(cls, pems: Mapping[SnpProduct, tuple[bytes, bytes]]) -> SnpRoots:
-        """Roots a caller supplies: ``{product: (ark_pem, ask_pem)}``.
+    def from_pem(cls, pems: Mapping[SnpProduct, tuple[bytes, ...]]) -> SnpRoots:
+        """Roots a caller supplies: ``{product: (ark_pem, ask_pem[, asvk_pem])}``.
 
         Raises:
             MalformedCertificateError: a PEM does not hold exactly one certificate.
         """
         lines = []
-        for product, (ark_pem, ask_pem) in pems.items():
+        for product, pem in pems.items():
+            if len(pem) not in (2, 3):
+                raise MalformedCertificateError(f"{product} roots are an ARK, an ASK and an ASVK")
+            asvk = _one_pem(pem[2], f"{product} ASVK") if len(pem) == 3 else None
             lines.append(
                 SnpProductRoots(
                     SnpProduct(product),
-                    _one_pem(ark_pem, f"{product} ARK"),
-                    _one_pem(ask_pem, f"{product} ASK"),
+                    _one_pem(pem[0], f"{product} ARK"),
+                    _one_pem(pem[1], f"{product} ASK"),
+                    asvk,
                 )
             )
         return cls(tuple(lines))
@@ -141,7 +159,7 @@ def _amd_roots() -> SnpRoots:
     package = resources.files("gpucc.gpuattest._roots.amd")
     for product, (ark_pin, ask_pin) in AMD_ROOT_SHA256.items():
         pair = []
-        for role, pin in (("ark", ark_pin), ("ask", ask_pin)):
+        for role, pin in (("ark", ark_pin), ("ask", ask_pin), ("asvk", AMD_ASVK_SHA256[product])):
             name = f"{product.value.lower()}-{role}.pem"
             try:
                 cert = x509.load_pem_x509_certificate(package.joinpath(name).read_bytes())
@@ -152,17 +170,29 @@ def _amd_roots() -> SnpRoots:
                     f"embedded AMD root {name} does not match its pinned fingerprint"
                 )
             pair.append(cert)
-        lines.append(SnpProductRoots(product, pair[0], pair[1]))
+        lines.append(SnpProductRoots(product, pair[0], pair[1], pair[2]))
     return SnpRoots(tuple(lines))
 
 
 def product_of_issuer(cert: x509.Certificate) -> SnpProduct | None:
     """The product line an ASK-issued certificate names in its issuer (``SEV-Milan`` ...)."""
+    product, kind = endorser_of_issuer(cert)
+    return product if kind == "vcek" else None
+
+
+def endorser_of_issuer(cert: x509.Certificate) -> tuple[SnpProduct | None, str | None]:
+    """The product line and kind (``vcek``: issued by ``SEV-<line>``, the ASK; ``vlek``: by
+    ``SEV-VLEK-<line>``, the ASVK) an endorsement key's issuer names; (None, None) if neither."""
     names = cert.issuer.get_attributes_for_oid(NameOID.COMMON_NAME)
     if len(names) != 1:
-        return None
+        return None, None
     cn = str(names[0].value)
-    return next((p for p in SnpProduct if cn == f"SEV-{p.value}"), None)
+    for p in SnpProduct:
+        if cn == f"SEV-{p.value}":
+            return p, "vcek"
+        if cn == f"SEV-VLEK-{p.value}":
+            return p, "vlek"
+    return None, None
 
 
 def load_vcek(data: bytes) -> x509.Certificate:
@@ -203,6 +233,7 @@ class VcekInfo:
         bootloader, tee, snp, microcode, fmc: the TCB SPLs the VCEK was issued for.
         hwid: the chip ID it was issued for.
         problems: extensions present but unreadable.
+        csp_id: a VLEK's CSP-ID (the cloud provider it was issued to).
     """
 
     product_name: str | None
@@ -213,6 +244,7 @@ class VcekInfo:
     fmc: int | None
     hwid: bytes | None
     problems: tuple[str, ...]
+    csp_id: str | None = None
 
     def tcb(self) -> SnpTcb | None:
         """The TCB the VCEK names, or None when a Milan/Genoa component is missing."""
@@ -265,6 +297,13 @@ def vcek_info(cert: x509.Certificate) -> VcekInfo:
             product_name = read_one(raw_name, _IA5STRING).decode("ascii")
         except (DerError, UnicodeDecodeError):
             problems.append("productName extension is not an IA5String")
+    csp_id: str | None = None
+    raw_csp = _raw_extension(cert, OID_CSP_ID)
+    if raw_csp is not None:
+        try:
+            csp_id = read_one(raw_csp, _IA5STRING).decode("ascii")
+        except (DerError, UnicodeDecodeError):
+            problems.append("CSP-ID extension is not an IA5String")
     hwid = _raw_extension(cert, OID_HWID)
     if hwid is not None and len(hwid) not in (8, 64):
         try:  # some encoders wrap the chip ID in an OCTET STRING
@@ -281,4 +320,5 @@ def vcek_info(cert: x509.Certificate) -> VcekInfo:
         fmc=spl(OID_FMC, "FMC"),
         hwid=hwid,
         problems=tuple(problems),
+        csp_id=csp_id,
     )

@@ -131,6 +131,8 @@ def test_kind_detection_and_missing_collateral() -> None:
     quote = (DATA / "cpu-tee" / "tdx" / "quote.bin").read_bytes()
     assert detect_kind(quote) is CvmKind.TDX
     with pytest.raises(MalformedEvidenceError, match="neither"):
+        detect_kind(b"[not evidence]")
+    with pytest.raises(MalformedEvidenceError, match="vTPM evidence"):  # JSON: a vTPM document
         detect_kind(b"{}")
     now = dt.datetime(2025, 6, 19, 11, 16, 3, tzinfo=dt.UTC)
     with pytest.raises(CollateralUnavailableError):
