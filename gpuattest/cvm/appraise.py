@@ -23,6 +23,7 @@ from .findings import CvmFindings, CvmKind
 from .policy import CvmPolicy
 
 if TYPE_CHECKING:
+    from .eventlog import CcEventLog
     from .snp_roots import SnpRoots
 
 __all__ = [
@@ -57,6 +58,7 @@ class CvmResult:
     claims: dict[str, Any] = field(repr=False)
     report_data: bytes
     evidence_sha256: bytes
+    event_log: dict[str, Any] | None = field(default=None, repr=False)
 
     @property
     def trusted(self) -> bool:
@@ -82,6 +84,7 @@ class CvmResult:
             "claims": self.claims,
             "checks": [c.to_dict() for c in self.checks],
             "reasons": list(self.reasons),
+            "event_log": self.event_log,
         }
 
 
@@ -145,6 +148,9 @@ def _debug_check(findings: CvmFindings, policy: CvmPolicy) -> Check:
 def _measurement_check(findings: CvmFindings, policy: CvmPolicy, require_pins: bool) -> Check:
     title = "Measurements"
     pins = policy.pins(str(findings.kind))
+    if not pins and policy.event_pins(str(findings.kind)):
+        note = f"pinned by events (cvm.events.{findings.kind}); no register pinned"
+        return _unchecked("cvm-measurements", title, Decision.ACCEPT, note=note)
     if not pins and require_pins:
         reason = f"not pinned: releasing keys needs cvm.measurements.{findings.kind} in the policy"
         return _unchecked("cvm-measurements", title, Decision.REFUSE, reason)
@@ -178,17 +184,23 @@ def appraise(
     *,
     expected_report_data: bytes | None,
     require_pins: bool = False,
+    event_log: CcEventLog | None = None,
 ) -> CvmResult:
     """Apply ``policy`` to ``findings``; ``expected_report_data`` is what the evidence must sign.
 
     With ``require_pins`` (key release) unpinned measurements are refused, not just shown.
+    ``event_log`` (TDX) is replayed against the quote's RTMRs and judged against the
+    policy's ``cvm.events``.
 
     Raises:
         MalformedEvidenceError: the expected report data is not 64 bytes.
     """
     if expected_report_data is not None and len(expected_report_data) != 64:
         raise MalformedEvidenceError("the expected CVM report data must be 64 bytes")
+    from .eventcheck import event_checks
+
     checks = [_decide(c) for c in findings.checks]
+    checks += event_checks(event_log, findings.claims, policy, str(findings.kind))
     checks += [
         _tcb_check(findings, policy),
         _debug_check(findings, policy),
@@ -208,6 +220,7 @@ def appraise(
         claims=dict(findings.claims),
         report_data=findings.report_data,
         evidence_sha256=findings.evidence_sha256,
+        event_log=event_log.to_dict() if event_log is not None else None,
     )
 
 
@@ -242,6 +255,8 @@ def verify_cvm_evidence(
     tdx_root: x509.Certificate | None = None,
     snp_roots: SnpRoots | None = None,
     require_pins: bool = False,
+    event_log: bytes | None = None,
+    collateral_problem: str = "",
 ) -> CvmResult:
     """Detect, verify and judge one piece of CVM evidence.
 
@@ -256,30 +271,53 @@ def verify_cvm_evidence(
         snp_roots: the SEV-SNP anchors (ARK and ASK per product line); AMD's pinned roots
             when None.
         require_pins: refuse unpinned measurements (key release).
+        event_log: the TDX CC event log (the ACPI CCEL table's), replayed against the
+            quote's RTMRs. With a log, TDX evidence without collateral is still judged: the
+            quote's signature is undecided, but a log that does not match it is refused.
+        collateral_problem: why there is no collateral (shown when ``collateral`` is None).
 
     Raises:
-        MalformedEvidenceError: unknown kind, oversized or malformed evidence or collateral.
-        CollateralUnavailableError: TDX evidence without collateral.
+        MalformedEvidenceError: unknown kind, oversized or malformed evidence, collateral or
+            event log.
+        CollateralUnavailableError: TDX evidence without collateral (and without a log).
+        UsageError: an event log with SEV-SNP evidence (it has no RTMRs to replay into).
     """
     if len(evidence) > MAX_EVIDENCE_BYTES:
         raise MalformedEvidenceError(f"the CVM evidence is larger than {MAX_EVIDENCE_BYTES} bytes")
     kind = detect_kind(evidence)
     findings: CvmFindings
-    if kind is CvmKind.TDX:
-        from .tdx import TdxCollateral, verify_tdx_quote
+    log = None
+    if event_log is not None:
+        if kind is not CvmKind.TDX:
+            from ..errors import UsageError
 
-        if collateral is None:
-            raise CollateralUnavailableError(
-                "a TDX quote needs Intel's collateral (PCK CRL, TCB info, QE identity)"
+            raise UsageError(
+                "an event log is replayed into a TDX quote's RTMRs; SEV-SNP evidence has none"
             )
-        findings = verify_tdx_quote(
-            evidence, TdxCollateral.from_json(collateral), now=now, root=tdx_root
-        )
+        from .eventlog import parse_event_log
+
+        log = parse_event_log(event_log, require_sha384=True)
+    if kind is CvmKind.TDX:
+        from .tdx import TdxCollateral, unverified_tdx_quote, verify_tdx_quote
+
+        missing = "a TDX quote needs Intel's collateral (PCK CRL, TCB info, QE identity)"
+        if collateral is None and log is None:
+            raise CollateralUnavailableError(collateral_problem or missing)
+        if collateral is None:
+            findings = unverified_tdx_quote(evidence, collateral_problem or missing)
+        else:
+            findings = verify_tdx_quote(
+                evidence, TdxCollateral.from_json(collateral), now=now, root=tdx_root
+            )
     else:
         from .snp import verify_snp_report
 
         # No VCEK: the chain and signature checks are reported unchecked (collateral missing).
         findings = verify_snp_report(evidence, vcek=collateral, now=now, roots=snp_roots)
     return appraise(
-        findings, policy, expected_report_data=expected_report_data, require_pins=require_pins
+        findings,
+        policy,
+        expected_report_data=expected_report_data,
+        require_pins=require_pins,
+        event_log=log,
     )
