@@ -16,9 +16,23 @@ from dataclasses import dataclass
 
 from .eventlog import ALG_SHA256, ALG_SHA384, ALGORITHMS, EV_NO_ACTION
 
-__all__ = ["LogEvent", "build_event_log", "efi_variable_data", "image_load_data"]
+__all__ = [
+    "LogEvent",
+    "boot_events",
+    "build_event_log",
+    "efi_variable_data",
+    "image_load_data",
+]
 
 _REGISTERS = {"rtmr0": 1, "rtmr1": 2, "rtmr2": 3, "rtmr3": 4}
+_EFI_GLOBAL = bytes.fromhex("61dfe48bca93d211aa0d00e098032b8c")  # 8be4df61-..., little-endian
+EV_SEPARATOR = 0x04
+EV_EVENT_TAG = 0x06
+EV_EFI_VARIABLE_DRIVER_CONFIG = 0x80000001
+EV_EFI_BOOT_SERVICES_APPLICATION = 0x80000003
+EV_EFI_ACTION = 0x80000007
+LINUX_LOAD_OPTIONS_TAG = 0x8F3B22EC
+LINUX_INITRD_TAG = 0x8F3B22ED
 
 
 @dataclass(frozen=True)
@@ -83,3 +97,45 @@ def image_load_data(path: str, length: int) -> bytes:
     node = struct.pack("<BBH", 4, 4, 4 + len(name)) + name
     device_path = node + struct.pack("<BBH", 0x7F, 0xFF, 4)
     return struct.pack("<QQQQ", 0, length, 0, len(device_path)) + device_path
+
+
+def _tagged(tag: int, data: bytes) -> bytes:
+    return struct.pack("<II", tag, len(data)) + data
+
+
+def boot_events(
+    *, kernel_digest: bytes, initrd: bytes, cmdline: str, secure_boot: bool = True
+) -> list[LogEvent]:
+    """The events of a direct Linux boot as OVMF and the Linux EFI stub log them: Secure Boot
+    state and a separator (RTMR0), the kernel's boot application (RTMR1, with
+    ``kernel_digest``: its PE Authenticode SHA-384), then the command line and the initrd as
+    the stub's tagged events (RTMR2, SHA-384 of the UTF-16 command line and of the initrd).
+    """
+    options = (cmdline + "\0").encode("utf-16-le")
+    return [
+        LogEvent(
+            "rtmr0",
+            EV_EFI_VARIABLE_DRIVER_CONFIG,
+            efi_variable_data(_EFI_GLOBAL, "SecureBoot", b"\x01" if secure_boot else b"\x00"),
+        ),
+        LogEvent("rtmr0", EV_SEPARATOR, bytes(4)),
+        LogEvent(
+            "rtmr1",
+            EV_EFI_BOOT_SERVICES_APPLICATION,
+            image_load_data("\\EFI\\Linux\\vmlinuz.efi", 0),
+            kernel_digest,
+        ),
+        LogEvent("rtmr1", EV_EFI_ACTION, b"Exit Boot Services Invocation"),
+        LogEvent(
+            "rtmr2",
+            EV_EVENT_TAG,
+            _tagged(LINUX_LOAD_OPTIONS_TAG, options),
+            hashlib.sha384(options).digest(),
+        ),
+        LogEvent(
+            "rtmr2",
+            EV_EVENT_TAG,
+            _tagged(LINUX_INITRD_TAG, b"Linux initrd"),
+            hashlib.sha384(initrd).digest(),
+        ),
+    ]

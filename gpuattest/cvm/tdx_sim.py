@@ -217,10 +217,20 @@ class SimulatedTdx:
         debug: bool = False,
         version: int = 4,
         td_report: str = "1.0",
+        event_log: bytes | None = None,
     ) -> bytes:
-        """A TDX quote (version 4, or 5 with TD report 1.0 or 1.5) over ``report_data``."""
+        """A TDX quote (version 4, or 5 with TD report 1.0 or 1.5) over ``report_data``.
+
+        With ``event_log`` (a CC event log, :mod:`.eventlog_build`) the RTMRs are the log's
+        replay instead of ``rtmrs``: the TD booted what the log says.
+        """
         if len(report_data) != 64:
             raise ValueError("report data is 64 bytes")
+        if event_log is not None:
+            from .eventlog import parse_event_log
+
+            replayed = parse_event_log(event_log).replay()
+            rtmrs = (replayed["rtmr0"], replayed["rtmr1"], replayed["rtmr2"], replayed["rtmr3"])
         header = struct.pack("<HHIHH", version, 2, 0x81, 0, 0) + _QE_VENDOR + bytes(20)
         attributes = (
             (0x01 if debug else 0x00).to_bytes(1, "little") + bytes([0, 0, 0x10]) + bytes(4)
