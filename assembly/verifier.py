@@ -248,12 +248,20 @@ class PlatformVerifier:
     def cvm_attester(
         self, on_result: Callable[[PlatformResult], None] | None = None
     ) -> CvmAttester:
-        """The protocol's ``attest_cvm(evidence, collateral, expected)``: :meth:`verify` on
-        the CVM evidence, measurements pinned unless ``cvm.allow_unpinned``."""
+        """The protocol's ``attest_cvm(evidence, collateral, expected, event_log)``:
+        :meth:`verify` on the CVM evidence (and its event log), measurements pinned unless
+        ``cvm.allow_unpinned``."""
 
-        def attest(evidence: bytes, collateral: bytes | None, expected: bytes) -> CvmResult:
+        def attest(
+            evidence: bytes, collateral: bytes | None, expected: bytes, event_log: bytes | None
+        ) -> CvmResult:
             result = self.verify(
-                PlatformEvidence(cvm=evidence, cvm_collateral=collateral, source="offer"),
+                PlatformEvidence(
+                    cvm=evidence,
+                    cvm_collateral=collateral,
+                    cvm_event_log=event_log,
+                    source="offer",
+                ),
                 cvm_report_data=expected,
                 release=True,
             )

@@ -26,10 +26,32 @@ from cryptography.x509.oid import NameOID
 
 from .tdx import TdxCollateral
 
-__all__ = ["SIMULATED_MRTD", "SimulatedTdx", "simulated_tdx"]
+__all__ = [
+    "SIMULATED_CMDLINE",
+    "SIMULATED_KERNEL_DIGEST",
+    "SIMULATED_MRTD",
+    "SimulatedTdx",
+    "simulated_boot_log",
+    "simulated_tdx",
+]
 
 #: The MRTD of the simulated TD image (what a simulation's policy pins by default).
 SIMULATED_MRTD = b"\x11" * 48
+#: The simulated TD's boot: its kernel's Authenticode digest, initrd and command line.
+SIMULATED_KERNEL_DIGEST = hashlib.sha384(b"gpucc simulated kernel").digest()
+SIMULATED_INITRD = b"gpucc simulated initrd"
+SIMULATED_CMDLINE = "console=hvc0 ro"
+
+
+def simulated_boot_log(kernel_digest: bytes = SIMULATED_KERNEL_DIGEST) -> bytes:
+    """The CC event log of the simulated TD's boot (:func:`.eventlog_build.boot_events`)."""
+    from .eventlog_build import boot_events, build_event_log
+
+    events = boot_events(
+        kernel_digest=kernel_digest, initrd=SIMULATED_INITRD, cmdline=SIMULATED_CMDLINE
+    )
+    return build_event_log(events, padding=0)
+
 
 _SGX_EXT = "1.2.840.113741.1.13.1"
 _FMSPC = bytes.fromhex("50806f000000")

@@ -137,8 +137,8 @@ def test_a_holder_fetches_collateral_an_offer_came_without(
         Settings(policy=policy, network=network, pccs_url=server.url, at=AT)
     )
     attest = verifier.cvm_attester()
-    assert attest(QUOTE, None, bytes.fromhex(REPORT_DATA)).trusted
+    assert attest(QUOTE, None, bytes.fromhex(REPORT_DATA), None).trusted
     offline = PlatformVerifier(
         Settings(policy=policy, network=NetworkSettings(cache_dir=tmp_path, offline=True), at=AT)
     ).cvm_attester()
-    assert offline(QUOTE, None, bytes.fromhex(REPORT_DATA)).trusted  # from the cache
+    assert offline(QUOTE, None, bytes.fromhex(REPORT_DATA), None).trusted  # from the cache
