@@ -146,3 +146,7 @@ def test_a_tdx_policy_from_a_recorded_boot_survives_a_kernel_update(tmp_path: Pa
     bad.write_bytes((tmp_path / "ccel-1").read_bytes()[:200])
     proc = run_cli("cvm", "reference-tdx", "--event-log", bad)
     assert proc.returncode == 4 and "truncated" in proc.stderr
+    short = tmp_path / "short-quote"
+    short.write_bytes((tmp_path / "quote-1").read_bytes()[:300])
+    proc = run_cli("cvm", "reference-tdx", "--event-log", tmp_path / "ccel-1", "--quote", short)
+    assert proc.returncode == 4 and "truncated" in proc.stderr

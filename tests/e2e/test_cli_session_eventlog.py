@@ -90,6 +90,8 @@ def test_a_missing_or_tampered_log_is_refused(work: Path) -> None:
         refused = answer(work, challenge, "image.yaml")
         assert refused.returncode == 1, refused.stderr
         assert words in refused.stderr
-    (work / "o.json").write_text(json.dumps(doc | {"cvm_event_log": "@@not base64"}))
-    malformed = answer(work, challenge, "image.yaml")
-    assert malformed.returncode == 4 and "CVM event log" in malformed.stderr
+    huge = base64.b64encode(bytes(3 * 1024 * 1024)).decode()
+    for bad in ("@@not base64", huge):
+        (work / "o.json").write_text(json.dumps(doc | {"cvm_event_log": bad}))
+        malformed = answer(work, challenge, "image.yaml")
+        assert malformed.returncode == 4 and "CVM event log" in malformed.stderr
