@@ -93,12 +93,13 @@ class Settings:
 
 def simulation_policy() -> Policy:
     """The simulation's default policy: no OCSP (a simulation has no responder), the
-    simulated TD image pinned."""
-    from gpucc.gpuattest.cvm.tdx_sim import SIMULATED_MRTD
+    simulated TD image pinned: its MRTD and the events of its boot (the simulated kernel,
+    command line and initrd), as ``gpucc cvm reference-tdx`` writes them."""
+    from gpucc.gpuattest.cvm.eventlog import parse_event_log
+    from gpucc.gpuattest.cvm.reference import tdx_reference_policy
+    from gpucc.gpuattest.cvm.tdx_sim import SIMULATED_MRTD, simulated_boot_log
     from gpucc.gpuattest.policy import parse_policy
 
-    document = {
-        "ocsp": {"require": False},
-        "cvm": {"measurements": {"tdx": {"mrtd": SIMULATED_MRTD.hex()}}},
-    }
+    section = tdx_reference_policy(parse_event_log(simulated_boot_log()), mrtd=SIMULATED_MRTD)
+    document = {"ocsp": {"require": False}, "cvm": section}
     return parse_policy(document, source="simulation default")

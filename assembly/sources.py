@@ -37,6 +37,31 @@ __all__ = [
     "open_source",
 ]
 
+#: Where Linux exposes the TDX CC event log (the ACPI CCEL table's log area).
+CCEL_PATH = Path("/sys/firmware/acpi/tables/data/CCEL")
+
+
+def read_event_log(path: Path) -> bytes | None:
+    """The CC event log at ``path`` up to its end (the zero padding of the region left out),
+    or None when there is none. A log that does not parse is sent whole: the verifier, not
+    the collector, refuses it.
+
+    Raises:
+        FileAccessError: it exists but cannot be read.
+    """
+    from gpucc.gpuattest.cvm.eventlog import MAX_EVENT_LOG_BYTES, parse_event_log
+    from gpucc.gpuattest.errors import MalformedEvidenceError
+    from gpucc.gpuattest.files import read_capped
+
+    if not path.exists():
+        return None
+    data = read_capped(path, MAX_EVENT_LOG_BYTES, what="CC event log")
+    try:
+        return data[: parse_event_log(data).end]
+    except MalformedEvidenceError:
+        return data
+
+
 #: What a simulation directory holds for the verifying side: the GPU's roots and RIMs, and
 #: the TDX platform's root.
 SIMULATED_FILES = ("device_root.pem", "rim_root.pem", "rims", "tdx_root.pem")
@@ -85,6 +110,7 @@ class LocalSource:
     gpu_only: bool = False
     cvm_collateral: bytes | None = field(default=None, repr=False)
     tsm_root: Path | None = None
+    event_log_path: Path = CCEL_PATH
     simulated: bool = field(default=False, init=False)
 
     def gpu_evidence(self, nonce: bytes) -> EvidenceSet:
@@ -124,7 +150,8 @@ class LocalSource:
             # by the verifier like its own.
             endorsement = endorsement_from_auxblob(report.auxblob, report.outblob)
             return CollectedCvmEvidence(report.outblob, endorsement)
-        return CollectedCvmEvidence(report.outblob, self.cvm_collateral)
+        log = read_event_log(self.event_log_path) if report.kind is CvmKind.TDX else None
+        return CollectedCvmEvidence(report.outblob, self.cvm_collateral, log)
 
 
 class SimulatedSource:
@@ -164,12 +191,13 @@ class SimulatedSource:
         return self._gpu.evidence(nonce)
 
     def cvm_evidence(self, report_data: bytes) -> CollectedCvmEvidence | None:
-        """A simulated TD quote over ``report_data``, with its collateral."""
+        """A simulated TD quote over ``report_data``, with its collateral and the CC event
+        log its RTMRs were extended from."""
         if self.gpu_only:
             return None
         from cryptography.hazmat.primitives.serialization import Encoding
 
-        from gpucc.gpuattest.cvm.tdx_sim import simulated_tdx
+        from gpucc.gpuattest.cvm.tdx_sim import simulated_boot_log, simulated_tdx
         from gpucc.gpuattest.files import write_atomic
 
         if self._tdx is None:
@@ -179,7 +207,9 @@ class SimulatedSource:
             self._tdx = platform
         platform = self._tdx
         made = platform.collateral(issued=self._now - dt.timedelta(minutes=5))
-        return CollectedCvmEvidence(platform.quote(report_data), made.to_json())
+        log = simulated_boot_log()
+        quote = platform.quote(report_data, event_log=log)
+        return CollectedCvmEvidence(quote, made.to_json(), log)
 
 
 @dataclass(frozen=True)
@@ -190,6 +220,7 @@ class FileSource:
     gpus: EvidenceSet | None = None
     cvm: bytes | None = field(default=None, repr=False)
     cvm_collateral: bytes | None = field(default=None, repr=False)
+    cvm_event_log: bytes | None = field(default=None, repr=False)
     simulated: bool = False
 
     def gpu_evidence(self, nonce: bytes) -> EvidenceSet:
@@ -208,7 +239,7 @@ class FileSource:
         """The stored CVM evidence, if any."""
         if self.cvm is None:
             return None
-        return CollectedCvmEvidence(self.cvm, self.cvm_collateral)
+        return CollectedCvmEvidence(self.cvm, self.cvm_collateral, self.cvm_event_log)
 
 
 def open_source(

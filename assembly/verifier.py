@@ -55,6 +55,8 @@ class PlatformEvidence:
         cvm: the CVM's TDX quote or SEV-SNP report, raw.
         cvm_collateral: collateral that came with the CVM evidence (the settings' own
             collateral, when given, replaces it).
+        cvm_event_log: the CVM's CC event log (TDX: the ACPI CCEL table's log), replayed
+            against the quote's RTMRs and judged by the policy's ``cvm.events``.
         source: where the evidence came from (``file``, ``nvml``, ``offer``, ...).
         switches: every NVSwitch's reports and chains (switch entries in ``gpus``, as a
             PPCIe machine's evidence file or offer carries them, are moved here).
@@ -63,6 +65,7 @@ class PlatformEvidence:
     gpus: EvidenceSet | None = None
     cvm: bytes | None = field(default=None, repr=False)
     cvm_collateral: bytes | None = field(default=None, repr=False)
+    cvm_event_log: bytes | None = field(default=None, repr=False)
     source: str = "file"
     switches: EvidenceSet | None = None
 
@@ -276,7 +279,12 @@ class PlatformVerifier:
 
                 expected = attest_report_data(nonce)
             cvm = self._verify_cvm(
-                evidence.cvm, evidence.cvm_collateral, expected, now, release=release
+                evidence.cvm,
+                evidence.cvm_collateral,
+                expected,
+                now,
+                release=release,
+                event_log=evidence.cvm_event_log,
             )
         verdicts = [r.verdict for r in (gpu, cvm, switch, topology) if r is not None]
         record = TrustRecord(
@@ -363,17 +371,25 @@ class PlatformVerifier:
     def cvm_attester(
         self, on_result: Callable[[PlatformResult], None] | None = None
     ) -> CvmAttester:
-        """The protocol's ``attest_cvm(evidence, collateral, expected)``: :meth:`verify` on
-        the CVM evidence, measurements pinned unless ``cvm.allow_unpinned``.
+        """The protocol's ``attest_cvm(evidence, collateral, expected, event_log)``:
+        :meth:`verify` on the CVM evidence (and its event log), measurements pinned unless
+        ``cvm.allow_unpinned``.
 
         Raises:
             UsageError: the settings fix the verification time (key release is decided now).
         """
         self._release_time_is_now()
 
-        def attest(evidence: bytes, collateral: bytes | None, expected: bytes) -> CvmResult:
+        def attest(
+            evidence: bytes, collateral: bytes | None, expected: bytes, event_log: bytes | None
+        ) -> CvmResult:
             result = self.verify(
-                PlatformEvidence(cvm=evidence, cvm_collateral=collateral, source="offer"),
+                PlatformEvidence(
+                    cvm=evidence,
+                    cvm_collateral=collateral,
+                    cvm_event_log=event_log,
+                    source="offer",
+                ),
                 cvm_report_data=expected,
                 release=True,
             )
@@ -441,17 +457,27 @@ class PlatformVerifier:
         now: dt.datetime,
         *,
         release: bool,
+        event_log: bytes | None = None,
     ) -> CvmResult:
         from gpucc.gpuattest.cvm.appraise import verify_cvm_evidence
+        from gpucc.gpuattest.errors import CollateralUnavailableError
 
         settings = self.settings
         collateral = settings.cvm_collateral if settings.cvm_collateral is not None else offered
+        problem = ""
         if collateral is None and settings.fetch_cvm_collateral and settings.simulation is None:
             from .collateral import fetch_cvm_collateral
 
-            collateral = fetch_cvm_collateral(
-                evidence, settings.network, now=now, pccs_url=settings.pccs_url
-            )
+            try:
+                collateral = fetch_cvm_collateral(
+                    evidence, settings.network, now=now, pccs_url=settings.pccs_url
+                )
+            except CollateralUnavailableError as exc:
+                if event_log is None:
+                    raise
+                # With a log the quote is still judged: a log that does not match it is a
+                # decided refusal, whatever the collateral would have said.
+                problem = str(exc)
         tdx_root = settings.tdx_root
         if tdx_root is None and settings.simulation is not None:
             tdx_root = _simulated_tdx_root(settings.simulation)
@@ -464,6 +490,8 @@ class PlatformVerifier:
             expected_report_data=expected,
             tdx_root=tdx_root,
             require_pins=release and not policy.cvm.allow_unpinned,
+            event_log=event_log,
+            collateral_problem=problem,
         )
 
 

@@ -16,11 +16,13 @@ from gpucc.gpuattest.errors import CollateralUnavailableError
 
 from .attest_cvm import (
     CvmCollateralOption,
+    CvmEventLogOption,
     CvmEvidenceOption,
     CvmOnlyOption,
     CvmPccsOption,
     CvmReportDataOption,
     cvm_report_data_value,
+    read_cvm_event_log,
     read_cvm_evidence,
 )
 from .command import App
@@ -274,6 +276,7 @@ def attest(
             "It attests nothing real; never use it in production.",
         ),
     ] = None,
+    cvm_event_log: CvmEventLogOption = None,
 ) -> None:
     """Verify GPU attestation evidence (and a confidential VM's) and print a verdict.
 
@@ -300,9 +303,12 @@ def attest(
         raise UsageError("--cvm-evidence is verified locally only: drop --sign-eat/--verifier")
     if cvm_only_ and (evidence or cert_chain or sample):
         raise UsageError("--cvm-only verifies --cvm-evidence alone: drop the GPU evidence")
-    if cvm_evidence is None and (cvm_only_ or cvm_collateral or cvm_report_data or cvm_pccs_url):
+    if cvm_evidence is None and (
+        cvm_only_ or cvm_collateral or cvm_report_data or cvm_pccs_url or cvm_event_log
+    ):
         raise UsageError(
-            "--cvm-only, --cvm-collateral, --cvm-report-data, --cvm-pccs-url need --cvm-evidence"
+            "--cvm-only, --cvm-collateral, --cvm-report-data, --cvm-pccs-url, --cvm-event-log "
+            "need --cvm-evidence"
         )
     from gpucc.gpuattest.netconfig import NetworkSettings
 
@@ -387,7 +393,12 @@ def attest(
     )
     try:
         result = platform.verify(
-            PlatformEvidence(gpus=ev, cvm=cvm[0] if cvm is not None else None, switches=switches),
+            PlatformEvidence(
+                gpus=ev,
+                cvm=cvm[0] if cvm is not None else None,
+                cvm_event_log=read_cvm_event_log(cvm_event_log),
+                switches=switches,
+            ),
             nonce=expected,
             cvm_report_data=cvm_report_data_value(cvm_report_data, cvm[0] if cvm else None),
         )

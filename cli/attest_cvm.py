@@ -35,6 +35,18 @@ CvmCollateralOption = Annotated[
         "the evidence).",
     ),
 ]
+CvmEventLogOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--cvm-event-log",
+        exists=True,
+        dir_okay=False,
+        rich_help_panel=_PANEL,
+        help="The TDX CC event log (/sys/firmware/acpi/tables/data/CCEL, raw): replayed with "
+        "SHA-384 into RTMR0-3 and compared with the quote's; its events are shown and judged "
+        "by the policy's cvm.events. A log that does not match the quote is refused.",
+    ),
+]
 CvmReportDataOption = Annotated[
     str | None,
     typer.Option(
@@ -111,3 +123,18 @@ def read_cvm_evidence(evidence: Path, collateral: Path | None) -> tuple[bytes, b
     if collateral is not None:
         extra = read_capped(collateral, MAX_COLLATERAL_BYTES, what="CVM collateral")
     return data, extra
+
+
+def read_cvm_event_log(path: Path | None) -> bytes | None:
+    """``--cvm-event-log``: the file, read with its size cap.
+
+    Raises:
+        MalformedEvidenceError: it is oversized.
+        FileAccessError: it cannot be read.
+    """
+    if path is None:
+        return None
+    from gpucc.gpuattest.cvm.eventlog import MAX_EVENT_LOG_BYTES
+    from gpucc.gpuattest.files import read_capped
+
+    return read_capped(path, MAX_EVENT_LOG_BYTES, what="CVM event log")

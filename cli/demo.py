@@ -207,7 +207,9 @@ def _simulated_cvm(now: dt.datetime) -> tuple[Any, Any]:
     def collect_cvm(report_data: bytes) -> CollectedCvmEvidence:
         return CollectedCvmEvidence(tdx.quote(report_data), collateral)
 
-    def attest_cvm(evidence: bytes, offered: bytes | None, expected: bytes) -> Any:
+    def attest_cvm(
+        evidence: bytes, offered: bytes | None, expected: bytes, event_log: bytes | None
+    ) -> Any:
         return verify_cvm_evidence(
             evidence,
             offered,
@@ -216,6 +218,7 @@ def _simulated_cvm(now: dt.datetime) -> tuple[Any, Any]:
             expected_report_data=expected,
             tdx_root=tdx.root,
             require_pins=True,
+            event_log=event_log,
         )
 
     return collect_cvm, attest_cvm

@@ -46,6 +46,13 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "--policy policy.yaml --listen 127.0.0.1:8443",
     ),
     "holder keygen": ("gpucc holder keygen --key holder.key --pub holder.pub",),
+    "cvm reference-snp": (
+        "gpucc cvm reference-snp --ovmf OVMF.fd --kernel vmlinuz --initrd initrd.img "
+        "--append 'console=ttyS0' --vcpus 4 --vcpu-type EPYC-v4 -o policy.yaml",
+    ),
+    "cvm reference-tdx": (
+        "gpucc cvm reference-tdx --event-log CCEL --quote quote.bin -o policy.yaml",
+    ),
     "holder datasets": ("gpucc holder datasets --datasets data/",),
     "holder receipts": ("gpucc holder receipts --receipt-dir receipts/",),
     "travel run": ("gpucc travel run plan.yaml",),

@@ -31,6 +31,7 @@ COMMANDS: tuple[tuple[str, str, str, bool], ...] = (
     ("gpucc.cli.token", "token_app", "token", True),
     ("gpucc.cli.model", "model_app", "model", True),
     ("gpucc.cli.holder", "holder_app", "holder", True),
+    ("gpucc.cli.cvm", "cvm_app", "cvm", True),
     ("gpucc.cli.travel", "travel_app", "travel", True),
     ("gpucc.cli.seal", "seal", "seal", False),
     ("gpucc.cli.stage", "stage", "stage", False),

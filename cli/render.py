@@ -370,5 +370,31 @@ def _render_cvm(cvm: CvmResult, console: Console, *, verbose: bool) -> None:
     if isinstance(vtpm, dict):
         pairs += _vtpm_pairs(vtpm, verbose=verbose)
     _print_pairs(console, [(k, v if verbose else shorten_hex(v)) for k, v in pairs])
+    if cvm.event_log is not None:
+        _render_events(cvm.event_log, console, verbose=verbose)
     if verbose:
         console.print(f"CVM evidence sha256 {cvm.evidence_sha256.hex()}", soft_wrap=True)
+
+
+def _render_events(log: dict[str, Any], console: Console, *, verbose: bool) -> None:
+    """The event log's events: register, type, SHA-384 digest, description (escaped)."""
+    from rich.text import Text
+
+    from .terminal import safe_text
+
+    events = log.get("events") or []
+    console.print(Text(f"Event log ({len(events)} events)", style="bold"), highlight=False)
+    rows = []
+    for e in events:
+        digest = str(e.get("digest") or "-")
+        rows.append(
+            [
+                Text(str(e.get("seq"))),
+                Text(str(e.get("register") or "-")),
+                Text(safe_text(e.get("type_name"))),
+                Text(digest if verbose else shorten_hex(digest)),
+                Text(safe_text(e.get("description"))),
+            ]
+        )
+    headers = ("#", "register", "type", "sha384", "description")
+    console.print(sized_table(console, headers, rows))

@@ -234,6 +234,7 @@ def create_offer(
         version=GPU_ONLY_VERSION if cvm is None else PROTOCOL_VERSION,
         cvm_evidence=None if cvm is None else cvm.evidence,
         cvm_collateral=None if cvm is None else cvm.collateral,
+        cvm_event_log=None if cvm is None else cvm.event_log,
     )
     host_key = HostKey(
         private_key=scalar_of(key),

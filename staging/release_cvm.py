@@ -35,18 +35,21 @@ class CvmOutcome(Protocol):
         ...
 
 
-#: ``attest_cvm(evidence, collateral, expected_report_data) -> outcome``. It must require the
-#: evidence to sign exactly ``expected_report_data``.
-CvmAttester = Callable[[bytes, bytes | None, bytes], CvmOutcome]
+#: ``attest_cvm(evidence, collateral, expected_report_data, event_log) -> outcome``. It must
+#: require the evidence to sign exactly ``expected_report_data``; ``event_log`` (TDX: the CC
+#: event log, or None) must replay to the evidence's registers.
+CvmAttester = Callable[[bytes, bytes | None, bytes, bytes | None], CvmOutcome]
 
 
 @dataclass(frozen=True)
 class CollectedCvmEvidence:
-    """What the host's CVM collector returns for report data: the quote or report, and
-    collateral for it when the host has some (optional; the holder may fetch its own)."""
+    """What the host's CVM collector returns for report data: the quote or report,
+    collateral for it when the host has some (optional; the holder may fetch its own), and
+    the CC event log when the CVM has one (TDX: the ACPI CCEL table's)."""
 
     evidence: bytes = field(repr=False)
     collateral: bytes | None = field(default=None, repr=False)
+    event_log: bytes | None = field(default=None, repr=False)
 
 
 def check_cvm(offer: Offer, nonce: bytes, attest_cvm: CvmAttester | None) -> bytes | None:
@@ -56,7 +59,7 @@ def check_cvm(offer: Offer, nonce: bytes, attest_cvm: CvmAttester | None) -> byt
     if attest_cvm is None:
         raise ProtocolError("the offer carries CVM evidence but no CVM verifier is configured")
     expected = cvm_report_data(nonce, offer.host_public_key)
-    outcome = attest_cvm(offer.cvm_evidence, offer.cvm_collateral, expected)
+    outcome = attest_cvm(offer.cvm_evidence, offer.cvm_collateral, expected, offer.cvm_event_log)
     if not outcome.trusted:
         reasons = "; ".join(outcome.reasons) or "no reason given"
         if getattr(outcome, "undecided", False):

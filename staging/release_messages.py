@@ -58,6 +58,7 @@ GPU_ONLY_VERSION = 1  # GPU evidence only: accepted by a holder only under a nam
 VERSIONS = (GPU_ONLY_VERSION, PROTOCOL_VERSION)
 MAX_CVM_EVIDENCE_BYTES = 64 * 1024
 MAX_CVM_COLLATERAL_BYTES = 4 * 1024 * 1024
+MAX_CVM_EVENT_LOG_BYTES = 2 * 1024 * 1024  # a CCEL log up to its end, padding left out
 CHALLENGE_SIZE = 32
 PUBLIC_KEY_SIZE = 97  # uncompressed SEC1 P-384 point: 0x04 || X || Y
 PRIVATE_KEY_SIZE = 48
@@ -270,6 +271,8 @@ class Offer:
             :func:`cvm_report_data`.
         cvm_collateral: version 2, optional: collateral for it (Intel's PCCS JSON, a VCEK),
             as signed by Intel or AMD; the holder checks it like its own.
+        cvm_event_log: version 2, optional (key ``cvm_event_log``, absent when None): the
+            CVM's CC event log, which the holder replays against the quote's RTMRs.
     """
 
     challenge: bytes
@@ -278,6 +281,7 @@ class Offer:
     version: int = GPU_ONLY_VERSION
     cvm_evidence: bytes | None = field(default=None, repr=False)
     cvm_collateral: bytes | None = field(default=None, repr=False)
+    cvm_event_log: bytes | None = field(default=None, repr=False)
 
     @property
     def nonce(self) -> bytes:
@@ -299,6 +303,8 @@ class Offer:
             doc["cvm_evidence"] = base64.b64encode(self.cvm_evidence).decode()
             collateral = self.cvm_collateral
             doc["cvm_collateral"] = base64.b64encode(collateral).decode() if collateral else None
+            if self.cvm_event_log is not None:
+                doc["cvm_event_log"] = base64.b64encode(self.cvm_event_log).decode()
         return (json.dumps(doc, indent=2) + "\n").encode()
 
     @property
@@ -318,8 +324,10 @@ class Offer:
         keys = {"schema", "version", "challenge", "host_public_key", "evidence"}
         if doc.get("version") == PROTOCOL_VERSION:
             keys |= {"cvm_evidence", "cvm_collateral"}
+            if "cvm_event_log" in doc:
+                keys.add("cvm_event_log")
         version = _check_keys(doc, keys, OFFER_SCHEMA, "session offer")
-        cvm_evidence = cvm_collateral = None
+        cvm_evidence = cvm_collateral = cvm_event_log = None
         if version == PROTOCOL_VERSION:
             cvm_evidence = _b64(doc["cvm_evidence"], MAX_CVM_EVIDENCE_BYTES, "the CVM evidence")
             if not cvm_evidence:
@@ -327,6 +335,10 @@ class Offer:
             if doc["cvm_collateral"] is not None:
                 cvm_collateral = _b64(
                     doc["cvm_collateral"], MAX_CVM_COLLATERAL_BYTES, "the CVM collateral"
+                )
+            if "cvm_event_log" in doc:
+                cvm_event_log = _b64(
+                    doc["cvm_event_log"], MAX_CVM_EVENT_LOG_BYTES, "the CVM event log"
                 )
         challenge = _hex(doc["challenge"], CHALLENGE_SIZE, "the offer challenge")
         host_public_key = _hex(doc["host_public_key"], PUBLIC_KEY_SIZE, "the host public key")
@@ -340,6 +352,7 @@ class Offer:
             version=version,
             cvm_evidence=cvm_evidence,
             cvm_collateral=cvm_collateral,
+            cvm_event_log=cvm_event_log,
         )
 
 

@@ -24,6 +24,7 @@ from .policy import CvmPolicy
 from .vtpm_policy import vtpm_policy_checks
 
 if TYPE_CHECKING:
+    from .eventlog import CcEventLog
     from .snp_roots import SnpRoots
 
 __all__ = [
@@ -58,6 +59,7 @@ class CvmResult:
     claims: dict[str, Any] = field(repr=False)
     report_data: bytes
     evidence_sha256: bytes
+    event_log: dict[str, Any] | None = field(default=None, repr=False)
 
     @property
     def trusted(self) -> bool:
@@ -83,6 +85,7 @@ class CvmResult:
             "claims": self.claims,
             "checks": [c.to_dict() for c in self.checks],
             "reasons": list(self.reasons),
+            "event_log": self.event_log,
         }
 
 
@@ -159,6 +162,9 @@ def _debug_check(findings: CvmFindings, policy: CvmPolicy) -> Check:
 def _measurement_check(findings: CvmFindings, policy: CvmPolicy, require_pins: bool) -> Check:
     title = "Measurements"
     pins = policy.pins(str(findings.kind))
+    if not pins and policy.event_pins(str(findings.kind)):
+        note = f"pinned by events (cvm.events.{findings.kind}); no register pinned"
+        return _unchecked("cvm-measurements", title, Decision.ACCEPT, note=note)
     if not pins and require_pins:
         reason = f"not pinned: releasing keys needs cvm.measurements.{findings.kind} in the policy"
         return _unchecked("cvm-measurements", title, Decision.REFUSE, reason)
@@ -211,10 +217,13 @@ def appraise(
     *,
     expected_report_data: bytes | None,
     require_pins: bool = False,
+    event_log: CcEventLog | None = None,
 ) -> CvmResult:
     """Apply ``policy`` to ``findings``; ``expected_report_data`` is what the evidence must sign.
 
     With ``require_pins`` (key release) unpinned measurements are refused, not just shown.
+    ``event_log`` (TDX) is replayed against the quote's RTMRs and judged against the
+    policy's ``cvm.events``.
 
     Raises:
         MalformedEvidenceError: the expected report data is not 64 bytes.
@@ -226,7 +235,10 @@ def appraise(
             )
         if "vtpm" not in findings.claims and len(expected_report_data) != 64:
             raise MalformedEvidenceError("the expected CVM report data must be 64 bytes")
+    from .eventcheck import event_checks
+
     checks = [_decide(c) for c in findings.checks]
+    checks += event_checks(event_log, findings.claims, policy, str(findings.kind))
     checks += [
         _tcb_check(findings, policy),
         _debug_check(findings, policy),
@@ -251,6 +263,7 @@ def appraise(
         claims=dict(findings.claims),
         report_data=findings.report_data,
         evidence_sha256=findings.evidence_sha256,
+        event_log=event_log.to_dict() if event_log is not None else None,
     )
 
 
@@ -288,6 +301,8 @@ def verify_cvm_evidence(
     tdx_root: x509.Certificate | None = None,
     snp_roots: SnpRoots | None = None,
     require_pins: bool = False,
+    event_log: bytes | None = None,
+    collateral_problem: str = "",
 ) -> CvmResult:
     """Detect, verify and judge one piece of CVM evidence.
 
@@ -302,10 +317,16 @@ def verify_cvm_evidence(
         snp_roots: the SEV-SNP anchors (ARK and ASK per product line); AMD's pinned roots
             when None.
         require_pins: refuse unpinned measurements (key release).
+        event_log: the TDX CC event log (the ACPI CCEL table's), replayed against the
+            quote's RTMRs. With a log, TDX evidence without collateral is still judged: the
+            quote's signature is undecided, but a log that does not match it is refused.
+        collateral_problem: why there is no collateral (shown when ``collateral`` is None).
 
     Raises:
-        MalformedEvidenceError: unknown kind, oversized or malformed evidence or collateral.
-        CollateralUnavailableError: TDX evidence without collateral.
+        MalformedEvidenceError: unknown kind, oversized or malformed evidence, collateral or
+            event log.
+        CollateralUnavailableError: TDX evidence without collateral (and without a log).
+        UsageError: an event log with SEV-SNP evidence (it has no RTMRs to replay into).
     """
     if len(evidence) > MAX_EVIDENCE_BYTES:
         raise MalformedEvidenceError(f"the CVM evidence is larger than {MAX_EVIDENCE_BYTES} bytes")
@@ -313,6 +334,12 @@ def verify_cvm_evidence(
     from .vtpm_evidence import looks_like_vtpm_evidence
 
     if looks_like_vtpm_evidence(evidence):
+        if event_log is not None:
+            from ..errors import UsageError
+
+            raise UsageError(
+                "an event log is replayed into a TDX quote's RTMRs; vTPM evidence carries PCRs"
+            )
         from .vtpm import verify_vtpm_evidence
         from .vtpm_evidence import parse_vtpm_evidence
 
@@ -328,21 +355,38 @@ def verify_cvm_evidence(
             findings, policy, expected_report_data=expected_report_data, require_pins=require_pins
         )
     kind = detect_kind(evidence)
-    if kind is CvmKind.TDX:
-        from .tdx import TdxCollateral, verify_tdx_quote
+    log = None
+    if event_log is not None:
+        if kind is not CvmKind.TDX:
+            from ..errors import UsageError
 
-        if collateral is None:
-            raise CollateralUnavailableError(
-                "a TDX quote needs Intel's collateral (PCK CRL, TCB info, QE identity)"
+            raise UsageError(
+                "an event log is replayed into a TDX quote's RTMRs; SEV-SNP evidence has none"
             )
-        findings = verify_tdx_quote(
-            evidence, TdxCollateral.from_json(collateral), now=now, root=tdx_root
-        )
+        from .eventlog import parse_event_log
+
+        log = parse_event_log(event_log, require_sha384=True)
+    if kind is CvmKind.TDX:
+        from .tdx import TdxCollateral, unverified_tdx_quote, verify_tdx_quote
+
+        missing = "a TDX quote needs Intel's collateral (PCK CRL, TCB info, QE identity)"
+        if collateral is None and log is None:
+            raise CollateralUnavailableError(collateral_problem or missing)
+        if collateral is None:
+            findings = unverified_tdx_quote(evidence, collateral_problem or missing)
+        else:
+            findings = verify_tdx_quote(
+                evidence, TdxCollateral.from_json(collateral), now=now, root=tdx_root
+            )
     else:
         from .snp import verify_snp_report
 
         # No VCEK: the chain and signature checks are reported unchecked (collateral missing).
         findings = verify_snp_report(evidence, vcek=collateral, now=now, roots=snp_roots)
     return appraise(
-        findings, policy, expected_report_data=expected_report_data, require_pins=require_pins
+        findings,
+        policy,
+        expected_report_data=expected_report_data,
+        require_pins=require_pins,
+        event_log=log,
     )

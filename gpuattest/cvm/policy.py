@@ -16,6 +16,10 @@ Schema (every key optional; shown with its default)::
       pcrs: {0: ..., 7: ...}         # vTPM evidence (Azure): expected SHA-256 PCR values by index
       allow_console: true            # vTPM evidence: false refuses a VM whose paravisor reports
                                      # its serial console enabled (vm-configuration)
+      events:                        # events the TDX CC event log must hold (none by default)
+        tdx:
+          - {name: kernel, register: rtmr1, type: EV_EFI_BOOT_SERVICES_APPLICATION,
+             digest: <96 hex: SHA-384>}
 
 Measurements are the user's own image, so nothing is pinned by default: the values are
 reported and the check is shown as "not pinned", a visible relaxation. A key-releasing holder
@@ -23,6 +27,14 @@ must pin them (or name the relaxation ``allow_unpinned``). On a paravisor CVM th
 hardware measurement (``snp.measurement``, ``tdx.mrtd``) is the paravisor's launch
 measurement; the guest's firmware, boot loader and kernel are measured into the vTPM's PCRs,
 pinned by index under ``pcrs``. A key-releasing holder must pin both for vTPM evidence.
+
+Events (``cvm.events.tdx``) pin what the RTMRs were extended with instead of the RTMRs
+themselves: the evidence must come with the CC event log, the log must replay to the
+quote's RTMRs, and then every listed event must be in the log (same register, type and
+SHA-384 digest). For every register and type the policy names, the log may hold no other
+event of that type in that register: a policy naming the kernel's boot application admits
+no second kernel. Events the policy does not name are shown, not judged. A kernel update
+changes one line (that event's digest); events count as pins for key release.
 """
 
 from __future__ import annotations
@@ -33,7 +45,7 @@ from typing import Any
 
 from ..errors import MalformedPolicyError
 
-__all__ = ["TCB_STATUSES", "CvmPolicy", "parse_cvm_policy"]
+__all__ = ["TCB_STATUSES", "CvmPolicy", "EventPin", "parse_cvm_policy"]
 
 TCB_STATUSES = frozenset(
     {
@@ -61,7 +73,11 @@ PINNABLE: dict[str, dict[str, int]] = {
     },
     "snp": {"measurement": 48, "host_data": 32},
 }
+_EVENT_KINDS = frozenset({"tdx"})
+_EVENT_KEYS = {"name", "register", "type", "digest"}
+_EVENT_REGISTERS = ("rtmr0", "rtmr1", "rtmr2", "rtmr3")
 _KEYS = {
+    "events",
     "accept_tcb_status",
     "accept_advisories",
     "allow_debug",
@@ -72,6 +88,31 @@ _KEYS = {
     "pcrs",
     "allow_console",
 }
+
+
+@dataclass(frozen=True)
+class EventPin:
+    """One event the log must hold: register, type, SHA-384 digest, and a label."""
+
+    register: str
+    event_type: int
+    digest: str
+    name: str = ""
+
+    @property
+    def label(self) -> str:
+        """How checks name it: its name, or its type and register."""
+        from .eventlog_decode import type_name
+
+        return self.name or f"{type_name(self.event_type)} in {self.register.upper()}"
+
+    def to_dict(self) -> dict[str, str]:
+        """The policy file's form."""
+        from .eventlog_decode import type_name
+
+        doc = {"register": self.register, "type": type_name(self.event_type)}
+        doc["digest"] = self.digest
+        return {"name": self.name, **doc} if self.name else doc
 
 
 @dataclass(frozen=True)
@@ -87,6 +128,11 @@ class CvmPolicy:
     allow_unpinned: bool = False
     pcrs: Mapping[int, str] = field(default_factory=dict)
     allow_console: bool = True
+    events: Mapping[str, tuple[EventPin, ...]] = field(default_factory=dict)
+
+    def event_pins(self, kind: str) -> tuple[EventPin, ...]:
+        """The events the log of evidence of ``kind`` must hold."""
+        return self.events.get(kind, ())
 
     def pins(self, kind: str) -> Mapping[str, str]:
         """The pinned values (lower-case hex) for evidence of ``kind``."""
@@ -104,6 +150,7 @@ class CvmPolicy:
             "allow_unpinned": self.allow_unpinned,
             "pcrs": {str(i): v for i, v in sorted(self.pcrs.items())},
             "allow_console": self.allow_console,
+            "events": {k: [e.to_dict() for e in v] for k, v in sorted(self.events.items())},
         }
 
 
@@ -167,6 +214,53 @@ def _pcrs(value: Any) -> dict[int, str]:
     return out
 
 
+def _event(value: Any, where: str) -> EventPin:
+    from .eventlog_decode import type_value
+
+    if not isinstance(value, dict):
+        raise MalformedPolicyError(f"policy key '{where}' must be a mapping")
+    for key in value:
+        if key not in _EVENT_KEYS:
+            raise MalformedPolicyError(f"unknown policy key '{where}.{key}'")
+    name = value.get("name", "")
+    register = value.get("register")
+    kind = value.get("type")
+    digest = value.get("digest")
+    if not isinstance(name, str) or not name.isprintable() or len(name) > 64:
+        raise MalformedPolicyError(f"policy key '{where}.name' must be a short printable string")
+    if register not in _EVENT_REGISTERS:
+        raise MalformedPolicyError(f"policy key '{where}.register' must be one of rtmr0..rtmr3")
+    event_type = type_value(kind) if isinstance(kind, str) else None
+    if event_type is None or event_type == 0x03:
+        raise MalformedPolicyError(
+            f"policy key '{where}.type' must name an event type (EV_IPL, 0x80000003, ...)"
+            " that is extended (not EV_NO_ACTION)"
+        )
+    try:
+        ok = isinstance(digest, str) and len(bytes.fromhex(digest)) == 48
+    except ValueError:
+        ok = False
+    if not ok:
+        raise MalformedPolicyError(f"policy key '{where}.digest' must be 96 hex digits (SHA-384)")
+    assert isinstance(digest, str)
+    return EventPin(str(register), event_type, digest.lower(), name)
+
+
+def _events(value: Any) -> dict[str, tuple[EventPin, ...]]:
+    if not isinstance(value, dict):
+        raise MalformedPolicyError("policy key 'cvm.events' must be a mapping")
+    out: dict[str, tuple[EventPin, ...]] = {}
+    for kind, items in value.items():
+        if kind not in _EVENT_KINDS:
+            raise MalformedPolicyError(
+                f"unknown policy key 'cvm.events.{kind}' (event logs are replayed for tdx)"
+            )
+        if not isinstance(items, list):
+            raise MalformedPolicyError(f"policy key 'cvm.events.{kind}' must be a list")
+        out[kind] = tuple(_event(v, f"cvm.events.{kind}[{n}]") for n, v in enumerate(items))
+    return out
+
+
 def parse_cvm_policy(doc: Any) -> CvmPolicy:
     """Build a :class:`CvmPolicy` from the decoded ``cvm:`` mapping (None: the default).
 
@@ -198,4 +292,5 @@ def parse_cvm_policy(doc: Any) -> CvmPolicy:
         allow_unpinned=_bool(doc, "allow_unpinned", False),
         pcrs=_pcrs(doc.get("pcrs", {})),
         allow_console=_bool(doc, "allow_console", True),
+        events=_events(doc.get("events", {})),
     )

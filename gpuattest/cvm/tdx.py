@@ -44,6 +44,7 @@ __all__ = [
     "check_layout",
     "intel_sgx_root",
     "looks_like_tdx_quote",
+    "unverified_tdx_quote",
     "validity_windows",
     "verify_tdx_quote",
 ]
@@ -467,6 +468,35 @@ def verify_tdx_quote(
         kind=CvmKind.TDX,
         checks=tuple(checks),
         claims=claims,
+        report_data=bytes(parsed.report.report_data),
+        evidence_sha256=hashlib.sha256(quote).digest(),
+    )
+
+
+def unverified_tdx_quote(quote: bytes, reason: str) -> CvmFindings:
+    """A TDX quote's claims read without its collateral: the quote's cryptography is
+    unchecked (collateral missing, ``reason``), so nothing it reports is authenticated; what
+    can still be decided (an event log that does not match it) may refuse it.
+
+    Raises:
+        MalformedEvidenceError: the quote cannot be parsed.
+    """
+    quote_version, td_version = _layout(quote)
+    parsed = _parse(quote)
+    checks = (
+        Check("cvm-format", "Quote parsed", CheckStatus.PASS),
+        Check(
+            "cvm-quote",
+            "Quote, PCK chain, QE and TCB info",
+            CheckStatus.NOT_CHECKED,
+            reason,
+            collateral_missing=True,
+        ),
+    )
+    return CvmFindings(
+        kind=CvmKind.TDX,
+        checks=checks,
+        claims=_claims(parsed, quote_version, td_version),
         report_data=bytes(parsed.report.report_data),
         evidence_sha256=hashlib.sha256(quote).digest(),
     )

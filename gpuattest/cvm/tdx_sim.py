@@ -26,10 +26,32 @@ from cryptography.x509.oid import NameOID
 
 from .tdx import TdxCollateral
 
-__all__ = ["SIMULATED_MRTD", "SimulatedTdx", "simulated_tdx"]
+__all__ = [
+    "SIMULATED_CMDLINE",
+    "SIMULATED_KERNEL_DIGEST",
+    "SIMULATED_MRTD",
+    "SimulatedTdx",
+    "simulated_boot_log",
+    "simulated_tdx",
+]
 
 #: The MRTD of the simulated TD image (what a simulation's policy pins by default).
 SIMULATED_MRTD = b"\x11" * 48
+#: The simulated TD's boot: its kernel's Authenticode digest, initrd and command line.
+SIMULATED_KERNEL_DIGEST = hashlib.sha384(b"gpucc simulated kernel").digest()
+SIMULATED_INITRD = b"gpucc simulated initrd"
+SIMULATED_CMDLINE = "console=hvc0 ro"
+
+
+def simulated_boot_log(kernel_digest: bytes = SIMULATED_KERNEL_DIGEST) -> bytes:
+    """The CC event log of the simulated TD's boot (:func:`.eventlog_build.boot_events`)."""
+    from .eventlog_build import boot_events, build_event_log
+
+    events = boot_events(
+        kernel_digest=kernel_digest, initrd=SIMULATED_INITRD, cmdline=SIMULATED_CMDLINE
+    )
+    return build_event_log(events, padding=0)
+
 
 _SGX_EXT = "1.2.840.113741.1.13.1"
 _FMSPC = bytes.fromhex("50806f000000")
@@ -217,10 +239,20 @@ class SimulatedTdx:
         debug: bool = False,
         version: int = 4,
         td_report: str = "1.0",
+        event_log: bytes | None = None,
     ) -> bytes:
-        """A TDX quote (version 4, or 5 with TD report 1.0 or 1.5) over ``report_data``."""
+        """A TDX quote (version 4, or 5 with TD report 1.0 or 1.5) over ``report_data``.
+
+        With ``event_log`` (a CC event log, :mod:`.eventlog_build`) the RTMRs are the log's
+        replay instead of ``rtmrs``: the TD booted what the log says.
+        """
         if len(report_data) != 64:
             raise ValueError("report data is 64 bytes")
+        if event_log is not None:
+            from .eventlog import parse_event_log
+
+            replayed = parse_event_log(event_log).replay()
+            rtmrs = (replayed["rtmr0"], replayed["rtmr1"], replayed["rtmr2"], replayed["rtmr3"])
         header = struct.pack("<HHIHH", version, 2, 0x81, 0, 0) + _QE_VENDOR + bytes(20)
         attributes = (
             (0x01 if debug else 0x00).to_bytes(1, "little") + bytes([0, 0, 0x10]) + bytes(4)

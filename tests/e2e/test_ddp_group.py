@@ -77,7 +77,9 @@ def collect_cvm(report_data: bytes) -> CollectedCvmEvidence:
     return CollectedCvmEvidence(TDX.quote(report_data), TDX_COLLATERAL)
 
 
-def attest_cvm(evidence: bytes, collateral: bytes | None, expected: bytes) -> CvmResult:
+def attest_cvm(
+    evidence: bytes, collateral: bytes | None, expected: bytes, log: bytes | None
+) -> CvmResult:
     return verify_cvm_evidence(
         evidence,
         collateral,

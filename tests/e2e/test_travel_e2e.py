@@ -25,7 +25,12 @@ import requests
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.serialization import Encoding, load_pem_public_key
 
-from gpucc.gpuattest.cvm.tdx_sim import SIMULATED_MRTD, SimulatedTdx, simulated_tdx
+from gpucc.gpuattest.cvm.tdx_sim import (
+    SIMULATED_MRTD,
+    SimulatedTdx,
+    simulated_boot_log,
+    simulated_tdx,
+)
 from gpucc.gpuattest.simulate import SimulatedGpu
 from gpucc.staging import open_sealed, seal_file
 from gpucc.staging.errors import ProtocolError
@@ -78,9 +83,13 @@ class World:
         return CollectedEvidence.from_evidence_set(self.gpu.evidence(nonce))
 
     def collect_cvm(self, report_data: bytes) -> CollectedCvmEvidence:
+        # The simulated TD's boot: the simulation's policy pins its MRTD and its events.
         issued = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)
+        log = simulated_boot_log()
         return CollectedCvmEvidence(
-            self.tdx.quote(report_data), self.tdx.collateral(issued=issued).to_json()
+            self.tdx.quote(report_data, event_log=log),
+            self.tdx.collateral(issued=issued).to_json(),
+            log,
         )
 
     def write_roots(self) -> None:

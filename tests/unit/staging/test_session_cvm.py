@@ -118,7 +118,9 @@ def test_full_flow_reproduces_the_vector() -> None:
         seen.append(report_data)
         return s.CollectedCvmEvidence(CVM_EVIDENCE)
 
-    def attest_cvm(evidence: bytes, collateral: bytes | None, expected: bytes) -> _Verdict:
+    def attest_cvm(
+        evidence: bytes, collateral: bytes | None, expected: bytes, log: bytes | None
+    ) -> _Verdict:
         assert evidence == CVM_EVIDENCE and collateral is None
         return _Verdict(expected.hex() == PINNED["report_data"])
 
@@ -181,10 +183,12 @@ def _attester(gpu: SimulatedGpu) -> Callable[[EvidenceSet, bytes], AttestationRe
 
 def _cvm_attester(
     tdx: SimulatedTdx, pins: dict[str, str] | None = None
-) -> Callable[[bytes, bytes | None, bytes], CvmResult]:
+) -> Callable[[bytes, bytes | None, bytes, bytes | None], CvmResult]:
     policy = parse_cvm_policy({"measurements": {"tdx": pins or {"mrtd": MRTD.hex()}}})
 
-    def attest(evidence: bytes, collateral: bytes | None, expected: bytes) -> CvmResult:
+    def attest(
+        evidence: bytes, collateral: bytes | None, expected: bytes, log: bytes | None
+    ) -> CvmResult:
         return verify_cvm_evidence(
             evidence,
             collateral,

@@ -1,0 +1,209 @@
+"""``gpucc cvm``: reference values for a confidential VM's image, written as a ``cvm:`` policy."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from .safety_options import ForceOption, force_hint
+
+cvm_app = typer.Typer(
+    help="Reference values for a confidential VM's image: the policy that admits it.",
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,
+)
+
+OutputOption = Annotated[
+    Path | None,
+    typer.Option(
+        "-o",
+        "--output",
+        dir_okay=False,
+        help="Write the policy here (YAML) instead of printing it; an existing file is "
+        "replaced only with --force.",
+    ),
+]
+BaseOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--base",
+        exists=True,
+        dir_okay=False,
+        help="A policy file to start from: its other settings are kept, the reference "
+        "values replace its cvm pins for this kind.",
+    ),
+]
+
+
+def _merged(base: Path | None, section: dict[str, Any]) -> dict[str, Any]:
+    """The base policy document (or an empty one) with ``section``'s pins set in ``cvm``."""
+    doc: dict[str, Any] = {}
+    if base is not None:
+        from gpucc.gpuattest._internal.jsonio import load_yaml_untrusted
+        from gpucc.gpuattest.errors import MalformedPolicyError
+        from gpucc.gpuattest.files import read_capped
+        from gpucc.gpuattest.policy import MAX_POLICY_BYTES, load_policy
+
+        load_policy(base)  # a base that is no valid policy is refused as such
+        data = read_capped(base, MAX_POLICY_BYTES, what="policy")
+        loaded = load_yaml_untrusted(data, what=f"policy {base}", error=MalformedPolicyError)
+        doc = dict(loaded) if isinstance(loaded, dict) else {}
+    cvm = dict(doc.get("cvm") or {})
+    for key, value in section.items():
+        merged = dict(cvm.get(key) or {})
+        merged.update(value)
+        cvm[key] = merged
+    doc["cvm"] = cvm
+    return doc
+
+
+def _emit(doc: dict[str, Any], output: Path | None, *, force: bool, header: str) -> None:
+    """Check the document is a policy gpucc accepts, then write or print it."""
+    import yaml
+
+    from gpucc.gpuattest.policy import parse_policy
+
+    parse_policy(doc, source="reference")
+    text = header + yaml.safe_dump(doc, sort_keys=False, width=200)
+    if output is None:
+        from .output import out
+
+        out(*text.rstrip("\n").split("\n"))
+        return
+    from gpucc.gpuattest.files import refuse_existing, write_atomic
+
+    from .output import note
+
+    with force_hint():
+        refuse_existing(output, force=force)
+        write_atomic(output, text.encode(), force=force, what="policy")
+    note(f"wrote the policy to {output}")
+
+
+@cvm_app.command("reference-snp")
+def reference_snp(
+    ovmf: Annotated[
+        Path, typer.Option("--ovmf", exists=True, dir_okay=False, help="The OVMF firmware.")
+    ],
+    vcpus: Annotated[int, typer.Option("--vcpus", help="The guest's vCPU count.")],
+    vcpu_type: Annotated[
+        str, typer.Option("--vcpu-type", help="QEMU's vCPU type (EPYC-v4, EPYC-Milan, ...).")
+    ],
+    kernel: Annotated[
+        Path | None,
+        typer.Option("--kernel", exists=True, dir_okay=False, help="The direct-boot kernel."),
+    ] = None,
+    initrd: Annotated[
+        Path | None,
+        typer.Option("--initrd", exists=True, dir_okay=False, help="The initrd (with --kernel)."),
+    ] = None,
+    append: Annotated[
+        str | None, typer.Option("--append", help="The kernel command line (with --kernel).")
+    ] = None,
+    guest_features: Annotated[
+        str, typer.Option("--guest-features", help="The guest's SEV features (hex).")
+    ] = "0x1",
+    vmm: Annotated[str, typer.Option("--vmm", help="QEMU, ec2 or gce.")] = "QEMU",
+    base: BaseOption = None,
+    output: OutputOption = None,
+    force: ForceOption = False,
+) -> None:
+    """The SEV-SNP launch measurement of an image (sev-snp-measure), as a cvm: policy.
+
+    Exit codes: 0 written, 2 usage, 4 malformed image or base policy, 5 sev-snp-measure
+    missing, 6 a file cannot be read or written.
+    """
+    from gpucc.gpuattest.cvm.reference import (
+        SnpImage,
+        snp_launch_measurement,
+        snp_reference_policy,
+    )
+    from gpucc.gpuattest.errors import UsageError
+
+    try:
+        features = int(guest_features, 0)
+    except ValueError:
+        raise UsageError("--guest-features must be a number (0x1)") from None
+    image = SnpImage(ovmf, vcpus, vcpu_type, kernel, initrd, append, features, vmm)
+    measurement = snp_launch_measurement(image)
+    parts = [f"ovmf {ovmf.name}", f"{vcpus} x {vcpu_type}"]
+    if kernel is not None:
+        parts.append(f"kernel {kernel.name}")
+    if initrd is not None:
+        parts.append(f"initrd {initrd.name}")
+    header = f"# SEV-SNP reference values (sev-snp-measure): {', '.join(parts)}\n"
+    if append is not None:
+        import json
+
+        header += f"# command line {json.dumps(append)}\n"
+    _emit(_merged(base, snp_reference_policy(measurement)), output, force=force, header=header)
+
+
+@cvm_app.command("reference-tdx")
+def reference_tdx(
+    event_log: Annotated[
+        Path,
+        typer.Option(
+            "--event-log",
+            exists=True,
+            dir_okay=False,
+            help="The CC event log of a boot of the image (/sys/firmware/acpi/tables/data/CCEL).",
+        ),
+    ],
+    quote: Annotated[
+        Path | None,
+        typer.Option(
+            "--quote",
+            exists=True,
+            dir_okay=False,
+            help="That boot's TDX quote: its MRTD is pinned, and the log must replay to its RTMRs.",
+        ),
+    ] = None,
+    base: BaseOption = None,
+    output: OutputOption = None,
+    force: ForceOption = False,
+) -> None:
+    """A TDX image's reference values from a recorded boot: its events as cvm.events.tdx.
+
+    The events pinned are the EFI variables, boot applications (the kernel), the Linux
+    stub's command line and initrd, and grub's commands; a kernel update then changes one
+    line. Exit codes: 0 written, 1 the log does not replay to the quote, 2 usage,
+    4 malformed input, 6 a file cannot be read or written.
+    """
+    from gpucc.gpuattest.cvm.eventlog import MAX_EVENT_LOG_BYTES, parse_event_log
+    from gpucc.gpuattest.cvm.reference import tdx_reference_policy
+    from gpucc.gpuattest.files import read_capped
+
+    log = parse_event_log(read_capped(event_log, MAX_EVENT_LOG_BYTES, what="CVM event log"))
+    mrtd = None
+    if quote is not None:
+        mrtd = _checked_mrtd(quote, log)
+    section = tdx_reference_policy(log, mrtd=mrtd)
+    count = len(section["events"]["tdx"])
+    header = f"# TDX reference values from a recorded boot: {count} events"
+    header += f", MRTD of {quote.name}\n" if quote is not None else "\n"
+    _emit(_merged(base, section), output, force=force, header=header)
+
+
+def _checked_mrtd(quote: Path, log: Any) -> bytes:
+    """The quote's MRTD, once the log is known to replay to its RTMRs."""
+    from gpucc.gpuattest.cvm.tdx import td_report_span
+    from gpucc.gpuattest.errors import MalformedEvidenceError, NotTrustedError
+    from gpucc.gpuattest.files import read_capped
+
+    data = read_capped(quote, 64 * 1024, what="TDX quote")
+    _, _, offset, size = td_report_span(data)
+    if len(data) < offset + size:
+        raise MalformedEvidenceError(f"the TDX quote {quote} is truncated")
+    body = data[offset : offset + size]
+    rtmrs = [body[328 + 48 * n : 376 + 48 * n] for n in range(4)]
+    replayed = log.replay()
+    wrong = [f"RTMR{n}" for n in range(4) if replayed[f"rtmr{n}"] != rtmrs[n]]
+    if wrong:
+        raise NotTrustedError(
+            f"the event log does not replay to {quote}'s RTMRs ({', '.join(wrong)} differ): "
+            "they are not of one boot"
+        )
+    return bytes(body[136:184])
