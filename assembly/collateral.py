@@ -57,9 +57,9 @@ def _vtpm_collateral(
 ) -> bytes | None:
     """vTPM evidence: SEV-SNP carries its VCEK (or the KDS has it); TDX needs Intel's
     collateral for its TD quote, and without it is verified as far as it can be (undecided)."""
+    from gpucc.core.errors import CollateralUnavailableError
     from gpucc.gpuattest.cvm.pcs import INTEL_PCS_URL, tdx_collateral_for
     from gpucc.gpuattest.cvm.vtpm_evidence import parse_vtpm_evidence
-    from gpucc.gpuattest.errors import CollateralUnavailableError
     from gpucc.gpuattest.netconfig import build_fetcher
 
     parsed = parse_vtpm_evidence(evidence)

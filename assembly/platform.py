@@ -53,7 +53,7 @@ class Platform:
         def collect(report_data: bytes) -> CollectedCvmEvidence:
             found = source.cvm_evidence(report_data)
             if found is None:
-                from gpucc.gpuattest.errors import EnvironmentProblemError
+                from gpucc.core.errors import EnvironmentProblemError
 
                 raise EnvironmentProblemError("this machine produced no CVM evidence")
             return found

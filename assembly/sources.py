@@ -49,9 +49,9 @@ def read_event_log(path: Path) -> bytes | None:
     Raises:
         FileAccessError: it exists but cannot be read.
     """
+    from gpucc.core.errors import MalformedEvidenceError
+    from gpucc.core.files import read_capped
     from gpucc.gpuattest.cvm.eventlog import MAX_EVENT_LOG_BYTES, parse_event_log
-    from gpucc.gpuattest.errors import MalformedEvidenceError
-    from gpucc.gpuattest.files import read_capped
 
     if not path.exists():
         return None
@@ -131,9 +131,9 @@ class LocalSource:
         """
         if self.gpu_only:
             return None
+        from gpucc.core.errors import EnvironmentProblemError
         from gpucc.gpuattest.cvm.findings import CvmKind
         from gpucc.gpuattest.cvm.tsm import DEFAULT_TSM_ROOT, collect_tsm_report
-        from gpucc.gpuattest.errors import EnvironmentProblemError
 
         try:
             report = collect_tsm_report(report_data, root=self.tsm_root or DEFAULT_TSM_ROOT)
@@ -168,7 +168,7 @@ class SimulatedSource:
     ) -> None:
         from cryptography.hazmat.primitives.serialization import Encoding
 
-        from gpucc.gpuattest.files import write_atomic
+        from gpucc.core.files import write_atomic
         from gpucc.gpuattest.simulate import SimulatedGpu
 
         self.directory = directory
@@ -197,8 +197,8 @@ class SimulatedSource:
             return None
         from cryptography.hazmat.primitives.serialization import Encoding
 
+        from gpucc.core.files import write_atomic
         from gpucc.gpuattest.cvm.tdx_sim import simulated_boot_log, simulated_tdx
-        from gpucc.gpuattest.files import write_atomic
 
         if self._tdx is None:
             platform = simulated_tdx(self._now)
@@ -230,7 +230,7 @@ class FileSource:
             UsageError: there is none.
         """
         if self.gpus is None:
-            from gpucc.gpuattest.errors import UsageError
+            from gpucc.core.errors import UsageError
 
             raise UsageError("no GPU evidence was given")
         return self.gpus

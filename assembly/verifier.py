@@ -260,7 +260,7 @@ class PlatformVerifier:
         gpus, switches = split_devices(evidence.gpus, evidence.switches)
         ppcie = settings.policy.topology.ppcie
         if gpus is None and evidence.cvm is None and switches is None and not ppcie:
-            from gpucc.gpuattest.errors import UsageError
+            from gpucc.core.errors import UsageError
 
             raise UsageError("no evidence to verify")
         now = settings.now()
@@ -326,7 +326,7 @@ class PlatformVerifier:
             UsageError: the settings fix the verification time.
         """
         if self.settings.at is not None:
-            from gpucc.gpuattest.errors import UsageError
+            from gpucc.core.errors import UsageError
 
             raise UsageError(
                 "keys are released at the current time: a verification time "
@@ -459,8 +459,8 @@ class PlatformVerifier:
         release: bool,
         event_log: bytes | None = None,
     ) -> CvmResult:
+        from gpucc.core.errors import CollateralUnavailableError
         from gpucc.gpuattest.cvm.appraise import verify_cvm_evidence
-        from gpucc.gpuattest.errors import CollateralUnavailableError
 
         settings = self.settings
         collateral = settings.cvm_collateral if settings.cvm_collateral is not None else offered
@@ -501,7 +501,7 @@ def _simulated_gpu_roots(directory: Any) -> TrustRoots:
     Raises:
         CollateralUnavailableError: they cannot be read.
     """
-    from gpucc.gpuattest.errors import CollateralUnavailableError
+    from gpucc.core.errors import CollateralUnavailableError
     from gpucc.gpuattest.trust import TrustRoots
 
     try:
@@ -524,8 +524,8 @@ def _simulated_tdx_root(directory: Any) -> x509.Certificate:
     """
     from cryptography import x509
 
-    from gpucc.gpuattest.errors import CollateralUnavailableError, MalformedEvidenceError
-    from gpucc.gpuattest.files import read_capped
+    from gpucc.core.errors import CollateralUnavailableError, MalformedEvidenceError
+    from gpucc.core.files import read_capped
 
     path = directory / "tdx_root.pem"
     if not path.exists():

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from gpucc.gpuattest.errors import CollateralUnavailableError
+from gpucc.core.errors import CollateralUnavailableError
 
 from .attest_cvm import (
     CvmCollateralOption,
@@ -86,7 +86,7 @@ def load_evidence(evidence: Path, cert_chain: Path | None, arch: str | None = No
     Raises:
         MalformedEvidenceError: unreadable or malformed input.
     """
-    from gpucc.gpuattest.errors import MalformedEvidenceError
+    from gpucc.core.errors import MalformedEvidenceError
     from gpucc.gpuattest.evidence import NotEvidenceJsonError, load_evidence_file
 
     try:
@@ -284,7 +284,7 @@ def attest(
     4 malformed input, 5 environment (no GPU/NVML, CC off).
     """
     from gpucc.assembly import PlatformEvidence, PlatformVerifier, Settings
-    from gpucc.gpuattest.errors import UsageError
+    from gpucc.core.errors import UsageError
     from gpucc.gpuattest.evidence import parse_nonce_hex
     from gpucc.gpuattest.policy import Policy, load_policy
 
@@ -340,7 +340,7 @@ def attest(
     elif evidence is not None:
         ev = load_evidence(evidence, cert_chain)
     elif device is Device.NVSWITCH or ppcie:
-        from gpucc.gpuattest.errors import EnvironmentProblemError
+        from gpucc.core.errors import EnvironmentProblemError
 
         raise EnvironmentProblemError(
             "collecting NVSwitch evidence here needs NVIDIA's NSCQ library, which gpucc does "
@@ -432,7 +432,7 @@ def _devices(
             with --device nvswitch.
     """
     from gpucc.assembly.devices import split_devices
-    from gpucc.gpuattest.errors import UsageError
+    from gpucc.core.errors import UsageError
 
     extra = None
     if switch_file is not None:
@@ -488,7 +488,7 @@ def _attest_remote(
     output: OutputFormat,
 ) -> None:
     """NRAS judges; gpucc checks its answer; the same document and exit codes."""
-    from gpucc.gpuattest.errors import UsageError
+    from gpucc.core.errors import UsageError
 
     from .attest_remote import remote_document, remote_text, verify_remote
     from .output import emit, out
@@ -538,15 +538,15 @@ def collect(
     An existing file is replaced only with --force.
     """
     from gpucc.assembly import sources
+    from gpucc.core.files import refuse_existing, write_atomic
     from gpucc.gpuattest.cvm.appraise import attest_report_data
     from gpucc.gpuattest.evidence import dump_evidence_json, parse_nonce_hex
-    from gpucc.gpuattest.files import refuse_existing, write_atomic
 
     from .output import emit, note
 
     value = parse_nonce_hex(nonce) if nonce else os.urandom(32)
     if cvm is not None and cvm == output:
-        from gpucc.gpuattest.errors import UsageError
+        from gpucc.core.errors import UsageError
 
         raise UsageError("--cvm and -o must name different files")
     with force_hint():

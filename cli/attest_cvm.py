@@ -88,8 +88,8 @@ def cvm_report_data_value(text: str | None, evidence: bytes | None = None) -> by
     Raises:
         UsageError: not hex of the right length.
     """
+    from gpucc.core.errors import UsageError
     from gpucc.gpuattest.cvm.vtpm_evidence import looks_like_vtpm_evidence
-    from gpucc.gpuattest.errors import UsageError
 
     if text is None:
         return None
@@ -114,9 +114,9 @@ def read_cvm_evidence(evidence: Path, collateral: Path | None) -> tuple[bytes, b
         MalformedEvidenceError: either is oversized.
         FileAccessError: a file cannot be read.
     """
+    from gpucc.core.files import read_capped
     from gpucc.gpuattest.cvm.appraise import MAX_EVIDENCE_BYTES
     from gpucc.gpuattest.cvm.tdx import MAX_COLLATERAL_BYTES
-    from gpucc.gpuattest.files import read_capped
 
     data = read_capped(evidence, MAX_EVIDENCE_BYTES, what="CVM evidence")
     extra = None
@@ -134,7 +134,7 @@ def read_cvm_event_log(path: Path | None) -> bytes | None:
     """
     if path is None:
         return None
+    from gpucc.core.files import read_capped
     from gpucc.gpuattest.cvm.eventlog import MAX_EVENT_LOG_BYTES
-    from gpucc.gpuattest.files import read_capped
 
     return read_capped(path, MAX_EVENT_LOG_BYTES, what="CVM event log")

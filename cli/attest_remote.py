@@ -104,8 +104,8 @@ def sign_result(
 
     Returns the key id and the path written.
     """
+    from gpucc.core.files import refuse_inputs_as_output, write_atomic
     from gpucc.gpuattest.eat import load_private_key_pem, sign_attestation_result
-    from gpucc.gpuattest.files import refuse_inputs_as_output, write_atomic
 
     refuse_inputs_as_output(output, [key_path])
     key = load_private_key_pem(key_path)

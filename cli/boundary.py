@@ -21,7 +21,7 @@ from typing import Any
 
 import typer
 
-from gpucc.gpuattest.errors import GpuccError
+from gpucc.core.errors import GpuccError
 
 from .exitcodes import (
     BROKEN_PIPE,

@@ -60,7 +60,7 @@ class _RimProgress:
         self._unreachable: str | None = None
 
     def get_rim(self, rim_id: str) -> bytes:
-        from gpucc.gpuattest.errors import CollateralUnavailableError, RimNotFoundError
+        from gpucc.core.errors import CollateralUnavailableError, RimNotFoundError
 
         self._done += 1
         if self._unreachable is not None:
@@ -132,10 +132,10 @@ def fetch(
     exits 3, listing what could not be obtained. Progress goes to stderr on a terminal or
     with -v.
     """
+    from gpucc.core.files import refuse_existing
     from gpucc.gpuattest.bundle import collect_collateral, write_bundle
     from gpucc.gpuattest.chain import load_pem_chain
     from gpucc.gpuattest.collateral import OcspStatus
-    from gpucc.gpuattest.files import refuse_existing
     from gpucc.gpuattest.netconfig import NetworkSettings, build_fetcher, network_sources
     from gpucc.gpuattest.report import Architecture, AttestationReport
     from gpucc.gpuattest.trust import TrustRoots
@@ -217,7 +217,7 @@ def fetch(
 
 def _missing(message: str, problems: Any) -> Exception:
     """Exit 3, with every missing item as the error document's ``reasons``."""
-    from gpucc.gpuattest.errors import CollateralUnavailableError
+    from gpucc.core.errors import CollateralUnavailableError
 
     error = CollateralUnavailableError(message)
     error.reasons = tuple(str(p) for p in problems)  # type: ignore[attr-defined]

@@ -38,7 +38,7 @@ import typer
 from typer.core import TyperCommand
 from typer.exceptions import TyperException
 
-from gpucc.gpuattest.errors import FileAccessError, GpuccError
+from gpucc.core.errors import FileAccessError, GpuccError
 
 from .boundary import (
     Interrupted,
@@ -103,7 +103,7 @@ class PathRule:
 
     def check(self, value: object) -> None:
         """Raise :class:`FileAccessError` (exit 8) for a path that breaks the rule."""
-        from gpucc.gpuattest.files import SpecialFileError
+        from gpucc.core.files import SpecialFileError
 
         path = Path(str(value))
         shown = f"{self.label} {path}"

@@ -7,9 +7,11 @@ from typing import Annotated, Any
 
 import typer
 
+from .command import App
 from .safety_options import ForceOption, force_hint
 
-cvm_app = typer.Typer(
+cvm_app = App(
+    group="cvm",
     help="Reference values for a confidential VM's image: the policy that admits it.",
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,
@@ -41,9 +43,9 @@ def _merged(base: Path | None, section: dict[str, Any]) -> dict[str, Any]:
     """The base policy document (or an empty one) with ``section``'s pins set in ``cvm``."""
     doc: dict[str, Any] = {}
     if base is not None:
-        from gpucc.gpuattest._internal.jsonio import load_yaml_untrusted
-        from gpucc.gpuattest.errors import MalformedPolicyError
-        from gpucc.gpuattest.files import read_capped
+        from gpucc.core.errors import MalformedPolicyError
+        from gpucc.core.files import read_capped
+        from gpucc.core.jsonio import load_yaml_untrusted
         from gpucc.gpuattest.policy import MAX_POLICY_BYTES, load_policy
 
         load_policy(base)  # a base that is no valid policy is refused as such
@@ -72,7 +74,7 @@ def _emit(doc: dict[str, Any], output: Path | None, *, force: bool, header: str)
 
         out(*text.rstrip("\n").split("\n"))
         return
-    from gpucc.gpuattest.files import refuse_existing, write_atomic
+    from gpucc.core.files import refuse_existing, write_atomic
 
     from .output import note
 
@@ -115,12 +117,12 @@ def reference_snp(
     Exit codes: 0 written, 2 usage, 4 malformed image or base policy, 5 sev-snp-measure
     missing, 6 a file cannot be read or written.
     """
+    from gpucc.core.errors import UsageError
     from gpucc.gpuattest.cvm.reference import (
         SnpImage,
         snp_launch_measurement,
         snp_reference_policy,
     )
-    from gpucc.gpuattest.errors import UsageError
 
     try:
         features = int(guest_features, 0)
@@ -172,9 +174,9 @@ def reference_tdx(
     line. Exit codes: 0 written, 1 the log does not replay to the quote, 2 usage,
     4 malformed input, 6 a file cannot be read or written.
     """
+    from gpucc.core.files import read_capped
     from gpucc.gpuattest.cvm.eventlog import MAX_EVENT_LOG_BYTES, parse_event_log
     from gpucc.gpuattest.cvm.reference import tdx_reference_policy
-    from gpucc.gpuattest.files import read_capped
 
     log = parse_event_log(read_capped(event_log, MAX_EVENT_LOG_BYTES, what="CVM event log"))
     mrtd = None
@@ -189,9 +191,9 @@ def reference_tdx(
 
 def _checked_mrtd(quote: Path, log: Any) -> bytes:
     """The quote's MRTD, once the log is known to replay to its RTMRs."""
+    from gpucc.core.errors import MalformedEvidenceError, NotTrustedError
+    from gpucc.core.files import read_capped
     from gpucc.gpuattest.cvm.tdx import td_report_span
-    from gpucc.gpuattest.errors import MalformedEvidenceError, NotTrustedError
-    from gpucc.gpuattest.files import read_capped
 
     data = read_capped(quote, 64 * 1024, what="TDX quote")
     _, _, offset, size = td_report_span(data)

@@ -32,8 +32,8 @@ def demo(
     every chunk; (5) show that a tampered chunk is caught and named. With --format json
     the steps are one document on stdout and the narration goes to stderr.
     """
+    from gpucc.core.errors import NotTrustedError
     from gpucc.gpuattest.collateral import NoOcsp, rim_sources_from_mapping
-    from gpucc.gpuattest.errors import NotTrustedError
     from gpucc.gpuattest.policy import parse_policy
     from gpucc.gpuattest.samples import nvidia_h100_sample
     from gpucc.gpuattest.simulate import SimulatedGpu

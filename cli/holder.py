@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from gpucc.gpuattest.errors import UsageError
+from gpucc.core.errors import UsageError
 
 from .command import App
 from .options import (
@@ -233,7 +233,7 @@ def serve(
     within --idle-timeout-s, its head does not arrive within --header-timeout-s or the whole
     request within --body-timeout-s; SIGTERM stops accepting and drains requests in flight.
     """
-    from gpucc.gpuattest.files import read_capped
+    from gpucc.core.files import read_capped
     from gpucc.staging.format import read_secret_file
     from gpucc.travel.holder import HolderConfig, load_datasets
     from gpucc.travel.holder import serve as run_service
@@ -303,7 +303,7 @@ def keygen(
     fmt: FormatOption = OutputFormat.TEXT,
 ) -> None:
     """Make a P-384 signing key (never replaces a file); print its pin for the plan."""
-    from gpucc.gpuattest.errors import FileAccessError
+    from gpucc.core.errors import FileAccessError
     from gpucc.travel.signing import generate_signing_key, key_id, public_pem, write_signing_key
 
     if pub.exists():
@@ -368,7 +368,7 @@ def receipts_cmd(
 ) -> None:
     """Show the receipts this holder kept: for each visit, the log entry index and hash the
     orchestrator signed (give the file to `gpucc travel verify-log --receipt`)."""
-    from gpucc.gpuattest.files import read_capped
+    from gpucc.core.files import read_capped
     from gpucc.travel.receipt import MAX_RECEIPT_BYTES, Receipt
 
     found = []

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from gpucc.gpuattest.errors import UsageError
+from gpucc.core.errors import UsageError
 
 from .command import App
 from .options import FormatOption, OutputFormat
@@ -99,7 +99,7 @@ ChainOption = Annotated[
 
 
 def _refuse_existing(path: Path, force: bool, option: str) -> None:
-    from gpucc.gpuattest.files import OutputExistsError, SpecialFileError
+    from gpucc.core.files import OutputExistsError, SpecialFileError
 
     if path.is_dir():
         raise SpecialFileError(f"{option} {path} is a directory")
@@ -115,7 +115,7 @@ def write_output(path: Path, data: bytes, *, force: bool) -> None:
         OutputExistsError: ``path`` exists and ``force`` is not set.
         StagingIOError: the file cannot be written.
     """
-    from gpucc.gpuattest.files import OutputExistsError
+    from gpucc.core.files import OutputExistsError
     from gpucc.staging.dataset import io_error
 
     tmp = path.with_name(f".{path.name}.tmp-{secrets.token_hex(4)}")
@@ -368,7 +368,7 @@ def verify(
     Exit 0 when every resource matches; 6 otherwise, listing each mismatching, missing or
     extra resource.
     """
-    from gpucc.gpuattest.files import read_capped
+    from gpucc.core.files import read_capped
     from gpucc.staging.model import load_manifest, require_verified, verify_model
     from gpucc.staging.model.signing import (
         MAX_BUNDLE_SIZE,

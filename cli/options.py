@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from gpucc.gpuattest.errors import UsageError
+from gpucc.core.errors import UsageError
 
 
 class OutputFormat(enum.StrEnum):

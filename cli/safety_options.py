@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from gpucc.gpuattest.errors import UsageError
+from gpucc.core.errors import UsageError
 
 __all__ = ["ForceOption", "check_output", "force_hint"]
 
@@ -36,7 +36,7 @@ def check_output(output: Path, *inputs: Path | None, also: tuple[Path, ...] = ()
             like every existing output; never replaceable).
         UsageError: the output's name is also given to another option.
     """
-    from gpucc.gpuattest.files import refuse_inputs_as_output
+    from gpucc.core.files import refuse_inputs_as_output
 
     refuse_inputs_as_output(output, [*inputs, *also])
     target = Path(os.path.abspath(output))
@@ -51,7 +51,7 @@ def check_output(output: Path, *inputs: Path | None, also: tuple[Path, ...] = ()
 @contextmanager
 def force_hint() -> Iterator[None]:
     """Name ``--force`` in the error of an output that exists (the library names no option)."""
-    from gpucc.gpuattest.files import OutputExistsError
+    from gpucc.core.files import OutputExistsError
 
     try:
         yield

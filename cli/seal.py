@@ -13,8 +13,8 @@ from typing import Annotated
 
 import typer
 
-from gpucc.gpuattest.errors import UsageError
-from gpucc.gpuattest.files import refuse_existing
+from gpucc.core.errors import UsageError
+from gpucc.core.files import refuse_existing
 
 from .options import FormatOption, OutputFormat
 from .output import emit, format_bytes, format_rate, note
@@ -313,7 +313,7 @@ def _make_dir(path: Path) -> bool:
     Raises:
         FileAccessError: it cannot be created.
     """
-    from gpucc.gpuattest.errors import FileAccessError
+    from gpucc.core.errors import FileAccessError
 
     if path.is_dir():
         return False

@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from gpucc.gpuattest.errors import NotTrustedError, UsageError
-from gpucc.gpuattest.files import refuse_existing
+from gpucc.core.errors import NotTrustedError, UsageError
+from gpucc.core.files import refuse_existing
 
 from .command import App
 from .invocation import current
@@ -100,7 +100,7 @@ def _challenge(text: str) -> bytes:
 
 
 def _write(path: Path, data: bytes, *, force: bool) -> None:
-    from gpucc.gpuattest.files import write_atomic
+    from gpucc.core.files import write_atomic
 
     with force_hint():
         write_atomic(path, data, force=force)
@@ -108,7 +108,7 @@ def _write(path: Path, data: bytes, *, force: bool) -> None:
 
 def _fresh_host_key(path: Path) -> None:
     """Refuse a host key file that exists (exit 8): each session's key is new."""
-    from gpucc.gpuattest.files import OutputExistsError
+    from gpucc.core.files import OutputExistsError
 
     if os.path.lexists(path):
         raise OutputExistsError(
@@ -133,8 +133,8 @@ def _warn_if_simulated(simulate: Path | None) -> None:
 
 
 def _read_collateral(path: Path | None) -> bytes | None:
+    from gpucc.core.files import read_capped
     from gpucc.gpuattest.cvm.tdx import MAX_COLLATERAL_BYTES
-    from gpucc.gpuattest.files import read_capped
 
     if path is None:
         return None
@@ -379,7 +379,7 @@ def answer(
     Exit 1 if not.
     Each challenge is answered at most once (docs/PROTOCOL.md, "Replay store").
     """
-    from gpucc.gpuattest.files import read_capped
+    from gpucc.core.files import read_capped
     from gpucc.staging.release import MAX_OFFER_BYTES, FileReplayStore, Offer, accept_offer
 
     if not datasets:
@@ -464,7 +464,7 @@ def accept(
     Staging does the same checks (``gpucc stage D --session ANSWER --host-key F``); this
     command only verifies, without reading the chunks.
     """
-    from gpucc.gpuattest.files import read_capped
+    from gpucc.core.files import read_capped
     from gpucc.staging import open_sealed
     from gpucc.staging.release import MAX_ANSWER_BYTES, Answer, HostKey, open_answer
 

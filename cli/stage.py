@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 
-from gpucc.gpuattest.errors import UsageError
+from gpucc.core.errors import UsageError
 
 from .options import DeadlineOption, FormatOption, OutputFormat
 from .output import emit, format_rate, note
@@ -38,7 +38,7 @@ _DEVICE_NAMES: dict[Device, Literal["cpu", "gpu", "auto"]] = {
 
 
 def _session_key(answer_path: Path, host_key_path: Path, header_digest: bytes) -> bytes:
-    from gpucc.gpuattest.files import read_capped
+    from gpucc.core.files import read_capped
     from gpucc.staging.release import MAX_ANSWER_BYTES, Answer, HostKey, open_answer
 
     answer = Answer.from_json(read_capped(answer_path, MAX_ANSWER_BYTES))
@@ -51,7 +51,7 @@ def _trusted_manifest(
 ) -> Manifest | None:
     """The manifest to check the staged bytes against: read, or taken from a bundle whose
     signature verified first. Read before anything is staged, so a bad one stages nothing."""
-    from gpucc.gpuattest.files import read_capped
+    from gpucc.core.files import read_capped
     from gpucc.staging.model.api import load_manifest, staged_resource
     from gpucc.staging.model.signing import MAX_BUNDLE_SIZE, load_public_key, verify_bundle
 
@@ -82,7 +82,7 @@ def _inputs(names: list[str]) -> list[Path]:
         UsageError: an empty directory, or a key file among the inputs.
         FileAccessError: a name that does not exist (exit 8).
     """
-    from gpucc.gpuattest.files import read_capped
+    from gpucc.core.files import read_capped
 
     from .command import PathRule
 

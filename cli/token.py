@@ -67,14 +67,14 @@ def verify(
     at: AtOption = None,
 ) -> None:
     """Verify a signed result: signatures, issuer, times, nonce and per-GPU digests."""
-    from gpucc.gpuattest.eat import MAX_EAT_BYTES, load_public_key_pem, verify_eat
-    from gpucc.gpuattest.errors import (
+    from gpucc.core.errors import (
         MalformedEvidenceError,
         NotTrustedError,
         UsageError,
     )
+    from gpucc.core.files import read_capped
+    from gpucc.gpuattest.eat import MAX_EAT_BYTES, load_public_key_pem, verify_eat
     from gpucc.gpuattest.evidence import parse_nonce_hex
-    from gpucc.gpuattest.files import read_capped
     from gpucc.gpuattest.jws import MalformedTokenError
 
     from .options import parse_time

@@ -138,8 +138,8 @@ def verify_log(
 ) -> None:
     """Check every signature, the hash chain and the closing entry, and the log against a
     kept head or holders' receipts (exit 6 tampered or cut back, 4 malformed)."""
-    from gpucc.gpuattest.errors import UsageError
-    from gpucc.gpuattest.files import read_capped
+    from gpucc.core.errors import UsageError
+    from gpucc.core.files import read_capped
     from gpucc.travel.log import verify_log as check
     from gpucc.travel.receipt import MAX_RECEIPT_BYTES, Receipt
     from gpucc.travel.signing import load_public_key

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from gpucc.gpuattest.errors import UsageError
+from gpucc.core.errors import UsageError
 
 from .errors import GradientAuthenticationError
 from .keys import GroupKeys
@@ -118,9 +118,9 @@ class DeviceCrypt:
         self._pending: list[tuple[Any, list[MessageId], Any]] = []  # status, messages, opened text
 
     def _cupy(self) -> Any:
-        from gpucc.staging import _gpu_runtime
+        from gpucc.staging import gpu_messages
 
-        return _gpu_runtime.import_cupy()
+        return gpu_messages.import_cupy()
 
     def _keyring(self, t: torch.Tensor) -> DeviceKeyring:
         from gpucc.staging.gpu_messages import DeviceKeyring

@@ -1,4 +1,4 @@
-"""Typed errors of :mod:`gpucc.ddp`, in the families of :mod:`gpucc.gpuattest.errors`.
+"""Typed errors of :mod:`gpucc.ddp`, in the families of :mod:`gpucc.core.errors`.
 
 Messages name ranks, steps, buckets and phases; they never contain key material.
 """
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from gpucc.gpuattest.errors import IntegrityError, NotTrustedError, UsageError
+from gpucc.core.errors import IntegrityError, NotTrustedError, UsageError
 
 __all__ = [
     "GradientAuthenticationError",

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Literal
 import torch
 from torch._C._distributed_c10d import GradBucket
 
-from gpucc.gpuattest.errors import UsageError
+from gpucc.core.errors import UsageError
 
 from .algorithms import (
     Exchange,

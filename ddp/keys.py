@@ -28,7 +28,7 @@ import numpy as np
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from gpucc.gpuattest.errors import UsageError
+from gpucc.core.errors import UsageError
 
 from .errors import GradientAuthenticationError, KeyUsageExceededError
 from .messages import MAX_EPOCH, MAX_STEP, TAG_SIZE, MessageId, derive_edge_key

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from gpucc.gpuattest.errors import UsageError
+from gpucc.core.errors import UsageError
 
 __all__ = [
     "AAD_SIZE",

@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from gpucc.gpuattest._internal.jsonio import loads_untrusted
-from gpucc.gpuattest.errors import GpuccError, MalformedInputError
+from gpucc.core.errors import GpuccError, MalformedInputError
+from gpucc.core.jsonio import loads_untrusted
 from gpucc.staging.release import (
     Attester,
     CollectedCvmEvidence,

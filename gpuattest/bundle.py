@@ -44,7 +44,15 @@ from typing import Any
 from cryptography import x509
 from cryptography.x509 import ocsp as x509_ocsp
 
-from ._internal.jsonio import loads_untrusted
+from gpucc.core.errors import (
+    CollateralUnavailableError,
+    MalformedInputError,
+    MalformedRimError,
+    RimNotFoundError,
+)
+from gpucc.core.files import read_capped, write_atomic
+from gpucc.core.jsonio import loads_untrusted
+
 from ._internal.x509names import common_name
 from .collateral import (
     MAX_RIM_BYTES,
@@ -55,13 +63,6 @@ from .collateral import (
     RimSource,
     ocsp_targets,
 )
-from .errors import (
-    CollateralUnavailableError,
-    MalformedInputError,
-    MalformedRimError,
-    RimNotFoundError,
-)
-from .files import read_capped, write_atomic
 from .ocsp import MAX_OCSP_RESPONSE_BYTES, OcspClient
 from .ocsp_response import (
     DEFAULT_CLOCK_SKEW,

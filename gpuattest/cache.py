@@ -42,10 +42,11 @@ from typing import Any
 
 import platformdirs
 
-from ._internal.jsonio import loads_untrusted
+from gpucc.core.errors import FileAccessError, MalformedInputError
+from gpucc.core.files import read_capped, write_atomic
+from gpucc.core.jsonio import loads_untrusted
+
 from .collateral import MAX_RIM_BYTES, RimSource
-from .errors import FileAccessError, MalformedInputError
-from .files import read_capped, write_atomic
 
 __all__ = [
     "CACHE_FORMAT",

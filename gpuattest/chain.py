@@ -16,8 +16,9 @@ from collections.abc import Sequence
 from cryptography import x509
 from cryptography.exceptions import UnsupportedAlgorithm
 
+from gpucc.core.errors import MalformedCertificateError
+
 from . import x509chain
-from .errors import MalformedCertificateError
 from .x509chain import MAX_CHAIN_CERTS, ChainResult, ChainStatus
 
 __all__ = [

@@ -18,7 +18,7 @@ from typing import Protocol
 
 from cryptography import x509
 
-from .errors import MalformedRimError, RimNotFoundError
+from gpucc.core.errors import MalformedRimError, RimNotFoundError
 
 __all__ = [
     "MAX_RIM_BYTES",
@@ -174,7 +174,7 @@ class NoOcsp:
 
 
 def _read_capped(path: Path) -> bytes:
-    from .files import read_capped
+    from gpucc.core.files import read_capped
 
     data = read_capped(path, MAX_RIM_BYTES, what="RIM file")
     if len(data) > MAX_RIM_BYTES:

@@ -37,8 +37,9 @@ from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from .errors import ExposedKeyFileError, KeyFileError, UsageError
-from .files import read_capped, read_secret
+from gpucc.core.errors import ExposedKeyFileError, KeyFileError, UsageError
+from gpucc.core.files import read_capped, read_secret
+
 from .jws import (
     DEFAULT_CLOCK_SKEW,
     MalformedTokenError,

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ._internal.jsonio import loads_untrusted
-from .errors import MalformedEvidenceError
-from .files import read_capped
+from gpucc.core.errors import MalformedEvidenceError
+from gpucc.core.files import read_capped
+from gpucc.core.jsonio import loads_untrusted
 
 __all__ = [
     "MAX_EVIDENCE_FILE_BYTES",

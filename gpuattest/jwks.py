@@ -50,11 +50,12 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from ._internal.files import write_atomic
-from ._internal.jsonio import loads_untrusted
-from ._internal.origins import OriginGuard, origin_of, parse_origin
-from ._internal.transport import Fetcher, plain_http_to_remote, safe_url
-from .errors import CollateralUnavailableError, MalformedInputError
+from gpucc.core.errors import CollateralUnavailableError, MalformedInputError
+from gpucc.core.files import write_atomic
+from gpucc.core.jsonio import loads_untrusted
+from gpucc.core.origins import OriginGuard, origin_of, parse_origin
+from gpucc.core.transport import Fetcher, plain_http_to_remote, safe_url
+
 from .jws import TokenCheckError, b64url_decode
 from .x509chain import ChainProfile, validate_chain
 

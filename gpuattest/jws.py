@@ -38,8 +38,8 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 
-from ._internal.jsonio import loads_untrusted
-from .errors import MalformedInputError, NotTrustedError
+from gpucc.core.errors import MalformedInputError, NotTrustedError
+from gpucc.core.jsonio import loads_untrusted
 
 __all__ = [
     "ALGORITHM",

@@ -31,7 +31,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ._internal.transport import (
+from gpucc.core.errors import UsageError
+from gpucc.core.transport import (
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_READ_TIMEOUT,
     DEFAULT_RETRIES,
@@ -39,6 +40,7 @@ from ._internal.transport import (
     Fetcher,
     RequestsFetcher,
 )
+
 from .cache import CachingRimSource, CollateralCache
 from .collateral import (
     CompositeRimSource,
@@ -49,7 +51,6 @@ from .collateral import (
     OcspTarget,
     RimSource,
 )
-from .errors import UsageError
 from .ocsp import DEFAULT_OCSP_URL, OcspClient
 from .ocsp_response import DEFAULT_CLOCK_SKEW
 from .rim_service import DEFAULT_RIM_URL, RimServiceSource

@@ -49,9 +49,10 @@ from typing import Any
 
 from cryptography import x509
 
-from ._internal.origins import OriginGuard, parse_origin
-from ._internal.transport import Fetcher, safe_url
-from .errors import MalformedEvidenceError, UsageError
+from gpucc.core.errors import MalformedEvidenceError, UsageError
+from gpucc.core.origins import OriginGuard, parse_origin
+from gpucc.core.transport import Fetcher, safe_url
+
 from .evidence import EvidenceSet
 from .jwks import JwksClient, JwksDiskCache, RemoteServiceError, SigningKey
 from .jws import (

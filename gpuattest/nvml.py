@@ -11,7 +11,8 @@ from __future__ import annotations
 import ctypes
 from typing import Any
 
-from .errors import CcModeError, NvmlUnavailableError
+from gpucc.core.errors import CcModeError, NvmlUnavailableError
+
 from .evidence import CcState, EvidenceSet, GpuEvidence
 
 __all__ = ["collect_evidence", "read_cc_state"]

@@ -34,10 +34,11 @@ import datetime as dt
 import os
 from dataclasses import dataclass
 
-from ._internal.transport import Fetcher, HttpStatusError, plain_http_to_remote, safe_url
+from gpucc.core.errors import CollateralUnavailableError, UsageError
+from gpucc.core.transport import Fetcher, HttpStatusError, plain_http_to_remote, safe_url
+
 from .cache import CollateralCache
 from .collateral import OcspOutcome, OcspTarget
-from .errors import CollateralUnavailableError, UsageError
 from .ocsp_response import (
     DEFAULT_CLOCK_SKEW,
     DEFAULT_MAX_AGE_WITHOUT_NEXT_UPDATE,

@@ -43,8 +43,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpucc.core.errors import MalformedPolicyError
+
 from .cvm.policy import CvmPolicy, parse_cvm_policy
-from .errors import MalformedPolicyError
 from .topology_policy import TopologyPolicy
 
 __all__ = ["Policy", "load_policy", "parse_policy", "version_tuple"]
@@ -231,8 +232,8 @@ def load_policy(path: Path) -> Policy:
     Raises:
         MalformedPolicyError: unreadable, oversized, not YAML, or invalid.
     """
-    from ._internal.jsonio import load_yaml_untrusted
-    from .files import read_capped
+    from gpucc.core.files import read_capped
+    from gpucc.core.jsonio import load_yaml_untrusted
 
     data = read_capped(path, MAX_POLICY_BYTES, what="policy")
     if len(data) > MAX_POLICY_BYTES:

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from .errors import MalformedReportError
+from gpucc.core.errors import MalformedReportError
 
 __all__ = [
     "MAX_REPORT_BYTES",

@@ -40,9 +40,10 @@ from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.utils import CryptographyDeprecationWarning
 from lxml import etree
 
+from gpucc.core.errors import EnvironmentProblemError, MalformedRimError, UsageError
+
 from ._internal.xmltree import DSIG_NS, element_children, one_line, qname
 from .collateral import MAX_RIM_BYTES
-from .errors import EnvironmentProblemError, MalformedRimError, UsageError
 from .x509chain import MAX_CHAIN_CERTS, ChainProfile, ChainResult, validate_chain
 from .xmldsig import (
     ALLOWED_C14N,

@@ -36,16 +36,17 @@ import hashlib
 import re
 from urllib.parse import quote
 
-from ._internal.jsonio import loads_untrusted
-from ._internal.transport import (
+from gpucc.core.errors import NetworkError, RimNotFoundError, UsageError
+from gpucc.core.jsonio import loads_untrusted
+from gpucc.core.transport import (
     Fetcher,
     HttpStatusError,
     ServiceAccessDeniedError,
     plain_http_to_remote,
     safe_url,
 )
+
 from .collateral import MAX_RIM_BYTES
-from .errors import NetworkError, RimNotFoundError, UsageError
 
 __all__ = [
     "DEFAULT_RIM_URL",

@@ -13,8 +13,9 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from gpucc.core.errors import CollateralUnavailableError
+
 from .collateral import ChainKind, OcspChecker, RimSource
-from .errors import CollateralUnavailableError
 from .policy import Policy
 from .result import Check, CheckStatus
 from .revocation import chain_claim, check_chain_revocation

@@ -21,7 +21,8 @@ import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from .errors import MalformedReportError
+from gpucc.core.errors import MalformedReportError
+
 from .report import SIGNATURE_LENGTH, MeasurementBlock, OpaqueType, SpdmEnvelope
 
 __all__ = [

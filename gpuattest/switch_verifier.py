@@ -28,11 +28,12 @@ import datetime as dt
 import hashlib
 from typing import Any
 
+from gpucc.core.errors import MalformedEvidenceError
+
 from ._internal import der
 from ._internal.x509names import common_name
 from .chain import load_pem_chain, validate_chain
 from .collateral import OcspChecker, RimSource
-from .errors import MalformedEvidenceError
 from .evidence import EvidenceSet, GpuEvidence
 from .measurements import compare_switch_measurements
 from .policy import Policy

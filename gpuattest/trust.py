@@ -14,7 +14,7 @@ from importlib import resources
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from .errors import EnvironmentProblemError, MalformedCertificateError
+from gpucc.core.errors import EnvironmentProblemError, MalformedCertificateError
 
 __all__ = [
     "DEVICE_ROOT_SHA256",

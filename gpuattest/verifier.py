@@ -40,11 +40,12 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
 
+from gpucc.core.errors import MalformedEvidenceError
+
 from ._internal import der
 from ._internal.x509names import common_name
 from .chain import load_pem_chain
 from .collateral import ChainKind, OcspChecker, RimSource
-from .errors import MalformedEvidenceError
 from .evidence import EvidenceSet, GpuEvidence
 from .measurements import (
     MeasurementResult,

@@ -36,8 +36,7 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from gpucc.gpuattest.collateral import DirectoryRimSource, FileRimSource, NoOcsp
-    from gpucc.gpuattest.errors import (
+    from gpucc.core.errors import (
         CollateralUnavailableError,
         EnvironmentProblemError,
         FileAccessError,
@@ -48,6 +47,7 @@ if TYPE_CHECKING:
         UsageError,
         WrongKeyError,
     )
+    from gpucc.gpuattest.collateral import DirectoryRimSource, FileRimSource, NoOcsp
     from gpucc.gpuattest.evidence import (
         EvidenceSet,
         load_evidence_file,
@@ -102,7 +102,7 @@ _HOME: dict[str, str] = {
             "UsageError",
             "WrongKeyError",
         ),
-        "gpuattest.errors",
+        "core.errors",
     ),
     **dict.fromkeys(
         ("EvidenceSet", "load_evidence_file", "load_raw_evidence", "parse_nonce_hex"),

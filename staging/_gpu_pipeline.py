@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from gpucc.gpuattest.errors import MalformedInputError
+from gpucc.core.errors import MalformedInputError
 
 from . import _gpu_runtime as rt
 from ._gpu_runtime import (

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from gpucc.gpuattest.errors import UsageError
+from gpucc.core.errors import UsageError
 
 # The kernel geometry, mirrored from staging/kernels/aesgcm_math.cuh, is shared with the known
 # answers; it is re-exported here for the modules that launch kernels.

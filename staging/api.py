@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from gpucc.gpuattest.errors import UsageError
+from gpucc.core.errors import UsageError
 
 from . import cpu, sources
 from .arena import HostArena

@@ -27,7 +27,7 @@ from collections.abc import Callable
 import numpy as np
 import numpy.typing as npt
 
-from gpucc.gpuattest.errors import MalformedInputError
+from gpucc.core.errors import MalformedInputError
 
 from ._pipeline import ChunkFailure, run_chunks, window_for
 from .arena import HostArena, owned_array, owned_view
@@ -222,7 +222,7 @@ def stage_cpu(
         StagingIOError: the file cannot be read.
     """
     if dataset.source is not None:
-        from gpucc.gpuattest.errors import UsageError
+        from gpucc.core.errors import UsageError
 
         raise UsageError(
             f"{dataset.name} is read from a store or a stream: stage it with staging.stage "

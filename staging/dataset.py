@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from gpucc.gpuattest.files import open_regular
+from gpucc.core.files import open_regular
 
 from .chunks import ChunkCipher
 from .errors import (

@@ -1,6 +1,6 @@
 """Typed errors raised by staging: sealed datasets, key files, key release and GPU staging.
 
-Each one derives from a family in :mod:`gpucc.gpuattest.errors`, so what callers must be
+Each one derives from a family in :mod:`gpucc.core.errors`, so what callers must be
 able to tell apart stays defined in one place:
 
 * usage: :class:`StageKeyArgumentsError`, :class:`ArenaClosedError`;
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpucc.gpuattest.errors import (
+from gpucc.core.errors import (
     EnvironmentProblemError,
     FileAccessError,
     IntegrityError,

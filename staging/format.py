@@ -25,8 +25,8 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from gpucc.gpuattest.errors import ExposedKeyFileError
-from gpucc.gpuattest.files import open_secret, write_atomic
+from gpucc.core.errors import ExposedKeyFileError
+from gpucc.core.files import open_secret, write_atomic
 
 from .errors import (
     HeaderAuthenticationError,

@@ -54,7 +54,7 @@ from typing import Any
 
 import numpy as np
 
-from gpucc.gpuattest.errors import UsageError
+from gpucc.core.errors import UsageError
 
 from . import _gpu_runtime as rt
 from ._gpu_pipeline import (

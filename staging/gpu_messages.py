@@ -19,13 +19,13 @@ from typing import Any
 
 import numpy as np
 
-from gpucc.gpuattest.errors import UsageError
+from gpucc.core.errors import UsageError
 
 from . import _gpu_runtime as _rt
 from ._gpu_msg_kat import check_messages
 from ._gpu_runtime import _K, _MAX_THREADS, _ctx_words, _Kernels, _modules_lock, check_aligned
 
-__all__ = ["MAX_KEYS", "MAX_MESSAGES", "DeviceKeyring", "DeviceMessage"]
+__all__ = ["MAX_KEYS", "MAX_MESSAGES", "DeviceKeyring", "DeviceMessage", "import_cupy"]
 
 #: Keys per keyring (key contexts are ~20 KiB each).
 MAX_KEYS = 4096
@@ -63,6 +63,15 @@ class DeviceMessage:
     dst: int
     tag: int
     length: int
+
+
+def import_cupy() -> Any:
+    """CuPy, imported once (for callers of the message kernels that build device buffers).
+
+    Raises:
+        GpuStagingUnavailableError: CuPy is not installed or finds no usable device.
+    """
+    return _rt.import_cupy()
 
 
 def _tiles(length: int) -> int:

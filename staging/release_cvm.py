@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from gpucc.gpuattest.errors import CollateralUnavailableError
+from gpucc.core.errors import CollateralUnavailableError
 
 from .errors import ProtocolError
 from .release_messages import GPU_ONLY_VERSION, Offer, cvm_report_data

@@ -24,8 +24,8 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from gpucc.gpuattest._internal.jsonio import loads_untrusted
-from gpucc.gpuattest.errors import MalformedInputError
+from gpucc.core.errors import MalformedInputError
+from gpucc.core.jsonio import loads_untrusted
 
 from .errors import KeyFileError, MalformedSessionMessageError, ProtocolError
 from .format import KEY_SIZE, StrPath, WrapRecord, read_secret_file, write_secret_file

@@ -20,8 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
-from gpucc.gpuattest.errors import FileAccessError, GpuccError
-from gpucc.gpuattest.files import read_capped, write_all
+from gpucc.core.errors import FileAccessError, GpuccError
+from gpucc.core.files import read_capped, write_all
 
 from .errors import ProtocolError
 from .format import StrPath

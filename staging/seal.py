@@ -23,8 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpucc.gpuattest.errors import MalformedInputError
-from gpucc.gpuattest.files import (
+from gpucc.core.errors import MalformedInputError
+from gpucc.core.files import (
     exclusive_output,
     open_regular,
     refuse_inputs_as_output,

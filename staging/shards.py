@@ -35,8 +35,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpucc.gpuattest.errors import IntegrityError, MalformedInputError, UsageError
-from gpucc.gpuattest.files import fsync_dir, refuse_existing, write_all
+from gpucc.core.errors import IntegrityError, MalformedInputError, UsageError
+from gpucc.core.files import fsync_dir, refuse_existing, write_all
 
 from ._pipeline import ChunkFailure, run_chunks, window_for
 from .arena import HostArena

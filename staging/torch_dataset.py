@@ -38,7 +38,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from gpucc.gpuattest.errors import UsageError
+from gpucc.core.errors import UsageError
 
 from .format import StrPath
 from .seal import default_threads

@@ -15,7 +15,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from gpucc.gpuattest.errors import UsageError
+from gpucc.core.errors import UsageError
 
 from ._pipeline import ChunkFailure, run_chunks
 from .chunks import ChunkCipher

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from gpucc.gpuattest.errors import EnvironmentProblemError, UsageError
+from gpucc.core.errors import EnvironmentProblemError, UsageError
 
 from .format import KEY_SIZE
 

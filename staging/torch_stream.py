@@ -31,7 +31,7 @@ import torch
 import torch.utils.dlpack
 from torch.utils.data import IterableDataset, get_worker_info
 
-from gpucc.gpuattest.errors import UsageError
+from gpucc.core.errors import UsageError
 
 from .arena import HostArena
 from .format import TAG_SIZE, StrPath

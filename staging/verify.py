@@ -114,7 +114,7 @@ def verify_cpu(
         StagingIOError: the file cannot be read.
     """
     if dataset.source is not None:
-        from gpucc.gpuattest.errors import UsageError
+        from gpucc.core.errors import UsageError
 
         raise UsageError(
             f"{dataset.name} is read from a store or a stream: stage it with staging.stage "

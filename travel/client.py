@@ -6,8 +6,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from gpucc.gpuattest._internal.jsonio import loads_untrusted
-from gpucc.gpuattest.errors import MalformedInputError
+from gpucc.core.errors import MalformedInputError
+from gpucc.core.jsonio import loads_untrusted
 from gpucc.staging.release import CHALLENGE_SIZE, Offer
 
 from .errors import (

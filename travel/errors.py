@@ -1,4 +1,4 @@
-"""Typed errors of GPU Travelling, each in a family of :mod:`gpucc.gpuattest.errors`.
+"""Typed errors of GPU Travelling, each in a family of :mod:`gpucc.core.errors`.
 
 * :class:`HolderAuthenticationError` (integrity): an answer envelope whose signature or
   pinned key does not check.
@@ -22,7 +22,7 @@ Messages never contain key material.
 
 from __future__ import annotations
 
-from gpucc.gpuattest.errors import (
+from gpucc.core.errors import (
     CollateralUnavailableError,
     IntegrityError,
     MalformedInputError,

@@ -35,7 +35,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from gpucc.assembly import PlatformResult, PlatformVerifier
 from gpucc.assembly.record import TrustRecord, release_record
-from gpucc.gpuattest.errors import (
+from gpucc.core.errors import (
     CollateralUnavailableError,
     EnvironmentProblemError,
     FileAccessError,
@@ -43,7 +43,7 @@ from gpucc.gpuattest.errors import (
     MalformedInputError,
     UsageError,
 )
-from gpucc.gpuattest.files import write_atomic
+from gpucc.core.files import write_atomic
 from gpucc.staging.errors import ProtocolError
 from gpucc.staging.release import CHALLENGE_SIZE, DatasetKey, Offer, accept_offer
 from gpucc.staging.replay import ChallengeReplayError, MemoryReplayStore, ReplayStore

@@ -32,8 +32,8 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from gpucc.gpuattest._internal.jsonio import loads_untrusted
-from gpucc.gpuattest.files import read_capped
+from gpucc.core.files import read_capped
+from gpucc.core.jsonio import loads_untrusted
 
 from .errors import LogTamperedError, MalformedLogError
 from .receipt import Receipt

@@ -32,8 +32,8 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from gpucc.gpuattest.errors import FileAccessError, UsageError
-from gpucc.gpuattest.files import OutputExistsError, read_capped, write_atomic
+from gpucc.core.errors import FileAccessError, UsageError
+from gpucc.core.files import OutputExistsError, read_capped, write_atomic
 from gpucc.staging.release import (
     Answer,
     CollectedCvmEvidence,
@@ -366,7 +366,7 @@ def _give_receipt(
     transcript_hash: str,
 ) -> bool:
     """Hand the holder its signed receipt; whether it kept it (a holder may keep none)."""
-    from gpucc.gpuattest.errors import GpuccError
+    from gpucc.core.errors import GpuccError
 
     receipt = make_receipt(
         key, holder_id=holder.id, seq=seq, entry_hash=head, transcript_hash=transcript_hash

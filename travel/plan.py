@@ -31,9 +31,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from gpucc.gpuattest._internal.jsonio import load_yaml_untrusted, require_int
-from gpucc.gpuattest.errors import KeyFileError
-from gpucc.gpuattest.files import read_capped
+from gpucc.core.errors import KeyFileError
+from gpucc.core.files import read_capped
+from gpucc.core.jsonio import load_yaml_untrusted, require_int
 
 from .errors import PlanError
 from .signing import KeyPin

@@ -25,8 +25,8 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from gpucc.gpuattest._internal.jsonio import loads_untrusted, require_int
-from gpucc.gpuattest.errors import KeyFileError
+from gpucc.core.errors import KeyFileError
+from gpucc.core.jsonio import loads_untrusted, require_int
 
 from .errors import LogTamperedError, MalformedReceiptError
 from .signing import canonical_json, load_public_key

@@ -30,8 +30,8 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from gpucc.gpuattest._internal.jsonio import loads_untrusted
-from gpucc.gpuattest.errors import KeyFileError
+from gpucc.core.errors import KeyFileError
+from gpucc.core.jsonio import loads_untrusted
 from gpucc.staging.format import read_secret_file, write_secret_file
 
 from .errors import HolderAuthenticationError, MalformedEnvelopeError

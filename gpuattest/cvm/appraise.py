@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from cryptography import x509
 
-from ..errors import CollateralUnavailableError, MalformedEvidenceError
+from gpucc.core.errors import CollateralUnavailableError, MalformedEvidenceError
+
 from ..result import Check, CheckStatus, Decision, Verdict, check_reasons, combine_verdicts
 from .findings import CvmFindings, CvmKind
 from .policy import CvmPolicy
@@ -335,7 +336,7 @@ def verify_cvm_evidence(
 
     if looks_like_vtpm_evidence(evidence):
         if event_log is not None:
-            from ..errors import UsageError
+            from gpucc.core.errors import UsageError
 
             raise UsageError(
                 "an event log is replayed into a TDX quote's RTMRs; vTPM evidence carries PCRs"
@@ -358,7 +359,7 @@ def verify_cvm_evidence(
     log = None
     if event_log is not None:
         if kind is not CvmKind.TDX:
-            from ..errors import UsageError
+            from gpucc.core.errors import UsageError
 
             raise UsageError(
                 "an event log is replayed into a TDX quote's RTMRs; SEV-SNP evidence has none"

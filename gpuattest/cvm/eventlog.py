@@ -29,7 +29,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import MalformedEvidenceError
+from gpucc.core.errors import MalformedEvidenceError
+
 from .eventlog_decode import describe, type_name
 
 __all__ = [

@@ -31,8 +31,8 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from .._internal.jsonio import loads_untrusted
-from ..errors import MalformedInputError
+from gpucc.core.errors import MalformedInputError
+from gpucc.core.jsonio import loads_untrusted
 
 __all__ = [
     "HCL_REPORT_SIZE",

@@ -20,8 +20,9 @@ from urllib.parse import unquote
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from .._internal.jsonio import loads_untrusted
-from ..errors import MalformedEvidenceError, NetworkError
+from gpucc.core.errors import MalformedEvidenceError, NetworkError
+from gpucc.core.jsonio import loads_untrusted
+
 from .tdx import TdxCollateral
 
 if TYPE_CHECKING:

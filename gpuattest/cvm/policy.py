@@ -43,7 +43,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import MalformedPolicyError
+from gpucc.core.errors import MalformedPolicyError
 
 __all__ = ["TCB_STATUSES", "CvmPolicy", "EventPin", "parse_cvm_policy"]
 

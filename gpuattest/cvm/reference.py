@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import EnvironmentProblemError, MalformedEvidenceError
+from gpucc.core.errors import EnvironmentProblemError, MalformedEvidenceError
+
 from .eventlog import CcEventLog
 
 __all__ = [
@@ -88,7 +89,7 @@ def _check_file(path: Path, what: str) -> None:
     try:
         size = path.stat().st_size
     except OSError as exc:
-        from ..errors import FileAccessError
+        from gpucc.core.errors import FileAccessError
 
         raise FileAccessError(f"the {what} {path} cannot be read: {exc.strerror}") from None
     if size > MAX_IMAGE_BYTES:
@@ -128,7 +129,7 @@ def snp_launch_measurement(image: SnpImage) -> bytes:
         FileAccessError: a file cannot be read.
         MalformedEvidenceError: an image is oversized, or OVMF has no SEV-SNP metadata.
     """
-    from ..errors import UsageError
+    from gpucc.core.errors import UsageError
 
     guest, types, vmms, mode = _measure()
     if image.vcpu_type not in types.CPU_SIGS:

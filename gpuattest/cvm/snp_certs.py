@@ -20,7 +20,7 @@ import struct
 import uuid
 from dataclasses import dataclass, field
 
-from ..errors import MalformedInputError
+from gpucc.core.errors import MalformedInputError
 
 __all__ = [
     "ARK_GUID",

@@ -23,14 +23,15 @@ import hashlib
 import logging
 from collections.abc import Sequence
 
-from .._internal.transport import Fetcher, HttpStatusError, safe_url
-from ..cache import CollateralCache
-from ..errors import (
+from gpucc.core.errors import (
     CollateralUnavailableError,
     MalformedCertificateError,
     NetworkError,
     UsageError,
 )
+from gpucc.core.transport import Fetcher, HttpStatusError, safe_url
+
+from ..cache import CollateralCache
 from .snp_report import SnpProduct, SnpReport, SnpTcb, parse_snp_report
 from .snp_roots import MAX_VCEK_BYTES, load_vcek, product_of_issuer, vcek_info
 

@@ -37,7 +37,7 @@ import enum
 import struct
 from dataclasses import dataclass
 
-from ..errors import MalformedInputError
+from gpucc.core.errors import MalformedInputError
 
 __all__ = [
     "REPORT_SIZE",

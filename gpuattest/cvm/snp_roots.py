@@ -32,8 +32,9 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.utils import CryptographyDeprecationWarning
 from cryptography.x509.oid import NameOID
 
+from gpucc.core.errors import MalformedCertificateError
+
 from .._internal.der import DerError, read_one
-from ..errors import MalformedCertificateError
 from ..trust import TrustRootError
 from .snp_report import SnpProduct, SnpTcb
 

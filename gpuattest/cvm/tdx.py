@@ -30,8 +30,9 @@ from typing import Any
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from .._internal.jsonio import loads_untrusted
-from ..errors import MalformedEvidenceError
+from gpucc.core.errors import MalformedEvidenceError
+from gpucc.core.jsonio import loads_untrusted
+
 from ..result import Check, CheckStatus
 from ..trust import TrustRootError, cert_sha256
 from .findings import CvmFindings, CvmKind

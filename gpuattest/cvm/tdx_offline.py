@@ -30,7 +30,8 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
 
-from ..errors import MalformedEvidenceError
+from gpucc.core.errors import MalformedEvidenceError
+
 from ..result import Check, CheckStatus
 from ..x509chain import ChainProfile, ChainStatus, validate_chain
 

@@ -29,7 +29,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
-from ..errors import MalformedInputError
+from gpucc.core.errors import MalformedInputError
 
 __all__ = [
     "MAX_QUOTE_BYTES",

@@ -36,13 +36,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
-from ..errors import (
+from gpucc.core.errors import (
     EnvironmentProblemError,
     FileAccessError,
     MalformedEvidenceError,
     MalformedInputError,
     UsageError,
 )
+
 from .findings import CvmKind
 from .snp_report import parse_snp_report
 

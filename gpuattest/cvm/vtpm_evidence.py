@@ -24,8 +24,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._internal.jsonio import loads_untrusted, require_int
-from ..errors import MalformedEvidenceError
+from gpucc.core.errors import MalformedEvidenceError
+from gpucc.core.jsonio import loads_untrusted, require_int
+
 from .hcl import HclReport, parse_hcl_report
 
 __all__ = [

@@ -13,7 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from gpucc.gpuattest.errors import UsageError
+from gpucc.core.errors import UsageError
 
 from .digest_cpu import default_threads, hash_items, new_hasher
 from .errors import MalformedManifestError, ModelTreeError

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from gpucc.gpuattest.errors import UsageError
+from gpucc.core.errors import UsageError
 from gpucc.staging.errors import GpuKernelError, GpuStagingUnavailableError
 
 from .digest_cpu import _check_same, open_checked

@@ -14,7 +14,7 @@
 
 from __future__ import annotations
 
-from gpucc.gpuattest.errors import (
+from gpucc.core.errors import (
     EnvironmentProblemError,
     IntegrityError,
     MalformedInputError,

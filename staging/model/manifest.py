@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any
 
-from gpucc.gpuattest._internal.jsonio import loads_untrusted
-from gpucc.gpuattest.errors import IntegrityError
+from gpucc.core.errors import IntegrityError
+from gpucc.core.jsonio import loads_untrusted
 
 from .errors import MalformedManifestError
 

@@ -84,7 +84,7 @@ def model_ignores(root: Path, paths: Iterable[Path | str]) -> tuple[str, ...]:
     Raises:
         UsageError: a path outside the model, or the model itself.
     """
-    from gpucc.gpuattest.errors import UsageError
+    from gpucc.core.errors import UsageError
 
     out = set()
     base = os.path.realpath(root)

@@ -36,8 +36,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509 import verification
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from gpucc.gpuattest.errors import ExposedKeyFileError, KeyFileError
-from gpucc.gpuattest.files import read_secret
+from gpucc.core.errors import ExposedKeyFileError, KeyFileError
+from gpucc.core.files import read_secret
 
 from .errors import MalformedManifestError, SignatureError
 from .manifest import MAX_MANIFEST_SIZE, Manifest, _loads, _object, _string

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from gpucc.gpuattest.errors import UsageError
+from gpucc.core.errors import UsageError
 
 from .base import ObjectSource, SourceSettings
 from .errors import (

@@ -2,7 +2,7 @@
 
 * the store cannot be reached or does not answer in time (retries spent, the deadline
   passed, 5xx answers, bodies that end early): :class:`StoreUnavailableError`, a
-  :class:`~gpucc.gpuattest.errors.NetworkError` (exit 3: try again later);
+  :class:`~gpucc.core.errors.NetworkError` (exit 3: try again later);
 * the object is missing or access is refused: :class:`ObjectNotFoundError`,
   :class:`StoreAccessDeniedError`, file-access errors (exit 8, as for a local file);
 * the object changed during the read (another ETag, version or length, a failed
@@ -17,7 +17,7 @@ information: a presigned URL's signature never reaches an error.
 
 from __future__ import annotations
 
-from gpucc.gpuattest.errors import (
+from gpucc.core.errors import (
     FileAccessError,
     IntegrityError,
     MalformedInputError,

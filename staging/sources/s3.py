@@ -49,7 +49,7 @@ def s3_client(settings: SourceSettings) -> Any:
         import boto3
         from botocore.config import Config
     except ImportError:
-        from gpucc.gpuattest.errors import EnvironmentProblemError
+        from gpucc.core.errors import EnvironmentProblemError
 
         raise EnvironmentProblemError("s3:// needs boto3: pip install 'gpucc[s3]'") from None
     config = Config(

@@ -15,10 +15,10 @@ from jsonschema import Draft202012Validator
 
 from gpucc.cli.exitcodes import exit_code_for
 from gpucc.cli.schemas import load_schema
+from gpucc.core.errors import MalformedInputError
 from gpucc.gpuattest.cvm.appraise import verify_cvm_evidence
 from gpucc.gpuattest.cvm.policy import parse_cvm_policy
 from gpucc.gpuattest.cvm.snp_simulate import DEFAULT_MEASUREMENT, SimulatedSnp
-from gpucc.gpuattest.errors import MalformedInputError
 from gpucc.gpuattest.result import Verdict
 from tests.support.cli import run_cli
 from tests.support.paths import DATA

@@ -22,6 +22,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from gpucc.core.errors import UsageError
 from gpucc.ddp import (
     EncryptedAllReduce,
     GradientAuthenticationError,
@@ -37,7 +38,6 @@ from gpucc.gpuattest.collateral import NoOcsp, rim_sources_from_mapping
 from gpucc.gpuattest.cvm.appraise import CvmResult, verify_cvm_evidence
 from gpucc.gpuattest.cvm.policy import parse_cvm_policy
 from gpucc.gpuattest.cvm.tdx_sim import SIMULATED_MRTD, simulated_tdx
-from gpucc.gpuattest.errors import UsageError
 from gpucc.gpuattest.evidence import EvidenceSet
 from gpucc.gpuattest.policy import parse_policy
 from gpucc.gpuattest.simulate import SimulatedGpu

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gpucc.gpuattest.errors import GpuccError, MalformedInputError
+from gpucc.core.errors import GpuccError, MalformedInputError
 from gpucc.gpuattest.jwks import RemoteServiceError, parse_jwks
 from gpucc.gpuattest.jws import parse_detached
 from gpucc.staging.format import write_key_file

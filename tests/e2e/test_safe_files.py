@@ -26,10 +26,8 @@ from cryptography.hazmat.primitives.serialization import Encoding
 from cryptography.x509 import ocsp as x509_ocsp
 
 from gpucc.cli.terminal import safe_text
-from gpucc.gpuattest._internal.jsonio import loads_untrusted
-from gpucc.gpuattest.bundle import BUNDLE_FORMAT
-from gpucc.gpuattest.errors import FileAccessError, MalformedInputError
-from gpucc.gpuattest.files import (
+from gpucc.core.errors import FileAccessError, MalformedInputError
+from gpucc.core.files import (
     OutputExistsError,
     SpecialFileError,
     exclusive_output,
@@ -37,6 +35,8 @@ from gpucc.gpuattest.files import (
     read_capped,
     write_atomic,
 )
+from gpucc.core.jsonio import loads_untrusted
+from gpucc.gpuattest.bundle import BUNDLE_FORMAT
 from gpucc.gpuattest.ocsp_response import CertId
 from gpucc.staging import release
 from tests.support.cli import ENV, GPUCC, run_cli
@@ -600,7 +600,7 @@ def test_data_holder_answers_each_challenge_once() -> None:
 
 
 def test_policy_and_rim_files_never_hang(tmp_path: Path) -> None:
-    from gpucc.gpuattest.errors import MalformedPolicyError
+    from gpucc.core.errors import MalformedPolicyError
     from gpucc.gpuattest.policy import load_policy
 
     os.mkfifo(tmp_path / "p")

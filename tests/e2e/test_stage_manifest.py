@@ -18,7 +18,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from gpucc.gpuattest.errors import UsageError
+from gpucc.core.errors import UsageError
 from gpucc.staging.model.api import load_manifest, require_verified, verify_staged
 from gpucc.staging.model.manifest import ModelMismatchError
 from tests.support.cli import run_cli

@@ -35,7 +35,7 @@ import numpy as np
 import pytest
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
-from gpucc.gpuattest.errors import IntegrityError
+from gpucc.core.errors import IntegrityError
 from gpucc.staging import _gpu_runtime as rt
 from gpucc.staging import format as fmt
 from gpucc.staging import gpu

@@ -3,7 +3,7 @@ that imports the command line.
 
 Every import is counted, deferred and type-only ones included, as a reader sees them::
 
-    gpuattest  <-  staging  <-  assembly  <-  travel, ddp  <-  cli
+    core  <-  gpuattest  <-  staging  <-  assembly  <-  travel, ddp  <-  cli
 
 (``gpucc/__init__.py`` is the lazy public facade over all of them.)
 """
@@ -17,7 +17,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Each package's layer: a module may import its own layer and those below it.
-LAYERS = {"gpuattest": 0, "staging": 1, "assembly": 2, "travel": 3, "ddp": 3, "cli": 4}
+LAYERS = {"core": 0, "gpuattest": 1, "staging": 2, "assembly": 3, "travel": 4, "ddp": 4, "cli": 5}
 
 
 def _module_of(path: Path) -> str:
@@ -139,3 +139,15 @@ def test_the_circle_finder_finds_a_circle() -> None:
 @pytest.mark.parametrize("package", sorted(LAYERS))
 def test_every_layer_is_read(package: str) -> None:
     assert any(m.split(".")[1] == package for m in _graph())
+
+
+def test_no_package_imports_another_packages_private_module() -> None:
+    private = [
+        f"{m} -> {t}"
+        for m, targets in _graph().items()
+        for t in targets
+        if any(part.startswith("_") for part in t.split(".")[2:-1] + [t.split(".")[-1]])
+        and not t.split(".")[-1].startswith("__")
+        and m.split(".")[1] != t.split(".")[1]
+    ]
+    assert private == []

@@ -13,7 +13,7 @@ import pytest
 from cryptography.hazmat.primitives.serialization import Encoding
 
 from gpucc.assembly import PlatformEvidence, PlatformResult, PlatformVerifier, Settings
-from gpucc.gpuattest.errors import MalformedPolicyError
+from gpucc.core.errors import MalformedPolicyError
 from gpucc.gpuattest.evidence import EvidenceSet, GpuEvidence
 from gpucc.gpuattest.policy import Policy, parse_policy
 from gpucc.gpuattest.result import CheckStatus, Verdict

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from gpucc.cli.exitcodes import SIGNAL_CODES, TABLE, outcome_for
-from gpucc.gpuattest.errors import GpuccError
+from gpucc.core.errors import GpuccError
 from tests.support.paths import ROOT
 
 DOCS = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md")])

@@ -12,6 +12,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from gpucc.core.errors import IntegrityError, UsageError
 from gpucc.ddp import (
     GradientAuthenticationError,
     GroupKeys,
@@ -29,7 +30,6 @@ from gpucc.ddp.messages import (
     group_challenge,
     group_transcript_hash,
 )
-from gpucc.gpuattest.errors import IntegrityError, UsageError
 from tests.support.paths import ROOT
 
 DOC = ROOT / "docs" / "DDP.md"

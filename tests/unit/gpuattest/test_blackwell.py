@@ -13,8 +13,8 @@ import os
 
 import pytest
 
+from gpucc.core.errors import CollateralUnavailableError
 from gpucc.gpuattest.collateral import NoOcsp, RimSource
-from gpucc.gpuattest.errors import CollateralUnavailableError
 from gpucc.gpuattest.evidence import load_evidence_file
 from gpucc.gpuattest.policy import Policy
 from gpucc.gpuattest.report import AttestationReport

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from gpucc.cli.exitcodes import exit_code_for
-from gpucc.gpuattest._internal.transport import RequestsFetcher
+from gpucc.core.errors import FileAccessError, OfflineError, RimNotFoundError, UsageError
+from gpucc.core.transport import RequestsFetcher
 from gpucc.gpuattest.bundle import (
     BUNDLE_FORMAT,
     Bundle,
@@ -28,7 +29,6 @@ from gpucc.gpuattest.bundle import (
     write_bundle,
 )
 from gpucc.gpuattest.collateral import ChainKind, OcspStatus, OcspTarget, RimSource, ocsp_targets
-from gpucc.gpuattest.errors import FileAccessError, OfflineError, RimNotFoundError, UsageError
 from gpucc.gpuattest.netconfig import FallbackOcspChecker, NetworkSettings, build_collateral
 from gpucc.gpuattest.ocsp import OcspClient
 from gpucc.gpuattest.ocsp_response import CertId

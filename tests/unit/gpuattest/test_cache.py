@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gpucc.gpuattest._internal.transport import RequestsFetcher
+from gpucc.core.transport import RequestsFetcher
 from gpucc.gpuattest.cache import CachingRimSource, CollateralCache, default_cache_dir
 from gpucc.gpuattest.collateral import ChainKind, OcspOutcome, OcspStatus
 from gpucc.gpuattest.ocsp import OcspClient

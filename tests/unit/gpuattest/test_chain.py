@@ -8,13 +8,13 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
+from gpucc.core.errors import MalformedCertificateError
 from gpucc.gpuattest.chain import (
     MAX_PEM_CHAIN_BYTES,
     ChainStatus,
     load_pem_chain,
     validate_chain,
 )
-from gpucc.gpuattest.errors import MalformedCertificateError
 from gpucc.gpuattest.rim import ReferenceManifest
 from gpucc.gpuattest.trust import TrustRoots
 from tests.support.samples import HEAD_CHAIN, IN_WINDOW, SET_A_CHAIN, SET_A_DRIVER_RIM

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from gpucc.core.errors import FileAccessError, MalformedRimError, RimNotFoundError
 from gpucc.gpuattest.chain import load_pem_chain
 from gpucc.gpuattest.collateral import (
     MAX_RIM_BYTES,
@@ -20,7 +21,6 @@ from gpucc.gpuattest.collateral import (
     ocsp_targets,
     rim_sources_from_mapping,
 )
-from gpucc.gpuattest.errors import FileAccessError, MalformedRimError, RimNotFoundError
 from gpucc.gpuattest.rim import ReferenceManifest
 from gpucc.gpuattest.trust import TrustRoots
 from tests.support.samples import (

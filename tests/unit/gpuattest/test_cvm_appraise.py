@@ -7,14 +7,14 @@ from typing import Any
 
 import pytest
 
-from gpucc.gpuattest.cvm.appraise import appraise, detect_kind, verify_cvm_evidence
-from gpucc.gpuattest.cvm.findings import CvmFindings, CvmKind
-from gpucc.gpuattest.cvm.policy import CvmPolicy, parse_cvm_policy
-from gpucc.gpuattest.errors import (
+from gpucc.core.errors import (
     CollateralUnavailableError,
     MalformedEvidenceError,
     MalformedPolicyError,
 )
+from gpucc.gpuattest.cvm.appraise import appraise, detect_kind, verify_cvm_evidence
+from gpucc.gpuattest.cvm.findings import CvmFindings, CvmKind
+from gpucc.gpuattest.cvm.policy import CvmPolicy, parse_cvm_policy
 from gpucc.gpuattest.policy import parse_policy
 from gpucc.gpuattest.result import Check, CheckStatus, Decision, Verdict
 from tests.support.paths import DATA

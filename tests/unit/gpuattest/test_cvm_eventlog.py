@@ -9,6 +9,7 @@ import struct
 
 import pytest
 
+from gpucc.core.errors import MalformedEvidenceError
 from gpucc.gpuattest.cvm.eventlog import MAX_EVENT_LOG_BYTES, parse_event_log
 from gpucc.gpuattest.cvm.eventlog_build import (
     LogEvent,
@@ -17,7 +18,6 @@ from gpucc.gpuattest.cvm.eventlog_build import (
     efi_variable_data,
 )
 from gpucc.gpuattest.cvm.eventlog_decode import escape
-from gpucc.gpuattest.errors import MalformedEvidenceError
 from tests.support.paths import DATA
 
 CCEL = DATA / "cloud-cvm" / "tdx-ccel"

@@ -11,15 +11,15 @@ from dataclasses import replace
 
 import pytest
 
-from gpucc.gpuattest.cvm.appraise import CvmResult, verify_cvm_evidence
-from gpucc.gpuattest.cvm.eventlog_build import LogEvent, boot_events, build_event_log
-from gpucc.gpuattest.cvm.policy import CvmPolicy, parse_cvm_policy
-from gpucc.gpuattest.cvm.tdx_sim import SimulatedTdx, simulated_tdx
-from gpucc.gpuattest.errors import (
+from gpucc.core.errors import (
     CollateralUnavailableError,
     MalformedPolicyError,
     UsageError,
 )
+from gpucc.gpuattest.cvm.appraise import CvmResult, verify_cvm_evidence
+from gpucc.gpuattest.cvm.eventlog_build import LogEvent, boot_events, build_event_log
+from gpucc.gpuattest.cvm.policy import CvmPolicy, parse_cvm_policy
+from gpucc.gpuattest.cvm.tdx_sim import SimulatedTdx, simulated_tdx
 from gpucc.gpuattest.result import Verdict
 from tests.support.paths import DATA
 

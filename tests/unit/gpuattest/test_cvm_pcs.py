@@ -12,11 +12,11 @@ from urllib.parse import quote as urlquote
 
 import pytest
 
-from gpucc.gpuattest._internal.transport import RequestsFetcher
+from gpucc.core.errors import CollateralUnavailableError, NetworkError, OfflineError
+from gpucc.core.transport import RequestsFetcher
 from gpucc.gpuattest.cache import CollateralCache
 from gpucc.gpuattest.cvm.pcs import fetch_tdx_collateral, tdx_collateral_for
 from gpucc.gpuattest.cvm.tdx import verify_tdx_quote
-from gpucc.gpuattest.errors import CollateralUnavailableError, NetworkError, OfflineError
 from tests.support.cli import run_cli
 from tests.support.netfixtures import LocalServer, Reply, Seen, serve
 from tests.support.paths import DATA

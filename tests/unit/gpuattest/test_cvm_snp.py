@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpucc.cli.exitcodes import exit_code_for
+from gpucc.core.errors import MalformedCertificateError
 from gpucc.gpuattest.cvm.findings import CvmFindings, CvmKind
 from gpucc.gpuattest.cvm.snp import SnpRoots, looks_like_snp_report, verify_snp_report
 from gpucc.gpuattest.cvm.snp_report import (
@@ -21,7 +22,6 @@ from gpucc.gpuattest.cvm.snp_report import (
     product_from_cpuid,
 )
 from gpucc.gpuattest.cvm.snp_roots import AMD_ROOT_SHA256, load_vcek, vcek_info
-from gpucc.gpuattest.errors import MalformedCertificateError
 from gpucc.gpuattest.result import CheckStatus
 from tests.support.paths import DATA
 

@@ -9,7 +9,13 @@ from pathlib import Path
 import pytest
 
 from gpucc.cli.exitcodes import exit_code_for
-from gpucc.gpuattest._internal.transport import RequestsFetcher
+from gpucc.core.errors import (
+    CollateralUnavailableError,
+    NetworkError,
+    OfflineError,
+    UsageError,
+)
+from gpucc.core.transport import RequestsFetcher
 from gpucc.gpuattest.cache import CollateralCache
 from gpucc.gpuattest.cvm.snp import verify_snp_report
 from gpucc.gpuattest.cvm.snp_kds import KdsError, fetch_vcek, vcek_url
@@ -20,12 +26,6 @@ from gpucc.gpuattest.cvm.snp_report import (
     parse_snp_report,
 )
 from gpucc.gpuattest.cvm.snp_simulate import SimulatedSnp
-from gpucc.gpuattest.errors import (
-    CollateralUnavailableError,
-    NetworkError,
-    OfflineError,
-    UsageError,
-)
 from tests.support.netfixtures import Reply, Seen, free_port, serve
 from tests.support.paths import DATA
 

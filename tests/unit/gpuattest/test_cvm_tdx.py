@@ -12,6 +12,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from gpucc.core.errors import MalformedEvidenceError
 from gpucc.gpuattest.cvm.findings import CvmKind
 from gpucc.gpuattest.cvm.tdx import (
     INTEL_SGX_ROOT_SHA256,
@@ -21,7 +22,6 @@ from gpucc.gpuattest.cvm.tdx import (
     looks_like_tdx_quote,
     verify_tdx_quote,
 )
-from gpucc.gpuattest.errors import MalformedEvidenceError
 from gpucc.gpuattest.result import CheckStatus
 from gpucc.gpuattest.trust import cert_sha256
 from tests.support.paths import DATA

@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpucc.cli.exitcodes import exit_code_for
+from gpucc.core.errors import UsageError
 from gpucc.gpuattest.cvm.findings import CvmKind
 from gpucc.gpuattest.cvm.snp import verify_snp_report
 from gpucc.gpuattest.cvm.snp_certs import (
@@ -43,7 +44,6 @@ from gpucc.gpuattest.cvm.tsm import (
     UnknownTsmProviderError,
     collect_tsm_report,
 )
-from gpucc.gpuattest.errors import UsageError
 from tests.support.paths import DATA
 from tests.support.tsm import FakeTsm, MakeOutblob
 

@@ -13,11 +13,11 @@ import pytest
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
+from gpucc.core.errors import MalformedEvidenceError, MalformedInputError
 from gpucc.gpuattest.cvm.appraise import CvmResult, verify_cvm_evidence
 from gpucc.gpuattest.cvm.hcl import MalformedHclReportError
 from gpucc.gpuattest.cvm.policy import parse_cvm_policy
 from gpucc.gpuattest.cvm.tpm_quote import MalformedTpmQuoteError
-from gpucc.gpuattest.errors import MalformedEvidenceError, MalformedInputError
 from gpucc.gpuattest.result import Verdict
 from tests.support.paths import DATA
 

@@ -21,6 +21,8 @@ from joserfc import jwt as jose_jwt
 from joserfc.jwk import ECKey
 
 from gpucc.cli.exitcodes import exit_code_for
+from gpucc.core.errors import FileAccessError, KeyFileError, UsageError
+from gpucc.core.files import SpecialFileError
 from gpucc.gpuattest.eat import (
     SignedEat,
     evidence_digest,
@@ -33,8 +35,6 @@ from gpucc.gpuattest.eat import (
     sign_result_claims,
     verify_eat,
 )
-from gpucc.gpuattest.errors import FileAccessError, KeyFileError, UsageError
-from gpucc.gpuattest.files import SpecialFileError
 from gpucc.gpuattest.jws import MalformedTokenError, TokenCheckError, b64url_decode
 from tests.support.paths import ROOT
 

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
+from gpucc.core.errors import MalformedCertificateError
 from gpucc.gpuattest import rim as rim_module
 from gpucc.gpuattest import x509chain, xmldsig
 from gpucc.gpuattest.chain import ChainStatus, load_pem_chain, validate_chain
 from gpucc.gpuattest.collateral import NoOcsp, rim_sources_from_mapping
-from gpucc.gpuattest.errors import MalformedCertificateError
 from gpucc.gpuattest.evidence import EvidenceSet
 from gpucc.gpuattest.policy import parse_policy
 from gpucc.gpuattest.simulate import SimulatedGpu

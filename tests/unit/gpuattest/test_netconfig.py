@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from gpucc.gpuattest._internal.transport import DEFAULT_CONNECT_TIMEOUT, RequestsFetcher
+from gpucc.core.errors import OfflineError, UsageError
+from gpucc.core.transport import DEFAULT_CONNECT_TIMEOUT, RequestsFetcher
 from gpucc.gpuattest.bundle import Bundle, write_bundle
 from gpucc.gpuattest.cache import CachingRimSource, CollateralCache
 from gpucc.gpuattest.chain import load_pem_chain
@@ -20,7 +21,6 @@ from gpucc.gpuattest.collateral import (
     OcspTarget,
     ocsp_targets,
 )
-from gpucc.gpuattest.errors import OfflineError, UsageError
 from gpucc.gpuattest.netconfig import (
     FallbackOcspChecker,
     NetworkSettings,

@@ -23,12 +23,12 @@ from hypothesis import strategies as st
 from joserfc.jwk import ECKey
 
 from gpucc.cli.exitcodes import exit_code_for
-from gpucc.gpuattest._internal.transport import HttpStatusError, RequestsFetcher
-from gpucc.gpuattest.errors import (
+from gpucc.core.errors import (
     CollateralUnavailableError,
     NetworkError,
     OfflineError,
 )
+from gpucc.core.transport import HttpStatusError, RequestsFetcher
 from gpucc.gpuattest.evidence import EvidenceSet, GpuEvidence
 from gpucc.gpuattest.jwks import JwksClient, JwksDiskCache, RemoteServiceError, parse_jwks
 from gpucc.gpuattest.jws import TokenCheckError
@@ -642,7 +642,7 @@ def test_service_key_is_sent_as_bearer(
 
 
 def test_mixed_architectures_are_refused(fake: tuple[FakeNras, Any], pki: NrasPki) -> None:
-    from gpucc.gpuattest.errors import MalformedEvidenceError
+    from gpucc.core.errors import MalformedEvidenceError
 
     nras, server = fake
     gpus = (

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from gpucc.cli.exitcodes import exit_code_for
-from gpucc.gpuattest._internal.transport import RedirectRefusedError, RequestsFetcher
-from gpucc.gpuattest.errors import NetworkError, UsageError
+from gpucc.core.errors import NetworkError, UsageError
+from gpucc.core.transport import RedirectRefusedError, RequestsFetcher
 from gpucc.gpuattest.evidence import EvidenceSet, GpuEvidence
 from gpucc.gpuattest.jwks import JwksClient, JwksDiskCache, RemoteServiceError
 from gpucc.gpuattest.jws import TokenCheckError

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from gpucc.cli.exitcodes import exit_code_for
+from gpucc.core.errors import CcModeError, NvmlUnavailableError
 from gpucc.gpuattest.collateral import NoOcsp, rim_sources_from_mapping
-from gpucc.gpuattest.errors import CcModeError, NvmlUnavailableError
 from gpucc.gpuattest.evidence import dump_evidence_json, load_evidence_json
 from gpucc.gpuattest.nvml import collect_evidence
 from gpucc.gpuattest.policy import parse_policy

@@ -10,9 +10,9 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes
 from cryptography.x509 import ocsp
 
-from gpucc.gpuattest._internal.transport import RequestsFetcher
+from gpucc.core.errors import UsageError
+from gpucc.core.transport import RequestsFetcher
 from gpucc.gpuattest.collateral import ChainKind, OcspOutcome, OcspStatus
-from gpucc.gpuattest.errors import UsageError
 from gpucc.gpuattest.ocsp import OcspClient
 from gpucc.gpuattest.ocsp_response import (
     NONCE_BYTES,

@@ -13,12 +13,12 @@ from cryptography.hazmat.primitives import serialization
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpucc.gpuattest.chain import ChainStatus, load_pem_chain, validate_chain
-from gpucc.gpuattest.errors import (
+from gpucc.core.errors import (
     MalformedCertificateError,
     MalformedEvidenceError,
     MalformedPolicyError,
 )
+from gpucc.gpuattest.chain import ChainStatus, load_pem_chain, validate_chain
 from gpucc.gpuattest.evidence import (
     dump_evidence_json,
     load_evidence_file,

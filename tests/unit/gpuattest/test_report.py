@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpucc.gpuattest.errors import MalformedReportError
+from gpucc.core.errors import MalformedReportError
 from gpucc.gpuattest.report import Architecture, AttestationReport, decode_vbios_version
 from tests.support.samples import HEAD_NONCE, HEAD_REPORT, SET_A_NONCE, SET_A_REPORT, report_bytes
 

@@ -17,10 +17,10 @@ from lxml import etree
 from signxml.algorithms import CanonicalizationMethod, DigestAlgorithm, SignatureMethod
 from signxml.verifier import SignatureConfiguration, XMLVerifier
 
+from gpucc.core.errors import MalformedRimError, UsageError
 from gpucc.gpuattest import rim as rim_module
 from gpucc.gpuattest.chain import ChainStatus
 from gpucc.gpuattest.collateral import MAX_RIM_BYTES
-from gpucc.gpuattest.errors import MalformedRimError, UsageError
 from gpucc.gpuattest.rim import (
     ReferenceManifest,
     RimSignatureResult,

@@ -8,18 +8,18 @@ from collections.abc import Iterator
 import pytest
 
 from gpucc.cli.exitcodes import describe, exit_code_for
-from gpucc.gpuattest._internal.transport import (
-    HttpStatusError,
-    RequestsFetcher,
-    ServiceAccessDeniedError,
-)
-from gpucc.gpuattest.errors import (
+from gpucc.core.errors import (
     CollateralUnavailableError,
     GpuccError,
     NetworkError,
     OfflineError,
     RimNotFoundError,
     UsageError,
+)
+from gpucc.core.transport import (
+    HttpStatusError,
+    RequestsFetcher,
+    ServiceAccessDeniedError,
 )
 from gpucc.gpuattest.rim_service import RimServiceError, RimServiceSource, valid_rim_id
 from tests.support.netfixtures import (

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from gpucc.core.errors import MalformedReportError
 from gpucc.gpuattest.collateral import DirectoryRimSource, FileRimSource, NoOcsp, RimSource
-from gpucc.gpuattest.errors import MalformedReportError
 from gpucc.gpuattest.evidence import EvidenceSet, GpuEvidence, load_evidence_file
 from gpucc.gpuattest.policy import Policy
 from gpucc.gpuattest.result import CheckStatus, Verdict

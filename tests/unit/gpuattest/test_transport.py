@@ -12,19 +12,19 @@ import pytest
 
 from gpucc import __version__
 from gpucc.cli.exitcodes import exit_code_for
-from gpucc.gpuattest._internal.transport import (
+from gpucc.core.errors import (
+    CollateralUnavailableError,
+    NetworkError,
+    OfflineError,
+    UsageError,
+)
+from gpucc.core.transport import (
     MAX_REDIRECTS,
     HttpStatusError,
     OriginGuard,
     RedirectRefusedError,
     RequestsFetcher,
     safe_url,
-)
-from gpucc.gpuattest.errors import (
-    CollateralUnavailableError,
-    NetworkError,
-    OfflineError,
-    UsageError,
 )
 from tests.support.netfixtures import (
     Reply,
@@ -269,7 +269,7 @@ def test_the_deadline_bounds_retries_and_their_backoff() -> None:
 
 
 def test_a_deadline_shuts_what_it_watches_and_only_until_it_ends() -> None:
-    from gpucc.gpuattest._internal.deadline import Deadline
+    from gpucc.core.deadline import Deadline
 
     a, b = socket.socketpair()
     with a, b:

@@ -12,8 +12,8 @@ from cryptography.hazmat.primitives import serialization
 
 from gpucc.assembly import PlatformResult
 from gpucc.cli.render import attest_document, verdict_exit_code
+from gpucc.core.errors import MalformedCertificateError, MalformedReportError
 from gpucc.gpuattest.collateral import FileRimSource, NoOcsp, NoRimSource, rim_sources_from_mapping
-from gpucc.gpuattest.errors import MalformedCertificateError, MalformedReportError
 from gpucc.gpuattest.evidence import EvidenceSet, GpuEvidence, load_raw_evidence
 from gpucc.gpuattest.policy import Policy, parse_policy
 from gpucc.gpuattest.result import AttestationResult, CheckStatus, Decision, Verdict

@@ -18,7 +18,7 @@ import pytest
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from gpucc.cli.exitcodes import exit_code_for
-from gpucc.gpuattest.errors import FileAccessError
+from gpucc.core.errors import FileAccessError
 from gpucc.staging import format as fmt
 from gpucc.staging.chunks import ChunkCipher
 from gpucc.staging.errors import KeyFileError, KeyUnwrapError, MalformedDatasetError

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from gpucc.gpuattest.errors import UsageError
+from gpucc.core.errors import UsageError
 from gpucc.staging import _gpu_runtime as rt
 from gpucc.staging import gpu_messages as gm
 from gpucc.staging.errors import GpuKernelError

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from gpucc.cli.exitcodes import exit_code_for
-from gpucc.gpuattest.errors import UsageError
+from gpucc.core.errors import UsageError
 from gpucc.staging import _gpu_kat as kat
 from gpucc.staging import _gpu_pipeline, gpu
 from gpucc.staging import _gpu_runtime as rt

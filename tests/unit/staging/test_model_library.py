@@ -20,7 +20,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from gpucc.cli.exitcodes import exit_code_for
-from gpucc.gpuattest.errors import KeyFileError
+from gpucc.core.errors import KeyFileError
 from gpucc.staging.model import (
     Manifest,
     digest_model,

@@ -18,7 +18,7 @@ import pytest
 
 from gpucc import staging
 from gpucc.cli.exitcodes import exit_code_for
-from gpucc.gpuattest.errors import (
+from gpucc.core.errors import (
     FileAccessError,
     GpuccError,
     IntegrityError,

@@ -26,8 +26,8 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from gpucc.cli.exitcodes import exit_code_for
+from gpucc.core.errors import FileAccessError
 from gpucc.gpuattest.collateral import NoOcsp, rim_sources_from_mapping
-from gpucc.gpuattest.errors import FileAccessError
 from gpucc.gpuattest.evidence import EvidenceSet
 from gpucc.gpuattest.policy import parse_policy
 from gpucc.gpuattest.simulate import SimulatedGpu

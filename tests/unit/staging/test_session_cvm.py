@@ -348,7 +348,7 @@ def test_the_host_key_file_keeps_the_cvm_evidence_digest(
 def test_stale_cvm_collateral_is_undecided_not_refused(
     gpu: SimulatedGpu, tdx: SimulatedTdx
 ) -> None:
-    from gpucc.gpuattest.errors import CollateralUnavailableError
+    from gpucc.core.errors import CollateralUnavailableError
 
     challenge = s.new_challenge()
     stale = tdx.collateral(issued=NOW - dt.timedelta(days=40)).to_json()

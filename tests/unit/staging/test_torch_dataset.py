@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from gpucc.gpuattest.errors import UsageError
+from gpucc.core.errors import UsageError
 from gpucc.staging import seal_file, stage
 from gpucc.staging.errors import ChunkAuthenticationError, GpuStagingUnavailableError
 from gpucc.staging.format import TAG_SIZE

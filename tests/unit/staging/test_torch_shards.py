@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gpucc.gpuattest.errors import UsageError
+from gpucc.core.errors import UsageError
 from gpucc.staging import open_sealed, seal_file, stage, write_key_file
 from gpucc.staging.errors import HeaderAuthenticationError
 from gpucc.staging.format import derive_chunk_key

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from gpucc import staging
-from gpucc.gpuattest.errors import MalformedInputError
+from gpucc.core.errors import MalformedInputError
 from gpucc.staging import format as fmt
 from gpucc.staging import verify
 from gpucc.staging.chunks import zero

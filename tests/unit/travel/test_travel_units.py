@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from gpucc.gpuattest.errors import KeyFileError, MalformedPolicyError
-from gpucc.gpuattest.files import OutputExistsError
+from gpucc.core.errors import KeyFileError, MalformedPolicyError
+from gpucc.core.files import OutputExistsError
 from gpucc.gpuattest.policy import load_policy
 from gpucc.travel.errors import (
     HolderAuthenticationError,

@@ -4,7 +4,7 @@
 implementation, :class:`RequestsFetcher`, sits on ``requests`` with:
 
 * explicit timeouts (connect, read) plus a deadline on the whole call (connect, TLS,
-  headers, body, retries and redirects together; see :mod:`._internal.deadline`), so a
+  headers, body, retries and redirects together; see :mod:`.deadline`), so a
   server that drips one byte per read timeout cannot hold us for ever;
 * urllib3 ``Retry`` with exponential backoff on connection errors and on
   HTTP 500/502/503/504, bounded in count; read timeouts are not retried (a slow
@@ -13,7 +13,7 @@ implementation, :class:`RequestsFetcher`, sits on ``requests`` with:
 * at most :data:`MAX_REDIRECTS` redirects, followed here rather than by requests, so that
   a redirect's body is never read, ``Authorization`` is sent to the first origin only,
   and a caller can keep a request on its origin (an
-  :class:`~gpuattest._internal.origins.OriginGuard`);
+  :class:`~gpucc.core.origins.OriginGuard`);
 * proxies from ``HTTP_PROXY``/``HTTPS_PROXY``/``NO_PROXY`` (requests'
   ``trust_env``), and the CA bundle from ``REQUESTS_CA_BUNDLE``;
 * a streaming read with a hard size cap (``Content-Length`` is checked first,
@@ -41,7 +41,7 @@ if TYPE_CHECKING:  # imported lazily at run time: they cost ~85 ms of start-up
 
 from gpucc import __version__
 
-from ..errors import (
+from .errors import (
     HttpStatusError,
     NetworkError,
     OfflineError,

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from urllib.parse import urlsplit
 
-from ..errors import NetworkError, UsageError
+from .errors import NetworkError, UsageError
 
 __all__ = ["OriginGuard", "RedirectRefusedError", "origin_of", "parse_origin"]
 

@@ -31,7 +31,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import GpuccError
+from .errors import GpuccError
 
 __all__ = [
     "MAX_DEPTH",
