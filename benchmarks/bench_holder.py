@@ -37,7 +37,7 @@ import requests
 from cryptography.hazmat.primitives.serialization import Encoding
 
 from gpucc.gpuattest.collateral import NoOcsp, rim_sources_from_mapping
-from gpucc.gpuattest.cvm.tdx_sim import simulated_tdx
+from gpucc.gpuattest.cvm.tdx_sim import SIMULATED_MRTD, simulated_tdx
 from gpucc.gpuattest.evidence import load_evidence_json
 from gpucc.gpuattest.policy import parse_policy
 from gpucc.gpuattest.simulate import SimulatedGpu
@@ -130,6 +130,12 @@ def main() -> int:
         (tmp / "plain").write_bytes(os.urandom(1 << 16))
         seal_file(tmp / "plain", tmp / "data" / "d.gcc", kek=kek)
         write_signing_key(tmp / "holder.key", generate_signing_key())
+        # The holder's policy: no OCSP responder for a simulation, the simulated TD pinned.
+        (tmp / "policy.yaml").write_text(
+            "ocsp:\n  require: false\n"
+            f"cvm:\n  measurements:\n    tdx:\n      mrtd: '{SIMULATED_MRTD.hex()}'\n",
+            encoding="utf-8",
+        )
         port = _free_port()
         url = f"http://127.0.0.1:{port}"
         server = subprocess.Popen(
@@ -137,7 +143,8 @@ def main() -> int:
                 sys.executable, "-m", "gpucc.cli.holder", "serve",
                 "--datasets", str(tmp / "data"), "--dataset-keys", str(tmp / "data.key"),
                 "--key", str(tmp / "holder.key"), "--listen", f"127.0.0.1:{port}",
-                "--simulate-roots", str(roots), "--rate", "100000", "--burst", "100000",
+                "--simulate-roots", str(roots), "--policy", str(tmp / "policy.yaml"),
+                "--rate", "100000", "--burst", "100000",
                 # every client thread shares 127.0.0.1: lift the per-client caps
                 "--max-connections-per-client", "2048", "--max-challenges-per-client", "2048",
             ],
