@@ -120,7 +120,9 @@ def _holder_files(
     return data, kek_path, key_path, datasets, keys, key
 
 
-def _start(world: World, name: str, sizes: list[int], *extra: str) -> Holder:
+def _start(
+    world: World, name: str, sizes: list[int], *extra: str, prefix: tuple[str, ...] = ()
+) -> Holder:
     data, kek_path, key_path, datasets, keys, key = _holder_files(world.tmp, name, sizes)
     taken = {int(h.url.rsplit(":", 1)[1]) for h in world.holders.values()}
     port = free_port()
@@ -131,6 +133,7 @@ def _start(world: World, name: str, sizes: list[int], *extra: str) -> Holder:
     receipts.mkdir()
     proc = subprocess.Popen(
         [
+            *prefix,
             sys.executable,
             "-m",
             "gpucc.cli.holder",
