@@ -31,7 +31,12 @@ from .options import (
 from .output import emit, note, out, warn
 
 if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric import ec
+
     from gpucc.assembly import PlatformVerifier
+    from gpucc.staging.statedb import PostgresState, SqliteState
+
+    HolderState = SqliteState | PostgresState
 
 __all__ = ["holder_app", "keygen"]
 
@@ -97,6 +102,25 @@ def _verifier(
     if verifier.allow_gpu_only:
         note("policy relaxation cvm.allow_gpu_only: GPU-only (version 1) offers are accepted")
     return verifier
+
+
+def _default_state_file(signing_key: ec.EllipticCurvePrivateKey) -> Path:
+    import platformdirs
+
+    from gpucc.travel.signing import key_id
+
+    directory = Path(platformdirs.user_state_dir("gpucc"))
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return directory / f"holder-{key_id(signing_key)[:16]}.sqlite3"
+
+
+def _state(url: str | None, signing_key: ec.EllipticCurvePrivateKey) -> HolderState | None:
+    """The holder's durable state (``None``: memory only, for ``--state memory``)."""
+    from gpucc.staging.statedb import open_state
+
+    if url == "memory":
+        return None
+    return open_state(url or str(_default_state_file(signing_key)))
 
 
 @holder_app.command("serve")
@@ -209,6 +233,16 @@ def serve(
             help="Accept receipts signed by this orchestrator public key only.",
         ),
     ] = None,
+    state: Annotated[
+        str | None,
+        typer.Option(
+            "--state",
+            metavar="URL",
+            help="Durable state: a SQLite file (default: holder-<key id>.sqlite3 in the "
+            "per-user state directory), postgresql://... shared by several holder processes, "
+            "or 'memory'.",
+        ),
+    ] = None,
     drain_s: Annotated[
         float, typer.Option("--drain-s", min=0, max=600, help="Graceful shutdown limit, s.")
     ] = 20.0,
@@ -258,9 +292,10 @@ def serve(
         if missing:
             raise UsageError(f"--simulate-roots {simulate_roots} lacks {', '.join(missing)}")
         warn("SIMULATED GPU roots: for tests and demos only, this attests nothing real")
+    signing_key = load_signing_key(key)
     config = HolderConfig(
         datasets=load_datasets(datasets, dataset_keys),
-        signing_key=load_signing_key(key),
+        signing_key=signing_key,
         verifier=_verifier(simulate_roots, policy, rim_dir, collateral, offline),
         challenge_ttl=challenge_ttl,
         max_request_bytes=max_request_kib * 1024,
@@ -272,6 +307,7 @@ def serve(
         orchestrator_key=None
         if orchestrator_key is None
         else load_public_key(read_capped(orchestrator_key, 16 * 1024), str(orchestrator_key)),
+        state=_state(state, signing_key),
     )
     limits = ServerLimits(
         idle_s=idle_timeout,

@@ -29,7 +29,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from cryptography.hazmat.primitives.asymmetric import ec
 
@@ -47,6 +47,7 @@ from gpucc.gpuattest.files import write_atomic
 from gpucc.staging.errors import ProtocolError
 from gpucc.staging.release import CHALLENGE_SIZE, DatasetKey, Offer, accept_offer
 from gpucc.staging.replay import ChallengeReplayError, MemoryReplayStore, ReplayStore
+from gpucc.staging.statedb import PostgresState, SqliteState, StateUnavailableError
 
 from .httpserver import ServerLimits, run_server
 from .receipt import Receipt
@@ -85,7 +86,9 @@ class HolderConfig:
         max_outstanding: challenges kept at most (oldest evicted first).
         max_challenges_per_client: outstanding challenges one client address may hold.
         body_timeout_s: a whole request must arrive within this many seconds.
-        receipt_dir: where receipts of visits are kept (``None``: not kept).
+        receipt_dir: where receipts of visits are kept as files (``None``: not as files).
+        state: the durable state (:mod:`gpucc.staging.statedb`): answered and issued
+            challenges, receipts and an audit record per decision (``None``: memory only).
         orchestrator_key: receipts are accepted only when signed by this key (``None``:
             by any key, a few per session).
     """
@@ -102,10 +105,20 @@ class HolderConfig:
     body_timeout_s: float = 30.0
     receipt_dir: Path | None = None
     orchestrator_key: ec.EllipticCurvePublicKey | None = None
+    state: SqliteState | PostgresState | None = field(default=None, repr=False)
 
 
 class ChallengeRefused(Exception):  # noqa: N818 - an outcome, mapped to HTTP 409
     """A challenge that is unknown, used or expired."""
+
+
+class SharedChallenges(Protocol):
+    """Issued challenges kept where every holder process sharing the state can take them
+    (:class:`gpucc.staging.statedb.SqliteState`, ``PostgresState``)."""
+
+    def issue(self, challenge: bytes, ttl_s: float) -> None: ...
+
+    def take(self, challenge: bytes) -> bool | None: ...
 
 
 class ChallengeStore:
@@ -124,6 +137,7 @@ class ChallengeStore:
         clock: Callable[[], float] = time.monotonic,
         per_client: int | None = None,
         replay: ReplayStore | None = None,
+        shared: SharedChallenges | None = None,
     ):
         self._ttl = ttl
         self._limit = limit
@@ -133,6 +147,7 @@ class ChallengeStore:
         self._replay: ReplayStore = replay or MemoryReplayStore(
             ttl=dt.timedelta(seconds=ttl), clock=clock
         )
+        self._shared = shared
         self._held: Counter[str] = Counter()
         self._lock = threading.Lock()
 
@@ -152,6 +167,8 @@ class ChallengeStore:
             while len(self._open) > self._limit:
                 _, (_, old) = self._open.popitem(last=False)
                 self._release(old)
+        if self._shared is not None:  # another process may take the offer (or this one, later)
+            self._shared.issue(challenge, self._ttl)
         return challenge, self._ttl
 
     def _release(self, client: str) -> None:
@@ -168,18 +185,23 @@ class ChallengeStore:
         with self._lock:
             now = self._clock()
             held = self._open.pop(challenge, None)
-            if held is None:
-                if self._replay.answered(challenge):
-                    raise ChallengeRefused("the challenge was already used (replay)")
-                raise ChallengeRefused("unknown challenge")
-            expiry, client = held
-            self._release(client)
-            try:
-                self._replay.claim(challenge)
-            except ChallengeReplayError:
-                raise ChallengeRefused("the challenge was already used (replay)") from None
-            if now > expiry:
-                raise ChallengeRefused("the challenge expired")
+            if held is not None:
+                self._release(held[1])
+        fresh = held is not None and now <= held[0]
+        if self._shared is not None:
+            shared = self._shared.take(challenge)
+            if held is None and shared is not None:
+                held, fresh = (0.0, ""), shared
+        if held is None:
+            if self._replay.answered(challenge):
+                raise ChallengeRefused("the challenge was already used (replay)")
+            raise ChallengeRefused("unknown challenge")
+        try:
+            self._replay.claim(challenge)
+        except ChallengeReplayError:
+            raise ChallengeRefused("the challenge was already used (replay)") from None
+        if not fresh:
+            raise ChallengeRefused("the challenge expired")
 
     def _expire(self) -> None:
         now = self._clock()
@@ -306,8 +328,13 @@ def build_app(config: HolderConfig) -> Any:
     from starlette.responses import JSONResponse, Response
     from starlette.routing import Route
 
+    state = config.state
     store = ChallengeStore(
-        config.challenge_ttl, config.max_outstanding, per_client=config.max_challenges_per_client
+        config.challenge_ttl,
+        config.max_outstanding,
+        per_client=config.max_challenges_per_client,
+        replay=state,
+        shared=state,
     )
     limiter = RateLimiter(config.rate_per_s, config.burst)
     holder_key_id = key_id(config.signing_key)
@@ -353,9 +380,11 @@ def build_app(config: HolderConfig) -> Any:
         if limited(request):
             return refuse(request, 429, "rate-limited", "too many requests")
         try:
-            value, ttl = store.issue(client_of(request))
+            value, ttl = await run_in_threadpool(store.issue, client_of(request))
         except ChallengeRefused as exc:
             return refuse(request, 429, "rate-limited", str(exc))
+        except StateUnavailableError as exc:
+            return refuse(request, 503, "state-unavailable", _one_line(exc))
         request.state.outcome = "issued"
         return JSONResponse({"challenge": value.hex(), "expires_in": ttl})
 
@@ -379,9 +408,11 @@ def build_app(config: HolderConfig) -> Any:
         except (MalformedInputError, ProtocolError) as exc:
             return refuse(request, 400, "malformed", _one_line(exc))
         try:
-            store.consume(parsed.challenge)
+            await run_in_threadpool(store.consume, parsed.challenge)
         except ChallengeRefused as exc:
             return refuse(request, 409, "challenge-refused", str(exc))
+        except StateUnavailableError as exc:  # nothing is answered without its record
+            return refuse(request, 503, "state-unavailable", _one_line(exc))
         results: list[PlatformResult] = []
         try:
             envelope, transcript, record = await run_in_threadpool(
@@ -389,12 +420,13 @@ def build_app(config: HolderConfig) -> Any:
             )
         except ProtocolError as exc:
             reasons = _failed_checks(results)
-            _decisions.info(
-                json.dumps(
-                    {"event": "refusal", "client": client_of(request), "reasons": reasons},
-                    sort_keys=True,
-                )
-            )
+            decision: dict[str, Any] = {
+                "event": "refusal",
+                "client": client_of(request),
+                "reasons": reasons,
+            }
+            _decisions.info(json.dumps(decision, sort_keys=True))
+            await audit(f"refusal:{secrets.token_hex(16)}", decision)
             return refuse(request, 403, "not-trusted", _one_line(exc), reasons)
         except MalformedInputError as exc:
             return refuse(request, 400, "malformed", _one_line(exc))
@@ -406,18 +438,15 @@ def build_app(config: HolderConfig) -> Any:
             answered[transcript.hex()] = _RECEIPTS_PER_SESSION
             while len(answered) > config.max_outstanding:
                 answered.popitem(last=False)
-        _decisions.info(
-            json.dumps(
-                {
-                    "event": "release",
-                    "client": client_of(request),
-                    "transcript_hash": transcript.hex(),
-                    "datasets": len(config.datasets),
-                    "trusted_with": record.to_dict(),
-                },
-                sort_keys=True,
-            )
-        )
+        decision = {
+            "event": "release",
+            "client": client_of(request),
+            "transcript_hash": transcript.hex(),
+            "datasets": len(config.datasets),
+            "trusted_with": record.to_dict(),
+        }
+        _decisions.info(json.dumps(decision, sort_keys=True))
+        await audit(f"release:{transcript.hex()}", decision)
         request.state.outcome = "answered"
         return Response(envelope, media_type="application/json")
 
@@ -425,7 +454,7 @@ def build_app(config: HolderConfig) -> Any:
         body = await body_or_refusal(request)
         if isinstance(body, Response):
             return body
-        if config.receipt_dir is None:
+        if config.receipt_dir is None and state is None:
             return refuse(request, 404, "not-kept", "this holder keeps no receipts")
         try:
             parsed = Receipt.from_json(body)
@@ -439,16 +468,39 @@ def build_app(config: HolderConfig) -> Any:
             left = answered.get(parsed.transcript_hash, 0)
             if left > 0:
                 answered[parsed.transcript_hash] = left - 1
-        if left <= 0:
-            return refuse(
-                request, 409, "unknown-session", "no answered session awaits this receipt"
-            )
         try:
-            await run_in_threadpool(store_receipt, config.receipt_dir, parsed)
+            if left <= 0 and state is not None:  # answered by another process sharing it
+                left = await run_in_threadpool(_receipts_left, state, parsed.transcript_hash)
+            if left <= 0:
+                return refuse(
+                    request, 409, "unknown-session", "no answered session awaits this receipt"
+                )
+            if state is not None:
+                await run_in_threadpool(
+                    state.put_record,
+                    "receipt",
+                    f"{parsed.transcript_hash}:{parsed.orchestrator_key_id}:{parsed.seq}",
+                    json.loads(parsed.to_json()),
+                )
+            if config.receipt_dir is not None:
+                await run_in_threadpool(store_receipt, config.receipt_dir, parsed)
         except GpuccError as exc:
             return refuse(request, 503, "not-stored", _one_line(exc))
         request.state.outcome = "receipt-stored"
         return JSONResponse({"stored": True})
+
+    async def audit(key: str, decision: dict[str, Any]) -> None:
+        """The decision's audit record in the state (a log line says when it cannot be kept:
+        the decision is made and answered either way)."""
+        if state is None:
+            return
+        doc = {**decision, "time": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
+        try:
+            await run_in_threadpool(state.put_record, "decision", key, doc)
+        except GpuccError as exc:
+            _decisions.warning(
+                json.dumps({"event": "audit-not-kept", "error": _one_line(exc)}, sort_keys=True)
+            )
 
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
@@ -474,6 +526,13 @@ def build_app(config: HolderConfig) -> Any:
         ],
         exception_handlers={HTTPException: http_error, Exception: internal_error},
     )
+
+
+def _receipts_left(state: SqliteState | PostgresState, transcript_hash: str) -> int:
+    """Receipts still accepted for a session answered by any process sharing ``state``."""
+    if not state.count_records("decision", f"release:{transcript_hash}"):
+        return 0
+    return _RECEIPTS_PER_SESSION - state.count_records("receipt", transcript_hash)
 
 
 def store_receipt(directory: Path, receipt: Receipt) -> Path:
