@@ -56,6 +56,8 @@ from .signing import key_id, sign_answer
 __all__ = [
     "ChallengeStore",
     "HolderConfig",
+    "LiveConfig",
+    "ReleasePolicy",
     "RateLimiter",
     "build_app",
     "load_datasets",
@@ -68,6 +70,16 @@ _access = logging.getLogger("gpucc.holder.access")
 _decisions = logging.getLogger("gpucc.holder")
 #: receipts accepted per answered session (without a pinned orchestrator key)
 _RECEIPTS_PER_SESSION = 4
+
+
+@dataclass(frozen=True)
+class ReleasePolicy:
+    """A group of datasets and the attestation policy their requester must meet (as a key
+    broker's resource policy): ``verifier`` is built once from that policy."""
+
+    name: str
+    datasets: tuple[str, ...]
+    verifier: PlatformVerifier = field(repr=False)
 
 
 @dataclass(frozen=True)
@@ -87,6 +99,9 @@ class HolderConfig:
         max_challenges_per_client: outstanding challenges one client address may hold.
         body_timeout_s: a whole request must arrive within this many seconds.
         receipt_dir: where receipts of visits are kept as files (``None``: not as files).
+        dataset_names: each dataset's name (the sealed file's stem), in ``datasets``' order.
+        releases: per-dataset release policies: a dataset named in one is released only to
+            offers that pass that policy's verifier; the others under ``verifier``.
         state: the durable state (:mod:`gpucc.staging.statedb`): answered and issued
             challenges, receipts and an audit record per decision (``None``: memory only).
         orchestrator_key: receipts are accepted only when signed by this key (``None``:
@@ -106,6 +121,8 @@ class HolderConfig:
     receipt_dir: Path | None = None
     orchestrator_key: ec.EllipticCurvePublicKey | None = None
     state: SqliteState | PostgresState | None = field(default=None, repr=False)
+    dataset_names: tuple[str, ...] = ()
+    releases: tuple[ReleasePolicy, ...] = ()
 
 
 class ChallengeRefused(Exception):  # noqa: N818 - an outcome, mapped to HTTP 409
@@ -251,26 +268,83 @@ def load_datasets(directory: Path, key_file: Path) -> tuple[DatasetKey, ...]:
     return tuple(keys)
 
 
+class DatasetsRefused(ProtocolError):  # noqa: N818 - an outcome: no dataset may be released
+    """The offer met no dataset's release policy; ``reasons`` name each dataset and rule."""
+
+    def __init__(self, message: str, reasons: list[dict[str, str]]) -> None:
+        super().__init__(message)
+        self.reasons = reasons
+
+
+def _groups(config: HolderConfig) -> list[tuple[str, PlatformVerifier, list[int]]]:
+    """(policy name, verifier, indexes into ``config.datasets``) for each release policy
+    that governs at least one dataset; ``default`` for the datasets no policy names."""
+    names = config.dataset_names or tuple(d.dataset_id.hex() for d in config.datasets)
+    claimed: set[str] = set()
+    groups = []
+    for policy in config.releases:
+        chosen = [i for i, n in enumerate(names) if n in policy.datasets and n not in claimed]
+        claimed.update(names[i] for i in chosen)
+        if chosen:
+            groups.append((policy.name, policy.verifier, chosen))
+    rest = [i for i, n in enumerate(names) if n not in claimed]
+    if rest:
+        groups.insert(0, ("default", config.verifier, rest))
+    return groups
+
+
 def _answer_offer(
     config: HolderConfig, offer: Offer, results: list[PlatformResult]
-) -> tuple[bytes, bytes, TrustRecord]:
-    """Verify ``offer`` through the platform verifier (every result appended to
-    ``results``), wrap the keys to its session, and sign the answer with the release's
-    trust record."""
-    verifier = config.verifier
-    holder = accept_offer(
-        offer,
-        challenge=offer.challenge,
-        attest=verifier.gpu_attester(results.append),
-        attest_cvm=verifier.cvm_attester(results.append),
-        allow_gpu_only=verifier.allow_gpu_only,
-    )
-    record = release_record([r.record for r in results], gpu_only=holder.version == 1)
-    answer = holder.answer([holder.wrap(d) for d in config.datasets]).to_json()
+) -> tuple[bytes, bytes, TrustRecord, list[str], list[dict[str, str]]]:
+    """Verify ``offer`` through each release policy's platform verifier (every result
+    appended to ``results``), wrap the keys of the datasets whose policy it meets to its
+    session, and sign the answer with the release's trust record.
+
+    Returns:
+        The signed answer, the transcript hash, the trust record, the names of the datasets
+        released and, for those withheld, the dataset, policy and unmet rule of each.
+
+    Raises:
+        DatasetsRefused: no dataset's policy was met.
+    """
+    names = config.dataset_names or tuple(d.dataset_id.hex() for d in config.datasets)
+    released: list[int] = []
+    withheld: list[dict[str, str]] = []
+    holder = None
+    records: list[Any] = []
+    groups = _groups(config)
+    for policy, verifier, chosen in groups:
+        mine: list[PlatformResult] = []
+        try:
+            session = accept_offer(
+                offer,
+                challenge=offer.challenge,
+                attest=verifier.gpu_attester(mine.append),
+                attest_cvm=verifier.cvm_attester(mine.append),
+                allow_gpu_only=verifier.allow_gpu_only,
+            )
+        except ProtocolError as exc:
+            results.extend(mine)
+            if len(groups) == 1 and not config.releases:  # one policy: its refusal as it is
+                raise
+            unmet = _failed_checks(mine) or [{"check": "offer", "detail": _one_line(exc)}]
+            for i in chosen:
+                for rule in unmet:
+                    withheld.append({"dataset": names[i], "policy": policy, **rule})
+            continue
+        results.extend(mine)
+        holder = holder or session
+        records += [r.record for r in mine]
+        released += chosen
+    if holder is None:
+        raise DatasetsRefused("the offer meets no dataset's release policy", withheld)
+    record = release_record(records, gpu_only=holder.version == 1)
+    keys = [config.datasets[i] for i in sorted(released)]
+    answer = holder.answer([holder.wrap(d) for d in keys]).to_json()
     envelope = sign_answer(
         config.signing_key, answer, holder.transcript_hash, record.to_dict()
     ).to_json()
-    return envelope, holder.transcript_hash, record
+    return envelope, holder.transcript_hash, record, [names[i] for i in sorted(released)], withheld
 
 
 def _allowed_relaxations(verifier: PlatformVerifier) -> list[str]:
@@ -310,7 +384,16 @@ def _require_web_stack() -> None:
         )
 
 
-def build_app(config: HolderConfig) -> Any:
+class LiveConfig:
+    """The configuration requests are answered with; replaced whole on reload (SIGHUP).
+    Challenges issued, answered challenges and connections are the service's, not the
+    configuration's: a reload keeps them."""
+
+    def __init__(self, config: HolderConfig) -> None:
+        self.current = config
+
+
+def build_app(config: HolderConfig, live: LiveConfig | None = None) -> Any:
     """The Starlette application for ``config``.
 
     Every answer other than a success is ``{"error": kind, "message": one line}`` (404 and
@@ -399,7 +482,10 @@ def build_app(config: HolderConfig) -> Any:
             return refuse(request, 413, "too-large", "the request body is too large")
         return body
 
+    live = live or LiveConfig(config)
+
     async def offer(request: Request) -> Response:
+        config = live.current  # the datasets and policies as of this request
         body = await body_or_refusal(request)
         if isinstance(body, Response):
             return body
@@ -415,11 +501,11 @@ def build_app(config: HolderConfig) -> Any:
             return refuse(request, 503, "state-unavailable", _one_line(exc))
         results: list[PlatformResult] = []
         try:
-            envelope, transcript, record = await run_in_threadpool(
+            envelope, transcript, record, released, withheld = await run_in_threadpool(
                 _answer_offer, config, parsed, results
             )
         except ProtocolError as exc:
-            reasons = _failed_checks(results)
+            reasons = exc.reasons if isinstance(exc, DatasetsRefused) else _failed_checks(results)
             decision: dict[str, Any] = {
                 "event": "refusal",
                 "client": client_of(request),
@@ -442,15 +528,19 @@ def build_app(config: HolderConfig) -> Any:
             "event": "release",
             "client": client_of(request),
             "transcript_hash": transcript.hex(),
-            "datasets": len(config.datasets),
+            "datasets": len(released),
+            "released": released,
             "trusted_with": record.to_dict(),
         }
+        if withheld:
+            decision["withheld"] = withheld
         _decisions.info(json.dumps(decision, sort_keys=True))
         await audit(f"release:{transcript.hex()}", decision)
         request.state.outcome = "answered"
         return Response(envelope, media_type="application/json")
 
     async def receipt(request: Request) -> Response:
+        config = live.current
         body = await body_or_refusal(request)
         if isinstance(body, Response):
             return body
@@ -582,11 +672,15 @@ def serve(
     tls_key: Path | None = None,
     drain_s: float = 20.0,
     limits: ServerLimits | None = None,
+    reload: Callable[[], HolderConfig] | None = None,
+    metrics: bool = False,
 ) -> int | None:
     """Run the service until SIGINT, SIGTERM or SIGHUP; in-flight requests are drained first.
 
     ``limits`` is the connection policy (:class:`gpucc.travel.httpserver.ServerLimits`):
-    deadlines, per-client and total connection caps, trusted proxies.
+    deadlines, per-client and total connection caps, trusted proxies. On SIGHUP ``reload``
+    (when given) makes the configuration later requests are answered with (datasets, release
+    policies, receipts); when it raises, the service goes on with the one it has.
 
     Returns:
         The signal that stopped the service (the CLI re-raises it), or None.
@@ -636,15 +730,41 @@ def serve(
             )
         )
 
+    live = LiveConfig(config)
+
+    def reloaded() -> None:
+        if reload is None:
+            return
+        live.current = reload()
+        logging.getLogger("gpucc.holder").info(
+            json.dumps(
+                {
+                    "event": "reloaded",
+                    "datasets": len(live.current.datasets),
+                    "release_policies": [p.name for p in live.current.releases],
+                },
+                sort_keys=True,
+            )
+        )
+
+    app = build_app(config, live)
+    watch: Callable[[Any], None] = lambda acceptor: None  # noqa: E731
+    if metrics:
+        from .metrics import Metrics
+
+        registry = Metrics()
+        app, watch = registry.wrap(app), registry.watch
     try:
         return run_server(
-            build_app(config),
+            app,
             host=host,
             port=port,
             limits=limits,
             tls=tls,
             drain_s=drain_s,
             on_start=started,
+            on_reload=reloaded,
+            on_listen=watch,
         )
     except OSError as exc:
         raise EnvironmentProblemError(

@@ -464,6 +464,7 @@ class _Server:
         drain_s: float,
         on_start: Callable[[], None],
         on_reload: Callable[[], None],
+        on_listen: Callable[[Any], None],
     ) -> int | None:
         """Serve until SIGTERM or SIGINT (SIGHUP calls ``on_reload``); the signal's number
         (after draining), or None."""
@@ -485,6 +486,7 @@ class _Server:
             trusted=limits.trusted_proxies,
             errors=errors,
         )
+        on_listen(self.acceptor)
         accepting = asyncio.ensure_future(self.acceptor.run(sock))
         stop = asyncio.Event()
         received: list[int] = []
@@ -533,11 +535,16 @@ def run_server(
     drain_s: float = 20.0,
     on_start: Callable[[], None] = lambda: None,
     on_reload: Callable[[], None] = lambda: None,
+    on_listen: Callable[[Any], None] = lambda acceptor: None,
 ) -> int | None:
     """Serve ``app`` until SIGTERM or SIGINT; requests in flight get ``drain_s``. SIGHUP
     calls ``on_reload`` (an exception from it is logged; the service goes on).
+    ``on_listen`` is given the accept loop (:class:`gpucc.travel.accept.Acceptor`) once it
+    listens, e.g. for its connection counts.
 
     Returns:
         The signal that stopped the service (the caller re-raises it), or None.
     """
-    return asyncio.run(_Server(app, limits, tls).serve(host, port, drain_s, on_start, on_reload))
+    return asyncio.run(
+        _Server(app, limits, tls).serve(host, port, drain_s, on_start, on_reload, on_listen)
+    )
