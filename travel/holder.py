@@ -61,6 +61,7 @@ __all__ = [
     "RateLimiter",
     "build_app",
     "load_datasets",
+    "load_named_datasets",
     "serve",
     "store_receipt",
 ]
@@ -247,6 +248,14 @@ class RateLimiter:
             while len(self._buckets) > self._clients:
                 self._buckets.popitem(last=False)
             return allowed
+
+
+def load_named_datasets(
+    directory: Path, key_file: Path
+) -> tuple[tuple[str, ...], tuple[DatasetKey, ...]]:
+    """Each sealed dataset's name (its file's stem) and key; see :func:`load_datasets`."""
+    names = tuple(p.stem for p in sorted(directory.glob("*.gcc")))
+    return names, load_datasets(directory, key_file)
 
 
 def load_datasets(directory: Path, key_file: Path) -> tuple[DatasetKey, ...]:
