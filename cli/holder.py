@@ -322,7 +322,12 @@ def serve(
     from gpucc.travel.signing import load_signing_key
 
     def settings() -> dict[str, Any]:
-        given = dict(ctx.params)
+        paths = {
+            o.name for o in ctx.command.params if type(o.type).__name__.endswith("Path")
+        }  # Typer makes pathlib paths of these for the function; ctx.params has the text
+        given = {
+            k: Path(v) if k in paths and isinstance(v, str) else v for k, v in ctx.params.items()
+        }
         return given if config_file is None else _apply_config(ctx, config_file, given)
 
     p = settings()
