@@ -13,7 +13,7 @@ import ipaddress
 import signal
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -31,7 +31,13 @@ from .options import (
 from .output import emit, note, out, warn
 
 if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric import ec
+
     from gpucc.assembly import PlatformVerifier
+    from gpucc.staging.statedb import PostgresState, SqliteState
+    from gpucc.travel.holder import HolderConfig, ReleasePolicy
+
+    HolderState = SqliteState | PostgresState
 
 __all__ = ["holder_app", "keygen"]
 
@@ -67,31 +73,42 @@ def _is_loopback(host: str) -> bool:
     return host == "localhost" or ipaddress.ip_address(host).is_loopback
 
 
-def _verifier(
-    simulate_roots: Path | None,
-    policy: Path | None,
-    rim_dir: Path | None,
-    collateral: Path | None,
-    offline: bool,
-) -> PlatformVerifier:
-    """The service's platform verifier: the holder's policy (the simulation's default when
-    trusting a simulation without one), roots and collateral, the clock at each offer."""
+def _verifier(p: dict[str, Any], policy: Path | None) -> PlatformVerifier:
+    """A platform verifier for ``policy`` (the simulation's default when trusting a
+    simulation without one) with the service's roots, network settings and collateral; the
+    clock at each offer."""
+    import os
+
     from gpucc.assembly import PlatformVerifier, Settings, simulation_policy
     from gpucc.gpuattest.netconfig import NetworkSettings
     from gpucc.gpuattest.policy import Policy, load_policy
+    from gpucc.staging.format import read_secret_file
 
+    simulate_roots = p["simulate_roots"]
     if policy is not None:
         pol = load_policy(policy)
     elif simulate_roots is not None:
         pol = simulation_policy()
     else:
         pol = Policy()
+    service_key = os.environ.get("NV_ATTESTATION_SERVICE_KEY")
+    if p["service_key_file"] is not None:
+        raw = read_secret_file(p["service_key_file"], 4096, what="service key")
+        service_key = raw.decode("ascii", "replace").strip()
     verifier = PlatformVerifier(
         Settings(
             policy=pol,
-            network=NetworkSettings(bundle=collateral, offline=offline),
-            rim_dir=rim_dir,
+            network=NetworkSettings(
+                bundle=p["collateral"],
+                offline=p["offline"],
+                rim_url=p["rim_url"],
+                ocsp_url=p["ocsp_url"],
+                service_key=service_key,
+                cache_dir=p["cache_dir"],
+            ),
+            rim_dir=p["rim_dir"],
             simulation=simulate_roots,
+            pccs_url=p["pccs_url"],
         )
     )
     if verifier.allow_gpu_only:
@@ -99,29 +116,59 @@ def _verifier(
     return verifier
 
 
+def _default_state_file(signing_key: ec.EllipticCurvePrivateKey) -> Path:
+    import platformdirs
+
+    from gpucc.travel.signing import key_id
+
+    directory = Path(platformdirs.user_state_dir("gpucc"))
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return directory / f"holder-{key_id(signing_key)[:16]}.sqlite3"
+
+
+def _state(url: str | None, signing_key: ec.EllipticCurvePrivateKey) -> HolderState | None:
+    """The holder's durable state (``None``: memory only, for ``--state memory``)."""
+    from gpucc.staging.statedb import open_state
+
+    if url == "memory":
+        return None
+    return open_state(url or str(_default_state_file(signing_key)))
+
+
 @holder_app.command("serve")
 def serve(
+    ctx: typer.Context,
+    config_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            exists=True,
+            dir_okay=False,
+            help="Holder configuration (YAML): every option below as a key, plus 'releases' "
+            "(per-dataset policies); options given here override it. SIGHUP re-reads it.",
+        ),
+    ] = None,
     datasets: Annotated[
-        Path,
+        Path | None,
         typer.Option(
             "--datasets", exists=True, file_okay=False, help="Directory of sealed datasets (*.gcc)."
         ),
-    ],
+    ] = None,
     dataset_keys: Annotated[
-        Path,
+        Path | None,
         typer.Option(
             "--dataset-keys",
             exists=True,
             dir_okay=False,
             help="Key file the datasets were sealed for (mode 0600).",
         ),
-    ],
+    ] = None,
     key: Annotated[
-        Path,
+        Path | None,
         typer.Option(
             "--key", exists=True, dir_okay=False, help="The holder's P-384 signing key (0600)."
         ),
-    ],
+    ] = None,
     policy: PolicyOption = None,
     listen: Annotated[
         str, typer.Option("--listen", help="HOST:PORT to listen on.")
@@ -137,6 +184,32 @@ def serve(
     rim_dir: RimDirOption = None,
     collateral: CollateralOption = None,
     offline: OfflineOption = False,
+    rim_url: Annotated[
+        str | None, typer.Option("--rim-url", help="RIM service base URL (default NVIDIA's).")
+    ] = None,
+    ocsp_url: Annotated[
+        str | None, typer.Option("--ocsp-url", help="OCSP responder URL (default NVIDIA's).")
+    ] = None,
+    pccs_url: Annotated[
+        str | None,
+        typer.Option("--pccs-url", help="Where TDX collateral is fetched (default Intel's PCS)."),
+    ] = None,
+    service_key_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--service-key-file",
+            exists=True,
+            dir_okay=False,
+            help="NVIDIA service key (mode 0600; default: $NV_ATTESTATION_SERVICE_KEY).",
+        ),
+    ] = None,
+    cache_dir: Annotated[
+        Path | None,
+        typer.Option("--cache-dir", file_okay=False, help="Collateral cache directory."),
+    ] = None,
+    metrics: Annotated[
+        bool, typer.Option("--metrics", help="Answer GET /metrics (Prometheus; 'metrics' extra).")
+    ] = False,
     challenge_ttl: Annotated[
         float, typer.Option("--challenge-ttl", min=1, max=3600, help="Challenge lifetime, s.")
     ] = 120.0,
@@ -209,6 +282,16 @@ def serve(
             help="Accept receipts signed by this orchestrator public key only.",
         ),
     ] = None,
+    state: Annotated[
+        str | None,
+        typer.Option(
+            "--state",
+            metavar="URL",
+            help="Durable state: a SQLite file (default: holder-<key id>.sqlite3 in the "
+            "per-user state directory), postgresql://... shared by several holder processes, "
+            "or 'memory'.",
+        ),
+    ] = None,
     drain_s: Annotated[
         float, typer.Option("--drain-s", min=0, max=600, help="Graceful shutdown limit, s.")
     ] = 20.0,
@@ -233,54 +316,47 @@ def serve(
     within --idle-timeout-s, its head does not arrive within --header-timeout-s or the whole
     request within --body-timeout-s; SIGTERM stops accepting and drains requests in flight.
     """
-    from gpucc.core.files import read_capped
     from gpucc.staging.format import read_secret_file
-    from gpucc.travel.holder import HolderConfig, load_datasets
     from gpucc.travel.holder import serve as run_service
     from gpucc.travel.httpserver import ServerLimits
-    from gpucc.travel.signing import load_public_key, load_signing_key
+    from gpucc.travel.signing import load_signing_key
 
-    host, port = _listen(listen)
+    def settings() -> dict[str, Any]:
+        paths = {
+            o.name for o in ctx.command.params if type(o.type).__name__.endswith("Path")
+        }  # Typer makes pathlib paths of these for the function; ctx.params has the text
+        given = {
+            k: Path(v) if k in paths and isinstance(v, str) else v for k, v in ctx.params.items()
+        }
+        return given if config_file is None else _apply_config(ctx, config_file, given)
+
+    p = settings()
+    host, port = _listen(p["listen"])
+    tls_cert, tls_key = p["tls_cert"], p["tls_key"]
     if (tls_cert is None) != (tls_key is None):
         raise UsageError("--tls-cert and --tls-key go together")
-    if tls_cert is None and not _is_loopback(host) and not allow_plain_http:
+    if tls_cert is None and not _is_loopback(host) and not p["allow_plain_http"]:
         raise UsageError(
             f"{host} is not a loopback address: give --tls-cert/--tls-key "
             "(or --allow-plain-http behind a TLS proxy)"
         )
     if tls_key is not None:  # the TLS key is a secret like the others: owner only, 0600
         read_secret_file(tls_key, 1024 * 1024, what="TLS key")
-    proxies = frozenset(_proxy(p) for p in trusted_proxy or ())
-    if simulate_roots is not None:
-        from gpucc.assembly.sources import missing_simulation_files
-
-        missing = missing_simulation_files(simulate_roots)
-        if missing:
-            raise UsageError(f"--simulate-roots {simulate_roots} lacks {', '.join(missing)}")
+    for name in ("datasets", "dataset_keys", "key"):
+        if p[name] is None:
+            raise UsageError(f"--{name.replace('_', '-')} is required (as an option or a key)")
+    if p["simulate_roots"] is not None:
         warn("SIMULATED GPU roots: for tests and demos only, this attests nothing real")
-    config = HolderConfig(
-        datasets=load_datasets(datasets, dataset_keys),
-        signing_key=load_signing_key(key),
-        verifier=_verifier(simulate_roots, policy, rim_dir, collateral, offline),
-        challenge_ttl=challenge_ttl,
-        max_request_bytes=max_request_kib * 1024,
-        rate_per_s=rate,
-        burst=burst,
-        body_timeout_s=body_timeout,
-        max_challenges_per_client=max_challenges,
-        receipt_dir=receipt_dir,
-        orchestrator_key=None
-        if orchestrator_key is None
-        else load_public_key(read_capped(orchestrator_key, 16 * 1024), str(orchestrator_key)),
-    )
+    holder_state = _state(p["state"], load_signing_key(p["key"]))
+    config = _holder_config(p, holder_state)
     limits = ServerLimits(
-        idle_s=idle_timeout,
-        header_s=header_timeout,
-        request_s=body_timeout,
-        max_connections=max_connections,
-        max_per_client=max_per_client,
+        idle_s=p["idle_timeout"],
+        header_s=p["header_timeout"],
+        request_s=p["body_timeout"],
+        max_connections=p["max_connections"],
+        max_per_client=p["max_per_client"],
         max_body=config.max_request_bytes,
-        trusted_proxies=proxies,
+        trusted_proxies=frozenset(_proxy(x) for x in p["trusted_proxy"] or ()),
     )
     stopped_by = run_service(
         config,
@@ -288,11 +364,132 @@ def serve(
         port=port,
         tls_cert=tls_cert,
         tls_key=tls_key,
-        drain_s=drain_s,
+        drain_s=p["drain_s"],
         limits=limits,
+        reload=lambda: _holder_config(settings(), holder_state),
+        metrics=p["metrics"],
     )
     if stopped_by is not None:  # the exit status of the signal that stopped the service
         signal.raise_signal(stopped_by)
+
+
+#: keys of a configuration file that are not options
+_FILE_ONLY = {"releases"}
+#: options that have no key (the file itself; a secret that belongs in a 0600 file)
+_NO_KEY = {"config", "service-key", "format"}
+
+
+def _apply_config(ctx: typer.Context, path: Path, given: dict[str, Any]) -> dict[str, Any]:
+    """``given`` with each option left at its default taken from the configuration file
+    (relative paths there are relative to the file); ``releases`` added."""
+    from gpucc.core.errors import MalformedInputError
+    from gpucc.core.files import read_capped
+    from gpucc.core.jsonio import load_yaml_untrusted
+
+    doc = load_yaml_untrusted(
+        read_capped(path, 1024 * 1024, what="holder configuration"),
+        what=f"holder configuration {path}",
+        error=MalformedInputError,
+    )
+    if not isinstance(doc, dict):
+        raise MalformedInputError(f"holder configuration {path} is not a mapping")
+    options = {
+        o.opts[0].removeprefix("--"): o
+        for o in ctx.command.params
+        if o.param_type_name == "option" and o.opts[0].startswith("--")
+    }
+    unknown = [k for k in doc if k not in _FILE_ONLY and (k not in options or k in _NO_KEY)]
+    if unknown:
+        raise MalformedInputError(f"holder configuration {path}: unknown key {unknown[0]!r}")
+    merged = dict(given)
+    merged["releases"] = None
+    for name, value in doc.items():
+        if name in _FILE_ONLY:
+            merged[name] = value
+            continue
+        option = options.get(name)
+        if option is None or name in _NO_KEY:
+            raise MalformedInputError(f"holder configuration {path}: unknown key {name!r}")
+        source = ctx.get_parameter_source(option.name or "")
+        if source is not None and source.name != "DEFAULT":
+            continue  # the command line's value wins
+        if type(option.type).__name__.endswith("Path"):
+            values = value if isinstance(value, list) else [value]
+            values = [str(path.parent / v) if isinstance(v, str) else v for v in values]
+            value = values if isinstance(value, list) else values[0]
+        try:
+            cast = option.type_cast_value(ctx, value)
+        except typer.BadParameter as exc:
+            raise MalformedInputError(
+                f"holder configuration {path}: {name}: {exc.format_message()}"
+            ) from None
+        if type(option.type).__name__.endswith("Path") and isinstance(cast, str):
+            cast = Path(cast)  # what Typer makes of the option's value
+        merged[option.name or name] = cast
+    return merged
+
+
+def _releases(p: dict[str, Any]) -> tuple[ReleasePolicy, ...]:
+    """The configuration's per-dataset release policies (one verifier each, built once)."""
+    from gpucc.core.errors import MalformedInputError
+    from gpucc.travel.holder import ReleasePolicy
+
+    doc = p.get("releases")
+    if doc is None:
+        return ()
+    if not isinstance(doc, list):
+        raise MalformedInputError("releases: a list of {name, policy, datasets}")
+    found = []
+    base = Path(p["config_file"]).parent if p.get("config_file") else Path()
+    for i, entry in enumerate(doc):
+        if (
+            not isinstance(entry, dict)
+            or set(entry) != {"name", "policy", "datasets"}
+            or not isinstance(entry["name"], str)
+            or not isinstance(entry["policy"], str)
+            or not isinstance(entry["datasets"], list)
+            or not all(isinstance(d, str) for d in entry["datasets"])
+        ):
+            raise MalformedInputError(
+                f"releases[{i}]: name (text), policy (a policy file), datasets (names)"
+            )
+        verifier = _verifier(p, base / entry["policy"])
+        found.append(ReleasePolicy(entry["name"], tuple(entry["datasets"]), verifier))
+    return tuple(found)
+
+
+def _holder_config(p: dict[str, Any], state: HolderState | None) -> HolderConfig:
+    """The service's configuration from the merged options (at start, and on SIGHUP)."""
+    from gpucc.core.files import read_capped
+    from gpucc.travel.holder import HolderConfig, load_named_datasets
+    from gpucc.travel.signing import load_public_key, load_signing_key
+
+    if p["simulate_roots"] is not None:
+        from gpucc.assembly.sources import missing_simulation_files
+
+        missing = missing_simulation_files(p["simulate_roots"])
+        if missing:
+            raise UsageError(f"--simulate-roots {p['simulate_roots']} lacks {', '.join(missing)}")
+    names, keys = load_named_datasets(p["datasets"], p["dataset_keys"])
+    orchestrator = p["orchestrator_key"]
+    return HolderConfig(
+        datasets=keys,
+        dataset_names=names,
+        releases=_releases(p),
+        signing_key=load_signing_key(p["key"]),
+        verifier=_verifier(p, p["policy"]),
+        challenge_ttl=p["challenge_ttl"],
+        max_request_bytes=p["max_request_kib"] * 1024,
+        rate_per_s=p["rate"],
+        burst=p["burst"],
+        body_timeout_s=p["body_timeout"],
+        max_challenges_per_client=p["max_challenges"],
+        receipt_dir=p["receipt_dir"],
+        orchestrator_key=None
+        if orchestrator is None
+        else load_public_key(read_capped(orchestrator, 16 * 1024), str(orchestrator)),
+        state=state,
+    )
 
 
 def keygen(

@@ -368,6 +368,15 @@ def answer(
             help="Where answered challenges are recorded (default: the user state directory).",
         ),
     ] = None,
+    state: Annotated[
+        str | None,
+        typer.Option(
+            "--state",
+            metavar="URL",
+            help="Record answered challenges in this holder state instead: a SQLite file or "
+            "postgresql://... (the one 'gpucc holder serve --state' uses).",
+        ),
+    ] = None,
     fmt: FormatOption = OutputFormat.TEXT,
     cvm_collateral: CvmCollateralOption = None,
 ) -> None:
@@ -381,6 +390,7 @@ def answer(
     """
     from gpucc.core.files import read_capped
     from gpucc.staging.release import MAX_OFFER_BYTES, FileReplayStore, Offer, accept_offer
+    from gpucc.staging.replay import ReplayStore
 
     if not datasets:
         raise UsageError("name at least one --dataset whose key to release")
@@ -406,7 +416,13 @@ def answer(
     )
     _announce_relaxations(verifier)
     verdicts: list[PlatformResult] = []
-    replay = FileReplayStore(_state_dir(state_dir) / "answered-challenges")
+    replay: ReplayStore
+    if state is not None:
+        from gpucc.staging.statedb import open_state
+
+        replay = open_state(state)
+    else:
+        replay = FileReplayStore(_state_dir(state_dir) / "answered-challenges")
     try:
         holder = accept_offer(
             received,

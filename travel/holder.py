@@ -29,7 +29,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from cryptography.hazmat.primitives.asymmetric import ec
 
@@ -47,6 +47,7 @@ from gpucc.core.files import write_atomic
 from gpucc.staging.errors import ProtocolError
 from gpucc.staging.release import CHALLENGE_SIZE, DatasetKey, Offer, accept_offer
 from gpucc.staging.replay import ChallengeReplayError, MemoryReplayStore, ReplayStore
+from gpucc.staging.statedb import PostgresState, SqliteState, StateUnavailableError
 
 from .httpserver import ServerLimits, run_server
 from .receipt import Receipt
@@ -55,9 +56,12 @@ from .signing import key_id, sign_answer
 __all__ = [
     "ChallengeStore",
     "HolderConfig",
+    "LiveConfig",
+    "ReleasePolicy",
     "RateLimiter",
     "build_app",
     "load_datasets",
+    "load_named_datasets",
     "serve",
     "store_receipt",
 ]
@@ -67,6 +71,16 @@ _access = logging.getLogger("gpucc.holder.access")
 _decisions = logging.getLogger("gpucc.holder")
 #: receipts accepted per answered session (without a pinned orchestrator key)
 _RECEIPTS_PER_SESSION = 4
+
+
+@dataclass(frozen=True)
+class ReleasePolicy:
+    """A group of datasets and the attestation policy their requester must meet (as a key
+    broker's resource policy): ``verifier`` is built once from that policy."""
+
+    name: str
+    datasets: tuple[str, ...]
+    verifier: PlatformVerifier = field(repr=False)
 
 
 @dataclass(frozen=True)
@@ -85,7 +99,12 @@ class HolderConfig:
         max_outstanding: challenges kept at most (oldest evicted first).
         max_challenges_per_client: outstanding challenges one client address may hold.
         body_timeout_s: a whole request must arrive within this many seconds.
-        receipt_dir: where receipts of visits are kept (``None``: not kept).
+        receipt_dir: where receipts of visits are kept as files (``None``: not as files).
+        dataset_names: each dataset's name (the sealed file's stem), in ``datasets``' order.
+        releases: per-dataset release policies: a dataset named in one is released only to
+            offers that pass that policy's verifier; the others under ``verifier``.
+        state: the durable state (:mod:`gpucc.staging.statedb`): answered and issued
+            challenges, receipts and an audit record per decision (``None``: memory only).
         orchestrator_key: receipts are accepted only when signed by this key (``None``:
             by any key, a few per session).
     """
@@ -102,10 +121,22 @@ class HolderConfig:
     body_timeout_s: float = 30.0
     receipt_dir: Path | None = None
     orchestrator_key: ec.EllipticCurvePublicKey | None = None
+    state: SqliteState | PostgresState | None = field(default=None, repr=False)
+    dataset_names: tuple[str, ...] = ()
+    releases: tuple[ReleasePolicy, ...] = ()
 
 
 class ChallengeRefused(Exception):  # noqa: N818 - an outcome, mapped to HTTP 409
     """A challenge that is unknown, used or expired."""
+
+
+class SharedChallenges(Protocol):
+    """Issued challenges kept where every holder process sharing the state can take them
+    (:class:`gpucc.staging.statedb.SqliteState`, ``PostgresState``)."""
+
+    def issue(self, challenge: bytes, ttl_s: float) -> None: ...
+
+    def take(self, challenge: bytes) -> bool | None: ...
 
 
 class ChallengeStore:
@@ -124,6 +155,7 @@ class ChallengeStore:
         clock: Callable[[], float] = time.monotonic,
         per_client: int | None = None,
         replay: ReplayStore | None = None,
+        shared: SharedChallenges | None = None,
     ):
         self._ttl = ttl
         self._limit = limit
@@ -133,6 +165,7 @@ class ChallengeStore:
         self._replay: ReplayStore = replay or MemoryReplayStore(
             ttl=dt.timedelta(seconds=ttl), clock=clock
         )
+        self._shared = shared
         self._held: Counter[str] = Counter()
         self._lock = threading.Lock()
 
@@ -152,6 +185,8 @@ class ChallengeStore:
             while len(self._open) > self._limit:
                 _, (_, old) = self._open.popitem(last=False)
                 self._release(old)
+        if self._shared is not None:  # another process may take the offer (or this one, later)
+            self._shared.issue(challenge, self._ttl)
         return challenge, self._ttl
 
     def _release(self, client: str) -> None:
@@ -168,18 +203,23 @@ class ChallengeStore:
         with self._lock:
             now = self._clock()
             held = self._open.pop(challenge, None)
-            if held is None:
-                if self._replay.answered(challenge):
-                    raise ChallengeRefused("the challenge was already used (replay)")
-                raise ChallengeRefused("unknown challenge")
-            expiry, client = held
-            self._release(client)
-            try:
-                self._replay.claim(challenge)
-            except ChallengeReplayError:
-                raise ChallengeRefused("the challenge was already used (replay)") from None
-            if now > expiry:
-                raise ChallengeRefused("the challenge expired")
+            if held is not None:
+                self._release(held[1])
+        fresh = held is not None and now <= held[0]
+        if self._shared is not None:
+            shared = self._shared.take(challenge)
+            if held is None and shared is not None:
+                held, fresh = (0.0, ""), shared
+        if held is None:
+            if self._replay.answered(challenge):
+                raise ChallengeRefused("the challenge was already used (replay)")
+            raise ChallengeRefused("unknown challenge")
+        try:
+            self._replay.claim(challenge)
+        except ChallengeReplayError:
+            raise ChallengeRefused("the challenge was already used (replay)") from None
+        if not fresh:
+            raise ChallengeRefused("the challenge expired")
 
     def _expire(self) -> None:
         now = self._clock()
@@ -210,6 +250,14 @@ class RateLimiter:
             return allowed
 
 
+def load_named_datasets(
+    directory: Path, key_file: Path
+) -> tuple[tuple[str, ...], tuple[DatasetKey, ...]]:
+    """Each sealed dataset's name (its file's stem) and key; see :func:`load_datasets`."""
+    names = tuple(p.stem for p in sorted(directory.glob("*.gcc")))
+    return names, load_datasets(directory, key_file)
+
+
 def load_datasets(directory: Path, key_file: Path) -> tuple[DatasetKey, ...]:
     """The keys of every sealed dataset (``*.gcc``) in ``directory``, opened with ``key_file``.
 
@@ -229,26 +277,83 @@ def load_datasets(directory: Path, key_file: Path) -> tuple[DatasetKey, ...]:
     return tuple(keys)
 
 
+class DatasetsRefused(ProtocolError):  # noqa: N818 - an outcome: no dataset may be released
+    """The offer met no dataset's release policy; ``reasons`` name each dataset and rule."""
+
+    def __init__(self, message: str, reasons: list[dict[str, str]]) -> None:
+        super().__init__(message)
+        self.reasons = reasons
+
+
+def _groups(config: HolderConfig) -> list[tuple[str, PlatformVerifier, list[int]]]:
+    """(policy name, verifier, indexes into ``config.datasets``) for each release policy
+    that governs at least one dataset; ``default`` for the datasets no policy names."""
+    names = config.dataset_names or tuple(d.dataset_id.hex() for d in config.datasets)
+    claimed: set[str] = set()
+    groups = []
+    for policy in config.releases:
+        chosen = [i for i, n in enumerate(names) if n in policy.datasets and n not in claimed]
+        claimed.update(names[i] for i in chosen)
+        if chosen:
+            groups.append((policy.name, policy.verifier, chosen))
+    rest = [i for i, n in enumerate(names) if n not in claimed]
+    if rest:
+        groups.insert(0, ("default", config.verifier, rest))
+    return groups
+
+
 def _answer_offer(
     config: HolderConfig, offer: Offer, results: list[PlatformResult]
-) -> tuple[bytes, bytes, TrustRecord]:
-    """Verify ``offer`` through the platform verifier (every result appended to
-    ``results``), wrap the keys to its session, and sign the answer with the release's
-    trust record."""
-    verifier = config.verifier
-    holder = accept_offer(
-        offer,
-        challenge=offer.challenge,
-        attest=verifier.gpu_attester(results.append),
-        attest_cvm=verifier.cvm_attester(results.append),
-        allow_gpu_only=verifier.allow_gpu_only,
-    )
-    record = release_record([r.record for r in results], gpu_only=holder.version == 1)
-    answer = holder.answer([holder.wrap(d) for d in config.datasets]).to_json()
+) -> tuple[bytes, bytes, TrustRecord, list[str], list[dict[str, str]]]:
+    """Verify ``offer`` through each release policy's platform verifier (every result
+    appended to ``results``), wrap the keys of the datasets whose policy it meets to its
+    session, and sign the answer with the release's trust record.
+
+    Returns:
+        The signed answer, the transcript hash, the trust record, the names of the datasets
+        released and, for those withheld, the dataset, policy and unmet rule of each.
+
+    Raises:
+        DatasetsRefused: no dataset's policy was met.
+    """
+    names = config.dataset_names or tuple(d.dataset_id.hex() for d in config.datasets)
+    released: list[int] = []
+    withheld: list[dict[str, str]] = []
+    holder = None
+    records: list[Any] = []
+    groups = _groups(config)
+    for policy, verifier, chosen in groups:
+        mine: list[PlatformResult] = []
+        try:
+            session = accept_offer(
+                offer,
+                challenge=offer.challenge,
+                attest=verifier.gpu_attester(mine.append),
+                attest_cvm=verifier.cvm_attester(mine.append),
+                allow_gpu_only=verifier.allow_gpu_only,
+            )
+        except ProtocolError as exc:
+            results.extend(mine)
+            if len(groups) == 1 and not config.releases:  # one policy: its refusal as it is
+                raise
+            unmet = _failed_checks(mine) or [{"check": "offer", "detail": _one_line(exc)}]
+            for i in chosen:
+                for rule in unmet:
+                    withheld.append({"dataset": names[i], "policy": policy, **rule})
+            continue
+        results.extend(mine)
+        holder = holder or session
+        records += [r.record for r in mine]
+        released += chosen
+    if holder is None:
+        raise DatasetsRefused("the offer meets no dataset's release policy", withheld)
+    record = release_record(records, gpu_only=holder.version == 1)
+    keys = [config.datasets[i] for i in sorted(released)]
+    answer = holder.answer([holder.wrap(d) for d in keys]).to_json()
     envelope = sign_answer(
         config.signing_key, answer, holder.transcript_hash, record.to_dict()
     ).to_json()
-    return envelope, holder.transcript_hash, record
+    return envelope, holder.transcript_hash, record, [names[i] for i in sorted(released)], withheld
 
 
 def _allowed_relaxations(verifier: PlatformVerifier) -> list[str]:
@@ -288,7 +393,16 @@ def _require_web_stack() -> None:
         )
 
 
-def build_app(config: HolderConfig) -> Any:
+class LiveConfig:
+    """The configuration requests are answered with; replaced whole on reload (SIGHUP).
+    Challenges issued, answered challenges and connections are the service's, not the
+    configuration's: a reload keeps them."""
+
+    def __init__(self, config: HolderConfig) -> None:
+        self.current = config
+
+
+def build_app(config: HolderConfig, live: LiveConfig | None = None) -> Any:
     """The Starlette application for ``config``.
 
     Every answer other than a success is ``{"error": kind, "message": one line}`` (404 and
@@ -306,8 +420,13 @@ def build_app(config: HolderConfig) -> Any:
     from starlette.responses import JSONResponse, Response
     from starlette.routing import Route
 
+    state = config.state
     store = ChallengeStore(
-        config.challenge_ttl, config.max_outstanding, per_client=config.max_challenges_per_client
+        config.challenge_ttl,
+        config.max_outstanding,
+        per_client=config.max_challenges_per_client,
+        replay=state,
+        shared=state,
     )
     limiter = RateLimiter(config.rate_per_s, config.burst)
     holder_key_id = key_id(config.signing_key)
@@ -353,9 +472,11 @@ def build_app(config: HolderConfig) -> Any:
         if limited(request):
             return refuse(request, 429, "rate-limited", "too many requests")
         try:
-            value, ttl = store.issue(client_of(request))
+            value, ttl = await run_in_threadpool(store.issue, client_of(request))
         except ChallengeRefused as exc:
             return refuse(request, 429, "rate-limited", str(exc))
+        except StateUnavailableError as exc:
+            return refuse(request, 503, "state-unavailable", _one_line(exc))
         request.state.outcome = "issued"
         return JSONResponse({"challenge": value.hex(), "expires_in": ttl})
 
@@ -370,7 +491,10 @@ def build_app(config: HolderConfig) -> Any:
             return refuse(request, 413, "too-large", "the request body is too large")
         return body
 
+    live = live or LiveConfig(config)
+
     async def offer(request: Request) -> Response:
+        config = live.current  # the datasets and policies as of this request
         body = await body_or_refusal(request)
         if isinstance(body, Response):
             return body
@@ -379,22 +503,25 @@ def build_app(config: HolderConfig) -> Any:
         except (MalformedInputError, ProtocolError) as exc:
             return refuse(request, 400, "malformed", _one_line(exc))
         try:
-            store.consume(parsed.challenge)
+            await run_in_threadpool(store.consume, parsed.challenge)
         except ChallengeRefused as exc:
             return refuse(request, 409, "challenge-refused", str(exc))
+        except StateUnavailableError as exc:  # nothing is answered without its record
+            return refuse(request, 503, "state-unavailable", _one_line(exc))
         results: list[PlatformResult] = []
         try:
-            envelope, transcript, record = await run_in_threadpool(
+            envelope, transcript, record, released, withheld = await run_in_threadpool(
                 _answer_offer, config, parsed, results
             )
         except ProtocolError as exc:
-            reasons = _failed_checks(results)
-            _decisions.info(
-                json.dumps(
-                    {"event": "refusal", "client": client_of(request), "reasons": reasons},
-                    sort_keys=True,
-                )
-            )
+            reasons = exc.reasons if isinstance(exc, DatasetsRefused) else _failed_checks(results)
+            decision: dict[str, Any] = {
+                "event": "refusal",
+                "client": client_of(request),
+                "reasons": reasons,
+            }
+            _decisions.info(json.dumps(decision, sort_keys=True))
+            await audit(f"refusal:{secrets.token_hex(16)}", decision)
             return refuse(request, 403, "not-trusted", _one_line(exc), reasons)
         except MalformedInputError as exc:
             return refuse(request, 400, "malformed", _one_line(exc))
@@ -406,26 +533,27 @@ def build_app(config: HolderConfig) -> Any:
             answered[transcript.hex()] = _RECEIPTS_PER_SESSION
             while len(answered) > config.max_outstanding:
                 answered.popitem(last=False)
-        _decisions.info(
-            json.dumps(
-                {
-                    "event": "release",
-                    "client": client_of(request),
-                    "transcript_hash": transcript.hex(),
-                    "datasets": len(config.datasets),
-                    "trusted_with": record.to_dict(),
-                },
-                sort_keys=True,
-            )
-        )
+        decision = {
+            "event": "release",
+            "client": client_of(request),
+            "transcript_hash": transcript.hex(),
+            "datasets": len(released),
+            "released": released,
+            "trusted_with": record.to_dict(),
+        }
+        if withheld:
+            decision["withheld"] = withheld
+        _decisions.info(json.dumps(decision, sort_keys=True))
+        await audit(f"release:{transcript.hex()}", decision)
         request.state.outcome = "answered"
         return Response(envelope, media_type="application/json")
 
     async def receipt(request: Request) -> Response:
+        config = live.current
         body = await body_or_refusal(request)
         if isinstance(body, Response):
             return body
-        if config.receipt_dir is None:
+        if config.receipt_dir is None and state is None:
             return refuse(request, 404, "not-kept", "this holder keeps no receipts")
         try:
             parsed = Receipt.from_json(body)
@@ -439,16 +567,39 @@ def build_app(config: HolderConfig) -> Any:
             left = answered.get(parsed.transcript_hash, 0)
             if left > 0:
                 answered[parsed.transcript_hash] = left - 1
-        if left <= 0:
-            return refuse(
-                request, 409, "unknown-session", "no answered session awaits this receipt"
-            )
         try:
-            await run_in_threadpool(store_receipt, config.receipt_dir, parsed)
+            if left <= 0 and state is not None:  # answered by another process sharing it
+                left = await run_in_threadpool(_receipts_left, state, parsed.transcript_hash)
+            if left <= 0:
+                return refuse(
+                    request, 409, "unknown-session", "no answered session awaits this receipt"
+                )
+            if state is not None:
+                await run_in_threadpool(
+                    state.put_record,
+                    "receipt",
+                    f"{parsed.transcript_hash}:{parsed.orchestrator_key_id}:{parsed.seq}",
+                    json.loads(parsed.to_json()),
+                )
+            if config.receipt_dir is not None:
+                await run_in_threadpool(store_receipt, config.receipt_dir, parsed)
         except GpuccError as exc:
             return refuse(request, 503, "not-stored", _one_line(exc))
         request.state.outcome = "receipt-stored"
         return JSONResponse({"stored": True})
+
+    async def audit(key: str, decision: dict[str, Any]) -> None:
+        """The decision's audit record in the state (a log line says when it cannot be kept:
+        the decision is made and answered either way)."""
+        if state is None:
+            return
+        doc = {**decision, "time": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
+        try:
+            await run_in_threadpool(state.put_record, "decision", key, doc)
+        except GpuccError as exc:
+            _decisions.warning(
+                json.dumps({"event": "audit-not-kept", "error": _one_line(exc)}, sort_keys=True)
+            )
 
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
@@ -474,6 +625,13 @@ def build_app(config: HolderConfig) -> Any:
         ],
         exception_handlers={HTTPException: http_error, Exception: internal_error},
     )
+
+
+def _receipts_left(state: SqliteState | PostgresState, transcript_hash: str) -> int:
+    """Receipts still accepted for a session answered by any process sharing ``state``."""
+    if not state.count_records("decision", f"release:{transcript_hash}"):
+        return 0
+    return _RECEIPTS_PER_SESSION - state.count_records("receipt", transcript_hash)
 
 
 def store_receipt(directory: Path, receipt: Receipt) -> Path:
@@ -523,11 +681,15 @@ def serve(
     tls_key: Path | None = None,
     drain_s: float = 20.0,
     limits: ServerLimits | None = None,
+    reload: Callable[[], HolderConfig] | None = None,
+    metrics: bool = False,
 ) -> int | None:
     """Run the service until SIGINT, SIGTERM or SIGHUP; in-flight requests are drained first.
 
     ``limits`` is the connection policy (:class:`gpucc.travel.httpserver.ServerLimits`):
-    deadlines, per-client and total connection caps, trusted proxies.
+    deadlines, per-client and total connection caps, trusted proxies. On SIGHUP ``reload``
+    (when given) makes the configuration later requests are answered with (datasets, release
+    policies, receipts); when it raises, the service goes on with the one it has.
 
     Returns:
         The signal that stopped the service (the CLI re-raises it), or None.
@@ -577,15 +739,41 @@ def serve(
             )
         )
 
+    live = LiveConfig(config)
+
+    def reloaded() -> None:
+        if reload is None:
+            return
+        live.current = reload()
+        logging.getLogger("gpucc.holder").info(
+            json.dumps(
+                {
+                    "event": "reloaded",
+                    "datasets": len(live.current.datasets),
+                    "release_policies": [p.name for p in live.current.releases],
+                },
+                sort_keys=True,
+            )
+        )
+
+    app = build_app(config, live)
+    watch: Callable[[Any], None] = lambda acceptor: None  # noqa: E731
+    if metrics:
+        from .metrics import Metrics
+
+        registry = Metrics()
+        app, watch = registry.wrap(app), registry.watch
     try:
         return run_server(
-            build_app(config),
+            app,
             host=host,
             port=port,
             limits=limits,
             tls=tls,
             drain_s=drain_s,
             on_start=started,
+            on_reload=reloaded,
+            on_listen=watch,
         )
     except OSError as exc:
         raise EnvironmentProblemError(

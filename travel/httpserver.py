@@ -15,8 +15,13 @@ HTTP/1.1 state machine Uvicorn and httpx use); this module adds the connection p
   their first byte, and no larger than ``max_header_bytes``;
 * **request deadline**: head and body within ``request_s`` of the first byte;
 * **caps**: at most ``max_connections`` open connections, at most ``max_per_client`` from
-  one client address; one request at a time per connection;
-* refusals (400, 408, 413, 431, 503) are the documented JSON error body and one access-log
+  one client address, at most ``max_handshakes`` TLS handshakes in progress, all counted
+  when the connection is accepted, before TLS (:mod:`gpucc.travel.accept`); accepting
+  pauses while the descriptors held reach the process's limit less ``fd_reserve``; one
+  request at a time per connection;
+* **head size**: a request line over ``max_request_line`` bytes is refused with 414, a
+  head over ``max_header_bytes`` with 431, whether it arrives in pieces or in one write;
+* refusals (400, 408, 413, 414, 431, 503) are the documented JSON error body and one access-log
   line each, and the connection is closed after them; a request with both
   ``Content-Length`` and ``Transfer-Encoding`` is refused (RFC 9112 section 6.3);
 * ``X-Forwarded-For`` is believed only from the addresses in ``trusted_proxies``.
@@ -31,12 +36,14 @@ import ipaddress
 import json
 import logging
 import signal
+import socket
 import ssl
 import time
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from .accept import Acceptor, ErrorLog
 
 __all__ = ["ServerLimits", "run_server"]
 
@@ -54,6 +61,9 @@ class ServerLimits:
     max_per_client: int = 16
     max_body: int = 256 * 1024
     max_header_bytes: int = 16 * 1024
+    max_request_line: int = 8 * 1024
+    max_handshakes: int = 64
+    fd_reserve: int = 64
     trusted_proxies: frozenset[str] = field(default_factory=frozenset)
 
 
@@ -115,28 +125,21 @@ class _Server:
         self.app = app
         self.limits = limits
         self.tls = tls
-        self.open = 0
-        self.per_client: Counter[str] = Counter()
         self.busy: set[asyncio.Task[Any]] = set()
         self.idle: set[asyncio.Task[Any]] = set()
         self.stopping = False
+        self.acceptor: Acceptor | None = None
 
     # --- one connection ------------------------------------------------------------------
 
-    async def connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def connection(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: str
+    ) -> None:
+        """Serve one accepted connection (already counted against the caps)."""
         import h11
 
-        peer = (writer.get_extra_info("peername") or ("?", 0))[0]
         task = asyncio.current_task()
         assert task is not None
-        capped = peer not in self.limits.trusted_proxies
-        if self.open >= self.limits.max_connections or (
-            capped and self.per_client[peer] >= self.limits.max_per_client
-        ):
-            await self._refuse_raw(reader, writer, peer, "busy")
-            return
-        self.open += 1
-        self.per_client[peer] += 1
         self.idle.add(task)
         try:
             conn = h11.Connection(
@@ -154,18 +157,16 @@ class _Server:
             pass
         except asyncio.CancelledError:  # shutting down: the connection just closes
             pass
-        except Exception as exc:  # one bad connection never stops the service
-            logging.getLogger("gpucc.holder").info(
-                json.dumps({"event": "connection-error", "error": type(exc).__name__})
-            )
         finally:
             self.idle.discard(task)
             self.busy.discard(task)
-            self.open -= 1
-            self.per_client[peer] -= 1
-            if self.per_client[peer] <= 0:
-                del self.per_client[peer]
             writer.close()
+
+    async def refuse_busy(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: str
+    ) -> None:
+        """Answer a connection over a cap with the JSON 503."""
+        await self._refuse_raw(reader, writer, peer, "busy")
 
     async def _refuse_raw(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: str, kind: str
@@ -207,6 +208,7 @@ class _Server:
         except h11.RemoteProtocolError:  # pipelined garbage: refused below, like any other
             event = None
         started = time.perf_counter()
+        data = b""
         if event is h11.NEED_DATA:
             try:
                 data = await self._read(reader, time.monotonic() + limits.idle_s)
@@ -236,11 +238,16 @@ class _Server:
         request_deadline = begun + limits.request_s
         method = path = None
         client = peer
+        seen = bytearray(data)  # this head's bytes so far
         try:
-            head_bytes = 0
             while True:
                 if event is h11.NEED_DATA or event is None:
-                    event = conn.next_event()
+                    try:
+                        event = conn.next_event()
+                    except h11.RemoteProtocolError as exc:
+                        if exc.error_status_hint == 431:  # h11's cap on an incomplete head
+                            raise self._too_large(bytes(seen)) from None
+                        raise
                 if isinstance(event, h11.Request):
                     break
                 if isinstance(event, h11.ConnectionClosed):
@@ -252,11 +259,12 @@ class _Server:
                         raise _Refusal(
                             408, "timeout", "the request head did not arrive in time"
                         ) from None
-                    head_bytes += len(data)
-                    if head_bytes > limits.max_header_bytes + 65536:
-                        raise _Refusal(431, "too-large", "the request head is too large")
+                    if len(seen) + len(data) > limits.max_header_bytes + 65536:
+                        raise self._too_large(bytes(seen) + data)
+                    seen += data
                     conn.receive_data(data)
                     event = h11.NEED_DATA
+            self._check_head(event)
             method = event.method.decode("ascii", "replace")
             path = event.target.decode("ascii", "replace").split("?", 1)[0][:200]
             headers = [(k.lower(), v) for k, v in event.headers]
@@ -296,6 +304,21 @@ class _Server:
         finally:
             self.busy.discard(task)
             self.idle.add(task)
+
+    def _too_large(self, head: bytes) -> _Refusal:
+        """414 when the request line alone is over its limit, else 431."""
+        if len(head.split(b"\n", 1)[0]) > self.limits.max_request_line:
+            return _Refusal(414, "too-large", "the request target is too long")
+        return _Refusal(431, "too-large", "the request head is too large")
+
+    def _check_head(self, request: Any) -> None:
+        """The limits on a head h11 parsed whole (it caps only heads still incomplete)."""
+        line = len(request.method) + len(request.target) + len(request.http_version) + 8
+        if line > self.limits.max_request_line:
+            raise _Refusal(414, "too-large", "the request target is too long")
+        size = line + sum(len(k) + len(v) + 4 for k, v in request.headers.raw_items()) + 2
+        if size > self.limits.max_header_bytes:
+            raise _Refusal(431, "too-large", "the request head is too large")
 
     async def _body(self, conn: Any, reader: asyncio.StreamReader, deadline: float) -> bytes:
         import h11
@@ -404,6 +427,7 @@ class _Server:
                     400: "Bad Request",
                     408: "Request Timeout",
                     413: "Content Too Large",
+                    414: "URI Too Long",
                     431: "Request Header Fields Too Large",
                 }.get(refusal.status, "Error")
                 head = f"HTTP/1.1 {refusal.status} {reason}\r\n" + "".join(
@@ -434,19 +458,36 @@ class _Server:
     # --- the listener --------------------------------------------------------------------
 
     async def serve(
-        self, host: str, port: int, drain_s: float, on_start: Callable[[], None]
+        self,
+        host: str,
+        port: int,
+        drain_s: float,
+        on_start: Callable[[], None],
+        on_reload: Callable[[], None],
+        on_listen: Callable[[Any], None],
     ) -> int | None:
-        """Serve until a signal; the signal's number (after draining), or None."""
-        server = await asyncio.start_server(
-            self.connection,
-            host,
-            port,
-            backlog=1024,
-            ssl=self.tls,
-            # a TLS handshake is done before the connection is counted; it gets the head's time
-            ssl_handshake_timeout=self.limits.header_s if self.tls else None,
-        )
+        """Serve until SIGTERM or SIGINT (SIGHUP calls ``on_reload``); the signal's number
+        (after draining), or None."""
         loop = asyncio.get_running_loop()
+        errors = ErrorLog()
+        loop.set_exception_handler(errors.asyncio_handler)
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.create_server((host, port), family=family, backlog=1024)
+        limits = self.limits
+        self.acceptor = Acceptor(
+            handle=self.connection,
+            refuse=self.refuse_busy,
+            tls=self.tls,
+            max_connections=limits.max_connections,
+            max_per_client=limits.max_per_client,
+            max_handshakes=limits.max_handshakes,
+            handshake_s=limits.header_s,
+            fd_reserve=limits.fd_reserve,
+            trusted=limits.trusted_proxies,
+            errors=errors,
+        )
+        on_listen(self.acceptor)
+        accepting = asyncio.ensure_future(self.acceptor.run(sock))
         stop = asyncio.Event()
         received: list[int] = []
 
@@ -454,21 +495,29 @@ class _Server:
             received.append(signum)
             stop.set()
 
+        def on_hangup() -> None:
+            try:
+                on_reload()
+            except Exception as exc:  # the service keeps its configuration
+                errors("reload-failed", error=type(exc).__name__, detail=str(exc)[:300])
+
         signals = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
         previous = {signum: signal.getsignal(signum) for signum in signals}
-        for signum in signals:
+        for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, on_signal, signum)
+        loop.add_signal_handler(signal.SIGHUP, on_hangup)
         on_start()
         try:
             await stop.wait()
         finally:
-            self.stopping = True
-            server.close()
+            self.stopping = self.acceptor.stopping = True
+            accepting.cancel()
+            sock.close()
             for task in list(self.idle):
                 task.cancel()
             if self.busy:
                 await asyncio.wait(list(self.busy), timeout=drain_s)
-            for task in list(self.busy | self.idle):
+            for task in list(self.acceptor.tasks):
                 task.cancel()
             for signum in signals:
                 loop.remove_signal_handler(signum)
@@ -485,10 +534,17 @@ def run_server(
     tls: ssl.SSLContext | None = None,
     drain_s: float = 20.0,
     on_start: Callable[[], None] = lambda: None,
+    on_reload: Callable[[], None] = lambda: None,
+    on_listen: Callable[[Any], None] = lambda acceptor: None,
 ) -> int | None:
-    """Serve ``app`` until SIGTERM, SIGINT or SIGHUP; requests in flight get ``drain_s``.
+    """Serve ``app`` until SIGTERM or SIGINT; requests in flight get ``drain_s``. SIGHUP
+    calls ``on_reload`` (an exception from it is logged; the service goes on).
+    ``on_listen`` is given the accept loop (:class:`gpucc.travel.accept.Acceptor`) once it
+    listens, e.g. for its connection counts.
 
     Returns:
         The signal that stopped the service (the caller re-raises it), or None.
     """
-    return asyncio.run(_Server(app, limits, tls).serve(host, port, drain_s, on_start))
+    return asyncio.run(
+        _Server(app, limits, tls).serve(host, port, drain_s, on_start, on_reload, on_listen)
+    )

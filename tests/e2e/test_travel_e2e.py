@@ -129,7 +129,9 @@ def _holder_files(
     return data, kek_path, key_path, datasets, keys, key
 
 
-def _start(world: World, name: str, sizes: list[int], *extra: str) -> Holder:
+def _start(
+    world: World, name: str, sizes: list[int], *extra: str, prefix: tuple[str, ...] = ()
+) -> Holder:
     data, kek_path, key_path, datasets, keys, key = _holder_files(world.tmp, name, sizes)
     taken = {int(h.url.rsplit(":", 1)[1]) for h in world.holders.values()}
     port = free_port()
@@ -140,6 +142,7 @@ def _start(world: World, name: str, sizes: list[int], *extra: str) -> Holder:
     receipts.mkdir()
     proc = subprocess.Popen(
         [
+            *prefix,
             sys.executable,
             "-m",
             "gpucc.cli.holder",

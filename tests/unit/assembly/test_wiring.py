@@ -168,12 +168,28 @@ def test_the_holder_service_verifies_offers_through_the_platform_verifier(
     config = HolderConfig(
         datasets=load_datasets(sealed.parent, key_file),
         signing_key=generate_signing_key(),
-        verifier=_verifier(wiring.directory, None, None, None, offline=True),
+        verifier=_verifier(
+            {
+                "simulate_roots": wiring.directory,
+                "service_key_file": None,
+                "collateral": None,
+                "offline": True,
+                "rim_url": None,
+                "ocsp_url": None,
+                "cache_dir": None,
+                "rim_dir": None,
+                "pccs_url": None,
+            },
+            None,
+        ),
     )
     offer, _ = create_offer(new_challenge(), platform.collect(), collect_cvm=platform.collect_cvm())
     # what POST /v1/offer runs for an offer whose challenge it took
     results: list[PlatformResult] = []
-    envelope, transcript, record = _answer_offer(config, Offer.from_json(offer.to_json()), results)
+    envelope, transcript, record, released, withheld = _answer_offer(
+        config, Offer.from_json(offer.to_json()), results
+    )
+    assert released and not withheld
     assert envelope and len(transcript) == 48  # SHA-384
     assert record.simulated and results == wiring.verified
     assert [r.trusted for r in wiring.verified] == [True, True]

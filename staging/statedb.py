@@ -1,0 +1,326 @@
+"""A data holder's durable state in a database: answered challenges, issued challenges, records.
+
+Two backends with one interface (a :class:`~gpucc.staging.replay.ReplayStore` and more):
+
+* :class:`SqliteState` (the default): one file, WAL journal, ``synchronous=FULL``; each claim
+  is committed before it returns, so a holder killed mid-release (``kill -9``) has the
+  record when it starts again, and never answers that challenge twice. Processes on one
+  host may share the file.
+* :class:`PostgresState`: for several holder processes or hosts serving one identity
+  (``psycopg``, the ``state-postgres`` extra). The replay check is the primary key of
+  ``gpucc_answered``: of two processes inserting one challenge exactly one succeeds.
+
+Tables: ``gpucc_answered`` (a hash of each answered challenge and when its record expires),
+``gpucc_challenges`` (challenges issued and not yet used, so that an offer may reach another
+process than the one that issued its challenge, or the same one after a restart), and
+``gpucc_records`` (documents by kind and key, each kept once: receipts, audit records).
+Challenges are stored as labelled SHA-256 hashes, never as issued. The clock (seconds since
+the epoch) is an argument.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from gpucc.core.errors import EnvironmentProblemError, FileAccessError
+
+from .replay import DEFAULT_REPLAY_TTL, _replay_error
+
+__all__ = ["PostgresState", "SqliteState", "StateUnavailableError", "open_state"]
+
+_ANSWERED = b"gpucc/session/v1/answered-challenge"
+_ISSUED = b"gpucc/session/v1/issued-challenge"
+
+
+class StateUnavailableError(EnvironmentProblemError):
+    """The holder's state database cannot be used (an offer is refused, never answered)."""
+
+
+def _digest(label: bytes, challenge: bytes) -> bytes:
+    return hashlib.sha256(label + challenge).digest()
+
+
+class _State:
+    """The SQL both backends share; ``?`` placeholders (rewritten for PostgreSQL)."""
+
+    blob = "BLOB"
+    real = "REAL"
+    serial = "INTEGER PRIMARY KEY AUTOINCREMENT"
+    backend = ""
+
+    def __init__(self, *, ttl_s: float, clock: Callable[[], float]) -> None:
+        self.ttl_s = ttl_s
+        self.clock = clock
+        self._lock = threading.Lock()
+
+    # --- backend hooks ---------------------------------------------------------------------
+
+    def _tx(self) -> Any:  # pragma: no cover - each backend has its own
+        raise NotImplementedError
+
+    def _is_unique_violation(self, exc: Exception) -> bool:  # pragma: no cover
+        raise NotImplementedError
+
+    def _schema(self) -> list[str]:
+        return [
+            f"CREATE TABLE IF NOT EXISTS gpucc_answered (digest {self.blob} PRIMARY KEY, "
+            f"expires {self.real} NOT NULL)",
+            "CREATE INDEX IF NOT EXISTS gpucc_answered_expires ON gpucc_answered (expires)",
+            f"CREATE TABLE IF NOT EXISTS gpucc_challenges (digest {self.blob} PRIMARY KEY, "
+            f"expires {self.real} NOT NULL)",
+            "CREATE INDEX IF NOT EXISTS gpucc_challenges_expires ON gpucc_challenges (expires)",
+            f"CREATE TABLE IF NOT EXISTS gpucc_records (id {self.serial}, kind TEXT NOT NULL, "
+            f"key TEXT NOT NULL, at {self.real} NOT NULL, body TEXT NOT NULL, "
+            "UNIQUE (kind, key))",
+        ]
+
+    # --- the replay store ------------------------------------------------------------------
+
+    def claim(self, challenge: bytes) -> None:
+        """Record ``challenge`` as answered (committed before this returns).
+
+        Raises:
+            ChallengeReplayError: it is recorded already (and not expired).
+            StateUnavailableError: the database cannot be used.
+        """
+        now = self.clock()
+        digest = _digest(_ANSWERED, challenge)
+        try:
+            with self._tx() as cur:
+                cur.execute("DELETE FROM gpucc_answered WHERE expires <= ?", (now,))
+                cur.execute(
+                    "INSERT INTO gpucc_answered (digest, expires) VALUES (?, ?)",
+                    (digest, now + self.ttl_s),
+                )
+        except Exception as exc:
+            if self._is_unique_violation(exc):
+                raise _replay_error(challenge) from None
+            raise self._unavailable(exc) from None
+
+    def answered(self, challenge: bytes) -> bool:
+        """Whether ``challenge`` is recorded as answered and not expired."""
+        with self._tx() as cur:
+            cur.execute(
+                "SELECT 1 FROM gpucc_answered WHERE digest = ? AND expires > ?",
+                (_digest(_ANSWERED, challenge), self.clock()),
+            )
+            return cur.fetchone() is not None
+
+    # --- issued challenges -----------------------------------------------------------------
+
+    def issue(self, challenge: bytes, ttl_s: float) -> None:
+        """Keep ``challenge`` as issued, for ``ttl_s`` seconds."""
+        now = self.clock()
+        with self._tx() as cur:
+            cur.execute("DELETE FROM gpucc_challenges WHERE expires <= ?", (now,))
+            cur.execute(
+                "INSERT INTO gpucc_challenges (digest, expires) VALUES (?, ?)",
+                (_digest(_ISSUED, challenge), now + ttl_s),
+            )
+
+    def take(self, challenge: bytes) -> bool | None:
+        """Remove an issued ``challenge``: True if it was still valid, False if it had
+        expired, None if it was never issued here (or taken already)."""
+        digest = _digest(_ISSUED, challenge)
+        with self._tx() as cur:  # one statement: of two processes taking it, one gets it
+            cur.execute(
+                "DELETE FROM gpucc_challenges WHERE digest = ? RETURNING expires", (digest,)
+            )
+            row = cur.fetchone()
+        return None if row is None else float(row[0]) > self.clock()
+
+    # --- records ---------------------------------------------------------------------------
+
+    def put_record(self, kind: str, key: str, doc: dict[str, Any]) -> bool:
+        """Keep ``doc`` under (``kind``, ``key``); False when one is kept there already."""
+        body = json.dumps(doc, sort_keys=True)
+        try:
+            with self._tx() as cur:
+                cur.execute(
+                    "INSERT INTO gpucc_records (kind, key, at, body) VALUES (?, ?, ?, ?)",
+                    (kind, key, self.clock(), body),
+                )
+        except Exception as exc:
+            if self._is_unique_violation(exc):
+                return False
+            raise self._unavailable(exc) from None
+        return True
+
+    def count_records(self, kind: str, key_prefix: str) -> int:
+        """How many records of ``kind`` have a key starting with ``key_prefix``."""
+        with self._tx() as cur:
+            cur.execute(
+                "SELECT COUNT(*) FROM gpucc_records WHERE kind = ? AND key LIKE ?",
+                (kind, key_prefix.replace("%", "").replace("_", "") + "%"),
+            )
+            return int(cur.fetchone()[0])
+
+    def records(
+        self, kind: str, *, since: float | None = None, limit: int = 10_000
+    ) -> list[tuple[float, str, dict[str, Any]]]:
+        """Records of ``kind`` (oldest first): (time, key, document)."""
+        with self._tx() as cur:
+            cur.execute(
+                "SELECT at, key, body FROM gpucc_records WHERE kind = ? AND at >= ? "
+                "ORDER BY id LIMIT ?",
+                (kind, since if since is not None else 0.0, limit),
+            )
+            rows = cur.fetchall()
+        return [(float(at), str(key), json.loads(body)) for at, key, body in rows]
+
+    def _unavailable(self, exc: Exception) -> StateUnavailableError:
+        detail = " ".join(str(exc).split())[:200]
+        return StateUnavailableError(f"the {self.backend} state cannot be used: {detail}")
+
+
+class SqliteState(_State):
+    """The state in one SQLite file (created mode 0600; see the module docstring)."""
+
+    backend = "SQLite"
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        ttl_s: float = DEFAULT_REPLAY_TTL.total_seconds(),
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        super().__init__(ttl_s=ttl_s, clock=clock)
+        self.path = Path(path)
+        try:
+            if not self.path.exists():
+                os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+            self._db = sqlite3.connect(
+                self.path, isolation_level=None, check_same_thread=False, timeout=10.0
+            )
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+            with self._tx() as cur:
+                for statement in self._schema():
+                    cur.execute(statement)
+        except (OSError, sqlite3.Error) as exc:
+            raise FileAccessError(f"cannot use the state database {self.path}: {exc}") from None
+
+    @contextmanager
+    def _tx(self) -> Iterator[Any]:
+        with self._lock:
+            cur = self._db.cursor()
+            cur.execute("BEGIN IMMEDIATE")
+            try:
+                yield cur
+            except BaseException:
+                self._db.rollback()
+                raise
+            else:
+                self._db.commit()
+            finally:
+                cur.close()
+
+    def _is_unique_violation(self, exc: Exception) -> bool:
+        return isinstance(exc, sqlite3.IntegrityError)
+
+    def close(self) -> None:
+        self._db.close()
+
+
+class PostgresState(_State):
+    """The state in PostgreSQL, shared by holder processes (see the module docstring)."""
+
+    blob = "BYTEA"
+    real = "DOUBLE PRECISION"
+    serial = "BIGSERIAL PRIMARY KEY"
+    backend = "PostgreSQL"
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        ttl_s: float = DEFAULT_REPLAY_TTL.total_seconds(),
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        super().__init__(ttl_s=ttl_s, clock=clock)
+        try:
+            import psycopg
+        except ImportError:
+            raise EnvironmentProblemError(
+                "a PostgreSQL state needs psycopg: pip install 'gpucc[state-postgres]'"
+            ) from None
+        self._psycopg = psycopg
+        self._dsn = dsn
+        self._db: Any = None
+        with self._tx() as cur:
+            cur.execute("SELECT pg_advisory_xact_lock(4242390001)")  # one schema creator
+            for statement in self._schema():
+                cur.execute(statement)
+
+    def _connect(self) -> Any:
+        try:
+            return self._psycopg.connect(self._dsn, autocommit=False, connect_timeout=10)
+        except self._psycopg.Error as exc:
+            raise self._unavailable(exc) from None
+
+    @contextmanager
+    def _tx(self) -> Iterator[Any]:
+        with self._lock:
+            if self._db is None or self._db.closed:
+                self._db = self._connect()
+            cur = self._db.cursor()
+            wrapped = _Placeholders(cur)
+            try:
+                yield wrapped
+            except BaseException:
+                try:
+                    self._db.rollback()
+                except self._psycopg.Error:
+                    self._db.close()  # reconnect on the next use
+                raise
+            else:
+                try:
+                    self._db.commit()
+                except self._psycopg.Error as exc:
+                    self._db.close()
+                    raise self._unavailable(exc) from None
+            finally:
+                cur.close()
+
+    def _is_unique_violation(self, exc: Exception) -> bool:
+        return isinstance(exc, self._psycopg.errors.UniqueViolation)
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+
+
+class _Placeholders:
+    """A psycopg cursor that takes the ``?`` placeholders the shared SQL uses."""
+
+    def __init__(self, cur: Any) -> None:
+        self._cur = cur
+
+    def execute(self, sql: str, params: tuple[Any, ...] = ()) -> None:
+        self._cur.execute(sql.replace("?", "%s"), params)
+
+    def fetchone(self) -> Any:
+        return self._cur.fetchone()
+
+    def fetchall(self) -> Any:
+        return self._cur.fetchall()
+
+
+def open_state(
+    url: str, *, ttl_s: float = DEFAULT_REPLAY_TTL.total_seconds()
+) -> SqliteState | PostgresState:
+    """The state named by ``url``: ``postgresql://…`` (or ``postgres://…``), else a SQLite
+    file path (``sqlite:`` prefix optional)."""
+    if url.startswith(("postgresql://", "postgres://")):
+        return PostgresState(url, ttl_s=ttl_s)
+    return SqliteState(url.removeprefix("sqlite:"), ttl_s=ttl_s)

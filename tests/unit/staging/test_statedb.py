@@ -1,0 +1,117 @@
+"""The holder's durable state against real databases: a SQLite file, and a PostgreSQL server
+started from Debian's package; several connections (processes' worth) racing for one
+challenge, of which exactly one wins."""
+
+from __future__ import annotations
+
+import os
+import stat
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from gpucc.staging.replay import ChallengeReplayError
+from gpucc.staging.statedb import PostgresState, SqliteState, StateUnavailableError, open_state
+from tests.support.postgres import postgres_server
+
+Factory = Callable[..., SqliteState | PostgresState]
+
+
+@pytest.fixture(scope="module")
+def pg_dsn() -> Iterator[str]:
+    with postgres_server() as dsn:
+        yield dsn
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def make(request: pytest.FixtureRequest, tmp_path: Path) -> Factory:
+    if request.param == "sqlite":
+        path = tmp_path / "state.sqlite3"
+        return lambda **kw: SqliteState(path, **kw)
+    dsn = request.getfixturevalue("pg_dsn")
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as db:  # each test starts empty
+        for table in ("gpucc_answered", "gpucc_challenges", "gpucc_records"):
+            db.execute(f"DROP TABLE IF EXISTS {table}")
+    return lambda **kw: PostgresState(dsn, **kw)
+
+
+def test_a_challenge_is_claimed_once_across_connections(make: Factory) -> None:
+    a, b = make(), make()
+    a.claim(b"c" * 32)
+    with pytest.raises(ChallengeReplayError):
+        b.claim(b"c" * 32)
+    assert a.answered(b"c" * 32) and b.answered(b"c" * 32) and not b.answered(b"d" * 32)
+
+
+def test_an_answered_record_expires_with_its_ttl(make: Factory) -> None:
+    now = [1000.0]
+    state = make(ttl_s=60, clock=lambda: now[0])
+    state.claim(b"e" * 32)
+    now[0] += 61
+    assert not state.answered(b"e" * 32)
+    state.claim(b"e" * 32)  # expired records are pruned, as the file store does
+
+
+def test_issued_challenges_are_taken_once_by_any_connection(make: Factory) -> None:
+    now = [1000.0]
+    a, b = make(clock=lambda: now[0]), make(clock=lambda: now[0])
+    a.issue(b"x" * 32, 30)
+    a.issue(b"y" * 32, 30)
+    assert b.take(b"x" * 32) is True
+    assert a.take(b"x" * 32) is None  # taken already
+    now[0] += 31
+    assert b.take(b"y" * 32) is False  # expired
+    assert b.take(b"z" * 32) is None
+
+
+def test_records_are_kept_once_per_key(make: Factory) -> None:
+    state = make()
+    assert state.put_record("receipt", "ab:1", {"seq": 1})
+    assert not state.put_record("receipt", "ab:1", {"seq": 2})
+    assert state.put_record("receipt", "ab:2", {"seq": 2})
+    state.put_record("decision", "release:ab", {"event": "release"})
+    assert [doc for _, _, doc in state.records("receipt")] == [{"seq": 1}, {"seq": 2}]
+    assert state.count_records("receipt", "ab") == 2 and state.count_records("receipt", "c") == 0
+
+
+def test_racing_claims_have_one_winner(make: Factory) -> None:
+    states = [make() for _ in range(6)]
+    wins: list[int] = []
+    start = threading.Barrier(len(states))
+
+    def race(i: int) -> None:
+        start.wait()
+        for n in range(40):
+            try:
+                states[i].claim(n.to_bytes(32, "big"))
+                wins.append(n)
+            except ChallengeReplayError:
+                pass
+
+    threads = [threading.Thread(target=race, args=(i,)) for i in range(len(states))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(wins) == list(range(40))  # each challenge answered exactly once
+
+
+def test_the_sqlite_file_is_private_and_in_wal_mode(tmp_path: Path) -> None:
+    path = tmp_path / "s.sqlite3"
+    state = open_state(f"sqlite:{path}")
+    assert isinstance(state, SqliteState)
+    state.claim(b"w" * 32)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert state._db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_an_unreachable_postgres_is_a_typed_error() -> None:
+    pytest.importorskip("psycopg")
+    from tests.support.netfixtures import free_port
+
+    with pytest.raises(StateUnavailableError, match="PostgreSQL state cannot be used"):
+        PostgresState(f"postgresql://postgres@127.0.0.1:{free_port()}/postgres")
