@@ -18,11 +18,24 @@ Front ends that produce evidence open it through :func:`gpucc.assembly.sources.o
 
 from __future__ import annotations
 
-from . import sources
-from .platform import Platform, assemble
-from .settings import Settings, TimeSource, simulation_policy, utc_now
-from .sources import EvidenceSource, FileSource, LocalSource, SimulatedSource
-from .verifier import PlatformEvidence, PlatformResult, PlatformVerifier
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from . import sources
+    from .platform import Platform, assemble
+    from .settings import Settings, TimeSource, simulation_policy, utc_now
+    from .sources import EvidenceSource, FileSource, LocalSource, SimulatedSource
+    from .verifier import PlatformEvidence, PlatformResult, PlatformVerifier
+
+#: Where each public name lives: loaded on first use, so importing the layer (every command
+#: does) costs only what the command then uses.
+_HOME = {
+    **dict.fromkeys(("Platform", "assemble"), "platform"),
+    **dict.fromkeys(("Settings", "TimeSource", "simulation_policy", "utc_now"), "settings"),
+    **dict.fromkeys(("EvidenceSource", "FileSource", "LocalSource", "SimulatedSource"), "sources"),
+    **dict.fromkeys(("PlatformEvidence", "PlatformResult", "PlatformVerifier"), "verifier"),
+}
 
 __all__ = [
     "EvidenceSource",
@@ -36,7 +49,22 @@ __all__ = [
     "SimulatedSource",
     "TimeSource",
     "assemble",
-    "sources",
     "simulation_policy",
+    "sources",
     "utc_now",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "sources":
+        return importlib.import_module(f"{__name__}.sources")
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

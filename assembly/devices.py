@@ -37,7 +37,7 @@ def split_devices(
     PPCIe machine's does; entries keep their order within each kind."""
     if evidence is None:
         return None, switches
-    from gpucc.gpuattest.switch_verifier import is_switch_arch
+    from gpucc.gpuattest.evidence import is_switch_arch
 
     gpus = tuple(e for e in evidence.gpus if not is_switch_arch(e.arch))
     found = tuple(e for e in evidence.gpus if is_switch_arch(e.arch))

@@ -19,13 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from gpucc.staging.release import CollectedCvmEvidence, CollectedEvidence
-
 from .settings import utc_now
 
 if TYPE_CHECKING:
     from gpucc.gpuattest.cvm.tdx_sim import SimulatedTdx
     from gpucc.gpuattest.evidence import EvidenceSet
+    from gpucc.staging.release import CollectedCvmEvidence, CollectedEvidence
 
 __all__ = [
     "SIMULATED_FILES",
@@ -91,8 +90,20 @@ class EvidenceSource(Protocol):
         ...
 
 
+def _cvm_collected(
+    evidence: bytes, collateral: bytes | None = None, event_log: bytes | None = None
+) -> CollectedCvmEvidence:
+    """The key-release protocol's form of CVM evidence (imported when first needed: the
+    protocol's modules are not part of every command's start-up)."""
+    from gpucc.staging.release import CollectedCvmEvidence
+
+    return CollectedCvmEvidence(evidence, collateral, event_log)
+
+
 def collected(source: EvidenceSource, nonce: bytes) -> CollectedEvidence:
     """The source's GPU evidence in the key-release protocol's form."""
+    from gpucc.staging.release import CollectedEvidence
+
     return CollectedEvidence.from_evidence_set(source.gpu_evidence(nonce))
 
 
@@ -149,9 +160,9 @@ class LocalSource:
             # The host's certificate table (the VCEK, or a cloud's VLEK): AMD-signed, checked
             # by the verifier like its own.
             endorsement = endorsement_from_auxblob(report.auxblob, report.outblob)
-            return CollectedCvmEvidence(report.outblob, endorsement)
+            return _cvm_collected(report.outblob, endorsement)
         log = read_event_log(self.event_log_path) if report.kind is CvmKind.TDX else None
-        return CollectedCvmEvidence(report.outblob, self.cvm_collateral, log)
+        return _cvm_collected(report.outblob, self.cvm_collateral, log)
 
 
 class SimulatedSource:
@@ -209,7 +220,7 @@ class SimulatedSource:
         made = platform.collateral(issued=self._now - dt.timedelta(minutes=5))
         log = simulated_boot_log()
         quote = platform.quote(report_data, event_log=log)
-        return CollectedCvmEvidence(quote, made.to_json(), log)
+        return _cvm_collected(quote, made.to_json(), log)
 
 
 @dataclass(frozen=True)
@@ -239,7 +250,7 @@ class FileSource:
         """The stored CVM evidence, if any."""
         if self.cvm is None:
             return None
-        return CollectedCvmEvidence(self.cvm, self.cvm_collateral, self.cvm_event_log)
+        return _cvm_collected(self.cvm, self.cvm_collateral, self.cvm_event_log)
 
 
 def open_source(

@@ -42,6 +42,14 @@ __all__ = [
 MAX_EVIDENCE_FILE_BYTES = 4 * 1024 * 1024
 MAX_GPUS = 64
 
+#: The NVSwitch architectures whose evidence gpucc verifies (nvattest's name: LS10).
+SWITCH_ARCHITECTURES = frozenset({"LS10"})
+
+
+def is_switch_arch(arch: str) -> bool:
+    """True for an NVSwitch architecture name (case-insensitive)."""
+    return arch.strip().upper() in SWITCH_ARCHITECTURES
+
 
 class NotEvidenceJsonError(MalformedEvidenceError):
     """A file read as evidence JSON is not JSON at all (perhaps a raw report)."""

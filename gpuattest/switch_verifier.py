@@ -34,7 +34,7 @@ from ._internal import der
 from ._internal.x509names import common_name
 from .chain import load_pem_chain, validate_chain
 from .collateral import OcspChecker, RimSource
-from .evidence import EvidenceSet, GpuEvidence
+from .evidence import SWITCH_ARCHITECTURES, EvidenceSet, GpuEvidence, is_switch_arch
 from .measurements import compare_switch_measurements
 from .policy import Policy
 from .result import CLAIMS_VERSION, Check, CheckStatus, Verdict, combine_verdicts
@@ -60,12 +60,6 @@ from .verifier import (
 __all__ = ["SWITCH_ARCHITECTURES", "is_switch_arch", "verify_switches"]
 
 #: The NVSwitch architectures gpucc verifies (nvattest's ``arch`` value).
-SWITCH_ARCHITECTURES = frozenset({"LS10"})
-
-
-def is_switch_arch(arch: str) -> bool:
-    """True for an NVSwitch architecture name (case-insensitive)."""
-    return arch.strip().upper() in SWITCH_ARCHITECTURES
 
 
 def _switch_names(claims: dict[str, Any]) -> dict[str, Any]:
