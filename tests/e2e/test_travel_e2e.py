@@ -383,7 +383,7 @@ def test_cli_run_and_verify_log(world: World, tmp_path: Path) -> None:
     plan_file.write_text(json.dumps(plan_doc))
     try:
         run = subprocess.run(
-            [*cli, "run", str(plan_file), "--simulate", str(world.roots)],
+            [*cli, "run", str(plan_file), "--simulate", str(world.roots), "-q"],
             capture_output=True,
             text=True,
             check=False,
@@ -393,6 +393,11 @@ def test_cli_run_and_verify_log(world: World, tmp_path: Path) -> None:
         world.write_roots()  # the CLI made its own simulated GPU; restore ours
     assert run.returncode == 0, run.stderr
     assert "visited 2 holder(s)" in run.stdout
+    # -q keeps what the journey trusted: the simulation, and each holder's signed record
+    assert "SIMULATED GPU" in run.stderr
+    for holder_id in ("b", "c"):
+        assert f"{holder_id} released keys trusting:" in run.stderr
+    assert "SIMULATED roots" in run.stderr
     log = tmp_path / "travel-log.jsonl"
     ok = subprocess.run(
         [*cli, "verify-log", str(log), "--key", str(pub)],
