@@ -8,6 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from .command import App
+from .options import FormatOption, OutputFormat
 from .safety_options import ForceOption, force_hint
 
 cvm_app = App(
@@ -61,18 +62,39 @@ def _merged(base: Path | None, section: dict[str, Any]) -> dict[str, Any]:
     return doc
 
 
-def _emit(doc: dict[str, Any], output: Path | None, *, force: bool, header: str) -> None:
-    """Check the document is a policy gpucc accepts, then write or print it."""
+def _emit(
+    doc: dict[str, Any],
+    output: Path | None,
+    *,
+    force: bool,
+    header: str,
+    kind: str,
+    fmt: OutputFormat,
+) -> None:
+    """Check the document is a policy gpucc accepts, then write or print it (with
+    ``--format json`` the policy is in the ``gpucc.cvm.reference/v1`` document)."""
     import yaml
 
     from gpucc.gpuattest.policy import parse_policy
 
     parse_policy(doc, source="reference")
     text = header + yaml.safe_dump(doc, sort_keys=False, width=200)
-    if output is None:
-        from .output import out
+    if fmt is OutputFormat.JSON:
+        from .output import emit
 
-        out(*text.rstrip("\n").split("\n"))
+        emit(
+            {
+                "schema": "gpucc.cvm.reference/v1",
+                "kind": kind,
+                "policy": doc,
+                "output": str(output) if output is not None else None,
+            }
+        )
+    if output is None:
+        if fmt is not OutputFormat.JSON:
+            from .output import out
+
+            out(*text.rstrip("\n").split("\n"))
         return
     from gpucc.core.files import refuse_existing, write_atomic
 
@@ -111,11 +133,12 @@ def reference_snp(
     base: BaseOption = None,
     output: OutputOption = None,
     force: ForceOption = False,
+    fmt: FormatOption = OutputFormat.TEXT,
 ) -> None:
     """The SEV-SNP launch measurement of an image (sev-snp-measure), as a cvm: policy.
 
     Exit codes: 0 written, 2 usage, 4 malformed image or base policy, 5 sev-snp-measure
-    missing, 6 a file cannot be read or written.
+    missing, 8 a file cannot be read or written.
     """
     from gpucc.core.errors import UsageError
     from gpucc.gpuattest.cvm.reference import (
@@ -140,7 +163,8 @@ def reference_snp(
         import json
 
         header += f"# command line {json.dumps(append)}\n"
-    _emit(_merged(base, snp_reference_policy(measurement)), output, force=force, header=header)
+    section = snp_reference_policy(measurement)
+    _emit(_merged(base, section), output, force=force, header=header, kind="snp", fmt=fmt)
 
 
 @cvm_app.command("reference-tdx")
@@ -166,13 +190,14 @@ def reference_tdx(
     base: BaseOption = None,
     output: OutputOption = None,
     force: ForceOption = False,
+    fmt: FormatOption = OutputFormat.TEXT,
 ) -> None:
     """A TDX image's reference values from a recorded boot: its events as cvm.events.tdx.
 
     The events pinned are the EFI variables, boot applications (the kernel), the Linux
     stub's command line and initrd, and grub's commands; a kernel update then changes one
     line. Exit codes: 0 written, 1 the log does not replay to the quote, 2 usage,
-    4 malformed input, 6 a file cannot be read or written.
+    4 malformed input, 8 a file cannot be read or written.
     """
     from gpucc.core.files import read_capped
     from gpucc.gpuattest.cvm.eventlog import MAX_EVENT_LOG_BYTES, parse_event_log
@@ -186,7 +211,7 @@ def reference_tdx(
     count = len(section["events"]["tdx"])
     header = f"# TDX reference values from a recorded boot: {count} events"
     header += f", MRTD of {quote.name}\n" if quote is not None else "\n"
-    _emit(_merged(base, section), output, force=force, header=header)
+    _emit(_merged(base, section), output, force=force, header=header, kind="tdx", fmt=fmt)
 
 
 def _checked_mrtd(quote: Path, log: Any) -> bytes:

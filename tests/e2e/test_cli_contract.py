@@ -187,6 +187,32 @@ CASES: dict[str, dict[str, tuple[str, ...]]] = {
         ),
     },  # fmt: skip
     "demo": {},
+    "cvm reference-snp": {
+        "missing-input": (
+            "cvm",
+            "reference-snp",
+            "--ovmf",
+            MISSING,
+            "--vcpus",
+            "2",
+            "--vcpu-type",
+            "EPYC-v4",
+        ),
+        "input-is-directory": (
+            "cvm",
+            "reference-snp",
+            "--ovmf",
+            DIR,
+            "--vcpus",
+            "2",
+            "--vcpu-type",
+            "EPYC-v4",
+        ),
+    },
+    "cvm reference-tdx": {
+        "missing-input": ("cvm", "reference-tdx", "--event-log", MISSING),
+        "input-is-directory": ("cvm", "reference-tdx", "--event-log", DIR),
+    },
     "token verify": {
         "missing-input": ("token", "verify", MISSING, "--key", PUB, "--no-nonce"),
         "input-is-directory": ("token", "verify", DIR, "--key", PUB, "--no-nonce"),

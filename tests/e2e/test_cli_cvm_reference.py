@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -74,6 +75,17 @@ def test_the_snp_reference_equals_sev_snp_measure_and_pins_a_report(
     assert "differs from the policy: measurement" in result.reasons[0]
     again = run_cli("cvm", "reference-snp", *snp_args(image), "-o", policy)
     assert again.returncode != 0 and "--force" in again.stderr
+    # the same values as a JSON document, valid against the schema the package ships
+    from jsonschema import Draft202012Validator
+
+    from gpucc.cli.schemas import load_schema
+
+    shown = run_cli("cvm", "reference-snp", *snp_args(image), "-f", "json")
+    assert shown.returncode == 0, shown.stderr
+    doc = json.loads(shown.stdout)
+    Draft202012Validator(load_schema("gpucc.cvm.reference/v1")).validate(doc)
+    assert doc["kind"] == "snp" and doc["output"] is None
+    assert doc["policy"]["cvm"]["measurements"]["snp"]["measurement"] == measurement
 
 
 def test_the_base_policy_keeps_its_other_settings(image: dict[str, Path], tmp_path: Path) -> None:

@@ -29,6 +29,7 @@ from gpucc.cli.schemas import load_schema, schema_names
 from tests.e2e.test_cli_contract import leaves
 from tests.support.cli import ENV, run_cli
 from tests.support.netfixtures import RimService, free_port, serve
+from tests.support.paths import ROOT
 
 pytestmark = pytest.mark.slow
 
@@ -63,6 +64,8 @@ SIM = "--host-key host.key --simulate sim"
 KEYS = "--dataset d.gcc --key-file k.key"
 FETCH = "--rim-url http://127.0.0.1:9 --ocsp-url http://127.0.0.1:9 --no-cache --timeout 1"
 SERVE = "--dataset-keys k.key --key h.key"
+CCEL = ROOT / "tests" / "data" / "cloud-cvm" / "tdx-ccel" / "CCEL_data"
+TDX_QUOTE_4 = CCEL.parent / "tdx_quote_4.dat"
 
 #: command -> its runs; ``{RIMS}`` is a RIM service, ``{CHALLENGE}`` the challenge
 #: printed by the session challenge run, ``{HEAD}`` the head printed by the travel run,
@@ -88,6 +91,16 @@ RUNS: dict[str, tuple[Run, ...]] = {
         error(8, "stage absent.gcc --key-file k.key"),
     ),
     "demo": (ok("gpucc.demo/v1", "demo --size-mib 1"), error(2, "demo --size-mib x")),
+    "cvm reference-snp": (
+        error(8, "cvm reference-snp --ovmf absent.fd --vcpus 2 --vcpu-type EPYC-v4"),
+        error(2, "cvm reference-snp --ovmf d.bin --vcpus 2 --vcpu-type no-such-cpu"),
+    ),
+    "cvm reference-tdx": (
+        ok("gpucc.cvm.reference/v1", f"cvm reference-tdx --event-log {CCEL}"),
+        ok("gpucc.cvm.reference/v1", f"cvm reference-tdx --event-log {CCEL} -o ref.yaml"),
+        error(1, f"cvm reference-tdx --event-log {CCEL} --quote {TDX_QUOTE_4}"),
+        error(8, "cvm reference-tdx --event-log absent.bin"),
+    ),
     "attest": (
         ok("gpucc.attest/v1", f"attest --sample --at {AT}"),
         ok("gpucc.attest/v1", f"attest --sample --at {AT} --sign-eat p.pem -o r.jwt"),
@@ -202,10 +215,12 @@ NO_RESULT = {
     "evidence collect": "needs an NVIDIA GPU with its driver (exit 5 is checked here)",
     "collateral fetch": "a complete bundle needs an OCSP responder for NVIDIA's chains",
     "holder serve": "a service: runs until stopped, its access log is on stderr",
+    "cvm reference-snp": "needs an OVMF image: tests/e2e/test_cli_cvm_reference.py builds one "
+    "and checks this document against its schema",
 }
 #: the order the commands run in (later ones read what earlier ones wrote)
 ORDER = (
-    "seal", "stage", "demo", "attest", "evidence collect", "collateral fetch",
+    "seal", "stage", "demo", "cvm reference-snp", "cvm reference-tdx", "attest", "evidence collect", "collateral fetch",
     "collateral show", "session challenge", "session offer", "session answer",
     "session accept", "session local", "token verify", "model digest", "model sign",
     "model verify", "holder keygen", "holder datasets", "holder serve", "travel keygen",
