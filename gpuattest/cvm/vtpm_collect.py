@@ -85,10 +85,15 @@ def paravisor_present(tcti: str = DEFAULT_TCTI) -> bool:
 
     False when the TCTI names a device that does not exist, or tpm2-tools are not installed
     (nothing to collect through); True only when ``tpm2_nvreadpublic`` finds the index.
+
+    Raises:
+        EnvironmentProblemError: the device exists but this user may not open it.
     """
     device = _device_of(tcti)
     if device is not None and not device.exists():
         return False
+    if device is not None and not os.access(device, os.R_OK | os.W_OK):
+        raise _env(f"{device} cannot be opened", "run as root or as a member of the group tss")
     if any(shutil.which(tool) is None for tool in _TOOLS):
         return False
     return _run(tcti, "tpm2_nvreadpublic", f"0x{HCL_NV_INDEX:08x}").returncode == 0

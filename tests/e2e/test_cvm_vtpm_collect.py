@@ -128,3 +128,19 @@ def test_the_local_source_quotes_the_first_32_bytes_of_the_report_data(
     assert found is not None and found.collateral is None
     quote = parse_tpm_quote(parse_vtpm_evidence(found.evidence).quote)
     assert quote.extra_data == report_data[:32]
+
+
+def test_a_simulation_without_snp_roots_leaves_the_cvm_undecided(
+    vm: Vtpm, chip: SimulatedSnp, tmp_path: Path
+) -> None:
+    """Simulated SEV-SNP evidence is never judged under AMD's roots: without the simulation's
+    ARK and ASK the verdict is exit 3, naming what is missing."""
+    out = tmp_path / "cvm.json"
+    vcek = tmp_path / "vcek.der"
+    vcek.write_bytes(chip.vcek)
+    assert _collect(vm, out, "--cvm-collateral", vcek).returncode == 0
+    empty = tmp_path / "empty-simulation"
+    empty.mkdir()
+    proc = _attest(out, empty, attest_report_data(NONCE)[:32].hex())
+    assert proc.returncode == 3, (proc.stdout, proc.stderr)
+    assert "snp_milan.pem" in proc.stdout + proc.stderr
