@@ -13,8 +13,10 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.hazmat.primitives.serialization import Encoding
+from jsonschema import Draft202012Validator
 
 from gpucc.assembly.sources import LocalSource
+from gpucc.cli.schemas import load_schema
 from gpucc.core.errors import EnvironmentProblemError
 from gpucc.gpuattest.cvm.appraise import attest_report_data
 from gpucc.gpuattest.cvm.snp_simulate import DEFAULT_MEASUREMENT, SimulatedSnp
@@ -72,6 +74,7 @@ def test_collect_through_the_vtpm_then_attest_trusts_it(
     proc = _collect(vm, out, "--cvm-collateral", vcek, "-f", "json")
     assert proc.returncode == 0, proc.stderr
     told = json.loads(proc.stdout)
+    Draft202012Validator(load_schema(told["schema"])).validate(told)
     expected = attest_report_data(NONCE)[:32]
     assert told["cvm_report_data"] == expected.hex() and told["gpus"] == 0
     ev = parse_vtpm_evidence(out.read_bytes())
@@ -144,3 +147,10 @@ def test_a_simulation_without_snp_roots_leaves_the_cvm_undecided(
     proc = _attest(out, empty, attest_report_data(NONCE)[:32].hex())
     assert proc.returncode == 3, (proc.stdout, proc.stderr)
     assert "snp_milan.pem" in proc.stdout + proc.stderr
+
+
+def test_cvm_only_takes_cvm_and_no_output(tmp_path: Path) -> None:
+    for args in (["--cvm-only", "-o", tmp_path / "gpu.json", "--cvm", tmp_path / "c.json"],
+                 ["--cvm-only"], []):  # fmt: skip
+        proc = run_cli("evidence", "collect", *args)
+        assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
