@@ -5,7 +5,8 @@ evidence (``gpucc attest`` without files, ``session offer``/``local``, ``travel 
 DDP setup): the GPUs' evidence for a nonce, and the CVM's evidence for 64 bytes of report
 data (None when the source has no CVM, or GPU-only evidence was asked for).
 
-* :class:`LocalSource`: NVML for the GPUs, configfs-tsm for the CVM.
+* :class:`LocalSource`: NVML for the GPUs, configfs-tsm for the CVM, or, under a paravisor
+  (no configfs-tsm report, the HCL report's NV index in the TPM), the vTPM.
 * :class:`SimulatedSource`: a simulated GPU and a simulated TDX platform whose self-made
   roots and RIMs it writes to a directory, for the verifying side to read. It attests
   nothing real.
@@ -109,18 +110,21 @@ def collected(source: EvidenceSource, nonce: bytes) -> CollectedEvidence:
 
 @dataclass(frozen=True)
 class LocalSource:
-    """This machine: the GPUs through NVML, the CVM through configfs-tsm.
+    """This machine: the GPUs through NVML, the CVM through configfs-tsm or its vTPM.
 
     Attributes:
         gpu_only: produce no CVM evidence.
         cvm_collateral: collateral sent with the CVM evidence (TDX: Intel's; SNP: the VCEK);
-            by default an SEV-SNP host's own certificate table supplies the VCEK.
+            by default an SEV-SNP host's own certificate table supplies the VCEK. Under a
+            paravisor it is the VCEK the vTPM evidence carries (required there).
         tsm_root: configfs-tsm's mount point (None: the standard one).
+        tpm_tcti: the TPM's TCTI for paravisor collection (None: ``device:/dev/tpmrm0``).
     """
 
     gpu_only: bool = False
     cvm_collateral: bytes | None = field(default=None, repr=False)
     tsm_root: Path | None = None
+    tpm_tcti: str | None = None
     event_log_path: Path = CCEL_PATH
     simulated: bool = field(default=False, init=False)
 
@@ -135,10 +139,13 @@ class LocalSource:
         return collect_evidence(nonce)
 
     def cvm_evidence(self, report_data: bytes) -> CollectedCvmEvidence | None:
-        """This CVM's TDX quote or SNP report through configfs-tsm.
+        """This CVM's TDX quote or SNP report through configfs-tsm; without configfs-tsm,
+        under a paravisor, its vTPM evidence (``gpucc.vtpm/v1``) whose TPM quote carries
+        :func:`~gpucc.gpuattest.cvm.vtpm_evidence.vtpm_qualifying_data` of ``report_data``.
 
         Raises:
-            EnvironmentProblemError: no configfs-tsm report interface.
+            EnvironmentProblemError: neither a configfs-tsm report interface nor a paravisor's
+                vTPM, or the vTPM could not quote.
         """
         if self.gpu_only:
             return None
@@ -149,6 +156,9 @@ class LocalSource:
         try:
             report = collect_tsm_report(report_data, root=self.tsm_root or DEFAULT_TSM_ROOT)
         except EnvironmentProblemError as exc:
+            vtpm = self._vtpm_evidence(report_data)
+            if vtpm is not None:
+                return vtpm
             exc.hint = exc.hint or (
                 "--gpu-only offers GPU evidence alone; holders accept it only under the "
                 "relaxation cvm.allow_gpu_only"
@@ -163,6 +173,24 @@ class LocalSource:
             return _cvm_collected(report.outblob, endorsement)
         log = read_event_log(self.event_log_path) if report.kind is CvmKind.TDX else None
         return _cvm_collected(report.outblob, self.cvm_collateral, log)
+
+    def _vtpm_evidence(self, report_data: bytes) -> CollectedCvmEvidence | None:
+        """The vTPM evidence when a paravisor's vTPM is there, else None."""
+        from gpucc.gpuattest.cvm.vtpm_collect import (
+            DEFAULT_TCTI,
+            collect_vtpm_evidence,
+            paravisor_present,
+        )
+        from gpucc.gpuattest.cvm.vtpm_evidence import vtpm_qualifying_data
+
+        tcti = self.tpm_tcti or DEFAULT_TCTI
+        if not paravisor_present(tcti):
+            return None
+        evidence = collect_vtpm_evidence(
+            vtpm_qualifying_data(report_data), tcti=tcti, vcek=self.cvm_collateral
+        )
+        # The VCEK travels inside the evidence document; nothing else to send.
+        return CollectedCvmEvidence(evidence)
 
 
 class SimulatedSource:
@@ -259,12 +287,16 @@ def open_source(
     gpu_only: bool = False,
     cvm_collateral: bytes | None = None,
     tsm_root: Path | None = None,
+    tpm_tcti: str | None = None,
 ) -> EvidenceSource:
     """The evidence source a front end produces evidence from: a simulation writing its
-    roots to ``simulation``, or this machine (NVML and configfs-tsm).
+    roots to ``simulation``, or this machine (NVML, and configfs-tsm or a paravisor's vTPM
+    through ``tpm_tcti``).
 
     Every front end that collects evidence opens its source here, once.
     """
     if simulation is not None:
         return SimulatedSource(simulation, gpu_only=gpu_only)
-    return LocalSource(gpu_only=gpu_only, cvm_collateral=cvm_collateral, tsm_root=tsm_root)
+    return LocalSource(
+        gpu_only=gpu_only, cvm_collateral=cvm_collateral, tsm_root=tsm_root, tpm_tcti=tpm_tcti
+    )

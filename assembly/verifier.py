@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
     from gpucc.gpuattest.collateral import OcspChecker, RimSource
     from gpucc.gpuattest.cvm.appraise import CvmResult
+    from gpucc.gpuattest.cvm.snp_roots import SnpRoots
     from gpucc.gpuattest.evidence import EvidenceSet
     from gpucc.gpuattest.policy import Policy
     from gpucc.gpuattest.result import GpuResult
@@ -276,8 +277,14 @@ class PlatformVerifier:
             expected = cvm_report_data
             if expected is None and nonce is not None and gpus is not None:
                 from gpucc.gpuattest.cvm.appraise import attest_report_data
+                from gpucc.gpuattest.cvm.vtpm_evidence import (
+                    looks_like_vtpm_evidence,
+                    vtpm_qualifying_data,
+                )
 
                 expected = attest_report_data(nonce)
+                if looks_like_vtpm_evidence(evidence.cvm):
+                    expected = vtpm_qualifying_data(expected)
             cvm = self._verify_cvm(
                 evidence.cvm,
                 evidence.cvm_collateral,
@@ -479,8 +486,15 @@ class PlatformVerifier:
                 # decided refusal, whatever the collateral would have said.
                 problem = str(exc)
         tdx_root = settings.tdx_root
-        if tdx_root is None and settings.simulation is not None:
-            tdx_root = _simulated_tdx_root(settings.simulation)
+        snp_roots = None
+        if settings.simulation is not None:
+            from gpucc.gpuattest.cvm.appraise import detect_kind
+            from gpucc.gpuattest.cvm.findings import CvmKind
+
+            if detect_kind(evidence) is CvmKind.SNP:
+                snp_roots = _simulated_snp_roots(settings.simulation)
+            elif tdx_root is None:
+                tdx_root = _simulated_tdx_root(settings.simulation)
         policy = settings.policy
         return verify_cvm_evidence(
             evidence,
@@ -489,6 +503,7 @@ class PlatformVerifier:
             policy=policy.cvm,
             expected_report_data=expected,
             tdx_root=tdx_root,
+            snp_roots=snp_roots,
             require_pins=release and not policy.cvm.allow_unpinned,
             event_log=event_log,
             collateral_problem=problem,
@@ -512,6 +527,38 @@ def _simulated_gpu_roots(directory: Any) -> TrustRoots:
         raise CollateralUnavailableError(
             f"the simulated GPU's roots cannot be read: {exc.strerror or exc}"
         ) from None
+
+
+#: A simulation's SEV-SNP anchors: per product line, a file with its ARK then its ASK (PEM).
+SIMULATED_SNP_ROOTS = "snp_{product}.pem"
+
+
+def _simulated_snp_roots(directory: Any) -> SnpRoots:
+    """The simulated SEV-SNP product lines' ARK and ASK, read now. As with TDX, a simulation
+    is never judged against AMD's roots.
+
+    Raises:
+        CollateralUnavailableError: the simulation wrote no SEV-SNP roots.
+        MalformedCertificateError: a file is not an ARK and an ASK.
+    """
+    from gpucc.core.errors import CollateralUnavailableError
+    from gpucc.core.files import read_capped
+    from gpucc.gpuattest.cvm.snp_report import SnpProduct
+    from gpucc.gpuattest.cvm.snp_roots import SnpRoots
+
+    pems: dict[SnpProduct, tuple[bytes, ...]] = {}
+    for product in SnpProduct:
+        path = directory / SIMULATED_SNP_ROOTS.format(product=product.value.lower())
+        if path.exists():
+            data = read_capped(path, 64 * 1024, what="simulated SEV-SNP roots")
+            marker = b"-----BEGIN CERTIFICATE-----"
+            pems[product] = tuple(marker + part for part in data.split(marker)[1:])
+    if not pems:
+        raise CollateralUnavailableError(
+            f"the simulation in {directory} has no SEV-SNP roots (snp_milan.pem, ...): its "
+            "CVM evidence cannot be judged"
+        )
+    return SnpRoots.from_pem(pems)
 
 
 def _simulated_tdx_root(directory: Any) -> x509.Certificate:

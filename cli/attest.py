@@ -506,7 +506,9 @@ def _attest_remote(
 
 @evidence_app.command("collect")
 def collect(
-    output: Annotated[Path, typer.Option("-o", "--output", help="Evidence JSON to write.")],
+    output: Annotated[
+        Path | None, typer.Option("-o", "--output", help="Evidence JSON to write.")
+    ] = None,
     nonce: Annotated[
         str | None,
         typer.Option(
@@ -526,7 +528,35 @@ def collect(
             rich_help_panel="Confidential VM",
             help="Also write this CVM's TDX quote or SEV-SNP report (configfs-tsm) to FILE, "
             "over report data SHA-512('gpucc/attest/v1/cvm-report-data' || nonce), which binds "
-            "it to the GPU evidence; 'gpucc attest --cvm-evidence FILE' expects the same.",
+            "it to the GPU evidence; 'gpucc attest --cvm-evidence FILE' expects the same. "
+            "Under a paravisor (Azure: no configfs-tsm, the HCL report in the vTPM) FILE is "
+            "vTPM evidence JSON whose TPM quote carries the report data's first 32 bytes.",
+        ),
+    ] = None,
+    cvm_only: Annotated[
+        bool,
+        typer.Option(
+            "--cvm-only",
+            rich_help_panel="Confidential VM",
+            help="Collect the CVM's evidence (--cvm FILE) alone: no GPU evidence, no -o.",
+        ),
+    ] = False,
+    cvm_collateral: Annotated[
+        Path | None,
+        typer.Option(
+            "--cvm-collateral",
+            dir_okay=False,
+            exists=True,
+            rich_help_panel="Confidential VM",
+            help="Under an SEV-SNP paravisor: the VCEK (DER or PEM) to put in the evidence.",
+        ),
+    ] = None,
+    tpm_tcti: Annotated[
+        str | None,
+        typer.Option(
+            "--tpm-tcti",
+            rich_help_panel="Confidential VM",
+            help="The vTPM's TCTI for tpm2-tools (default device:/dev/tpmrm0).",
         ),
     ] = None,
     tsm_root: Annotated[
@@ -538,36 +568,49 @@ def collect(
     An existing file is replaced only with --force.
     """
     from gpucc.assembly import sources
-    from gpucc.core.files import refuse_existing, write_atomic
+    from gpucc.core.errors import UsageError
+    from gpucc.core.files import read_capped, refuse_existing, write_atomic
     from gpucc.gpuattest.cvm.appraise import attest_report_data
+    from gpucc.gpuattest.cvm.vtpm_evidence import looks_like_vtpm_evidence, vtpm_qualifying_data
     from gpucc.gpuattest.evidence import dump_evidence_json, parse_nonce_hex
 
     from .output import emit, note
 
     value = parse_nonce_hex(nonce) if nonce else os.urandom(32)
+    if cvm_only and (cvm is None or output is not None):
+        raise UsageError("--cvm-only writes --cvm FILE alone: give --cvm and drop -o")
+    if not cvm_only and output is None:
+        raise UsageError("-o FILE is required (or --cvm FILE --cvm-only)")
     if cvm is not None and cvm == output:
-        from gpucc.core.errors import UsageError
-
         raise UsageError("--cvm and -o must name different files")
+    vcek = read_capped(cvm_collateral, 64 * 1024, what="VCEK") if cvm_collateral else None
+    report_data = attest_report_data(value)
     with force_hint():
-        refuse_existing(output, force=force)
-        if cvm is not None:
-            refuse_existing(cvm, force=force)
-        source = sources.open_source(tsm_root=tsm_root)
-        ev = source.gpu_evidence(value)
-        found = source.cvm_evidence(attest_report_data(value)) if cvm is not None else None
+        for path in (output, cvm):
+            if path is not None:
+                refuse_existing(path, force=force)
+        source = sources.open_source(tsm_root=tsm_root, cvm_collateral=vcek, tpm_tcti=tpm_tcti)
+        ev = None if cvm_only else source.gpu_evidence(value)
+        found = source.cvm_evidence(report_data) if cvm is not None else None
         quote = found.evidence if found is not None else None
-        write_atomic(output, dump_evidence_json(ev), force=force, what="evidence file")
+        if output is not None and ev is not None:
+            write_atomic(output, dump_evidence_json(ev), force=force, what="evidence file")
         if cvm is not None and quote is not None:
             write_atomic(cvm, quote, force=force, what="CVM evidence file")
             note(f"wrote the CVM's evidence to {cvm}")
-    note(f"wrote evidence for {len(ev.gpus)} GPU(s) to {output}; nonce {value.hex()}")
+    if quote is not None and looks_like_vtpm_evidence(quote):
+        report_data = vtpm_qualifying_data(report_data)
+    if ev is not None:
+        note(f"wrote evidence for {len(ev.gpus)} GPU(s) to {output}; nonce {value.hex()}")
+    if quote is not None:
+        note(f"the CVM's evidence commits to report data {report_data.hex()}")
     if fmt is OutputFormat.JSON:
         emit(
             {
                 "schema": "gpucc.evidence/v1",
-                "output": str(output),
-                "gpus": len(ev.gpus),
+                "output": str(output) if output is not None else None,
+                "gpus": len(ev.gpus) if ev is not None else 0,
                 "nonce": value.hex(),
+                "cvm_report_data": report_data.hex() if quote is not None else None,
             }
         )

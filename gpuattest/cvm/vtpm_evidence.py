@@ -31,10 +31,12 @@ from .hcl import HclReport, parse_hcl_report
 
 __all__ = [
     "GPUCC_FORMAT",
+    "VTPM_QUALIFYING_DATA_SIZE",
     "VtpmEvidence",
     "encode_vtpm_evidence",
     "looks_like_vtpm_evidence",
     "parse_vtpm_evidence",
+    "vtpm_qualifying_data",
 ]
 
 GPUCC_FORMAT = "gpucc.vtpm/v1"
@@ -218,3 +220,17 @@ def encode_vtpm_evidence(
         "hcl_report": base64.urlsafe_b64encode(hcl_report).decode(),
         tail[0]: base64.urlsafe_b64encode(tail[1]).decode(),
     }
+
+
+#: The bytes of 64-byte CVM report data a vTPM quote carries as qualifying data: every TPM
+#: accepts 32 (a TPM2B_DATA holds at most its largest digest; one without SHA-512, 48 bytes).
+VTPM_QUALIFYING_DATA_SIZE = 32
+
+
+def vtpm_qualifying_data(report_data: bytes) -> bytes:
+    """The TPM quote's qualifying data standing for 64 bytes of CVM report data (the
+    session binding of protocol version 2, or ``gpucc evidence collect --cvm``'s): their
+    first 32 bytes. Truncating a SHA-512 value keeps it a 256-bit commitment."""
+    if len(report_data) != 64:
+        raise ValueError("CVM report data is 64 bytes")
+    return report_data[:VTPM_QUALIFYING_DATA_SIZE]
