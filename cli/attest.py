@@ -407,6 +407,10 @@ def attest(
             exc.hint = "or give the CVM's collateral with --cvm-collateral FILE"
         raise
     _print(result, output=output, verbose=verbose)
+    if cvm_collateral is None and result.cvm is not None and result.cvm.undecided:
+        from .output import note
+
+        note("the CVM's collateral is missing: give it with --cvm-collateral FILE")
     if output is not OutputFormat.JSON:  # JSON carries it as trusted_with
         from .output import note, warn
 
