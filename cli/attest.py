@@ -536,8 +536,29 @@ def collect(
     tsm_root: Annotated[
         Path | None, typer.Option("--tsm-root", hidden=True, file_okay=False)
     ] = None,
+    device: Annotated[
+        Device,
+        typer.Option(
+            "--device",
+            "-d",
+            rich_help_panel="Evidence",
+            help="gpu (NVML), or nvswitch: every NVSwitch (LS10) through NVIDIA's NSCQ library, "
+            "as nvattest collects it.",
+        ),
+    ] = Device.GPU,
+    nscq_library: Annotated[
+        str | None,
+        typer.Option(
+            "--nscq-library",
+            envvar="GPUCC_NSCQ_LIBRARY",
+            rich_help_panel="Evidence",
+            help="The NSCQ library to load for --device nvswitch (default: libnvidia-nscq as "
+            "the system's loader finds it).",
+        ),
+    ] = None,
 ) -> None:
-    """Collect evidence from the local GPUs (NVML) into an nvattest-format JSON file.
+    """Collect evidence from the local GPUs (NVML), or NVSwitches (NSCQ), into an
+    nvattest-format JSON file.
 
     An existing file is replaced only with --force.
     """
@@ -549,29 +570,39 @@ def collect(
     from .output import emit, note
 
     value = parse_nonce_hex(nonce) if nonce else os.urandom(32)
-    if cvm is not None and cvm == output:
+    if cvm is not None and (cvm == output or device is Device.NVSWITCH):
         from gpucc.core.errors import UsageError
 
-        raise UsageError("--cvm and -o must name different files")
+        raise UsageError(
+            "--cvm goes with GPU evidence, in a file of its own (not with --device nvswitch)"
+            if device is Device.NVSWITCH
+            else "--cvm and -o must name different files"
+        )
     with force_hint():
         refuse_existing(output, force=force)
         if cvm is not None:
             refuse_existing(cvm, force=force)
-        source = sources.open_source(tsm_root=tsm_root)
-        ev = source.gpu_evidence(value)
+        source = sources.open_source(tsm_root=tsm_root, nscq_library=nscq_library)
+        if device is Device.NVSWITCH:
+            ev = sources.switch_evidence(source, value)
+        else:
+            ev = source.gpu_evidence(value)
         found = source.cvm_evidence(attest_report_data(value)) if cvm is not None else None
         quote = found.evidence if found is not None else None
         write_atomic(output, dump_evidence_json(ev), force=force, what="evidence file")
         if cvm is not None and quote is not None:
             write_atomic(cvm, quote, force=force, what="CVM evidence file")
             note(f"wrote the CVM's evidence to {cvm}")
-    note(f"wrote evidence for {len(ev.gpus)} GPU(s) to {output}; nonce {value.hex()}")
+    switches = len(ev.gpus) if device is Device.NVSWITCH else 0
+    what = f"{switches} NVSwitch(es)" if switches else f"{len(ev.gpus)} GPU(s)"
+    note(f"wrote evidence for {what} to {output}; nonce {value.hex()}")
     if fmt is OutputFormat.JSON:
         emit(
             {
                 "schema": "gpucc.evidence/v1",
                 "output": str(output),
-                "gpus": len(ev.gpus),
+                "gpus": len(ev.gpus) - switches,
+                "switches": switches,
                 "nonce": value.hex(),
             }
         )
