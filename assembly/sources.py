@@ -35,6 +35,7 @@ __all__ = [
     "SimulatedSource",
     "missing_simulation_files",
     "open_source",
+    "switch_evidence",
 ]
 
 #: Where Linux exposes the TDX CC event log (the ACPI CCEL table's log area).
@@ -119,6 +120,8 @@ class LocalSource:
             paravisor it is the VCEK the vTPM evidence carries (required there).
         tsm_root: configfs-tsm's mount point (None: the standard one).
         tpm_tcti: the TPM's TCTI for paravisor collection (None: ``device:/dev/tpmrm0``).
+        nscq_library: NVIDIA's NSCQ library for switch evidence (a path or name; None: the
+            system's ``libnvidia-nscq``).
     """
 
     gpu_only: bool = False
@@ -126,7 +129,19 @@ class LocalSource:
     tsm_root: Path | None = None
     tpm_tcti: str | None = None
     event_log_path: Path = CCEL_PATH
+    nscq_library: str | None = None
     simulated: bool = field(default=False, init=False)
+
+    def switch_evidence(self, nonce: bytes) -> EvidenceSet:
+        """NSCQ evidence of every local NVSwitch (LS10), nvattest's way.
+
+        Raises:
+            EnvironmentProblemError: NSCQ is not installed (``NscqUnavailableError``), finds no
+                switch, or fails.
+        """
+        from gpucc.gpuattest.nscq import collect_switch_evidence
+
+        return collect_switch_evidence(nonce, library=self.nscq_library)
 
     def gpu_evidence(self, nonce: bytes) -> EvidenceSet:
         """NVML evidence of every local GPU.
@@ -288,6 +303,7 @@ def open_source(
     cvm_collateral: bytes | None = None,
     tsm_root: Path | None = None,
     tpm_tcti: str | None = None,
+    nscq_library: str | None = None,
 ) -> EvidenceSource:
     """The evidence source a front end produces evidence from: a simulation writing its
     roots to ``simulation``, or this machine (NVML, and configfs-tsm or a paravisor's vTPM
@@ -298,5 +314,23 @@ def open_source(
     if simulation is not None:
         return SimulatedSource(simulation, gpu_only=gpu_only)
     return LocalSource(
-        gpu_only=gpu_only, cvm_collateral=cvm_collateral, tsm_root=tsm_root, tpm_tcti=tpm_tcti
+        gpu_only=gpu_only,
+        cvm_collateral=cvm_collateral,
+        tsm_root=tsm_root,
+        tpm_tcti=tpm_tcti,
+        nscq_library=nscq_library,
     )
+
+
+def switch_evidence(source: EvidenceSource, nonce: bytes) -> EvidenceSet:
+    """Every NVSwitch's evidence over ``nonce`` from ``source``.
+
+    Raises:
+        UsageError: the source produces no switch evidence (a simulation, files).
+        EnvironmentProblemError: as :meth:`LocalSource.switch_evidence`.
+    """
+    if not isinstance(source, LocalSource):
+        from gpucc.core.errors import UsageError
+
+        raise UsageError("NVSwitch evidence is collected from this machine's switches (NSCQ) only")
+    return source.switch_evidence(nonce)

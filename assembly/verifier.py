@@ -254,8 +254,8 @@ class PlatformVerifier:
         Raises:
             UsageError: no evidence at all.
             MalformedEvidenceError: malformed or oversized evidence or collateral.
-            CollateralUnavailableError: collateral that could not be had (CVM: TDX
-                collateral when it cannot be fetched).
+            CollateralUnavailableError: collateral that could not be had (the simulation's
+                roots; missing CVM collateral makes the CVM's result undecided instead).
         """
         settings = self.settings
         gpus, switches = split_devices(evidence.gpus, evidence.switches)
@@ -480,10 +480,9 @@ class PlatformVerifier:
                     evidence, settings.network, now=now, pccs_url=settings.pccs_url
                 )
             except CollateralUnavailableError as exc:
-                if event_log is None:
-                    raise
-                # With a log the quote is still judged: a log that does not match it is a
-                # decided refusal, whatever the collateral would have said.
+                # The evidence is still judged: a check that ran and failed (report data,
+                # debug, measurements, a signature, an event log) is a decided refusal,
+                # whatever the collateral would have said; the rest stays undecided.
                 problem = str(exc)
         tdx_root = settings.tdx_root
         snp_roots = None

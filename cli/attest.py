@@ -407,6 +407,10 @@ def attest(
             exc.hint = "or give the CVM's collateral with --cvm-collateral FILE"
         raise
     _print(result, output=output, verbose=verbose)
+    if cvm_collateral is None and result.cvm is not None and result.cvm.undecided:
+        from .output import note
+
+        note("the CVM's collateral is missing: give it with --cvm-collateral FILE")
     if output is not OutputFormat.JSON:  # JSON carries it as trusted_with
         from .output import note, warn
 
@@ -562,8 +566,29 @@ def collect(
     tsm_root: Annotated[
         Path | None, typer.Option("--tsm-root", hidden=True, file_okay=False)
     ] = None,
+    device: Annotated[
+        Device,
+        typer.Option(
+            "--device",
+            "-d",
+            rich_help_panel="Evidence",
+            help="gpu (NVML), or nvswitch: every NVSwitch (LS10) through NVIDIA's NSCQ library, "
+            "as nvattest collects it.",
+        ),
+    ] = Device.GPU,
+    nscq_library: Annotated[
+        str | None,
+        typer.Option(
+            "--nscq-library",
+            envvar="GPUCC_NSCQ_LIBRARY",
+            rich_help_panel="Evidence",
+            help="The NSCQ library to load for --device nvswitch (default: libnvidia-nscq as "
+            "the system's loader finds it).",
+        ),
+    ] = None,
 ) -> None:
-    """Collect evidence from the local GPUs (NVML) into an nvattest-format JSON file.
+    """Collect evidence from the local GPUs (NVML), or NVSwitches (NSCQ), into an
+    nvattest-format JSON file.
 
     An existing file is replaced only with --force.
     """
@@ -577,20 +602,32 @@ def collect(
     from .output import emit, note
 
     value = parse_nonce_hex(nonce) if nonce else os.urandom(32)
+
     if cvm_only and (cvm is None or output is not None):
         raise UsageError("--cvm-only writes --cvm FILE alone: give --cvm and drop -o")
     if not cvm_only and output is None:
         raise UsageError("-o FILE is required (or --cvm FILE --cvm-only)")
-    if cvm is not None and cvm == output:
-        raise UsageError("--cvm and -o must name different files")
+    if cvm is not None and (cvm == output or device is Device.NVSWITCH):
+        raise UsageError(
+            "--cvm goes with GPU evidence, in a file of its own (not with --device nvswitch)"
+            if device is Device.NVSWITCH
+            else "--cvm and -o must name different files"
+        )
     vcek = read_capped(cvm_collateral, 64 * 1024, what="VCEK") if cvm_collateral else None
     report_data = attest_report_data(value)
     with force_hint():
         for path in (output, cvm):
             if path is not None:
                 refuse_existing(path, force=force)
-        source = sources.open_source(tsm_root=tsm_root, cvm_collateral=vcek, tpm_tcti=tpm_tcti)
-        ev = None if cvm_only else source.gpu_evidence(value)
+        source = sources.open_source(
+            tsm_root=tsm_root, cvm_collateral=vcek, tpm_tcti=tpm_tcti, nscq_library=nscq_library
+        )
+        if cvm_only:
+            ev = None
+        elif device is Device.NVSWITCH:
+            ev = sources.switch_evidence(source, value)
+        else:
+            ev = source.gpu_evidence(value)
         found = source.cvm_evidence(report_data) if cvm is not None else None
         quote = found.evidence if found is not None else None
         if output is not None and ev is not None:
@@ -600,8 +637,10 @@ def collect(
             note(f"wrote the CVM's evidence to {cvm}")
     if quote is not None and looks_like_vtpm_evidence(quote):
         report_data = vtpm_qualifying_data(report_data)
+    switches = len(ev.gpus) if ev is not None and device is Device.NVSWITCH else 0
     if ev is not None:
-        note(f"wrote evidence for {len(ev.gpus)} GPU(s) to {output}; nonce {value.hex()}")
+        what = f"{switches} NVSwitch(es)" if switches else f"{len(ev.gpus)} GPU(s)"
+        note(f"wrote evidence for {what} to {output}; nonce {value.hex()}")
     if quote is not None:
         note(f"the CVM's evidence commits to report data {report_data.hex()}")
     if fmt is OutputFormat.JSON:
@@ -609,7 +648,8 @@ def collect(
             {
                 "schema": "gpucc.evidence/v1",
                 "output": str(output) if output is not None else None,
-                "gpus": len(ev.gpus) if ev is not None else 0,
+                "gpus": len(ev.gpus) - switches if ev is not None else 0,
+                "switches": switches,
                 "nonce": value.hex(),
                 "cvm_report_data": report_data.hex() if quote is not None else None,
             }

@@ -133,11 +133,11 @@ def fetch(
     with -v.
     """
     from gpucc.core.files import refuse_existing
-    from gpucc.gpuattest.bundle import collect_collateral, write_bundle
+    from gpucc.gpuattest.bundle import collect_collateral, evidence_rim_ids, write_bundle
     from gpucc.gpuattest.chain import load_pem_chain
     from gpucc.gpuattest.collateral import OcspStatus
     from gpucc.gpuattest.netconfig import NetworkSettings, build_fetcher, network_sources
-    from gpucc.gpuattest.report import Architecture, AttestationReport
+    from gpucc.gpuattest.switch_verifier import is_switch_arch
     from gpucc.gpuattest.trust import TrustRoots
 
     from .attest import load_evidence
@@ -147,10 +147,9 @@ def fetch(
         refuse_existing(output, force=force)
     ev = load_evidence(evidence, cert_chain)
     chains = [load_pem_chain(gpu.cert_chain_pem) for gpu in ev.gpus]
-    rim_ids: list[str] = []
-    for gpu in ev.gpus:
-        report = AttestationReport.parse(gpu.report)
-        rim_ids += [report.driver_rim_id(Architecture.parse(gpu.arch)), report.vbios_rim_id()]
+    rim_ids = evidence_rim_ids(ev.gpus)  # GPUs' driver and VBIOS RIMs, switches' BIOS RIMs
+    switches = sum(1 for entry in ev.gpus if is_switch_arch(entry.arch))
+    gpus = len(ev.gpus) - switches
 
     settings = NetworkSettings(
         rim_url=rim_url,
@@ -189,7 +188,7 @@ def fetch(
 
     note(
         f"wrote {output}: {len(bundle.rims)} RIM(s), {len(bundle.ocsp)} OCSP response(s) "
-        f"for {len(ev.gpus)} GPU(s)"
+        f"for {gpus} GPU(s)" + (f" and {switches} NVSwitch(es)" if switches else "")
     )
     for rim_id in bundle.rims:
         note(f"  RIM  {rim_id}")
@@ -207,7 +206,7 @@ def fetch(
     if fmt is OutputFormat.JSON:
         # Like an undecided verdict: the result (with "complete": false and what is missing)
         # is the document, and the exit status says 3.
-        emit(_fetch_document(output, bundle, result, gpus=len(ev.gpus)))
+        emit(_fetch_document(output, bundle, result, gpus=gpus, switches=switches))
         if result.problems:
             note(f"error: {incomplete}")
             raise typer.Exit(COLLATERAL.code)
@@ -224,7 +223,9 @@ def _missing(message: str, problems: Any) -> Exception:
     return error
 
 
-def _fetch_document(output: Path, bundle: Any, result: Any, *, gpus: int) -> dict[str, Any]:
+def _fetch_document(
+    output: Path, bundle: Any, result: Any, *, gpus: int, switches: int
+) -> dict[str, Any]:
     """The ``gpucc.collateral.fetch/v1`` document."""
     ocsp = []
     for name, kind, outcome in result.outcomes:
@@ -240,6 +241,7 @@ def _fetch_document(output: Path, bundle: Any, result: Any, *, gpus: int) -> dic
         "schema": "gpucc.collateral.fetch/v1",
         "output": str(output),
         "gpus": gpus,
+        "switches": switches,
         "complete": not result.problems,
         "rims": list(bundle.rims),
         "ocsp": ocsp,

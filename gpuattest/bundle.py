@@ -39,7 +39,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cryptography import x509
 from cryptography.x509 import ocsp as x509_ocsp
@@ -76,8 +76,12 @@ from .rim import ReferenceManifest
 from .rim_service import valid_rim_id
 from .trust import TrustRoots
 
+if TYPE_CHECKING:
+    from .evidence import GpuEvidence
+
 __all__ = [
     "BUNDLE_FORMAT",
+    "evidence_rim_ids",
     "BUNDLE_VERSION",
     "MAX_BUNDLE_BYTES",
     "Bundle",
@@ -418,6 +422,28 @@ class CollectionResult:
     def complete(self) -> bool:
         """Nothing is missing."""
         return not self.problems
+
+
+def evidence_rim_ids(entries: Iterable[GpuEvidence]) -> list[str]:
+    """The RIM IDs the devices' reports imply, in order: a GPU's driver and VBIOS RIMs, an
+    NVSwitch's (LS10) BIOS RIM ``NV_SWITCH_BIOS_5612_0002_890_<version>``.
+
+    Raises:
+        MalformedReportError: a report does not parse.
+        ValueError: a GPU architecture gpucc does not know.
+    """
+    from .report import Architecture, AttestationReport
+    from .switch_report import SwitchReport
+    from .switch_verifier import is_switch_arch
+
+    ids: list[str] = []
+    for entry in entries:
+        if is_switch_arch(entry.arch):
+            ids.append(SwitchReport.parse(entry.report).bios_rim_id())
+            continue
+        report = AttestationReport.parse(entry.report)
+        ids += [report.driver_rim_id(Architecture.parse(entry.arch)), report.vbios_rim_id()]
+    return ids
 
 
 def rim_kind(rim_id: str) -> ChainKind:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from cryptography import x509
 
-from gpucc.core.errors import CollateralUnavailableError, MalformedEvidenceError
+from gpucc.core.errors import MalformedEvidenceError
 
 from ..result import Check, CheckStatus, Decision, Verdict, check_reasons, combine_verdicts
 from .findings import CvmFindings, CvmKind
@@ -310,7 +310,7 @@ def verify_cvm_evidence(
     Args:
         evidence: a TDX quote or an SEV-SNP report, raw.
         collateral: TDX: Intel's collateral as PCCS JSON; SNP: the VCEK certificate. None:
-            TDX needs collateral (there is no network source yet); SNP uses its own default.
+            the checks that need it are undecided.
         now: the verification time (timezone-aware).
         policy: the ``cvm:`` policy.
         expected_report_data: the 64 bytes the evidence must sign, or None.
@@ -319,14 +319,16 @@ def verify_cvm_evidence(
             when None.
         require_pins: refuse unpinned measurements (key release).
         event_log: the TDX CC event log (the ACPI CCEL table's), replayed against the
-            quote's RTMRs. With a log, TDX evidence without collateral is still judged: the
-            quote's signature is undecided, but a log that does not match it is refused.
+            quote's RTMRs.
         collateral_problem: why there is no collateral (shown when ``collateral`` is None).
+
+    Without collateral the evidence is still judged: what needs the collateral is undecided,
+    but a check that ran and failed (a signature, the report data, debug, the measurements,
+    an event log that does not replay) makes the result not trusted, never undecided.
 
     Raises:
         MalformedEvidenceError: unknown kind, oversized or malformed evidence, collateral or
             event log.
-        CollateralUnavailableError: TDX evidence without collateral (and without a log).
         UsageError: an event log with SEV-SNP evidence (it has no RTMRs to replay into).
     """
     if len(evidence) > MAX_EVIDENCE_BYTES:
@@ -370,11 +372,10 @@ def verify_cvm_evidence(
     if kind is CvmKind.TDX:
         from .tdx import TdxCollateral, unverified_tdx_quote, verify_tdx_quote
 
-        missing = "a TDX quote needs Intel's collateral (PCK CRL, TCB info, QE identity)"
-        if collateral is None and log is None:
-            raise CollateralUnavailableError(collateral_problem or missing)
         if collateral is None:
-            findings = unverified_tdx_quote(evidence, collateral_problem or missing)
+            # Judged as far as it can be: the quote's own cryptography and the policy's checks
+            # decide a refusal; TCB status and revocation stay undecided.
+            findings = unverified_tdx_quote(evidence, collateral_problem, now=now, root=tdx_root)
         else:
             findings = verify_tdx_quote(
                 evidence, TdxCollateral.from_json(collateral), now=now, root=tdx_root
@@ -383,7 +384,9 @@ def verify_cvm_evidence(
         from .snp import verify_snp_report
 
         # No VCEK: the chain and signature checks are reported unchecked (collateral missing).
-        findings = verify_snp_report(evidence, vcek=collateral, now=now, roots=snp_roots)
+        findings = verify_snp_report(
+            evidence, vcek=collateral, now=now, roots=snp_roots, problem=collateral_problem
+        )
     return appraise(
         findings,
         policy,

@@ -105,6 +105,7 @@ def verify_snp_report(
     vcek: bytes | None,
     now: dt.datetime,
     roots: SnpRoots | None = None,
+    problem: str = "",
 ) -> CvmFindings:
     """Verify ``report`` (see the module docstring for what, in which order).
 
@@ -113,6 +114,7 @@ def verify_snp_report(
         vcek: the chip's VCEK certificate (DER or PEM), or None when it could not be had.
         now: the verification time (timezone-aware).
         roots: the ARK/ASK pairs to chain to; None means AMD's, pinned in package data.
+        problem: why there is no ``vcek`` (added to the undecided checks' reason).
 
     Returns:
         The findings: checks in order, claims, report data and the report's SHA-256.
@@ -134,6 +136,7 @@ def verify_snp_report(
     tcb_status: str | None = None
     if cert is None:
         missing = _NO_VLEK if parsed.signing_key == SigningKey.VLEK else _NO_VCEK
+        missing += f" ({problem})" if problem else ""
         for check_id, title in _CHECKS:
             checks.append(Check(check_id, title, CheckStatus.NOT_CHECKED, missing, True))
     else:

@@ -474,29 +474,35 @@ def verify_tdx_quote(
     )
 
 
-def unverified_tdx_quote(quote: bytes, reason: str) -> CvmFindings:
-    """A TDX quote's claims read without its collateral: the quote's cryptography is
-    unchecked (collateral missing, ``reason``), so nothing it reports is authenticated; what
-    can still be decided (an event log that does not match it) may refuse it.
+def unverified_tdx_quote(
+    quote: bytes, reason: str, *, now: dt.datetime, root: x509.Certificate | None = None
+) -> CvmFindings:
+    """A TDX quote judged without Intel's collateral: every collateral-free check (the PCK
+    chain to ``root``, the QE report, the quote signature; :mod:`.tdx_offline`) and an
+    undecided collateral check whose reason ends with ``reason`` (why there is none).
+
+    TCB status and revocation stay undecided, but a check that ran and failed, here or in the
+    policy (report data, debug, measurements, an event log), refuses the quote.
 
     Raises:
         MalformedEvidenceError: the quote cannot be parsed.
     """
+    from .tdx_offline import offline_quote_checks
+
     quote_version, td_version = _layout(quote)
     parsed = _parse(quote)
-    checks = (
-        Check("cvm-format", "Quote parsed", CheckStatus.PASS),
-        Check(
-            "cvm-quote",
-            "Quote, PCK chain, QE and TCB info",
-            CheckStatus.NOT_CHECKED,
-            reason,
-            collateral_missing=True,
-        ),
-    )
+    _, _, body, size = td_report_span(quote)
+    anchor = root if root is not None else intel_sgx_root()
+    checks = [Check("cvm-format", "Quote parsed", CheckStatus.PASS)]
+    checks += offline_quote_checks(quote, body + size, str(parsed.fmspc()), anchor, now)
+    if reason:
+        last = checks[-1]
+        checks[-1] = Check(
+            last.id, last.title, last.status, f"{last.reason} ({reason})", collateral_missing=True
+        )
     return CvmFindings(
         kind=CvmKind.TDX,
-        checks=checks,
+        checks=tuple(checks),
         claims=_claims(parsed, quote_version, td_version),
         report_data=bytes(parsed.report.report_data),
         evidence_sha256=hashlib.sha256(quote).digest(),

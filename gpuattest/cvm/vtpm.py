@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from cryptography import x509
 
 from ..result import Check, CheckStatus
-from .findings import CvmFindings, CvmKind
+from .findings import CvmFindings
 from .hcl import RuntimeClaims, parse_runtime_claims
 from .tpm_quote import parse_tpm_quote, pcr_digest_matches, verify_quote_signature
 from .vtpm_evidence import VtpmEvidence
@@ -71,27 +71,15 @@ def _hardware(
         vcek = collateral if collateral is not None else ev.vcek
         found = verify_snp_report(ev.hcl.hardware_report, vcek=vcek, now=now, roots=snp_roots)
         return found, found.report_data
-    from .tdx import TdxCollateral, check_layout, intel_sgx_root, td_report_span, verify_tdx_quote
+    from .tdx import TdxCollateral, check_layout, unverified_tdx_quote, verify_tdx_quote
 
     quote = ev.td_quote or b""
     check_layout(quote)
     if collateral is not None:
         found = verify_tdx_quote(quote, TdxCollateral.from_json(collateral), now=now, root=tdx_root)
         return found, found.report_data
-    import dcap_qvl
-
-    from .tdx import _claims
-    from .tdx_offline import offline_quote_checks
-
-    version, td_version, body, size = td_report_span(quote)
-    parsed = dcap_qvl.parse_quote(quote)
-    anchor = tdx_root if tdx_root is not None else intel_sgx_root()
-    checks = [Check("cvm-format", "Quote parsed", CheckStatus.PASS)]
-    checks += offline_quote_checks(quote, body + size, str(parsed.fmspc()), anchor, now)
-    claims = _claims(parsed, version, td_version)
-    report_data = bytes(parsed.report.report_data)
-    digest = hashlib.sha256(quote).digest()
-    return CvmFindings(CvmKind.TDX, tuple(checks), claims, report_data, digest), report_data
+    found = unverified_tdx_quote(quote, "", now=now, root=tdx_root)
+    return found, found.report_data
 
 
 def _binding(ev: VtpmEvidence, signed: bytes) -> Check:

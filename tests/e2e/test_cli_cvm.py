@@ -181,11 +181,31 @@ def test_bad_collateral_is_malformed_and_missing_collateral_is_exit_3(tmp_path: 
     assert proc.returncode == 4
     one_error_line(proc, "missing keys")
     proc = run_cli(
-        "attest", "--cvm-only", "--cvm-evidence", QUOTE, "--at", AT,
-        "--offline", "--cache-dir", tmp_path / "cache",
+        "attest", "--cvm-only", "--cvm-evidence", QUOTE, "--at", AT, "--cvm-report-data",
+        REPORT_DATA, "--offline", "--cache-dir", tmp_path / "cache",
     )  # fmt: skip
-    assert proc.returncode == 3
-    one_error_line(proc, "--cvm-collateral")
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert "UNDECIDED" in proc.stdout and "Traceback" not in proc.stderr
+    assert "give it with --cvm-collateral FILE" in proc.stderr
+
+
+def test_a_decided_failure_outranks_missing_collateral(tmp_path: Path) -> None:
+    """The quote's own signature and the report data are checked without Intel's collateral:
+    the wrong report data is not trusted (exit 1), naming the check, not undecided."""
+    proc = run_cli(
+        "attest", "--cvm-only", "--cvm-evidence", QUOTE, "--at", AT, "--cvm-report-data",
+        "00" * 64, "--offline", "--cache-dir", tmp_path / "cache", "--format", "json",
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    doc = json_doc(proc)
+    assert doc["verdict"] == "not-trusted"
+    cvm_doc = doc["cvm"]
+    assert isinstance(cvm_doc, dict)
+    decisions = {c["id"]: c["decision"] for c in cvm_doc["checks"]}
+    assert decisions["cvm-report-data"] == "refuse"
+    assert decisions["tdx-quote-signature"] == "accept"
+    assert decisions["cvm-collateral"] == "undecided"
+    assert cvm_doc["reasons"][0].startswith("Report data: the evidence does not commit")
 
 
 @pytest.mark.parametrize(

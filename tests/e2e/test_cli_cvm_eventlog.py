@@ -36,8 +36,14 @@ def one_error_line(proc: subprocess.CompletedProcess[str], words: str) -> None:
     assert words in lines[0], proc.stderr
 
 
-def test_without_the_log_the_quote_is_undecided() -> None:
+def test_without_the_log_the_quote_is_undecided_unless_a_check_failed(tmp_path: Path) -> None:
+    # The TD is debuggable: refused by the default policy although Intel's collateral is missing.
     proc = attest()
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "Not debuggable: the TD is debuggable" in proc.stdout
+    policy = tmp_path / "p.yaml"
+    policy.write_text("cvm:\n  allow_debug: true\n")
+    proc = attest("--policy", policy)
     assert proc.returncode == 3, proc.stdout + proc.stderr
 
 

@@ -63,6 +63,21 @@ def test_no_vcek_offline_cannot_decide(tmp_path: Path) -> None:
     assert "Traceback" not in proc.stderr
 
 
+def test_no_vcek_offline_and_a_debuggable_guest_is_not_trusted(tmp_path: Path) -> None:
+    data = bytearray(REPORT.read_bytes())
+    data[0x08 + 2] |= 0x08  # guest policy bit 19: debugging allowed (the signature is unchecked)
+    debuggable = tmp_path / "debug.bin"
+    debuggable.write_bytes(bytes(data))
+    proc = snp("--at", AT, "--cvm-report-data", REPORT_DATA, "--offline",
+               "--cache-dir", tmp_path / "cache", report=debuggable)  # fmt: skip
+    assert proc.returncode == 1, (proc.stdout, proc.stderr)
+    assert "the guest is debuggable" in proc.stdout
+    proc = snp("--at", AT, "--cvm-report-data", "00" * 64, "--offline",
+               "--cache-dir", tmp_path / "cache")  # fmt: skip
+    assert proc.returncode == 1, (proc.stdout, proc.stderr)
+    assert "does not commit to this session" in proc.stdout
+
+
 def test_a_flipped_measurement_bit_is_not_trusted(tmp_path: Path) -> None:
     data = bytearray(REPORT.read_bytes())
     data[0x90] ^= 1  # the measurement

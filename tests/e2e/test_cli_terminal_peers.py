@@ -416,6 +416,8 @@ WALKED = {
     "collateral fetch": "a service's reason phrase, redirect and junk answers",
     "collateral show": "a bundle's OCSP subject, issuer and RIM id",
     "demo": "none: it makes and names its own data in its own directory",
+    "cvm reference-snp": "a hostile image file name (test_cvm_reference_with_hostile_names)",
+    "cvm reference-tdx": "hostile event-log and quote file names (the same test)",
     "evidence collect": "none here: its strings come from the local GPU driver (NVML)",
     "holder datasets": "hostile sealed-file names, valid and not",
     "holder keygen": "none: it prints the pin it computed and the paths it was given",
@@ -442,3 +444,24 @@ def test_every_command_is_walked_or_has_a_reason() -> None:
     from tests.e2e.test_cli_contract import leaves
 
     assert sorted(WALKED) == sorted(leaves())
+
+
+def test_cvm_reference_with_hostile_names(tmp_path: Path) -> None:
+    from tests.support.paths import ROOT
+
+    ccel = ROOT / "tests" / "data" / "cloud-cvm" / "tdx-ccel"
+    log = tmp_path / f"{HOSTILE}.ccel"
+    quote = tmp_path / f"{HOSTILE}.quote"
+    log.write_bytes((ccel / "CCEL_data").read_bytes())
+    quote.write_bytes((ccel / "tdx_quote_4.dat").read_bytes())
+    runs = [
+        ("cvm", "reference-tdx", "--event-log", log.name, "--quote", quote.name),
+        ("cvm", "reference-tdx", "--event-log", log.name, "-o", f"{HOSTILE}.yaml", "-v"),
+        ("cvm", "reference-snp", "--ovmf", log.name, "--vcpus", "1", "--vcpu-type", "EPYC-v4"),
+    ]
+    results = _run_all(runs, tmp_path)
+    for args, result in zip(runs, results, strict=True):
+        _assert_clean(args, result)
+    assert results[0].returncode == 1  # the pair does not replay: the refusal names it
+    assert results[1].returncode == 0 and _escaped(results[1].stderr)  # "wrote the policy to"
+    assert results[2].returncode == 4 and _escaped(results[2].stderr)  # not an OVMF image

@@ -8,7 +8,6 @@ from typing import Any
 import pytest
 
 from gpucc.core.errors import (
-    CollateralUnavailableError,
     MalformedEvidenceError,
     MalformedPolicyError,
 )
@@ -135,8 +134,12 @@ def test_kind_detection_and_missing_collateral() -> None:
     with pytest.raises(MalformedEvidenceError, match="vTPM evidence"):  # JSON: a vTPM document
         detect_kind(b"{}")
     now = dt.datetime(2025, 6, 19, 11, 16, 3, tzinfo=dt.UTC)
-    with pytest.raises(CollateralUnavailableError):
-        verify_cvm_evidence(quote, None, now=now, policy=CvmPolicy(), expected_report_data=None)
+    # Without collateral it is judged as far as it can be (no expected report data: refused).
+    result = verify_cvm_evidence(
+        quote, None, now=now, policy=CvmPolicy(), expected_report_data=None
+    )
+    assert result.verdict is Verdict.NOT_TRUSTED
+    assert result.reasons[0] == "Report data: no expected report data was given"
     with pytest.raises(MalformedEvidenceError, match="larger"):
         verify_cvm_evidence(
             quote * 20, None, now=now, policy=CvmPolicy(), expected_report_data=None
