@@ -553,6 +553,13 @@ def datasets_cmd(
     out(*lines)
 
 
+def _trusted(record: dict[str, Any]) -> str:
+    """A receipt's record of the release, in a few words."""
+    items = sorted({str(r.get("item")) for r in record.get("relaxations") or []})
+    text = "; ".join(items) if items else "no policy relaxation"
+    return text + ("; SIMULATED roots" if record.get("simulated") else "")
+
+
 @holder_app.command("receipts")
 def receipts_cmd(
     receipt_dir: Annotated[
@@ -585,6 +592,7 @@ def receipts_cmd(
                         "entry_hash": r.entry_hash,
                         "transcript_hash": r.transcript_hash,
                         "orchestrator_key_id": r.orchestrator_key_id,
+                        "holder_trusted_with": r.trusted_with,
                     }
                     for p, r in found
                 ],
@@ -594,7 +602,7 @@ def receipts_cmd(
     out(
         *(
             f"{p.name}: entry {r.seq} hash {r.entry_hash} signed by orchestrator "
-            f"{r.orchestrator_key_id[:16]}…"
+            f"{r.orchestrator_key_id[:16]}…; released trusting: {_trusted(r.trusted_with)}"
             for p, r in found
         )
     )

@@ -328,7 +328,15 @@ def run_plan(
                 prev = entry_hash(line)
                 lines.append(line)
                 write_log()
-                kept = _give_receipt(holder, plan, signing_key, i, prev, body["transcript_hash"])
+                kept = _give_receipt(
+                    holder,
+                    plan,
+                    signing_key,
+                    i,
+                    prev,
+                    body["transcript_hash"],
+                    body["holder_trusted_with"],
+                )
             visits.append(
                 Visit(
                     holder_id=holder.id,
@@ -364,12 +372,19 @@ def _give_receipt(
     seq: int,
     head: str,
     transcript_hash: str,
+    trusted_with: dict[str, Any],
 ) -> bool:
-    """Hand the holder its signed receipt; whether it kept it (a holder may keep none)."""
+    """Hand the holder its signed receipt (with its own record of what the release
+    trusted); whether it kept it (a holder may keep none)."""
     from gpucc.core.errors import GpuccError
 
     receipt = make_receipt(
-        key, holder_id=holder.id, seq=seq, entry_hash=head, transcript_hash=transcript_hash
+        key,
+        holder_id=holder.id,
+        seq=seq,
+        entry_hash=head,
+        transcript_hash=transcript_hash,
+        trusted_with=trusted_with,
     )
     client = HolderClient(
         holder.url,

@@ -3,13 +3,17 @@
 After a visit's log entry is written, the orchestrator signs a receipt and gives it to
 that holder, which keeps it (``gpucc holder serve --receipt-dir``)::
 
-    {"schema": "gpucc.travel-receipt/v1", "holder_id": ..., "seq": n,
+    {"schema": "gpucc.travel-receipt/v2", "holder_id": ..., "seq": n,
      "entry_hash": SHA-256 of log line n, "transcript_hash": the visit's SHA-384(T),
+     "holder_trusted_with": the holder's own signed record of what its release relied on,
      "orchestrator_public_key": base64 SPKI DER, "signature": base64 DER ECDSA-P384-SHA384}
 
-The signature is over ``"gpucc/travel-receipt/v1" || 0x00 || canonical_json(receipt
-without signature)``. A log later cut back to before entry ``n``, or with another entry at
-``n``, no longer matches the holder's receipt (``gpucc travel verify-log --receipt``).
+The signature is over ``"gpucc/travel-receipt/v2" || 0x00 || canonical_json(receipt
+without signature)``. ``holder_trusted_with`` is the record the log entry holds (and the
+entry hash commits to): the relaxations, time and roots of the holder's decision, so the
+receipt a holder keeps says what it released under. A log later cut back to before entry
+``n``, or with another entry at ``n``, no longer matches the holder's receipt
+(``gpucc travel verify-log --receipt``).
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import base64
 import binascii
 import hashlib
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from cryptography.exceptions import InvalidSignature
@@ -33,8 +37,8 @@ from .signing import canonical_json, load_public_key
 
 __all__ = ["MAX_RECEIPT_BYTES", "RECEIPT_LABEL", "RECEIPT_SCHEMA", "Receipt", "make_receipt"]
 
-RECEIPT_SCHEMA = "gpucc.travel-receipt/v1"
-RECEIPT_LABEL = b"gpucc/travel-receipt/v1\x00"
+RECEIPT_SCHEMA = "gpucc.travel-receipt/v2"
+RECEIPT_LABEL = b"gpucc/travel-receipt/v2\x00"
 MAX_RECEIPT_BYTES = 8 * 1024
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _HEX96 = re.compile(r"^[0-9a-f]{96}$")
@@ -51,6 +55,7 @@ class Receipt:
     transcript_hash: str
     orchestrator_public_key: bytes
     signature: bytes
+    trusted_with: dict[str, Any] = field(default_factory=dict)
 
     @property
     def orchestrator_key_id(self) -> str:
@@ -65,6 +70,7 @@ class Receipt:
             "seq": self.seq,
             "entry_hash": self.entry_hash,
             "transcript_hash": self.transcript_hash,
+            "holder_trusted_with": self.trusted_with,
             "orchestrator_public_key": base64.b64encode(self.orchestrator_public_key).decode(),
         }
 
@@ -90,6 +96,7 @@ class Receipt:
             "seq",
             "entry_hash",
             "transcript_hash",
+            "holder_trusted_with",
             "orchestrator_public_key",
             "signature",
         }
@@ -110,7 +117,17 @@ class Receipt:
             sig = base64.b64decode(doc["signature"], validate=True)
         except (binascii.Error, ValueError, TypeError):
             raise MalformedReceiptError("the receipt has a field that is not base64") from None
-        return cls(doc["holder_id"], seq, doc["entry_hash"], doc["transcript_hash"], pub, sig)
+        if not isinstance(doc["holder_trusted_with"], dict):
+            raise MalformedReceiptError("the receipt's holder_trusted_with is not an object")
+        return cls(
+            doc["holder_id"],
+            seq,
+            doc["entry_hash"],
+            doc["transcript_hash"],
+            pub,
+            sig,
+            doc["holder_trusted_with"],
+        )
 
     def verify(self, key: ec.EllipticCurvePublicKey | None = None) -> None:
         """Check the signature (with ``key`` when given, else with the enclosed key).
@@ -147,10 +164,12 @@ def make_receipt(
     seq: int,
     entry_hash: str,
     transcript_hash: str,
+    trusted_with: dict[str, Any] | None = None,
 ) -> Receipt:
-    """The orchestrator's signed receipt for the visit logged as entry ``seq``."""
-    unsigned = Receipt(holder_id, seq, entry_hash, transcript_hash, _spki(key.public_key()), b"")
+    """The orchestrator's signed receipt for the visit logged as entry ``seq``, with the
+    holder's record of what its release trusted (as the entry holds it)."""
+    record = dict(trusted_with or {})
+    spki = _spki(key.public_key())
+    unsigned = Receipt(holder_id, seq, entry_hash, transcript_hash, spki, b"", record)
     signature = key.sign(RECEIPT_LABEL + canonical_json(unsigned.body()), ec.ECDSA(hashes.SHA384()))
-    return Receipt(
-        holder_id, seq, entry_hash, transcript_hash, unsigned.orchestrator_public_key, signature
-    )
+    return Receipt(holder_id, seq, entry_hash, transcript_hash, spki, signature, record)

@@ -434,6 +434,10 @@ def test_cli_run_and_verify_log(world: World, tmp_path: Path) -> None:
         and mine[-1]["entry_hash"] == hashlib.sha256(log.read_bytes().splitlines()[1]).hexdigest()
     )
     receipt_file = mine[-1]["file"]
+    # the receipt the holder keeps carries its own signed record of the release, as logged
+    entry = json.loads(log.read_bytes().splitlines()[1])
+    assert mine[-1]["holder_trusted_with"] == entry["holder_trusted_with"]
+    assert mine[-1]["holder_trusted_with"]["roots"] == "simulated"
 
     def verify(path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
