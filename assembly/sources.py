@@ -205,7 +205,7 @@ class LocalSource:
             vtpm_qualifying_data(report_data), tcti=tcti, vcek=self.cvm_collateral
         )
         # The VCEK travels inside the evidence document; nothing else to send.
-        return CollectedCvmEvidence(evidence)
+        return _cvm_collected(evidence)
 
 
 class SimulatedSource:
