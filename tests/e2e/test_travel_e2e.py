@@ -43,6 +43,7 @@ from gpucc.staging.release import CollectedCvmEvidence, CollectedEvidence, creat
 from gpucc.travel.client import HolderClient
 from gpucc.travel.errors import (
     CvmPolicyMismatchError,
+    CvmPolicyUndecidedError,
     DatasetDigestMismatchError,
     HolderAuthenticationError,
     HolderRefusedError,
@@ -1272,3 +1273,26 @@ def test_cli_refuses_a_plan_whose_image_policy_this_cvm_does_not_meet(
     assert run.returncode == 0, run.stderr
     assert "this CVM satisfied a's image policy" in run.stderr
     assert "visited 1 holder(s)" in run.stdout
+
+
+def test_an_image_check_that_cannot_be_decided_stops_the_journey(
+    world: World, tmp_path: Path
+) -> None:
+    """This CVM's quote without its collateral: the log matches, the signature's verdict is
+    undecided, and so is the check (exit 3's family), before any holder is contacted."""
+    image = str(_image_policy(tmp_path / "image.yaml"))
+    plan = _plan(world, ["a"], cvm_policy={"a": image})
+
+    def without_collateral(report_data: bytes) -> CollectedCvmEvidence:
+        found = world.collect_cvm(report_data)
+        return CollectedCvmEvidence(found.evidence, None, found.event_log)
+
+    before = _offers_seen(world.holders["a"])
+    with pytest.raises(CvmPolicyUndecidedError, match="cannot decide whether this CVM"):
+        run_plan(
+            plan,
+            collect=world.collect,
+            collect_cvm=without_collateral,
+            cvm_verifier=_verifier_for(world),
+        )
+    assert _offers_seen(world.holders["a"]) == before
