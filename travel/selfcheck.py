@@ -15,11 +15,13 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from gpucc.assembly import PlatformEvidence, PlatformVerifier
-from gpucc.core.errors import UsageError
+from gpucc.core.errors import MalformedPolicyError, UsageError
 from gpucc.core.files import read_capped
-from gpucc.gpuattest.policy import MAX_POLICY_BYTES, Policy, load_policy
+from gpucc.core.jsonio import load_yaml_untrusted
+from gpucc.gpuattest.policy import MAX_POLICY_BYTES, Policy, parse_policy
 from gpucc.staging.release import CollectedCvmEvidence
 
 from .errors import CvmPolicyMismatchError, CvmPolicyUndecidedError
@@ -57,17 +59,25 @@ def check_cvm_policies(
             f"the plan names an image policy for {named[0].id}, but this run offers no CVM "
             "evidence to check against it"
         )
-    decided: dict[str, str] = {}  # policy digest -> "" (satisfied)
+    satisfied: set[str] = set()  # digests of the policy files this CVM satisfies
     checked: dict[str, str] = {}
     for holder in named:
         assert holder.cvm_policy is not None
-        data = read_capped(holder.cvm_policy, MAX_POLICY_BYTES, what=f"CVM policy of {holder.id}")
-        digest = hashlib.sha256(data).hexdigest()
-        if digest not in decided:
-            _check_one(holder, load_policy(holder.cvm_policy), collect_cvm, verifier_for)
-            decided[digest] = ""
+        digest, policy = _read_policy(holder.cvm_policy, holder.id)
+        if digest not in satisfied:
+            _check_one(holder, policy, collect_cvm, verifier_for)
+            satisfied.add(digest)
         checked[holder.id] = digest
     return checked
+
+
+def _read_policy(path: Path, holder_id: str) -> tuple[str, Policy]:
+    """The policy file's SHA-256 and the policy parsed from those same bytes."""
+    data = read_capped(path, MAX_POLICY_BYTES, what=f"CVM policy of {holder_id}")
+    if len(data) > MAX_POLICY_BYTES:
+        raise MalformedPolicyError(f"policy {path} is larger than {MAX_POLICY_BYTES} bytes")
+    doc = load_yaml_untrusted(data, what=f"policy {path}", error=MalformedPolicyError)
+    return hashlib.sha256(data).hexdigest(), parse_policy(doc, source=str(path))
 
 
 def _check_one(
