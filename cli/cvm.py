@@ -214,6 +214,91 @@ def reference_tdx(
     _emit(_merged(base, section), output, force=force, header=header, kind="tdx", fmt=fmt)
 
 
+@cvm_app.command("reference-vtpm")
+def reference_vtpm(
+    event_log: Annotated[
+        Path,
+        typer.Option(
+            "--event-log",
+            exists=True,
+            dir_okay=False,
+            help="The TPM measured-boot log of a boot of the image "
+            "(/sys/kernel/security/tpm0/binary_bios_measurements).",
+        ),
+    ],
+    evidence: Annotated[
+        Path | None,
+        typer.Option(
+            "--evidence",
+            exists=True,
+            dir_okay=False,
+            help="That boot's vTPM evidence (JSON): the paravisor's launch measurement is "
+            "pinned, and the log must replay to its quoted PCRs.",
+        ),
+    ] = None,
+    base: BaseOption = None,
+    output: OutputOption = None,
+    force: ForceOption = False,
+    fmt: FormatOption = OutputFormat.TEXT,
+) -> None:
+    """An Azure vTPM image's reference values from a recorded boot: cvm.events.vtpm.
+
+    The events pinned are the EFI variables, boot applications (the kernel), the Linux
+    stub's command line and initrd, and grub's commands, in their PCRs with SHA-256 digests.
+    Exit codes: 0 written, 1 the log does not replay to the evidence's PCRs, 2 usage,
+    4 malformed input, 8 a file cannot be read or written.
+    """
+    from gpucc.core.files import read_capped
+    from gpucc.gpuattest.cvm.eventlog import MAX_EVENT_LOG_BYTES, parse_event_log
+    from gpucc.gpuattest.cvm.reference import vtpm_reference_policy
+
+    data = read_capped(event_log, MAX_EVENT_LOG_BYTES, what="measured-boot log")
+    log = parse_event_log(data, pcrs=True)
+    launch = _checked_launch(evidence, log) if evidence is not None else None
+    section = vtpm_reference_policy(log, launch=launch)
+    count = len(section["events"]["vtpm"])
+    header = f"# vTPM reference values from a recorded boot: {count} events"
+    header += f", the paravisor's launch measurement of {evidence.name}\n" if evidence else "\n"
+    _emit(_merged(base, section), output, force=force, header=header, kind="vtpm", fmt=fmt)
+
+
+def _checked_launch(evidence: Path, log: Any) -> tuple[str, bytes]:
+    """The paravisor's launch measurement in ``evidence``, once the log is known to replay
+    to the PCRs it quotes (the evidence's signatures are not verified here: it is the
+    reference boot's own)."""
+    from gpucc.core.errors import MalformedEvidenceError, NotTrustedError
+    from gpucc.core.files import read_capped
+    from gpucc.gpuattest.cvm.appraise import MAX_EVIDENCE_BYTES
+    from gpucc.gpuattest.cvm.tpm_quote import parse_tpm_quote
+    from gpucc.gpuattest.cvm.vtpm_evidence import looks_like_vtpm_evidence, parse_vtpm_evidence
+
+    data = read_capped(evidence, MAX_EVIDENCE_BYTES, what="vTPM evidence")
+    if len(data) > MAX_EVIDENCE_BYTES:
+        raise MalformedEvidenceError(f"{evidence} is larger than {MAX_EVIDENCE_BYTES} bytes")
+    if not looks_like_vtpm_evidence(data):
+        raise MalformedEvidenceError(f"{evidence} is not vTPM evidence (a JSON document)")
+    parsed = parse_vtpm_evidence(data)
+    quoted = dict(zip(parse_tpm_quote(parsed.quote).pcr_indices, parsed.pcrs, strict=False))
+    replayed = log.replay()
+    wrong = [
+        name.upper()
+        for name, value in replayed.items()
+        if int(name[3:]) in quoted and quoted[int(name[3:])] != value
+    ]
+    if wrong or not any(int(name[3:]) in quoted for name in replayed):
+        differ = f"{', '.join(wrong)} differ" if wrong else "it extends no quoted PCR"
+        raise NotTrustedError(
+            f"the measured-boot log does not replay to {evidence}'s PCRs ({differ}): "
+            "they are not of one boot"
+        )
+    report = parsed.hcl.hardware_report
+    if parsed.hcl.tee == "snp":
+        from gpucc.gpuattest.cvm.snp_report import parse_snp_report
+
+        return "snp", parse_snp_report(report).measurement
+    return "tdx", bytes(report[528 : 528 + 48])
+
+
 def _checked_mrtd(quote: Path, log: Any) -> bytes:
     """The quote's MRTD, once the log is known to replay to its RTMRs."""
     from gpucc.core.errors import MalformedEvidenceError, NotTrustedError

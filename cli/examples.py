@@ -53,6 +53,10 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "cvm reference-tdx": (
         "gpucc cvm reference-tdx --event-log CCEL --quote quote.bin -o policy.yaml",
     ),
+    "cvm reference-vtpm": (
+        "gpucc cvm reference-vtpm --event-log binary_bios_measurements "
+        "--evidence evidence.json -o policy.yaml",
+    ),
     "holder datasets": ("gpucc holder datasets --datasets data/",),
     "holder receipts": ("gpucc holder receipts --receipt-dir receipts/",),
     "travel run": ("gpucc travel run plan.yaml",),

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -68,21 +69,25 @@ def run(
     fmt: FormatOption = OutputFormat.TEXT,
 ) -> None:
     """Visit every holder of PLAN in order; stop at the first failure (nothing stays staged)."""
-    from gpucc.assembly import Settings, assemble
+    from gpucc.assembly import PlatformVerifier, Settings, assemble
     from gpucc.travel.orchestrator import run_plan
     from gpucc.travel.plan import load_plan
 
     plan = load_plan(plan_file)
     if simulate is not None:
         warn("SIMULATED GPU: for tests and demos only, this attests nothing real")
-    platform = assemble(Settings(simulation=simulate))
+    settings = Settings(simulation=simulate)
+    platform = assemble(settings)
     result = run_plan(
         plan,
         collect=platform.collect(),
         collect_cvm=platform.collect_cvm(),
         log_path=log,
         force=force,
+        cvm_verifier=lambda policy: PlatformVerifier(dataclasses.replace(settings, policy=policy)),
     )
+    for holder_id, digest in result.cvm_policies.items():
+        note(f"this CVM satisfied {holder_id}'s image policy (sha256 {digest[:16]}…)")
     for visit in result.visits:
         note(
             f"{visit.holder_id}: {visit.bytes_staged} bytes staged and scrubbed "

@@ -9,6 +9,9 @@
   a verdict (HTTP 503: its collateral is unavailable, or it is at capacity).
 * :class:`HolderUnreachableError` (network): no answer in time, a dropped connection, an
   oversized or malformed HTTP reply.
+* :class:`CvmPolicyMismatchError` (not trusted): this CVM does not satisfy the image policy
+  the plan names for a holder (checked before any holder is contacted).
+* :class:`CvmPolicyUndecidedError` (collateral unavailable): that check could not be decided.
 * :class:`DatasetDigestMismatchError` (integrity): a dataset is not the one the plan names.
 * :class:`ModelDigestMismatchError` (integrity): the model changed between two holders.
 * :class:`ScrubError` (integrity): a staged buffer did not read back as zero.
@@ -31,6 +34,8 @@ from gpucc.core.errors import (
 )
 
 __all__ = [
+    "CvmPolicyMismatchError",
+    "CvmPolicyUndecidedError",
     "DatasetDigestMismatchError",
     "HolderAuthenticationError",
     "HolderCannotDecideError",
@@ -69,6 +74,14 @@ class HolderCannotDecideError(CollateralUnavailableError):
 
 class HolderUnreachableError(NetworkError):
     """The holder's service did not answer properly in time."""
+
+
+class CvmPolicyMismatchError(NotTrustedError):
+    """This CVM does not satisfy the image policy the plan names for a holder."""
+
+
+class CvmPolicyUndecidedError(CollateralUnavailableError):
+    """Whether this CVM satisfies a holder's image policy could not be decided."""
 
 
 class DatasetDigestMismatchError(IntegrityError):

@@ -1,5 +1,9 @@
 """The orchestrator: visit each holder in turn, stage, train, scrub, rotate, log.
 
+Before any holder is contacted, this CVM is checked against every image policy the plan
+names (``cvm_policy``, :mod:`gpucc.travel.selfcheck`): a CVM one holder would refuse never
+starts the journey.
+
 Per holder, in order, failing closed at every step:
 
 1. a fresh challenge from that holder, and an offer with a fresh session key and GPU
@@ -47,6 +51,7 @@ from .errors import DatasetDigestMismatchError, ModelDigestMismatchError
 from .log import GENESIS, LOG_SCHEMA, closing_entry, entry_hash, sign_entry
 from .plan import HolderSpec, Plan
 from .receipt import make_receipt
+from .selfcheck import VerifierFor, check_cvm_policies
 from .signing import key_id, load_signing_key
 from .state import ScrubReceipt, model_digest, scrub_and_check
 
@@ -83,6 +88,8 @@ class TravelResult:
     log_path: Path | None
     model_digest: str
     head: str | None = None
+    #: holder id -> SHA-256 of the image policy this CVM was checked against before leaving
+    cvm_policies: dict[str, str] = field(default_factory=dict)
 
 
 def load_training_step(spec: str) -> TrainingStep:
@@ -226,6 +233,7 @@ def run_plan(
     now: Callable[[], dt.datetime] | None = None,
     on_staged: Callable[[str, str, Any], None] | None = None,
     transit: Callable[[str, str, MutableMapping[str, Any]], None] | None = None,
+    cvm_verifier: VerifierFor | None = None,
 ) -> TravelResult:
     """Visit every holder of ``plan`` in order (see the module docstring).
 
@@ -244,13 +252,19 @@ def run_plan(
         now: the clock for the log's times.
         on_staged: called with (holder id, dataset name, buffer) after each dataset is staged.
         transit: called with (from, to, model) between two visits (where the model travels).
+        cvm_verifier: builds the verifier for a holder's image policy (``cvm_policy`` in
+            the plan); required when the plan names one.
 
     Raises:
         OutputExistsError: the log exists (without ``force``).
         FileAccessError: the log's directory, a TLS CA file or a dataset cannot be read
             (checked, with the datasets' digests, before any holder is contacted: a
             journey that could not start leaves no log).
-        UsageError: no key to sign the log with.
+        UsageError: no key to sign the log with; an image policy named without CVM
+            evidence or a verifier to check it.
+        MalformedPolicyError, CvmPolicyMismatchError, CvmPolicyUndecidedError: a holder's
+            image policy cannot be read, or this CVM does not (or cannot be shown to)
+            satisfy it; checked before any holder is contacted, no log is written.
         HolderUnreachableError, HolderRefusedError, HolderProtocolError,
         HolderAuthenticationError, ProtocolError, KeyUnwrapError,
         DatasetDigestMismatchError, ModelDigestMismatchError, ScrubError, and staging's
@@ -258,6 +272,7 @@ def run_plan(
     """
     log_path = log_path or plan.log_path
     _preflight(plan, log_path)
+    policies = check_cvm_policies(plan.holders, collect_cvm=collect_cvm, verifier_for=cvm_verifier)
     if log_path is not None and log_path.exists() and not force:
         raise OutputExistsError(f"{log_path} exists; choose another log or replace it with --force")
     if log_path is not None and signing_key is None:
@@ -362,6 +377,7 @@ def run_plan(
         log_path=log_path,
         model_digest=model_digest(state),
         head=prev if signing_key is not None else None,
+        cvm_policies=policies,
     )
 
 

@@ -14,6 +14,8 @@
         url: https://a.example:8443
         public_key: sha256:<64 hex>  # or the PEM public key
         tls_ca: holder-ca.pem        # optional: trust this CA (or self-signed certificate)
+        cvm_policy: hospital-a.policy.yaml  # optional: the holder's image policy; this CVM
+                                     # is checked against it before any holder is visited
         datasets:
           - name: a-train
             path: a-train.gcc
@@ -64,6 +66,9 @@ class HolderSpec:
     pin: KeyPin
     datasets: tuple[DatasetSpec, ...]
     tls_ca: Path | None = None
+    #: the holder's image policy (its ``cvm:`` section): this CVM must satisfy it before
+    #: the journey starts
+    cvm_policy: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -157,7 +162,7 @@ def parse_plan(doc: Any, base: Path = Path(".")) -> Plan:
     seen: set[str] = set()
     for i, h in enumerate(holders_doc):
         where = f"holders[{i}]"
-        h = _keys(h, {"id", "url", "public_key", "datasets"}, {"tls_ca"}, where)
+        h = _keys(h, {"id", "url", "public_key", "datasets"}, {"tls_ca", "cvm_policy"}, where)
         hid = _ident(h["id"], f"{where}.id")
         if hid in seen:
             raise PlanError(f"holder id {hid} appears twice")
@@ -190,8 +195,18 @@ def parse_plan(doc: Any, base: Path = Path(".")) -> Plan:
         tls_ca = base / _str(h["tls_ca"], f"{where}.tls_ca") if "tls_ca" in h else None
         if tls_ca is not None and not url.startswith("https://"):
             raise PlanError(f"{where}.tls_ca is given for a URL that is not https://")
+        cvm_policy = (
+            base / _str(h["cvm_policy"], f"{where}.cvm_policy") if "cvm_policy" in h else None
+        )
         holders.append(
-            HolderSpec(id=hid, url=url, pin=pin, datasets=tuple(datasets), tls_ca=tls_ca)
+            HolderSpec(
+                id=hid,
+                url=url,
+                pin=pin,
+                datasets=tuple(datasets),
+                tls_ca=tls_ca,
+                cvm_policy=cvm_policy,
+            )
         )
     device = top.get("device", "cpu")
     if device not in ("cpu", "gpu", "auto"):

@@ -223,8 +223,8 @@ def appraise(
     """Apply ``policy`` to ``findings``; ``expected_report_data`` is what the evidence must sign.
 
     With ``require_pins`` (key release) unpinned measurements are refused, not just shown.
-    ``event_log`` (TDX) is replayed against the quote's RTMRs and judged against the
-    policy's ``cvm.events``.
+    ``event_log`` is replayed against the quote's RTMRs (TDX) or the vTPM's quoted PCRs (a
+    measured-boot log) and judged against the policy's ``cvm.events`` (``tdx``, ``vtpm``).
 
     Raises:
         MalformedEvidenceError: the expected report data is not 64 bytes.
@@ -239,7 +239,8 @@ def appraise(
     from .eventcheck import event_checks
 
     checks = [_decide(c) for c in findings.checks]
-    checks += event_checks(event_log, findings.claims, policy, str(findings.kind))
+    events_kind = "vtpm" if "vtpm" in findings.claims else str(findings.kind)
+    checks += event_checks(event_log, findings.claims, policy, events_kind)
     checks += [
         _tcb_check(findings, policy),
         _debug_check(findings, policy),
@@ -319,7 +320,8 @@ def verify_cvm_evidence(
             when None.
         require_pins: refuse unpinned measurements (key release).
         event_log: the TDX CC event log (the ACPI CCEL table's), replayed against the
-            quote's RTMRs.
+            quote's RTMRs. With vTPM evidence: the TPM measured-boot log, replayed against
+            the quoted PCRs.
         collateral_problem: why there is no collateral (shown when ``collateral`` is None).
 
     Without collateral the evidence is still judged: what needs the collateral is undecided,
@@ -329,7 +331,8 @@ def verify_cvm_evidence(
     Raises:
         MalformedEvidenceError: unknown kind, oversized or malformed evidence, collateral or
             event log.
-        UsageError: an event log with SEV-SNP evidence (it has no RTMRs to replay into).
+        UsageError: an event log with bare SEV-SNP evidence (it has no RTMRs or PCRs to
+            replay into).
     """
     if len(evidence) > MAX_EVIDENCE_BYTES:
         raise MalformedEvidenceError(f"the CVM evidence is larger than {MAX_EVIDENCE_BYTES} bytes")
@@ -337,12 +340,7 @@ def verify_cvm_evidence(
     from .vtpm_evidence import looks_like_vtpm_evidence
 
     if looks_like_vtpm_evidence(evidence):
-        if event_log is not None:
-            from gpucc.core.errors import UsageError
-
-            raise UsageError(
-                "an event log is replayed into a TDX quote's RTMRs; vTPM evidence carries PCRs"
-            )
+        from .eventlog import parse_event_log
         from .vtpm import verify_vtpm_evidence
         from .vtpm_evidence import parse_vtpm_evidence
 
@@ -355,7 +353,11 @@ def verify_cvm_evidence(
         )
         findings = dataclasses.replace(findings, evidence_sha256=hashlib.sha256(evidence).digest())
         return appraise(
-            findings, policy, expected_report_data=expected_report_data, require_pins=require_pins
+            findings,
+            policy,
+            expected_report_data=expected_report_data,
+            require_pins=require_pins,
+            event_log=parse_event_log(event_log, pcrs=True) if event_log is not None else None,
         )
     kind = detect_kind(evidence)
     log = None

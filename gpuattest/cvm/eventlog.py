@@ -16,6 +16,11 @@ Replay: each RTMR starts as 48 zero bytes; every event for index ``n`` (1..4), i
 sets ``RTMR[n-1] = SHA-384(RTMR[n-1] || digest)``. ``EV_NO_ACTION`` events are not extended.
 A TDX log must carry SHA-384; one without it is refused.
 
+The same format is a TPM's measured-boot log (``/sys/kernel/security/tpm0/
+binary_bios_measurements``; Azure's vTPM CVMs): parsed with ``pcrs=True`` the index of each
+record is a PCR (0..23), the log must carry SHA-256, it ends exactly at its last record (no
+padding), and :mod:`.tpmlog` replays it into the SHA-256 bank.
+
 Parsing is strict: every length is checked against the buffer, the algorithms of each
 record must be those the Spec ID event declared, and anything after the end marker must be
 padding. Bad input raises :class:`~gpuattest.errors.MalformedEvidenceError`, never a verdict.
@@ -32,8 +37,11 @@ from typing import Any
 from gpucc.core.errors import MalformedEvidenceError
 
 from .eventlog_decode import describe, type_name
+from .tpmlog import replay_pcrs, startup_locality
 
 __all__ = [
+    "ALG_SHA1",
+    "ALG_SHA256",
     "ALG_SHA384",
     "MAX_EVENT_LOG_BYTES",
     "MAX_EVENTS",
@@ -61,6 +69,7 @@ ALGORITHMS = {
 EV_NO_ACTION = 0x03
 _SPEC_ID_SIGNATURE = b"Spec ID Event03\0"
 _REGISTERS = ("rtmr0", "rtmr1", "rtmr2", "rtmr3")
+_PCRS = 24
 _MAX_ALGORITHMS = len(ALGORITHMS)
 
 
@@ -83,13 +92,25 @@ class CcEvent:
     digests: dict[str, bytes] = field(repr=False)
     data: bytes = field(repr=False)
     offset: int = 0
+    #: a TPM measured-boot log's event: the index is a PCR, the digest SHA-256
+    pcr_log: bool = False
 
     @property
     def register(self) -> str | None:
-        """``rtmr0``..``rtmr3``, or None for an event that extends nothing."""
+        """``rtmr0``..``rtmr3`` (``pcr0``..``pcr23`` in a TPM log), or None for an event
+        that extends nothing."""
+        if self.pcr_log:
+            if self.event_type == EV_NO_ACTION or not 0 <= self.mr_index < _PCRS:
+                return None
+            return f"pcr{self.mr_index}"
         if self.event_type == EV_NO_ACTION or not 1 <= self.mr_index <= 4:
             return None
         return _REGISTERS[self.mr_index - 1]
+
+    @property
+    def digest(self) -> bytes | None:
+        """The digest the register is extended with: SHA-384 (TDX) or SHA-256 (TPM)."""
+        return self.digests.get("sha256" if self.pcr_log else "sha384")
 
     @property
     def type_name(self) -> str:
@@ -114,7 +135,7 @@ class CcEvent:
             "register": self.register,
             "type": f"{self.event_type:#x}",
             "type_name": self.type_name,
-            "digest": self.sha384.hex() if self.sha384 is not None else None,
+            "digest": self.digest.hex() if self.digest is not None else None,
             "digests": {name: value.hex() for name, value in sorted(self.digests.items())},
             "data_size": len(self.data),
             "description": self.description,
@@ -129,9 +150,14 @@ class CcEventLog:
     events: tuple[CcEvent, ...]
     end: int
     sha256: bytes
+    #: a TPM measured-boot log (PCRs, SHA-256) rather than a CC event log
+    pcr_log: bool = False
 
     def replay(self) -> dict[str, bytes]:
-        """The RTMR values this log produces (see the module docstring)."""
+        """The RTMR values this log produces (see the module docstring); for a TPM log, the
+        value of every PCR it extends (:func:`.tpmlog.replay_pcrs`)."""
+        if self.pcr_log:
+            return replay_pcrs(self.events)
         return replay(self.events)
 
     def to_dict(self) -> dict[str, Any]:
@@ -239,7 +265,7 @@ def _at_end(data: bytes, pos: int) -> bool:
     return head == b"\0" * len(head) or head == b"\xff" * len(head)
 
 
-def _event(reader: _Reader, seq: int, declared: dict[int, int]) -> CcEvent:
+def _event(reader: _Reader, seq: int, declared: dict[int, int], pcr_log: bool) -> CcEvent:
     start = reader.pos
     where = f"event {seq}"
     mr_index = reader.u32(where)
@@ -260,22 +286,30 @@ def _event(reader: _Reader, seq: int, declared: dict[int, int]) -> CcEvent:
         digests[name] = reader.take(declared[alg], f"{where}'s {name} digest")
     size = reader.u32(f"{where}'s data size")
     data = reader.take(size, f"{where}'s data ({size} bytes)")
-    if event_type != EV_NO_ACTION and not 1 <= mr_index <= 4:
+    if pcr_log and event_type != EV_NO_ACTION and not 0 <= mr_index < _PCRS:
+        raise MalformedEvidenceError(
+            f"{where} extends PCR {mr_index}; a TPM log extends PCRs 0..{_PCRS - 1}"
+        )
+    if not pcr_log and event_type != EV_NO_ACTION and not 1 <= mr_index <= 4:
         raise MalformedEvidenceError(
             f"{where} extends register index {mr_index}; a CC event log extends 1..4 (RTMR0..3)"
         )
-    return CcEvent(seq, mr_index, event_type, digests, data, start)
+    return CcEvent(seq, mr_index, event_type, digests, data, start, pcr_log)
 
 
-def parse_event_log(data: bytes, *, require_sha384: bool = True) -> CcEventLog:
-    """Parse a CC event log (the CCEL region, zero padding included).
+def parse_event_log(data: bytes, *, require_sha384: bool = True, pcrs: bool = False) -> CcEventLog:
+    """Parse a CC event log (the CCEL region, zero padding included), or with ``pcrs`` a
+    TPM measured-boot log.
 
     Args:
         data: the log as read from the ACPI CCEL data table or a file.
         require_sha384: refuse a log without SHA-384 digests (TDX replays SHA-384).
+        pcrs: a TPM log: indices are PCRs 0..23 and SHA-256 digests are required (instead
+            of SHA-384) for every event that extends a PCR.
 
     Raises:
-        MalformedEvidenceError: oversized, truncated, inconsistent, or without SHA-384.
+        MalformedEvidenceError: oversized, truncated, inconsistent, or without SHA-384
+            (SHA-256 for a TPM log).
     """
     if len(data) > MAX_EVENT_LOG_BYTES:
         raise MalformedEvidenceError(f"the event log is larger than {MAX_EVENT_LOG_BYTES} bytes")
@@ -283,21 +317,33 @@ def parse_event_log(data: bytes, *, require_sha384: bool = True) -> CcEventLog:
         raise MalformedEvidenceError("the event log is empty")
     reader = _Reader(data)
     declared = _spec_id(reader)
+    if pcrs and ALG_SHA256 not in declared:
+        raise MalformedEvidenceError(
+            "the measured-boot log has no SHA-256 digests; the vTPM quotes the SHA-256 bank"
+        )
+    require_sha384 = require_sha384 and not pcrs
     if require_sha384 and ALG_SHA384 not in declared:
         raise MalformedEvidenceError(
             "the event log has no SHA-384 digests; TDX RTMRs are replayed with SHA-384"
         )
     events: list[CcEvent] = []
-    while not _at_end(data, reader.pos):
+    # A TPM log ends exactly at its last event (the kernel's copy has no padding): a record
+    # cut short there is truncated, never padding.
+    while reader.pos < len(data) if pcrs else not _at_end(data, reader.pos):
         if len(events) >= MAX_EVENTS:
             raise MalformedEvidenceError(f"the event log has more than {MAX_EVENTS} events")
-        event = _event(reader, len(events), declared)
+        event = _event(reader, len(events), declared, pcrs)
         if require_sha384 and event.register is not None and event.sha384 is None:
             raise MalformedEvidenceError(f"event {event.seq} has no SHA-384 digest")
+        if pcrs and event.register is not None and event.digest is None:
+            raise MalformedEvidenceError(f"event {event.seq} has no SHA-256 digest")
         events.append(event)
     end = reader.pos
     rest = data[end:]
     if rest.strip(b"\0") and rest.strip(b"\xff"):
         raise MalformedEvidenceError(f"the event log has data after its end at offset {end}")
     names = {ALGORITHMS.get(a, (f"alg_{a:#06x}", 0))[0]: s for a, s in declared.items()}
-    return CcEventLog(names, tuple(events), end, hashlib.sha256(data).digest())
+    log = CcEventLog(names, tuple(events), end, hashlib.sha256(data).digest(), pcrs)
+    if pcrs:
+        startup_locality(log.events)  # a malformed StartupLocality event is refused here
+    return log

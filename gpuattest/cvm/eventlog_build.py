@@ -5,6 +5,9 @@
 ``rtmr3``), type and data; the digest defaults to the SHA-384 of the data, as firmware
 measures most events, and may be given instead (a kernel's Authenticode digest, td-shim's
 configuration events).
+
+:func:`build_tpm_log` writes a TPM measured-boot log the same way: events name PCRs
+(``pcr0``..``pcr23``) and carry SHA-256 digests (of the data, or given).
 """
 
 from __future__ import annotations
@@ -14,12 +17,13 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .eventlog import ALG_SHA256, ALG_SHA384, ALGORITHMS, EV_NO_ACTION
+from .eventlog import ALG_SHA1, ALG_SHA256, ALG_SHA384, ALGORITHMS, EV_NO_ACTION
 
 __all__ = [
     "LogEvent",
     "boot_events",
     "build_event_log",
+    "build_tpm_log",
     "efi_variable_data",
     "image_load_data",
 ]
@@ -83,6 +87,24 @@ def build_event_log(
             out += struct.pack("<H", alg) + digest
         out += struct.pack("<I", len(event.data)) + event.data
     return bytes(out) + bytes(padding)
+
+
+def build_tpm_log(events: Sequence[LogEvent], *, with_sha1: bool = False) -> bytes:
+    """A TPM measured-boot log holding ``events`` (registers ``pcr0``..``pcr23``) in order,
+    with a SHA-256 digest per event (``event.digest`` when given, else SHA-256 of the data)
+    and, with ``with_sha1``, a SHA-1 digest of the data before it. No padding: the kernel's
+    ``binary_bios_measurements`` ends at the last event."""
+    algorithms = ([ALG_SHA1] if with_sha1 else []) + [ALG_SHA256]
+    out = bytearray(_spec_id(algorithms))
+    for event in events:
+        index = int(event.register.removeprefix("pcr"))
+        sha256 = event.digest if event.digest is not None else hashlib.sha256(event.data).digest()
+        out += struct.pack("<III", index, event.event_type, len(algorithms))
+        for alg in algorithms:
+            digest = sha256 if alg == ALG_SHA256 else hashlib.sha1(event.data).digest()  # noqa: S324
+            out += struct.pack("<H", alg) + digest
+        out += struct.pack("<I", len(event.data)) + event.data
+    return bytes(out)
 
 
 def efi_variable_data(guid_le: bytes, name: str, value: bytes) -> bytes:

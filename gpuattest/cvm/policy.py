@@ -16,10 +16,13 @@ Schema (every key optional; shown with its default)::
       pcrs: {0: ..., 7: ...}         # vTPM evidence (Azure): expected SHA-256 PCR values by index
       allow_console: true            # vTPM evidence: false refuses a VM whose paravisor reports
                                      # its serial console enabled (vm-configuration)
-      events:                        # events the TDX CC event log must hold (none by default)
-        tdx:
+      events:                        # events the event log must hold (none by default)
+        tdx:                         # the TDX CC event log
           - {name: kernel, register: rtmr1, type: EV_EFI_BOOT_SERVICES_APPLICATION,
              digest: <96 hex: SHA-384>}
+        vtpm:                        # a vTPM's measured-boot log (TPM 2.0, SHA-256 bank)
+          - {name: kernel, register: pcr4, type: EV_EFI_BOOT_SERVICES_APPLICATION,
+             digest: <64 hex: SHA-256>}
 
 Measurements are the user's own image, so nothing is pinned by default: the values are
 reported and the check is shown as "not pinned", a visible relaxation. A key-releasing holder
@@ -35,6 +38,12 @@ SHA-384 digest). For every register and type the policy names, the log may hold 
 event of that type in that register: a policy naming the kernel's boot application admits
 no second kernel. Events the policy does not name are shown, not judged. A kernel update
 changes one line (that event's digest); events count as pins for key release.
+
+``cvm.events.vtpm`` does the same for vTPM evidence with its TPM measured-boot log: the log
+is replayed into the SHA-256 bank and every PCR it extends must equal the quoted value; a
+listed event counts only in a PCR that the log extends and the quote covers. Events stand in
+for ``pcrs`` as the pins key release needs; the paravisor's hardware measurement must still
+be pinned.
 """
 
 from __future__ import annotations
@@ -73,9 +82,13 @@ PINNABLE: dict[str, dict[str, int]] = {
     },
     "snp": {"measurement": 48, "host_data": 32},
 }
-_EVENT_KINDS = frozenset({"tdx"})
+_EVENT_KINDS = frozenset({"tdx", "vtpm"})
 _EVENT_KEYS = {"name", "register", "type", "digest"}
-_EVENT_REGISTERS = ("rtmr0", "rtmr1", "rtmr2", "rtmr3")
+#: per kind: the registers events may name, how a reason names them, the digest's size
+_EVENT_REGISTERS = {
+    "tdx": (("rtmr0", "rtmr1", "rtmr2", "rtmr3"), "rtmr0..rtmr3", 48, "SHA-384"),
+    "vtpm": (tuple(f"pcr{n}" for n in range(24)), "pcr0..pcr23", 32, "SHA-256"),
+}
 _KEYS = {
     "events",
     "accept_tcb_status",
@@ -92,7 +105,8 @@ _KEYS = {
 
 @dataclass(frozen=True)
 class EventPin:
-    """One event the log must hold: register, type, SHA-384 digest, and a label."""
+    """One event the log must hold: register, type, digest (SHA-384 for an RTMR, SHA-256 for
+    a PCR), and a label."""
 
     register: str
     event_type: int
@@ -214,7 +228,7 @@ def _pcrs(value: Any) -> dict[int, str]:
     return out
 
 
-def _event(value: Any, where: str) -> EventPin:
+def _event(value: Any, where: str, kind_of_log: str) -> EventPin:
     from .eventlog_decode import type_value
 
     if not isinstance(value, dict):
@@ -228,8 +242,9 @@ def _event(value: Any, where: str) -> EventPin:
     digest = value.get("digest")
     if not isinstance(name, str) or not name.isprintable() or len(name) > 64:
         raise MalformedPolicyError(f"policy key '{where}.name' must be a short printable string")
-    if register not in _EVENT_REGISTERS:
-        raise MalformedPolicyError(f"policy key '{where}.register' must be one of rtmr0..rtmr3")
+    registers, named, size, algorithm = _EVENT_REGISTERS[kind_of_log]
+    if register not in registers:
+        raise MalformedPolicyError(f"policy key '{where}.register' must be one of {named}")
     event_type = type_value(kind) if isinstance(kind, str) else None
     if event_type is None or event_type == 0x03:
         raise MalformedPolicyError(
@@ -237,11 +252,13 @@ def _event(value: Any, where: str) -> EventPin:
             " that is extended (not EV_NO_ACTION)"
         )
     try:
-        ok = isinstance(digest, str) and len(bytes.fromhex(digest)) == 48
+        ok = isinstance(digest, str) and len(bytes.fromhex(digest)) == size
     except ValueError:
         ok = False
     if not ok:
-        raise MalformedPolicyError(f"policy key '{where}.digest' must be 96 hex digits (SHA-384)")
+        raise MalformedPolicyError(
+            f"policy key '{where}.digest' must be {2 * size} hex digits ({algorithm})"
+        )
     assert isinstance(digest, str)
     return EventPin(str(register), event_type, digest.lower(), name)
 
@@ -253,11 +270,11 @@ def _events(value: Any) -> dict[str, tuple[EventPin, ...]]:
     for kind, items in value.items():
         if kind not in _EVENT_KINDS:
             raise MalformedPolicyError(
-                f"unknown policy key 'cvm.events.{kind}' (event logs are replayed for tdx)"
+                f"unknown policy key 'cvm.events.{kind}' (event logs are replayed for tdx and vtpm)"
             )
         if not isinstance(items, list):
             raise MalformedPolicyError(f"policy key 'cvm.events.{kind}' must be a list")
-        out[kind] = tuple(_event(v, f"cvm.events.{kind}[{n}]") for n, v in enumerate(items))
+        out[kind] = tuple(_event(v, f"cvm.events.{kind}[{n}]", kind) for n, v in enumerate(items))
     return out
 
 

@@ -9,6 +9,9 @@
   Boot's EFI variables) become ``cvm.events.tdx``, and the MRTD of that boot's quote is
   pinned. MRTD is not computed from TDVF here, and RTMR digests are not computed from the
   kernel file (its PE Authenticode hash): both are taken from a recorded boot.
+* vTPM (Azure's paravisor CVMs): the same events of a TPM measured-boot log recorded from a
+  boot of the image become ``cvm.events.vtpm`` (their PCRs, SHA-256 digests), and the
+  paravisor's launch measurement from that boot's evidence is pinned.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ __all__ = [
     "snp_reference_policy",
     "tdx_reference_policy",
     "vcpu_types",
+    "vtpm_reference_policy",
 ]
 
 MAX_IMAGE_BYTES = 4 * 1024 * 1024 * 1024  # OVMF, a kernel, an initrd: each at most 4 GiB
@@ -196,28 +200,56 @@ def _event_name(event_type: int, data: bytes, register: str, seen: dict[str, int
     return base if seen[base] == 1 else f"{base}-{seen[base]}"
 
 
-def tdx_reference_policy(
-    log: CcEventLog, *, mrtd: bytes | None, types: Iterable[int] = REFERENCE_EVENT_TYPES
-) -> dict[str, Any]:
-    """The ``cvm:`` section admitting the boot ``log`` recorded: its events of ``types`` (in
-    their registers, with their SHA-384 digests) and, when given, the MRTD."""
+def _reference_events(log: CcEventLog, types: Iterable[int]) -> list[dict[str, str]]:
+    """The log's extending events of ``types``, as policy entries (register, type, digest)."""
+    from .eventlog_decode import type_name
+
     wanted = set(types)
     seen: dict[str, int] = {}
     events = []
     for e in log.events:
-        if e.register is None or e.event_type not in wanted or e.sha384 is None:
+        if e.register is None or e.event_type not in wanted or e.digest is None:
             continue
-        from .eventlog_decode import type_name
-
         events.append(
             {
                 "name": _event_name(e.event_type, e.data, e.register, seen),
                 "register": e.register,
                 "type": type_name(e.event_type),
-                "digest": e.sha384.hex(),
+                "digest": e.digest.hex(),
             }
         )
-    section: dict[str, Any] = {"events": {"tdx": events}}
+    return events
+
+
+def tdx_reference_policy(
+    log: CcEventLog, *, mrtd: bytes | None, types: Iterable[int] = REFERENCE_EVENT_TYPES
+) -> dict[str, Any]:
+    """The ``cvm:`` section admitting the boot ``log`` recorded: its events of ``types`` (in
+    their registers, with their SHA-384 digests) and, when given, the MRTD."""
+    section: dict[str, Any] = {"events": {"tdx": _reference_events(log, types)}}
     if mrtd is not None:
         section["measurements"] = {"tdx": {"mrtd": mrtd.hex()}}
+    return section
+
+
+def vtpm_reference_policy(
+    log: CcEventLog,
+    *,
+    launch: tuple[str, bytes] | None,
+    types: Iterable[int] = REFERENCE_EVENT_TYPES,
+) -> dict[str, Any]:
+    """The ``cvm:`` section admitting the boot a TPM measured-boot ``log`` recorded: its
+    events of ``types`` (in their PCRs, SHA-256 digests) and, when given, the paravisor's
+    launch measurement (``("snp", measurement)`` or ``("tdx", mrtd)``).
+
+    Raises:
+        MalformedEvidenceError: ``log`` is not a TPM log (parsed with ``pcrs=True``).
+    """
+    if not log.pcr_log:
+        raise MalformedEvidenceError("vTPM reference values come from a TPM measured-boot log")
+    section: dict[str, Any] = {"events": {"vtpm": _reference_events(log, types)}}
+    if launch is not None:
+        kind, value = launch
+        name = "measurement" if kind == "snp" else "mrtd"
+        section["measurements"] = {kind: {name: value.hex()}}
     return section

@@ -1,9 +1,10 @@
 """The ``cvm:`` policy's rules for vTPM evidence: pinned PCRs and the paravisor's console.
 
 ``cvm-pcrs``: every PCR the policy pins (``cvm.pcrs``, by index) must be in the quote with
-that value. Nothing pinned is shown as "not pinned" and accepted, except for key release
-(``require_pins``), which refuses it unless ``cvm.allow_unpinned`` names the relaxation (the
-caller then passes ``require_pins=False``).
+that value. Events of the measured-boot log (``cvm.events.vtpm``, judged with the log) pin
+the PCRs instead when ``cvm.pcrs`` is empty. Nothing pinned is shown as "not pinned" and
+accepted, except for key release (``require_pins``), which refuses it unless
+``cvm.allow_unpinned`` names the relaxation (the caller then passes ``require_pins=False``).
 
 ``cvm-console``: a VM whose paravisor reports ``console-enabled`` is refused when the policy
 says ``allow_console: false``; otherwise accepted and shown.
@@ -26,6 +27,9 @@ def vtpm_policy_checks(vtpm: dict[str, Any], policy: CvmPolicy, require_pins: bo
 
 def _pcr_check(vtpm: dict[str, Any], policy: CvmPolicy, require_pins: bool) -> Check:
     title = "PCRs"
+    if not policy.pcrs and policy.event_pins("vtpm"):
+        note = "pinned by events (cvm.events.vtpm); no PCR pinned"
+        return Check("cvm-pcrs", title, CheckStatus.NOT_CHECKED, "", False, Decision.ACCEPT, note)
     if not policy.pcrs:
         if require_pins:
             reason = "not pinned: releasing keys to a vTPM CVM needs cvm.pcrs in the policy"

@@ -213,6 +213,10 @@ CASES: dict[str, dict[str, tuple[str, ...]]] = {
         "missing-input": ("cvm", "reference-tdx", "--event-log", MISSING),
         "input-is-directory": ("cvm", "reference-tdx", "--event-log", DIR),
     },
+    "cvm reference-vtpm": {
+        "missing-input": ("cvm", "reference-vtpm", "--event-log", MISSING),
+        "input-is-directory": ("cvm", "reference-vtpm", "--event-log", DIR),
+    },
     "token verify": {
         "missing-input": ("token", "verify", MISSING, "--key", PUB, "--no-nonce"),
         "input-is-directory": ("token", "verify", DIR, "--key", PUB, "--no-nonce"),

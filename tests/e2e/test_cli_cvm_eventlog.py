@@ -109,3 +109,52 @@ def test_usage_errors_exit_2() -> None:
     proc = attest("--cvm-event-log", LOG, quote=SNP)
     assert proc.returncode == 2, proc.stderr
     one_error_line(proc, "SEV-SNP evidence has none")
+
+
+# --- a vTPM's measured-boot log (Azure SEV-SNP sample, which comes without one) --------------
+
+VTPM = DATA / "cloud-cvm" / "azure-snp-vtpm" / "evidence-v1.json"
+
+
+def attest_vtpm(*extra: str | Path) -> subprocess.CompletedProcess[str]:
+    return run_cli(
+        "attest", "--cvm-only", "--cvm-evidence", VTPM, "--offline", "--no-cache",
+        "--cvm-report-data", b"challenge".hex(), "--at", "2026-01-01T00:00:00Z", *extra,
+    )  # fmt: skip
+
+
+def test_a_vtpm_with_a_log_that_is_not_its_own_is_refused_naming_the_pcrs(
+    tmp_path: Path,
+) -> None:
+    from gpucc.gpuattest.cvm.eventlog_build import build_tpm_log
+
+    assert attest_vtpm().returncode == 0  # the sample alone is trusted for its nonce
+    log = tmp_path / "binary_bios_measurements"
+    log.write_bytes(
+        build_tpm_log(
+            [
+                LogEvent("pcr0", 0x08, b"S-CRTM"),
+                LogEvent("pcr7", 0x80000001, efi_variable_data(bytes(16), "SecureBoot", b"\1")),
+            ]
+        )
+    )
+    proc = attest_vtpm("--cvm-event-log", log, "--format", "json")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    doc = json.loads(proc.stdout)
+    Draft202012Validator(load_schema(doc["schema"])).validate(doc)
+    assert sorted(doc["cvm"]["event_log"]["replay"]) == ["pcr0", "pcr7"]
+    assert doc["cvm"]["event_log"]["events"][1]["register"] == "pcr7"
+    refused = [c["id"] for c in doc["cvm"]["checks"] if c["decision"] == "refuse"]
+    assert refused == ["cvm-event-log"]
+    assert "PCR0 replays to" in doc["reasons"][0] and "PCR7 replays to" in doc["reasons"][0]
+    text = attest_vtpm("--cvm-event-log", log)
+    assert text.returncode == 1 and "Event log (2 events)" in text.stdout
+    # a log cut short, or one without SHA-256, is malformed input (exit 4) in one line
+    log.write_bytes(log.read_bytes()[:-3])
+    proc = attest_vtpm("--cvm-event-log", log)
+    assert proc.returncode == 4
+    one_error_line(proc, "truncated")
+    log.write_bytes(build_event_log([LogEvent("rtmr0", 0x08, b"x")]))
+    proc = attest_vtpm("--cvm-event-log", log)
+    assert proc.returncode == 4
+    one_error_line(proc, "no SHA-256")

@@ -66,6 +66,7 @@ FETCH = "--rim-url http://127.0.0.1:9 --ocsp-url http://127.0.0.1:9 --no-cache -
 SERVE = "--dataset-keys k.key --key h.key"
 CCEL = ROOT / "tests" / "data" / "cloud-cvm" / "tdx-ccel" / "CCEL_data"
 TDX_QUOTE_4 = CCEL.parent / "tdx_quote_4.dat"
+AZURE_SNP = CCEL.parent.parent / "azure-snp-vtpm" / "evidence-v1.json"
 
 #: command -> its runs; ``{RIMS}`` is a RIM service, ``{CHALLENGE}`` the challenge
 #: printed by the session challenge run, ``{HEAD}`` the head printed by the travel run,
@@ -100,6 +101,13 @@ RUNS: dict[str, tuple[Run, ...]] = {
         ok("gpucc.cvm.reference/v1", f"cvm reference-tdx --event-log {CCEL} -o ref.yaml"),
         error(1, f"cvm reference-tdx --event-log {CCEL} --quote {TDX_QUOTE_4}"),
         error(8, "cvm reference-tdx --event-log absent.bin"),
+    ),
+    "cvm reference-vtpm": (
+        ok("gpucc.cvm.reference/v1", "cvm reference-vtpm --event-log tpm.log"),
+        ok("gpucc.cvm.reference/v1", "cvm reference-vtpm --event-log tpm.log -o vtpm.yaml"),
+        error(1, f"cvm reference-vtpm --event-log tpm.log --evidence {AZURE_SNP}"),
+        error(4, f"cvm reference-vtpm --event-log {CCEL}"),
+        error(8, "cvm reference-vtpm --event-log absent.bin"),
     ),
     "attest": (
         ok("gpucc.attest/v1", f"attest --sample --at {AT}"),
@@ -220,7 +228,8 @@ NO_RESULT = {
 }
 #: the order the commands run in (later ones read what earlier ones wrote)
 ORDER = (
-    "seal", "stage", "demo", "cvm reference-snp", "cvm reference-tdx", "attest", "evidence collect", "collateral fetch",
+    "seal", "stage", "demo", "cvm reference-snp", "cvm reference-tdx", "cvm reference-vtpm",
+    "attest", "evidence collect", "collateral fetch",
     "collateral show", "session challenge", "session offer", "session answer",
     "session accept", "session local", "token verify", "model digest", "model sign",
     "model verify", "holder keygen", "holder datasets", "holder serve", "travel keygen",
@@ -294,6 +303,11 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (work / "data").mkdir()
     (work / "receipts").mkdir()
     (work / "nul.yaml").write_bytes(b"version: 1\x00\n")
+    from gpucc.gpuattest.cvm.eventlog_build import LogEvent, build_tpm_log
+
+    (work / "tpm.log").write_bytes(
+        build_tpm_log([LogEvent("pcr4", 0x80000003, b"kernel"), LogEvent("pcr7", 0x04, bytes(4))])
+    )
     _pem_key(work / "p.pem")
     _pem_key(work / "q.pem")
     sample = nvidia_h100_sample()

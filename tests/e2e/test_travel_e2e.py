@@ -25,6 +25,10 @@ import requests
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.serialization import Encoding, load_pem_public_key
 
+from gpucc.assembly import PlatformVerifier, Settings
+from gpucc.core.errors import FileAccessError, MalformedPolicyError, UsageError
+from gpucc.gpuattest.cvm.eventlog import parse_event_log
+from gpucc.gpuattest.cvm.reference import tdx_reference_policy
 from gpucc.gpuattest.cvm.tdx_sim import (
     SIMULATED_MRTD,
     SimulatedTdx,
@@ -38,6 +42,8 @@ from gpucc.staging.format import write_key_file
 from gpucc.staging.release import CollectedCvmEvidence, CollectedEvidence, create_offer
 from gpucc.travel.client import HolderClient
 from gpucc.travel.errors import (
+    CvmPolicyMismatchError,
+    CvmPolicyUndecidedError,
     DatasetDigestMismatchError,
     HolderAuthenticationError,
     HolderRefusedError,
@@ -195,6 +201,20 @@ def _stop(holder: Holder) -> int:
         return holder.proc.wait()
 
 
+def _image_policy(path: Path, kernel: str | None = None, mrtd: bytes = SIMULATED_MRTD) -> Path:
+    """The simulated TD image's policy (``gpucc cvm reference-tdx``'s section); ``kernel``
+    replaces the boot application's digest (another kernel)."""
+    section = tdx_reference_policy(parse_event_log(simulated_boot_log()), mrtd=mrtd)
+    if kernel is not None:
+        for event in section["events"]["tdx"]:
+            if event["name"] == "boot-application":
+                event["digest"] = kernel
+    path.write_text(
+        json.dumps({"version": 1, "ocsp": {"require": False}, "cvm": section}, indent=1)
+    )
+    return path
+
+
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     tmp = tmp_path_factory.mktemp("travel")
@@ -209,6 +229,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         "version: 1\nocsp:\n  require: false\ncvm:\n  allow_gpu_only: true\n"
         f"  measurements:\n    tdx:\n      mrtd: '{SIMULATED_MRTD.hex()}'\n"
     )
+    image = tmp / "image.yaml"  # the holder's image policy, as reference-tdx writes it
+    _image_policy(image)
     specs: list[tuple[str, list[int], tuple[str, ...]]] = [
         ("a", [70_001, 20_000], ()),
         ("b", [50_000], ()),
@@ -216,6 +238,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         ("refuser", [5_000], ("--policy", str(policy), "--body-timeout-s", "1")),
         ("limited", [5_000], ("--rate", "0.1", "--burst", "3", "--max-request-kib", "64")),
         ("relaxed", [5_000], ("--policy", str(relaxed))),
+        ("imaged", [5_000], ("--policy", str(image))),
     ]
     for name, sizes, extra in specs:
         w.holders[name] = _start(w, name, sizes, *extra)
@@ -237,12 +260,16 @@ def _plan(
     digest: dict[str, str] | None = None,
     timeout: float = 20.0,
     log: Path | None = None,
+    cvm_policy: dict[str, str] | None = None,
 ) -> Plan:
     holders = []
     for name in names:
         h = world.holders[name]
+        policies = cvm_policy or {}
+        extra = {"cvm_policy": policies[name]} if name in policies else {}
         holders.append(
             {
+                **extra,
                 "id": name,
                 "url": (url or {}).get(name, h.url),
                 "public_key": (pin or {}).get(name, public_pem(h.key).decode()),
@@ -1115,3 +1142,169 @@ def test_a_holder_that_names_the_gpu_only_relaxation_releases_to_gpu_evidence(
             collect=world.collect,
             collect_cvm=lambda report_data: world.collect_cvm(bytes(64)),
         )
+
+
+# --- the plan names a holder's image policy: this CVM is checked before the journey -------
+
+
+def _verifier_for(world: World) -> Any:
+    return lambda policy: PlatformVerifier(Settings(policy=policy, simulation=world.roots))
+
+
+def _offers_seen(holder: Holder) -> int:
+    return holder.log.read_text().count('"path": "/v1/challenge"')
+
+
+def test_a_plan_naming_the_holders_image_policy_travels(world: World, tmp_path: Path) -> None:
+    holder = world.holders["imaged"]
+    image = _image_policy(tmp_path / "image.yaml")
+    staged = Staged()
+    result = run_plan(
+        _plan(world, ["imaged", "b"], cvm_policy={"imaged": str(image)}),
+        collect=world.collect,
+        collect_cvm=world.collect_cvm,
+        on_staged=staged,
+        cvm_verifier=_verifier_for(world),
+    )
+    assert [v.holder_id for v in result.visits] == ["imaged", "b"] and staged.all_zero()
+    assert result.cvm_policies == {"imaged": hashlib.sha256(image.read_bytes()).hexdigest()}
+    # the check came first; then the holder, enforcing the same file, was visited and released
+    assert _offers_seen(holder) >= 1
+
+
+def _refused_before_any_visit(world: World, plan: Plan, error: type[Exception], match: str) -> None:
+    before = {n: _offers_seen(h) for n, h in world.holders.items()}
+    staged = Staged()
+    with pytest.raises(error, match=match) as caught:
+        run_plan(
+            plan,
+            collect=world.collect,
+            collect_cvm=world.collect_cvm,
+            on_staged=staged,
+            cvm_verifier=_verifier_for(world),
+        )
+    assert "\n" not in str(caught.value)
+    assert staged.seen == []
+    assert {n: _offers_seen(h) for n, h in world.holders.items()} == before
+
+
+def test_a_cvm_running_another_image_never_leaves(world: World, tmp_path: Path) -> None:
+    """The plan names b's image policy for another kernel: the journey stops before a
+    (which would have released) is even asked for a challenge, and no log is written."""
+    other = _image_policy(tmp_path / "other.yaml", kernel="ab" * 48)
+    log = tmp_path / "log.jsonl"
+    plan = _plan(world, ["a", "b"], cvm_policy={"b": str(other)}, log=log)
+    _refused_before_any_visit(
+        world, plan, CvmPolicyMismatchError, "b's image policy.*boot-application"
+    )
+    assert not log.exists()
+    moved = _image_policy(tmp_path / "mrtd.yaml", mrtd=b"\x22" * 48)
+    plan = _plan(world, ["a"], cvm_policy={"a": str(moved)})
+    _refused_before_any_visit(world, plan, CvmPolicyMismatchError, "a's image policy.*mrtd")
+
+
+def test_an_image_policy_that_pins_nothing_is_refused_as_the_holder_would(
+    world: World, tmp_path: Path
+) -> None:
+    bare = tmp_path / "bare.yaml"
+    bare.write_text("version: 1\nocsp:\n  require: false\n")
+    plan = _plan(world, ["a"], cvm_policy={"a": str(bare)})
+    _refused_before_any_visit(world, plan, CvmPolicyMismatchError, "pinned")
+
+
+def test_bad_image_policy_files_stop_the_journey_before_it_starts(
+    world: World, tmp_path: Path
+) -> None:
+    missing = str(tmp_path / "missing.yaml")
+    _refused_before_any_visit(
+        world, _plan(world, ["a"], cvm_policy={"a": missing}), FileAccessError, "missing.yaml"
+    )
+    cases = {
+        "truncated.yaml": _image_policy(tmp_path / "t.yaml").read_text()[:200],
+        "malformed.yaml": "version: 1\ncvm: [",
+        "unknown.yaml": "version: 1\ncvm:\n  measurments: {}\n",
+        "oversized.yaml": "version: 1\n" + "#" * (64 * 1024),
+        "nul.yaml": "version: 1\x00\n",
+    }
+    for name, text in cases.items():
+        path = tmp_path / name
+        path.write_text(text)
+        plan = _plan(world, ["a"], cvm_policy={"a": str(path)})
+        _refused_before_any_visit(world, plan, MalformedPolicyError, "policy")
+
+
+def test_an_image_policy_needs_cvm_evidence_to_check(world: World, tmp_path: Path) -> None:
+    image = str(_image_policy(tmp_path / "image.yaml"))
+    plan = _plan(world, ["a"], cvm_policy={"a": image})
+    with pytest.raises(UsageError, match="no CVM evidence"):
+        run_plan(plan, collect=world.collect, cvm_verifier=_verifier_for(world))
+    with pytest.raises(UsageError, match="no CVM evidence"):
+        run_plan(plan, collect=world.collect, collect_cvm=world.collect_cvm)
+
+
+def test_cli_refuses_a_plan_whose_image_policy_this_cvm_does_not_meet(
+    world: World, tmp_path: Path
+) -> None:
+    other = _image_policy(tmp_path / "other.yaml", kernel="cd" * 48)
+    h = world.holders["a"]
+    holder: dict[str, Any] = {
+        "id": "a",
+        "url": h.url,
+        "public_key": "sha256:" + key_id(h.key),
+        "cvm_policy": other.name,  # relative to the plan
+        "datasets": [
+            {"name": d, "path": str(p), "header_digest": x.hex()} for d, p, x, _ in h.datasets
+        ],
+    }
+    plan = {"version": 1, "holders": [holder]}
+    plan_file = tmp_path / "plan.yaml"
+    plan_file.write_text(json.dumps(plan))
+
+    def travel() -> subprocess.CompletedProcess[str]:
+        cmd = [sys.executable, "-m", "gpucc.cli.travel", "run", str(plan_file)]
+        try:
+            return subprocess.run(
+                [*cmd, "--simulate", str(world.roots)],
+                capture_output=True,
+                text=True,
+                check=False,
+                timeout=120,
+            )
+        finally:
+            world.write_roots()  # the CLI made its own simulated GPU; restore ours
+
+    run = travel()
+    assert run.returncode == 1, run.stderr
+    errors = [line for line in run.stderr.splitlines() if line.startswith("gpucc: error")]
+    assert len(errors) == 1 and "a's image policy" in errors[0], run.stderr
+    assert "Traceback" not in run.stderr
+    # the same plan naming the simulated image itself passes the check and travels
+    holder["cvm_policy"] = str(_image_policy(tmp_path / "image.yaml"))
+    plan_file.write_text(json.dumps(plan))
+    run = travel()
+    assert run.returncode == 0, run.stderr
+    assert "this CVM satisfied a's image policy" in run.stderr
+    assert "visited 1 holder(s)" in run.stdout
+
+
+def test_an_image_check_that_cannot_be_decided_stops_the_journey(
+    world: World, tmp_path: Path
+) -> None:
+    """This CVM's quote without its collateral: the log matches, the signature's verdict is
+    undecided, and so is the check (exit 3's family), before any holder is contacted."""
+    image = str(_image_policy(tmp_path / "image.yaml"))
+    plan = _plan(world, ["a"], cvm_policy={"a": image})
+
+    def without_collateral(report_data: bytes) -> CollectedCvmEvidence:
+        found = world.collect_cvm(report_data)
+        return CollectedCvmEvidence(found.evidence, None, found.event_log)
+
+    before = _offers_seen(world.holders["a"])
+    with pytest.raises(CvmPolicyUndecidedError, match="cannot decide whether this CVM"):
+        run_plan(
+            plan,
+            collect=world.collect,
+            collect_cvm=without_collateral,
+            cvm_verifier=_verifier_for(world),
+        )
+    assert _offers_seen(world.holders["a"]) == before

@@ -398,6 +398,16 @@ def test_plan_parsing(tmp_path: Path) -> None:
             parse_plan(doc)
 
 
+def test_plan_names_a_holders_image_policy(tmp_path: Path) -> None:
+    holder = _plan_doc()["holders"][0]
+    plan = parse_plan(_plan_doc(holders=[{**holder, "cvm_policy": "a.policy.yaml"}]), tmp_path)
+    assert plan.holders[0].cvm_policy == tmp_path / "a.policy.yaml"
+    assert parse_plan(_plan_doc(), tmp_path).holders[0].cvm_policy is None
+    for value in ("", 3, None, ["a.yaml"], {"path": "a.yaml"}):
+        with pytest.raises(PlanError, match="cvm_policy"):
+            parse_plan(_plan_doc(holders=[{**holder, "cvm_policy": value}]))
+
+
 def test_plan_files_are_read_strictly(tmp_path: Path) -> None:
     pin = "sha256:" + "ab" * 32
     other = "sha256:" + "cd" * 32
