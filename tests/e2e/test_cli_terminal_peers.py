@@ -418,6 +418,7 @@ WALKED = {
     "demo": "none: it makes and names its own data in its own directory",
     "cvm reference-snp": "a hostile image file name (test_cvm_reference_with_hostile_names)",
     "cvm reference-tdx": "hostile event-log and quote file names (the same test)",
+    "cvm reference-vtpm": "a hostile measured-boot log file name (the same test)",
     "evidence collect": "none here: its strings come from the local GPU driver (NVML)",
     "holder datasets": "hostile sealed-file names, valid and not",
     "holder keygen": "none: it prints the pin it computed and the paths it was given",
@@ -458,6 +459,7 @@ def test_cvm_reference_with_hostile_names(tmp_path: Path) -> None:
         ("cvm", "reference-tdx", "--event-log", log.name, "--quote", quote.name),
         ("cvm", "reference-tdx", "--event-log", log.name, "-o", f"{HOSTILE}.yaml", "-v"),
         ("cvm", "reference-snp", "--ovmf", log.name, "--vcpus", "1", "--vcpu-type", "EPYC-v4"),
+        ("cvm", "reference-vtpm", "--event-log", quote.name),
     ]
     results = _run_all(runs, tmp_path)
     for args, result in zip(runs, results, strict=True):
@@ -465,3 +467,4 @@ def test_cvm_reference_with_hostile_names(tmp_path: Path) -> None:
     assert results[0].returncode == 1  # the pair does not replay: the refusal names it
     assert results[1].returncode == 0 and _escaped(results[1].stderr)  # "wrote the policy to"
     assert results[2].returncode == 4 and _escaped(results[2].stderr)  # not an OVMF image
+    assert results[3].returncode == 4  # not a TPM event log (the message names no file)
