@@ -93,6 +93,8 @@ def list_datasets(url: str, settings: SourceSettings | None = None) -> list[str]
     """
     settings = settings or SourceSettings()
     scheme = url.split("://", 1)[0].lower()
+    if scheme not in ("s3", "https"):
+        raise UsageError(f"{scheme}:// is not supported (s3:// prefixes are listed)")
     if scheme != "s3":
         raise UsageError(
             f"{url}: only s3:// prefixes are listed ({scheme}:// has no listing): name "

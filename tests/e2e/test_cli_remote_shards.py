@@ -152,6 +152,8 @@ def test_shards_named_one_by_one_as_urls_are_a_set(work: Path, s3: dict[str, str
         (["s3://data/empty/"], 2, "s3://data/empty/ holds no sealed dataset (*.gcc)"),
         (["s3://nobucket/set/"], 8, "s3://nobucket/set/ does not exist"),
         (["https://127.0.0.1:1/set/"], 2, "only s3:// prefixes are listed"),
+        (["gs://data/set/"], 2, "gs:// is not supported"),
+        (["az://data/set/"], 2, "az:// is not supported"),
         (["s3://data/set/", "set/d-00000-of-00003.gcc"], 2, "from one place"),
         (["-", "s3://data/set/"], 2, "standard input holds one dataset"),
     ],
