@@ -388,8 +388,8 @@ class ShardSet:
 def lone_shard_error(part: SealedDataset, ident: ShardId) -> ShardSetError:
     """The error for one shard of a larger set opened on its own."""
     return ShardSetError(
-        f"{part.name} is shard {ident.index} of a set of {ident.count}: a lone shard is not "
-        "a dataset (stage the whole set)",
+        f"{part.name} is shard {ident.index}, one of {ident.count} shards: a lone shard is "
+        "not a dataset (stage the whole set)",
         path=part.path,
     )
 

@@ -106,7 +106,7 @@ def test_missing_reordered_duplicate_and_lone_shards_are_refused(
             open_shard_set(bad, key=KEY)
     with pytest.raises(ShardSetError):
         open_shard_set([paths[0], paths[0], paths[2]], key=KEY)
-    with pytest.raises(ShardSetError, match="shard 0 of a set of 3: a lone shard"):
+    with pytest.raises(ShardSetError, match="one of 3 shards"):
         open_shard_set(paths[0], key=KEY)
 
 
