@@ -430,10 +430,11 @@ def _open_parts(
         paths = [paths]
     if not paths:
         raise UsageError("a shard set needs at least one file")
+    opener = sources.Opener()  # one S3 client for the listing and every object of the set
     names: list[StrPath] = []
     for name in paths:
         if sources.is_prefix(name):
-            names += sources.list_datasets(str(name), settings)
+            names += sources.list_datasets(str(name), settings, opener=opener)
         elif name == "-":
             raise UsageError("standard input holds one dataset, not a part of a shard set")
         else:
@@ -445,12 +446,16 @@ def _open_parts(
     parts: list[SealedDataset] = []
     try:
         for name in names:
-            if sources.is_remote(name):
-                source = sources.open_source(str(name), settings)
+            if not sources.is_remote(name):
+                parts.append(open_sealed(name))
+                continue
+            source = opener.open(str(name), settings)
+            try:
                 # The headers alone: each part's chunks are read by whoever needs them.
                 parts.append(open_sealed_source(source, park=False))
-            else:
-                parts.append(open_sealed(name))
+            except BaseException:
+                source.close()
+                raise
     except BaseException:
         for part in parts:
             if part.source is not None:

@@ -24,8 +24,7 @@ from .dataset import io_error, read_exact
 from .errors import ChunkAuthenticationError, MalformedDatasetError
 from .format import TAG_SIZE, StrPath
 from .shards import ShardSet, open_shard_set
-from .sources import ObjectSource
-from .sources import open_source as open_object
+from .sources import ObjectSource, Opener
 from .sources.errors import ObjectChangedError
 
 __all__ = ["Source", "TorchDevice"]
@@ -71,6 +70,7 @@ class CpuReader:
         self.fds: list[int] = []
         self._sources: dict[int, ObjectSource] = {}
         self._lock = threading.Lock()
+        self._opener = Opener()
         try:
             for part in shards.parts:
                 if part.source is not None:
@@ -94,6 +94,17 @@ class CpuReader:
         self._ciphers = [ChunkCipher(shards.dataset_key, p.header) for p in shards.parts]
         self._scratch = [bytearray(shards.chunk_size + TAG_SIZE) for _ in range(threads)]
 
+    def open_for(self, chunks: Sequence[int]) -> None:
+        """Open now, in this thread, the remote shards that ``chunks`` lie in (and no
+        other): the threads that then read the chunks only send requests.
+
+        Raises:
+            ObjectChangedError: see :meth:`_source`.
+        """
+        for part in sorted({self.shards.locate(g)[0] for g in chunks}):
+            if self.shards.parts[part].source is not None:
+                self._source(part)
+
     def _source(self, part: int) -> ObjectSource:
         """This process's source of remote part ``part``, opened on first use.
 
@@ -107,7 +118,7 @@ class CpuReader:
             dataset = self.shards.parts[part]
             verified = dataset.source
             assert verified is not None
-            source = open_object(dataset.name, verified.settings)
+            source = self._opener.open(dataset.name, verified.settings)
             if source.size != dataset.header.file_size or source.pin != verified.pin:
                 source.close()
                 raise ObjectChangedError(

@@ -78,3 +78,23 @@ def test_an_object_replaced_after_the_set_was_opened_is_refused(work: Path, s3: 
     with pytest.raises(ObjectChangedError, match=f"s3://data/set/{name} changed after the shard"):
         list(stream)
     stream.close()
+
+
+def test_a_set_and_a_reader_make_one_s3_client_each(
+    work: Path, s3: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gpucc.staging.sources import s3 as s3_module
+
+    made: list[object] = []
+    real = s3_module.s3_client
+
+    def counting(settings: object) -> object:
+        made.append(settings)
+        return real(settings)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(s3_module, "s3_client", counting)
+    stream = SealedChunkStream("s3://data/set/", key=KEY, shuffle=False)
+    assert len(made) == 1  # three objects opened through one client (about 0.15 s each)
+    assert _bytes(stream) == (work / "plain.bin").read_bytes()
+    assert len(made) == 2  # the reader of the iteration: one more for its three shards
+    stream.close()

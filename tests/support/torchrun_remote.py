@@ -11,6 +11,7 @@ for a byte range of an object that any of its processes opens is appended to
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
 import sys
@@ -52,6 +53,17 @@ def _log_spans(work: Path, rank: int) -> None:
     S3Source.open_span = logged  # type: ignore[method-assign]
 
 
+def _watch(work: Path, rank: int) -> Any:
+    """A DataLoader worker that hangs dumps every thread's stack and exits (a failure with
+    its cause, not a test that waits for its timeout)."""
+
+    def init(_worker: int) -> None:
+        log = (work / f"hang-{rank}-{os.getpid()}.txt").open("w")
+        faulthandler.dump_traceback_later(90, exit=True, file=log)
+
+    return init
+
+
 def _run(work: Path, rank: int) -> dict[str, Any]:
     setup = json.loads((work / "setup.json").read_text())
     data = (work / "plain.bin").read_bytes()
@@ -68,7 +80,9 @@ def _run(work: Path, rank: int) -> dict[str, Any]:
             threads=2,
         )
         PHASE["now"] = name
-        extra: dict[str, Any] = {"multiprocessing_context": "fork"} if workers else {}
+        extra: dict[str, Any] = {}
+        if workers:
+            extra.update(multiprocessing_context="fork", worker_init_fn=_watch(work, rank))
         loader = DataLoader(stream, batch_size=None, num_workers=workers, **extra)
         batches = list(loader)
         shares = [stream.chunks(w, max(1, workers)) for w in range(max(1, workers))]
