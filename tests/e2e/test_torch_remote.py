@@ -98,3 +98,14 @@ def test_a_set_and_a_reader_make_one_s3_client_each(
     assert _bytes(stream) == (work / "plain.bin").read_bytes()
     assert len(made) == 2  # the reader of the iteration: one more for its three shards
     stream.close()
+
+
+@pytest.mark.slow
+def test_spawned_dataloader_workers_read_the_remote_set(work: Path, s3: object) -> None:
+    from torch.utils.data import DataLoader
+
+    stream = SealedChunkStream("s3://data/set/", key=KEY, shuffle=False)
+    loader = DataLoader(stream, batch_size=None, num_workers=2, multiprocessing_context="spawn")
+    chunks = [c.numpy().tobytes() for c in loader]
+    data = (work / "plain.bin").read_bytes()
+    assert sorted(chunks) == sorted(data[i : i + CHUNK] for i in range(0, len(data), CHUNK))
