@@ -281,7 +281,7 @@ def stage(
     released = None
     if session is not None and host_key is not None:
         released = partial(_session_key, session, host_key)
-    from gpucc.staging.sources import SourceSettings, is_remote
+    from gpucc.staging.sources import SourceSettings, is_prefix, is_remote
 
     settings = SourceSettings(
         parallelism=parallelism,
@@ -292,18 +292,20 @@ def stage(
         ca_file=ca_file,
     )
     remote = [name for name in datasets if is_remote(name)]
-    if remote and len(datasets) > 1:
-        raise UsageError("stage one dataset from a store, a URL or standard input at a time")
+    if remote and len(remote) != len(datasets):
+        raise UsageError("stage a set from one place: local files, or URLs")
+    if "-" in remote and len(datasets) > 1:
+        raise UsageError("standard input holds one dataset, not a part of a shard set")
     inputs: list[Any] = list(remote) or _inputs(datasets)
     dataset = inputs[0]
-    if len(inputs) > 1:
+    if len(inputs) > 1 or is_prefix(dataset):
         from gpucc.staging.shards import open_shard_set
 
         if key_file is None and released is None:
             raise UsageError("a sealed dataset needs --key-file, or --session with --host-key")
         if trusted is not None:
             raise UsageError("--manifest checks one buffer: stage one dataset, not a set")
-        shard_set = open_shard_set(inputs, key_file=key_file, key_for=released)
+        shard_set = open_shard_set(inputs, key_file=key_file, key_for=released, settings=settings)
         _stage_set(shard_set, device, gpus, threads, output, session is not None)
         return
     try:
@@ -329,15 +331,9 @@ def stage(
         from gpucc.staging.shards import ShardId, open_shard_set
 
         shard = ShardId.parse(plan.header.dataset_id)
-        if shard is not None and remote:  # its header authenticated
-            from gpucc.staging.shards import ShardSetError
-
-            raise ShardSetError(
-                f"{dataset} is shard {shard.index} of a set of {shard.count}: a lone shard is "
-                "not a dataset (stage the whole set)"
-            )
-        if shard is not None:  # its header authenticated
-            shard_set = open_shard_set([dataset], key=plan.dataset_key)  # a lone shard: refused
+        if shard is not None:  # its header authenticated; a lone shard of a larger set is
+            # refused by plan_stage, so this is a set of one shard
+            shard_set = open_shard_set([dataset], key=plan.dataset_key, settings=settings)
             if trusted is not None:
                 raise UsageError("--manifest checks one buffer: stage one dataset, not a set")
             _stage_set(shard_set, device, gpus, threads, output, session is not None)
@@ -448,14 +444,8 @@ def _stage_set(
     where = "cpu"
     arena = staging.HostArena()  # one for the set: the shards reuse its chunk buffers
     with arena, byte_progress("staging", shard_set.plaintext_length) as progress:
-        for part in shard_set.parts:
-            plan = staging.plan_stage(
-                part.path,
-                key=shard_set.dataset_key,
-                device=_DEVICE_NAMES[device],
-                gpus=gpus,
-                in_set=shard_set,
-            )
+        for index in range(len(shard_set.parts)):
+            plan = staging.plan_part(shard_set, index, device=_DEVICE_NAMES[device], gpus=gpus)
             where = plan.device
             verified = plan.verify(threads=threads, progress=progress, arena=arena)
             staged += verified.plaintext_length
@@ -468,7 +458,7 @@ def _stage_set(
         emit(
             {
                 "schema": "gpucc.stage/v1",
-                "dataset": str(first.path),
+                "dataset": first.name,
                 "shards": len(shard_set.parts),
                 "device": where,
                 "gpus": gpus if where == "gpu" else 0,

@@ -26,7 +26,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .api import StagePlan, plan_stage, stage
+    from .api import StagePlan, plan_part, plan_stage, stage
     from .arena import HostArena
     from .cpu import scrub, stage_bytes, stage_cpu, stage_plaintext_cpu
     from .dataset import SealedDataset, is_sealed, open_sealed
@@ -44,6 +44,7 @@ __all__ = [
     "default_threads",
     "is_sealed",
     "open_sealed",
+    "plan_part",
     "plan_stage",
     "read_key_file",
     "rewrap",
@@ -63,6 +64,7 @@ __all__ = [
 _HOME = {
     "HostArena": "arena",
     "StagePlan": "api",
+    "plan_part": "api",
     "plan_stage": "api",
     "stage": "api",
     "scrub": "cpu",

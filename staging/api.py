@@ -53,6 +53,7 @@ __all__ = [
     "Device",
     "KeySource",
     "StagePlan",
+    "plan_part",
     "plan_stage",
     "reads_back_zero",
     "select_backend",
@@ -354,6 +355,35 @@ def _dataset_key(
     return dataset.unwrap(kek, verify_header=False), "key-file"
 
 
+def plan_part(
+    shard_set: ShardSet, index: int, *, device: Device = "cpu", gpus: int | None = None
+) -> StagePlan:
+    """The plan that stages part ``index`` of a verified shard set (its key, its opened
+    dataset: a remote part is read from the object pinned when the set was opened).
+
+    Raises:
+        UsageError: a remote part on a GPU (datasets from a store stage on the CPU).
+        The errors of :func:`plan_stage` for a local part.
+    """
+    part = shard_set.parts[index]
+    if part.source is None:
+        return plan_stage(
+            part.path, key=shard_set.dataset_key, device=device, gpus=gpus, in_set=shard_set
+        )
+    backend = select_backend(device, gpus=gpus)
+    if backend.name != "cpu":
+        raise UsageError(f"{part.name}: datasets from a store or a stream stage on the CPU")
+    return StagePlan(
+        path=part.path,
+        backend=backend,
+        sealed=True,
+        header=part.header,
+        key_source="key",
+        dataset=part,
+        dataset_key=shard_set.dataset_key,
+    )
+
+
 def plan_stage(
     path: StrPath,
     *,
@@ -417,6 +447,17 @@ def plan_stage(
                 ds, key=key, kek=kek, key_file=key_file, key_for=key_for, file_kek=file_kek
             ),
         )
+        from .shards import ShardId, lone_shard_error
+
+        shard = ShardId.parse(remote.header.dataset_id)
+        member = in_set is not None and any(
+            part.header_digest == remote.header_digest for part in in_set.parts
+        )
+        if shard is not None and shard.count != 1 and not member:
+            remote.check_key(remote_key)  # its header authenticated first
+            if remote.source is not None:
+                remote.source.close()
+            raise lone_shard_error(remote, shard)
         return StagePlan(
             path=Path(remote.name),
             backend=backend,

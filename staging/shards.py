@@ -34,6 +34,7 @@ import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gpucc.core.errors import IntegrityError, MalformedInputError, UsageError
 from gpucc.core.files import fsync_dir, refuse_existing, write_all
@@ -52,6 +53,9 @@ from .format import (
 )
 from .seal import ProgressCallback, WrapSpec, default_threads, plan_seal, slot_buffers
 
+if TYPE_CHECKING:
+    from .sources import SourceSettings
+
 __all__ = [
     "SET_ID_SIZE",
     "SHARD_MARKER",
@@ -59,6 +63,7 @@ __all__ = [
     "ShardSet",
     "ShardSetError",
     "ShardSetResult",
+    "lone_shard_error",
     "open_shard_set",
     "seal_shards",
     "shard_dataset_id",
@@ -380,6 +385,15 @@ class ShardSet:
         return self.parts[part].header.chunk_length(local)
 
 
+def lone_shard_error(part: SealedDataset, ident: ShardId) -> ShardSetError:
+    """The error for one shard of a larger set opened on its own."""
+    return ShardSetError(
+        f"{part.name} is shard {ident.index}, one of {ident.count} shards: a lone shard is "
+        "not a dataset (stage the whole set)",
+        path=part.path,
+    )
+
+
 def _resolve_key(
     first: SealedDataset,
     *,
@@ -405,6 +419,51 @@ def _resolve_key(
     return first.unwrap(kek, verify_header=False)
 
 
+def _open_parts(
+    paths: StrPath | Sequence[StrPath], settings: SourceSettings | None
+) -> tuple[SealedDataset, ...]:
+    """Open local files and ``s3://`` / ``https://`` objects; a prefix (``s3://b/p/``)
+    stands for the sealed objects under it, in name order, as a directory does locally."""
+    from . import sources
+
+    if isinstance(paths, str | os.PathLike):
+        paths = [paths]
+    if not paths:
+        raise UsageError("a shard set needs at least one file")
+    opener = sources.Opener()  # one S3 client for the listing and every object of the set
+    names: list[StrPath] = []
+    for name in paths:
+        if sources.is_prefix(name):
+            names += sources.list_datasets(str(name), settings, opener=opener)
+        elif name == "-":
+            raise UsageError("standard input holds one dataset, not a part of a shard set")
+        else:
+            names.append(name)
+    if not any(sources.is_remote(n) for n in names):
+        return tuple(open_sealed(p) for p in names)
+    from .sources.sealed import open_sealed_source
+
+    parts: list[SealedDataset] = []
+    try:
+        for name in names:
+            if not sources.is_remote(name):
+                parts.append(open_sealed(name))
+                continue
+            source = opener.open(str(name), settings)
+            try:
+                # The headers alone: each part's chunks are read by whoever needs them.
+                parts.append(open_sealed_source(source, park=False))
+            except BaseException:
+                source.close()
+                raise
+    except BaseException:
+        for part in parts:
+            if part.source is not None:
+                part.source.close()
+        raise
+    return tuple(parts)
+
+
 def open_shard_set(
     paths: StrPath | Sequence[StrPath],
     *,
@@ -412,14 +471,25 @@ def open_shard_set(
     kek: bytes | None = None,
     key_file: StrPath | None = None,
     key_for: Callable[[bytes], bytes] | None = None,
+    settings: SourceSettings | None = None,
 ) -> ShardSet:
     """Open sealed files as one shard set (or one unsharded dataset) and verify the binding.
+
+    ``paths`` are local files, ``s3://`` or ``https://`` objects (read with ``settings``,
+    :mod:`staging.sources`), or an ``s3://bucket/prefix/``, which stands for the sealed
+    objects (``*.gcc``) directly under it in name order. A remote part keeps its source
+    (:attr:`SealedDataset.source`, pinned to the object's ETag or version); only its header
+    has been read.
 
     The key comes from exactly one of ``key``, ``kek``, ``key_file`` or ``key_for``
     (``key_for(header_digest)`` is called with shard 0's header digest). Every shard's
     header tag is verified under it before the set is checked.
 
     Raises:
+        UsageError: an ``https://`` prefix (no listing), standard input, or a prefix with
+            no ``*.gcc`` object.
+        ObjectNotFoundError, StoreAccessDeniedError, StoreUnavailableError, ...: the
+            errors of :mod:`staging.sources.errors`, for a remote part.
         ShardSetError: a shard of another set, a shard at the wrong position, a duplicate,
             a missing shard, or shards with different chunk sizes.
         HeaderAuthenticationError: a shard's header does not verify under the key.
@@ -428,11 +498,7 @@ def open_shard_set(
             DatasetKeyMismatchError: see :func:`staging.dataset.open_sealed` and
             :meth:`staging.dataset.SealedDataset.unwrap`.
     """
-    if isinstance(paths, str | os.PathLike):
-        paths = [paths]
-    if not paths:
-        raise UsageError("a shard set needs at least one file")
-    parts = tuple(open_sealed(p) for p in paths)
+    parts = _open_parts(paths, settings)
     dataset_key = _resolve_key(parts[0], key=key, kek=kek, key_file=key_file, key_for=key_for)
     for part in parts:
         part.check_key(dataset_key)
@@ -448,25 +514,27 @@ def open_shard_set(
     for position, part in enumerate(parts):
         ident = ShardId.parse(part.dataset_id)
         if ident is None or first is None:
-            raise ShardSetError(f"{part.path} is not a shard", path=part.path)
+            raise ShardSetError(f"{part.name} is not a shard", path=part.path)
         if ident.set_id != first.set_id:
             raise ShardSetError(
-                f"{part.path} belongs to another shard set than {parts[0].path}", path=part.path
+                f"{part.name} belongs to another shard set than {parts[0].name}", path=part.path
             )
+        if ident.count != len(parts) and len(parts) == 1:
+            raise lone_shard_error(part, ident)
         if ident.count != len(parts):
             raise ShardSetError(
-                f"{part.path} is one of {ident.count} shards, but {len(parts)} were given",
+                f"{part.name} is one of {ident.count} shards, but {len(parts)} were given",
                 path=part.path,
             )
         if ident.index != position:
             raise ShardSetError(
-                f"{part.path} is shard {ident.index}, given at position {position}",
+                f"{part.name} is shard {ident.index}, given at position {position}",
                 path=part.path,
             )
         if part.header.chunk_size != chunk_size:
-            raise ShardSetError(f"{part.path} has another chunk size", path=part.path)
+            raise ShardSetError(f"{part.name} has another chunk size", path=part.path)
         if position < len(parts) - 1 and part.plaintext_length % chunk_size:
-            raise ShardSetError(f"{part.path} does not end on a chunk boundary", path=part.path)
+            raise ShardSetError(f"{part.name} does not end on a chunk boundary", path=part.path)
     if first is None:  # pragma: no cover - refused in the loop above
         raise ShardSetError("not a shard set")
     return ShardSet(

@@ -9,6 +9,7 @@ handed out.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
@@ -23,10 +24,13 @@ from .dataset import io_error, read_exact
 from .errors import ChunkAuthenticationError, MalformedDatasetError
 from .format import TAG_SIZE, StrPath
 from .shards import ShardSet, open_shard_set
+from .sources import ObjectSource, Opener
+from .sources.errors import ObjectChangedError
 
 __all__ = ["Source", "TorchDevice"]
 
-#: What the datasets read: a sealed file, the files of a shard set in order, or an opened set.
+#: What the datasets read: a sealed file, the files of a shard set in order, or an opened set;
+#: a name may be an ``s3://`` or ``https://`` object, or an ``s3://bucket/prefix/``.
 Source = StrPath | Sequence[StrPath] | ShardSet
 TorchDevice = Literal["cpu", "cuda"]
 
@@ -42,18 +46,36 @@ def open_source(
         if any(x is not None for x in (key, kek, key_file, key_for)):
             raise UsageError("an opened shard set carries its key: give no key arguments")
         return source
-    return open_shard_set(source, key=key, kek=kek, key_file=key_file, key_for=key_for)
+    shards = open_shard_set(source, key=key, kek=kek, key_file=key_file, key_for=key_for)
+    for part in shards.parts:
+        if part.source is not None:  # each reader opens its own (CpuReader)
+            part.source.close()
+    return shards
 
 
 class CpuReader:
-    """Reads and verifies global chunks of a shard set into host memory (one process)."""
+    """Reads and verifies global chunks of a shard set into host memory (one process).
+
+    A local part is opened at once and checked against its verified header. A remote part
+    (``s3://``, ``https://``, :mod:`staging.sources`) is opened in this process when its
+    first chunk is read, and must still be the object the set was verified at (its length
+    and pin, an ETag or version); then each chunk is one ranged read of its own bytes. So a
+    rank or a DataLoader worker opens only the shards its chunks lie in, and reads only
+    their ranges.
+    """
 
     def __init__(self, shards: ShardSet, threads: int) -> None:
         self.shards = shards
         self.threads = threads
         self.fds: list[int] = []
+        self._sources: dict[int, ObjectSource] = {}
+        self._lock = threading.Lock()
+        self._opener = Opener()
         try:
             for part in shards.parts:
+                if part.source is not None:
+                    self.fds.append(-1)
+                    continue
                 try:
                     fd = os.open(part.path, os.O_RDONLY | os.O_CLOEXEC)
                 except OSError as exc:
@@ -72,12 +94,49 @@ class CpuReader:
         self._ciphers = [ChunkCipher(shards.dataset_key, p.header) for p in shards.parts]
         self._scratch = [bytearray(shards.chunk_size + TAG_SIZE) for _ in range(threads)]
 
+    def open_for(self, chunks: Sequence[int]) -> None:
+        """Open now, in this thread, the remote shards that ``chunks`` lie in (and no
+        other): the threads that then read the chunks only send requests.
+
+        Raises:
+            ObjectChangedError: see :meth:`_source`.
+        """
+        for part in sorted({self.shards.locate(g)[0] for g in chunks}):
+            if self.shards.parts[part].source is not None:
+                self._source(part)
+
+    def _source(self, part: int) -> ObjectSource:
+        """This process's source of remote part ``part``, opened on first use.
+
+        Raises:
+            ObjectChangedError: the object is no longer the one the set was verified at.
+        """
+        with self._lock:
+            source = self._sources.get(part)
+            if source is not None:
+                return source
+            dataset = self.shards.parts[part]
+            verified = dataset.source
+            assert verified is not None
+            source = self._opener.open(dataset.name, verified.settings)
+            if source.size != dataset.header.file_size or source.pin != verified.pin:
+                source.close()
+                raise ObjectChangedError(
+                    f"{dataset.name} changed after the shard set was opened: it is no longer "
+                    f"{verified.pin} of {dataset.header.file_size} bytes"
+                )
+            self._sources[part] = source
+            return source
+
     def read_sealed(self, chunk: int, scratch: bytearray) -> tuple[int, int, memoryview]:
         """``(shard, local chunk, ct || tag)`` of global chunk ``chunk``, read into ``scratch``."""
         part, local = self.shards.locate(chunk)
         dataset = self.shards.parts[part]
         header = dataset.header
         sealed = memoryview(scratch)[: header.chunk_length(local) + TAG_SIZE]
+        if dataset.source is not None:
+            self._source(part).read_into(header.chunk_offset(local), sealed)
+            return part, local, sealed
         try:
             read_exact(self.fds[part], sealed, header.chunk_offset(local))
         except OSError as exc:
@@ -98,8 +157,10 @@ class CpuReader:
         try:
             self._ciphers[part].decrypt_into(local, sealed, out[:length])
         except ChunkAuthenticationError:
-            path = self.shards.parts[part].path
-            raise ChunkAuthenticationError(chunk, f"{path}, chunk {local}", path=path) from None
+            dataset = self.shards.parts[part]
+            raise ChunkAuthenticationError(
+                chunk, f"{dataset.name}, chunk {local}", path=dataset.path
+            ) from None
         return length
 
     def decrypt(self, chunks: Sequence[int], out: np.ndarray[Any, np.dtype[np.uint8]]) -> None:
@@ -129,7 +190,12 @@ class CpuReader:
     def close(self) -> None:
         fds, self.fds = self.fds, []
         for fd in fds:
-            os.close(fd)
+            if fd >= 0:
+                os.close(fd)
+        with self._lock:
+            opened, self._sources = self._sources, {}
+        for source in opened.values():
+            source.close()
 
 
 class GpuReader:
@@ -156,6 +222,7 @@ class GpuReader:
         cupy = self.cupy
         part, local, sealed = self.cpu.read_sealed(chunk, self._scratch)
         path = self.shards.parts[part].path
+        name = self.shards.parts[part].name
         with cupy.cuda.Device(self.device):
             records = cupy.asarray(np.frombuffer(sealed, dtype=np.uint8))
             out = cupy.empty(len(sealed) - TAG_SIZE, dtype=cupy.uint8)
@@ -168,7 +235,7 @@ class GpuReader:
                     first_chunk=local,
                 )
             except ChunkAuthenticationError:
-                raise ChunkAuthenticationError(chunk, f"{path}, chunk {local}", path=path) from None
+                raise ChunkAuthenticationError(chunk, f"{name}, chunk {local}", path=path) from None
             except BaseException:
                 out.fill(0)
                 cupy.cuda.Device(self.device).synchronize()

@@ -417,6 +417,14 @@ class _StreamIterator(Iterator[torch.Tensor]):
             self._gpu = GpuReader(stream.shards, stream.device_index)
             return
         cpu = CpuReader(stream.shards, 1)
+        try:
+            # Remote shards are opened here, not in the ring's threads: a thread that made
+            # TLS contexts and is still ending when a DataLoader forks its workers can leave
+            # OpenSSL's lock held in them.
+            cpu.open_for(self._chunks)
+        except BaseException:
+            cpu.close()
+            raise
         pool = stream.pool()
         pool.begin(keep=self._depth + 2)
         self._pool = pool

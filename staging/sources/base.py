@@ -34,6 +34,7 @@ __all__ = [
     "DEFAULT_DEADLINE",
     "DEFAULT_PARALLELISM",
     "DEFAULT_PART_SIZE",
+    "Detached",
     "ObjectSource",
     "SourceSettings",
     "Span",
@@ -196,6 +197,25 @@ class ObjectSource(ABC):
     def close(self) -> None:
         """Release connections."""
         return None
+
+    def __reduce__(self) -> tuple[type[Detached], tuple[str, int | None, str, SourceSettings]]:
+        """Pickled (to a DataLoader worker that is spawned), a source is what names it:
+        its connections stay in this process and the worker opens its own."""
+        return Detached, (self.name, self.size, self.pin, self.settings)
+
+
+class Detached(ObjectSource):
+    """What a pickled source becomes in another process: its name, length, pin and settings,
+    to open it again (:mod:`staging.torch_read` does and checks the pin); it reads nothing."""
+
+    def __init__(self, name: str, size: int | None, pin: str, settings: SourceSettings) -> None:
+        self.name = name
+        self.size = size
+        self.pin = pin
+        self.settings = settings
+
+    def open_span(self, offset: int, length: int) -> Span:
+        raise UsageError(f"{self.name} was opened in another process: open it here")
 
 
 def backoff(attempt: int) -> float:

@@ -124,7 +124,9 @@ class S3Source(ObjectSource):
         self._pool.clear()
 
 
-def list_prefix(url: str, settings: SourceSettings, *, suffix: str = ".gcc") -> list[str]:
+def list_prefix(
+    url: str, settings: SourceSettings, *, suffix: str = ".gcc", client: Any = None
+) -> list[str]:
     """The ``s3://`` URLs of the objects directly under a prefix whose names end in
     ``suffix``, in name order (the order ``seal --shards`` names shards in).
 
@@ -135,7 +137,7 @@ def list_prefix(url: str, settings: SourceSettings, *, suffix: str = ".gcc") -> 
     from botocore.exceptions import BotoCoreError, ClientError
 
     bucket, prefix = split_url(url)
-    client = s3_client(settings)
+    client = client if client is not None else s3_client(settings)
     keys: list[str] = []
     try:
         pages = client.get_paginator("list_objects_v2").paginate(

@@ -84,8 +84,13 @@ def _read_span(span: Span, length: int, name: str) -> bytes:
     return bytes(buf)
 
 
-def open_sealed_source(source: ObjectSource) -> SealedDataset:
+def open_sealed_source(source: ObjectSource, *, park: bool = True) -> SealedDataset:
     """Parse a sealed dataset's header and wrap section from ``source``.
+
+    With ``park`` (for a dataset read whole) the header is read by one request for the
+    whole object, parked for the chunks; without it (a shard set whose chunks are read by
+    other processes, :mod:`staging.torch_read`) the header and the wrap section are read as
+    two requests for exactly their bytes.
 
     Raises:
         MalformedDatasetError: not a sealed dataset (what it looks like is said), or a bad
@@ -100,13 +105,20 @@ def open_sealed_source(source: ObjectSource) -> SealedDataset:
             f"{name} is not a sealed dataset: {describe_unsealed(head, whole)}"
         )
     # One request for the whole object: the header is read from its start and the request
-    # is parked where the header ends, for the chunks (staging.sources.base).
-    span = source.span_at(0, whole)
+    # is parked where the header ends, for the chunks (staging.sources.base). Narrow: the
+    # header's bytes alone.
+    narrow = not park and not source.sequential
+    span = source.open_span(0, PREFIX_SIZE) if narrow else source.span_at(0, whole)
     keep = False
     try:
         head = _read_span(span, PREFIX_SIZE, name)
         if head[: len(MAGIC)] != MAGIC:
-            sample = head + _read_span(span, min(512, whole) - PREFIX_SIZE, name)
+            more = min(512, whole) - PREFIX_SIZE
+            if narrow:
+                rest = _read(source, PREFIX_SIZE, more) if more > 0 else b""
+            else:
+                rest = _read_span(span, more, name)
+            sample = head + rest
             raise MalformedDatasetError(
                 f"{name} is not a sealed dataset: "
                 f"{describe_unsealed(sample, source.size or len(sample))}"
@@ -115,11 +127,14 @@ def open_sealed_source(source: ObjectSource) -> SealedDataset:
             header = Header.parse(head[:HEADER_SIZE])
             if source.size is not None and source.size < PREFIX_SIZE + header.wrap_length:
                 raise MalformedDatasetError("it ends inside its wrap section")
+            if narrow and header.wrap_length:
+                span.close()
+                span = source.open_span(PREFIX_SIZE, header.wrap_length)
             wrap_bytes = _read_span(span, header.wrap_length, name)
             wrap = parse_wrap_section(wrap_bytes)
         except MalformedDatasetError as exc:
             raise MalformedDatasetError(f"{name}: {exc}") from None
-        if source.size is not None:
+        if source.size is not None and park:
             source.park(span)
             keep = True
     finally:

@@ -263,3 +263,22 @@ def test_api_stages_an_s3_object_into_memory_and_scrubs_it(
     with plan.run(threads=2) as buf:
         assert buf.tobytes() == (sealed / "d.bin").read_bytes()
     assert not buf.any()
+
+
+@pytest.mark.skipif(NGINX is None, reason="nginx is not installed (apt-get install nginx-light)")
+def test_a_shard_set_from_nginx_named_url_by_url(sealed: Path, tls: Tls) -> None:
+    names = sorted(p.name for p in (sealed / "shards").glob("*.gcc"))
+    with nginx_https(sealed, tls, sealed / "nginx-set") as base:
+        urls = [f"{base}/shards/{name}" for name in names]
+        ca = ("--ca-file", str(tls.ca))
+        ok = run_cli("stage", *urls, "--key-file", "k.key", *ca, "-f", "json", cwd=sealed)
+        assert ok.returncode == 0, ok.stderr
+        doc = json.loads(ok.stdout)
+        assert doc["shards"] == 3 and doc["bytes"] == 40 * CS + 123 and doc["verified"]
+        assert doc["dataset"] == urls[0]
+        lone = run_cli("stage", *urls[:2], "--key-file", "k.key", *ca, cwd=sealed)
+        assert lone.returncode == 6
+        _one_error_line(lone, "one of 3 shards, but 2 were given")
+        listing = run_cli("stage", f"{base}/shards/", "--key-file", "k.key", *ca, cwd=sealed)
+        assert listing.returncode == 2
+        _one_error_line(listing, "only s3:// prefixes are listed")
