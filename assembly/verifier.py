@@ -474,6 +474,7 @@ class PlatformVerifier:
                 )
             except CollateralUnavailableError as exc:
                 if event_log is None:
+                    exc.subject = "cvm"
                     raise
                 # With a log the quote is still judged: a log that does not match it is a
                 # decided refusal, whatever the collateral would have said.
@@ -482,17 +483,21 @@ class PlatformVerifier:
         if tdx_root is None and settings.simulation is not None:
             tdx_root = _simulated_tdx_root(settings.simulation)
         policy = settings.policy
-        return verify_cvm_evidence(
-            evidence,
-            collateral,
-            now=now,
-            policy=policy.cvm,
-            expected_report_data=expected,
-            tdx_root=tdx_root,
-            require_pins=release and not policy.cvm.allow_unpinned,
-            event_log=event_log,
-            collateral_problem=problem,
-        )
+        try:
+            return verify_cvm_evidence(
+                evidence,
+                collateral,
+                now=now,
+                policy=policy.cvm,
+                expected_report_data=expected,
+                tdx_root=tdx_root,
+                require_pins=release and not policy.cvm.allow_unpinned,
+                event_log=event_log,
+                collateral_problem=problem,
+            )
+        except CollateralUnavailableError as exc:
+            exc.subject = exc.subject or "cvm"
+            raise
 
 
 def _simulated_gpu_roots(directory: Any) -> TrustRoots:

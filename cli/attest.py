@@ -403,8 +403,8 @@ def attest(
             cvm_report_data=cvm_report_data_value(cvm_report_data, cvm[0] if cvm else None),
         )
     except CollateralUnavailableError as exc:
-        if cvm is not None and cvm_collateral is None:
-            exc.hint = "or give the CVM's collateral with --cvm-collateral FILE"
+        if cvm is not None and cvm_collateral is None and not exc.subject:
+            exc.subject = "cvm"  # the CVM's evidence is judged with the GPUs'
         raise
     _print(result, output=output, verbose=verbose)
     if output is not OutputFormat.JSON:  # JSON carries it as trusted_with
@@ -488,14 +488,18 @@ def _attest_remote(
     output: OutputFormat,
 ) -> None:
     """NRAS judges; gpucc checks its answer; the same document and exit codes."""
-    from gpucc.core.errors import UsageError
+    from gpucc.core.errors import GpuccError, UsageError
 
     from .attest_remote import remote_document, remote_text, verify_remote
     from .output import emit, out
 
     if expected is None:
         raise UsageError("remote verification needs the nonce the evidence carries (--nonce)")
-    verdict = verify_remote(ev, expected, settings, nras_url=nras_url, origins=origins, now=now)
+    try:
+        verdict = verify_remote(ev, expected, settings, nras_url=nras_url, origins=origins, now=now)
+    except GpuccError as exc:
+        exc.subject = exc.subject or "remote"  # its remedies are NRAS's, not collateral's
+        raise
     document = remote_document(verdict, ev)
     if output is OutputFormat.JSON:
         emit(document)
