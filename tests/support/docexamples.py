@@ -41,6 +41,10 @@ STAND_INS = {
         "needs a GPU: NVIDIA's sample evidence (and the nonce it answers) stands in; it "
         "verifies as of 2024-01-01, and NVIDIA publishes no stored OCSP answers for it",
     ),
+    "pip install 'gpucc[s3]' 'moto[server]'": (
+        'python -c "import boto3, moto"',
+        "installs packages: the test environment has them (the test extra)",
+    ),
     "gpucc collateral fetch --evidence evidence.json -o bundle.json": (
         'cp "$TEST_SAMPLE_BUNDLE" bundle.json',
         "needs the network: a bundle of the sample's RIMs stands in",
