@@ -34,6 +34,11 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "gpucc session local data.gcc --key-file data.key -o answer.json --host-key host.key",
     ),
     "demo": ("gpucc demo", "gpucc demo -f json"),
+    "inspect": (
+        "gpucc inspect data.gcc",
+        "gpucc inspect data.key    # its key id, never the key",
+        "gpucc inspect evidence.json -f json",
+    ),
     "token verify": ("gpucc token verify result.jwt --key eat.pub --nonce HEX",),
     "model digest": ("gpucc model digest ./model --hash blake3 -o manifest.json",),
     "model verify": (

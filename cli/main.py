@@ -36,6 +36,7 @@ COMMANDS: tuple[tuple[str, str, str, bool], ...] = (
     ("gpucc.cli.seal", "seal", "seal", False),
     ("gpucc.cli.stage", "stage", "stage", False),
     ("gpucc.cli.demo", "demo", "demo", False),
+    ("gpucc.cli.inspect", "inspect", "inspect", False),
 )
 NAMES = frozenset(name for _, _, name, _ in COMMANDS)
 

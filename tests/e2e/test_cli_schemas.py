@@ -195,6 +195,16 @@ RUNS: dict[str, tuple[Run, ...]] = {
         error(6, f"travel verify-log travel-log.jsonl --key o.pub.pem --expect-head {'00' * 32}"),
         error(4, "travel verify-log d.bin --key o.pub.pem"),
     ),
+    "inspect": (
+        ok("gpucc.inspect/v1", "inspect d.gcc"),
+        ok("gpucc.inspect/v1", "inspect shards/d-00001-of-00002.gcc"),
+        ok("gpucc.inspect/v1", "inspect k.key"),
+        ok("gpucc.inspect/v1", "inspect m.json"),
+        ok("gpucc.inspect/v1", "inspect bundle.json"),
+        ok("gpucc.inspect/v1", "inspect offer.json"),
+        error(4, "inspect d.bin"),
+        error(8, "inspect absent.gcc"),
+    ),
 }
 # fmt: on
 #: commands that print no result document, and why (their errors are still checked)
