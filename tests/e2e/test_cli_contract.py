@@ -187,6 +187,11 @@ CASES: dict[str, dict[str, tuple[str, ...]]] = {
         ),
     },  # fmt: skip
     "demo": {},
+    "inspect": {
+        "missing-input": ("inspect", MISSING),
+        "input-is-directory": ("inspect", DIR),
+        "exposed-key-file": ("inspect", EXPOSED),
+    },
     "token verify": {
         "missing-input": ("token", "verify", MISSING, "--key", PUB, "--no-nonce"),
         "input-is-directory": ("token", "verify", DIR, "--key", PUB, "--no-nonce"),
