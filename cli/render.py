@@ -296,8 +296,11 @@ def render_text(result: PlatformResult, console: Console, *, verbose: bool = Fal
     label, style = _VERDICT_LINE[str(result.verdict)]
     at = result.verified_at.isoformat().replace("+00:00", "Z")
     line = Text(f"{label}", style=style)
-    cvm = f"the CVM ({result.cvm.kind}) and " if result.cvm is not None else ""
-    line.append(f": {cvm}{device_count(result)} verified as of {at}", style="")
+    subject = device_count(result)
+    if result.cvm is not None:  # a CVM alone is not "the CVM and no device"
+        cvm = f"the CVM ({result.cvm.kind})"
+        subject = cvm if subject == "no device" else f"{cvm} and {subject}"
+    line.append(f": {subject} verified as of {at}", style="")
     if result.reasons:
         line.append(f"; {shorten_hex(result.reasons[0])}", style="")
         if len(result.reasons) > 1:

@@ -73,7 +73,7 @@ def test_the_intel_signed_quote_is_trusted_at_its_time_json() -> None:
 def test_the_quote_is_trusted_at_its_time_text() -> None:
     proc = cvm("--at", AT, "--cvm-report-data", REPORT_DATA)
     assert proc.returncode == 0, proc.stderr
-    assert "TRUSTED: the CVM (tdx) and no device verified as of 2025-06-19T11:16:03Z" in proc.stdout
+    assert "TRUSTED: the CVM (tdx) verified as of 2025-06-19T11:16:03Z" in proc.stdout
     assert "not pinned" in proc.stdout and "UpToDate" in proc.stdout
 
 
