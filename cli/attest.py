@@ -42,6 +42,7 @@ from .options import (
     RimUrlOption,
     ServiceKeyOption,
     TimeoutOption,
+    parse_nonce,
     parse_time,
 )
 from .safety_options import ForceOption, force_hint
@@ -285,7 +286,6 @@ def attest(
     """
     from gpucc.assembly import PlatformEvidence, PlatformVerifier, Settings
     from gpucc.core.errors import UsageError
-    from gpucc.gpuattest.evidence import parse_nonce_hex
     from gpucc.gpuattest.policy import Policy, load_policy
 
     from .invocation import current
@@ -351,10 +351,10 @@ def attest(
             raise UsageError("--cert-chain needs --evidence REPORT")
         from gpucc.assembly import sources
 
-        fresh = parse_nonce_hex(nonce) if nonce else os.urandom(32)
+        fresh = parse_nonce(nonce) if nonce else os.urandom(32)
         ev = sources.open_source().gpu_evidence(fresh)
         nonce = fresh.hex()
-    expected = parse_nonce_hex(nonce) if nonce and not cvm_only_ else None
+    expected = parse_nonce(nonce) if nonce and not cvm_only_ else None
     ev, switches = _devices(ev, switch_evidence, device=device, ppcie=ppcie)
     if ppcie:
         from gpucc.gpuattest.topology import TopologyPolicy
@@ -544,11 +544,11 @@ def collect(
     from gpucc.assembly import sources
     from gpucc.core.files import refuse_existing, write_atomic
     from gpucc.gpuattest.cvm.appraise import attest_report_data
-    from gpucc.gpuattest.evidence import dump_evidence_json, parse_nonce_hex
+    from gpucc.gpuattest.evidence import dump_evidence_json
 
     from .output import emit, note
 
-    value = parse_nonce_hex(nonce) if nonce else os.urandom(32)
+    value = parse_nonce(nonce) if nonce else os.urandom(32)
     if cvm is not None and cvm == output:
         from gpucc.core.errors import UsageError
 

@@ -96,7 +96,7 @@ def test_sample_flag_and_env_fallbacks() -> None:
     ("args", "code", "message"),
     [
         (["attest", "--evidence", str(SET_A_REPORT)], 4, "not evidence JSON"),
-        (["attest", "--sample", "--nonce", "xyz"], 4, "64 hex"),
+        (["attest", "--sample", "--nonce", "xyz"], 2, "--nonce: a nonce is 64 hex"),
         (["attest", "--sample", "--at", "yesterday"], 2, "--at"),
         (["attest", "--bogus"], 2, "No such option"),
         (["attest", "--offline"], 5, "NVML"),
