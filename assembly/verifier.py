@@ -495,18 +495,22 @@ class PlatformVerifier:
             elif tdx_root is None:
                 tdx_root = _simulated_tdx_root(settings.simulation)
         policy = settings.policy
-        return verify_cvm_evidence(
-            evidence,
-            collateral,
-            now=now,
-            policy=policy.cvm,
-            expected_report_data=expected,
-            tdx_root=tdx_root,
-            snp_roots=snp_roots,
-            require_pins=release and not policy.cvm.allow_unpinned,
-            event_log=event_log,
-            collateral_problem=problem,
-        )
+        try:
+            return verify_cvm_evidence(
+                evidence,
+                collateral,
+                now=now,
+                policy=policy.cvm,
+                expected_report_data=expected,
+                tdx_root=tdx_root,
+                snp_roots=snp_roots,
+                require_pins=release and not policy.cvm.allow_unpinned,
+                event_log=event_log,
+                collateral_problem=problem,
+            )
+        except CollateralUnavailableError as exc:
+            exc.subject = exc.subject or "cvm"  # the hint names the CVM's remedies
+            raise
 
 
 def _simulated_gpu_roots(directory: Any) -> TrustRoots:

@@ -42,6 +42,7 @@ from .options import (
     RimUrlOption,
     ServiceKeyOption,
     TimeoutOption,
+    parse_nonce,
     parse_time,
 )
 from .safety_options import ForceOption, force_hint
@@ -285,7 +286,6 @@ def attest(
     """
     from gpucc.assembly import PlatformEvidence, PlatformVerifier, Settings
     from gpucc.core.errors import UsageError
-    from gpucc.gpuattest.evidence import parse_nonce_hex
     from gpucc.gpuattest.policy import Policy, load_policy
 
     from .invocation import current
@@ -351,10 +351,10 @@ def attest(
             raise UsageError("--cert-chain needs --evidence REPORT")
         from gpucc.assembly import sources
 
-        fresh = parse_nonce_hex(nonce) if nonce else os.urandom(32)
+        fresh = parse_nonce(nonce) if nonce else os.urandom(32)
         ev = sources.open_source().gpu_evidence(fresh)
         nonce = fresh.hex()
-    expected = parse_nonce_hex(nonce) if nonce and not cvm_only_ else None
+    expected = parse_nonce(nonce) if nonce and not cvm_only_ else None
     ev, switches = _devices(ev, switch_evidence, device=device, ppcie=ppcie)
     if ppcie:
         from gpucc.gpuattest.topology import TopologyPolicy
@@ -403,8 +403,8 @@ def attest(
             cvm_report_data=cvm_report_data_value(cvm_report_data, cvm[0] if cvm else None),
         )
     except CollateralUnavailableError as exc:
-        if cvm is not None and cvm_collateral is None:
-            exc.hint = "or give the CVM's collateral with --cvm-collateral FILE"
+        if cvm is not None and cvm_collateral is None and not exc.subject:
+            exc.subject = "cvm"  # the CVM's evidence is judged with the GPUs'
         raise
     _print(result, output=output, verbose=verbose)
     if cvm_collateral is None and result.cvm is not None and result.cvm.undecided:
@@ -492,14 +492,18 @@ def _attest_remote(
     output: OutputFormat,
 ) -> None:
     """NRAS judges; gpucc checks its answer; the same document and exit codes."""
-    from gpucc.core.errors import UsageError
+    from gpucc.core.errors import GpuccError, UsageError
 
     from .attest_remote import remote_document, remote_text, verify_remote
     from .output import emit, out
 
     if expected is None:
         raise UsageError("remote verification needs the nonce the evidence carries (--nonce)")
-    verdict = verify_remote(ev, expected, settings, nras_url=nras_url, origins=origins, now=now)
+    try:
+        verdict = verify_remote(ev, expected, settings, nras_url=nras_url, origins=origins, now=now)
+    except GpuccError as exc:
+        exc.subject = exc.subject or "remote"  # its remedies are NRAS's, not collateral's
+        raise
     document = remote_document(verdict, ev)
     if output is OutputFormat.JSON:
         emit(document)
@@ -597,11 +601,11 @@ def collect(
     from gpucc.core.files import read_capped, refuse_existing, write_atomic
     from gpucc.gpuattest.cvm.appraise import attest_report_data
     from gpucc.gpuattest.cvm.vtpm_evidence import looks_like_vtpm_evidence, vtpm_qualifying_data
-    from gpucc.gpuattest.evidence import dump_evidence_json, parse_nonce_hex
+    from gpucc.gpuattest.evidence import dump_evidence_json
 
     from .output import emit, note
 
-    value = parse_nonce_hex(nonce) if nonce else os.urandom(32)
+    value = parse_nonce(nonce) if nonce else os.urandom(32)
 
     if cvm_only and (cvm is None or output is not None):
         raise UsageError("--cvm-only writes --cvm FILE alone: give --cvm and drop -o")

@@ -319,3 +319,54 @@ def _checked_mrtd(quote: Path, log: Any) -> bytes:
             "they are not of one boot"
         )
     return bytes(body[136:184])
+
+
+@cvm_app.command("pin")
+def pin(
+    result: Annotated[
+        Path,
+        typer.Argument(
+            metavar="RESULT",
+            exists=True,
+            dir_okay=False,
+            help="A trusted result of gpucc attest -f json that verified a CVM.",
+        ),
+    ],
+    base: BaseOption = None,
+    output: OutputOption = None,
+    force: ForceOption = False,
+    fmt: FormatOption = OutputFormat.TEXT,
+) -> None:
+    """Pin the measurements a verified CVM reported: the policy that admits exactly it.
+
+    Every measurement the result's CVM reported and a policy can pin (TDX: MRTD, the RTMRs,
+    MRSEAM, MRCONFIGID, MROWNER, MROWNERCONFIG; SEV-SNP: MEASUREMENT, HOST_DATA) becomes
+    cvm.measurements. Only a trusted result is pinned. Exit codes: 0 written, 1 the result
+    is not trusted, 2 usage, 4 not a result with a CVM, 8 a file problem.
+    """
+    from gpucc.core.errors import MalformedInputError, NotTrustedError
+    from gpucc.core.files import read_capped
+    from gpucc.core.jsonio import loads_untrusted
+    from gpucc.gpuattest.cvm.policy import PINNABLE
+
+    doc = loads_untrusted(
+        read_capped(result, 64 * 1024 * 1024, what="result"),
+        what=f"result {result}",
+        error=MalformedInputError,
+    )
+    cvm = doc.get("cvm") if isinstance(doc, dict) else None
+    if not isinstance(doc, dict) or doc.get("schema") != "gpucc.attest/v1":
+        raise MalformedInputError(f"{result} is not a result of gpucc attest -f json")
+    if not isinstance(cvm, dict) or cvm.get("kind") not in PINNABLE:
+        raise MalformedInputError(f"{result} verified no CVM: nothing to pin")
+    if doc.get("trusted") is not True or cvm.get("verdict") != "trusted":
+        raise NotTrustedError(f"{result} is not a trusted result: its measurements are not pinned")
+    kind = str(cvm["kind"])
+    found = cvm.get("claims")
+    claims: dict[str, Any] = found if isinstance(found, dict) else {}
+    pins = {n: claims[n] for n in PINNABLE[kind] if isinstance(claims.get(n), str)}
+    if not pins:
+        raise MalformedInputError(f"{result} carries none of the CVM's measurements")
+    header = f"# {kind} measurements of the CVM verified in {result.name}\n"
+    section = {"measurements": {kind: pins}}
+    _emit(_merged(base, section), output, force=force, header=header, kind=kind, fmt=fmt)

@@ -73,6 +73,7 @@ def demo(
         f"{str(result.verdict).upper()} ({passed} checks passed, measres "
         f"{gpu.claims['measres']}, OCSP not checked: no stored answers exist for the sample)",
         highlight=False,
+        soft_wrap=not out.is_terminal,
     )
     if not result.trusted:
         raise NotTrustedError("the bundled sample did not verify: " + "; ".join(result.reasons))
@@ -133,6 +134,7 @@ def demo(
             f"{session.answer.transcript_hash.hex()[:16]}...; dataset key released, wrapped for "
             "this session only",
             highlight=False,
+            soft_wrap=not out.is_terminal,
         )
         step(
             "session",
@@ -145,6 +147,7 @@ def demo(
             f"[bold]3. seal[/bold]    {len(data) / 1e6:.1f} MB in {header.chunk_count} chunks "
             f"of 1 MiB, {len(data) / seal_s / 1e9:.2f} GB/s",
             highlight=False,
+            soft_wrap=not out.is_terminal,
         )
         step(
             "seal",
@@ -163,6 +166,7 @@ def demo(
             "[bold]4. stage[/bold]   CPU, every tag verified, "
             f"{len(data) / stage_s / 1e9:.2f} GB/s, bytes identical: {ok}",
             highlight=False,
+            soft_wrap=not out.is_terminal,
         )
         if not ok:
             raise NotTrustedError("staged bytes differ from the original")
@@ -182,7 +186,11 @@ def demo(
                 caught = "NOT caught"
         except ChunkAuthenticationError as exc:
             caught = f"caught: {exc}"
-        out.print(f"[bold]5. tamper[/bold]  one flipped bit: {caught}", highlight=False)
+        out.print(
+            f"[bold]5. tamper[/bold]  one flipped bit: {caught}",
+            highlight=False,
+            soft_wrap=not out.is_terminal,
+        )
         if caught.startswith("NOT"):
             raise NotTrustedError("a flipped bit in a sealed chunk was not caught")
         step("tamper", True, detail=caught)

@@ -34,6 +34,11 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "gpucc session local data.gcc --key-file data.key -o answer.json --host-key host.key",
     ),
     "demo": ("gpucc demo", "gpucc demo -f json"),
+    "inspect": (
+        "gpucc inspect data.gcc",
+        "gpucc inspect data.key    # its key id, never the key",
+        "gpucc inspect evidence.json -f json",
+    ),
     "token verify": ("gpucc token verify result.jwt --key eat.pub --nonce HEX",),
     "model digest": ("gpucc model digest ./model --hash blake3 -o manifest.json",),
     "model verify": (
@@ -50,6 +55,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "gpucc cvm reference-snp --ovmf OVMF.fd --kernel vmlinuz --initrd initrd.img "
         "--append 'console=ttyS0' --vcpus 4 --vcpu-type EPYC-v4 -o policy.yaml",
     ),
+    "cvm pin": ("gpucc cvm pin result.json -o policy.yaml",),
     "cvm reference-tdx": (
         "gpucc cvm reference-tdx --event-log CCEL --quote quote.bin -o policy.yaml",
     ),

@@ -111,7 +111,46 @@ _VERDICTS = {
 _ATTESTING = frozenset({"attest", "session answer", "session local"})
 _WITH_DEVICE = frozenset({"stage", "model digest", "model verify", "model sign"})
 _NVML_HINT = "run on a host with an NVIDIA driver and the nvml extra (pip install 'gpucc[nvml]')"
+_CVM = frozenset(f"{c} (cvm)" for c in _ATTESTING)
+_REMOTE = frozenset({"attest (remote)"})
 _HINTS: tuple[tuple[type[errors.GpuccError], frozenset[str] | None, str], ...] = (
+    # The CVM's collateral (Intel's for TDX, AMD's VCEK for SEV-SNP) is never in a bundle.
+    (
+        errors.OfflineError,
+        _CVM,
+        "a CVM's collateral is not in collateral bundles: give it with --cvm-collateral FILE, "
+        "or run once online so the cache holds it",
+    ),
+    (
+        errors.CollateralUnavailableError,
+        frozenset({"attest (cvm)"}),
+        "check connectivity to Intel's PCS, your PCCS (--cvm-pccs-url) or AMD's KDS, or give "
+        "the CVM's collateral with --cvm-collateral FILE",
+    ),
+    (
+        errors.CollateralUnavailableError,
+        _CVM,
+        "check connectivity to Intel's PCS or AMD's KDS, or give the CVM's collateral with "
+        "--cvm-collateral FILE",
+    ),
+    # NRAS judges: a bundle does not replace it, and it cannot run offline.
+    (
+        errors.ServiceAccessDeniedError,
+        _REMOTE,
+        "pass --service-key or set NV_ATTESTATION_SERVICE_KEY",
+    ),
+    (
+        errors.OfflineError,
+        _REMOTE,
+        "--verifier remote asks NVIDIA's attestation service: drop --offline, or verify "
+        "locally with --verifier local, which takes --collateral bundle.json",
+    ),
+    (
+        errors.CollateralUnavailableError,
+        _REMOTE,
+        "check connectivity to NVIDIA's attestation service, --nras-url and HTTPS_PROXY, "
+        "or verify locally with --verifier local",
+    ),
     (
         errors.ServiceAccessDeniedError,
         frozenset({"attest", "collateral fetch"}),
@@ -199,6 +238,9 @@ def cli_hint(exc: BaseException, command: str = "") -> str:
     if isinstance(exc, GpuKernelError) and getattr(exc, "stage", "") == "launch":
         if not command or command in _WITH_DEVICE:
             return _LAUNCH_FAULT
+    subject = getattr(exc, "subject", "")
+    if command and subject:  # a remedy for what failed, or none (never a wrong one)
+        command = f"{command} ({subject})"
     for family, commands, hint in _HINTS:
         if isinstance(exc, family) and (not command or commands is None or command in commands):
             return hint

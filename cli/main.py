@@ -36,6 +36,7 @@ COMMANDS: tuple[tuple[str, str, str, bool], ...] = (
     ("gpucc.cli.seal", "seal", "seal", False),
     ("gpucc.cli.stage", "stage", "stage", False),
     ("gpucc.cli.demo", "demo", "demo", False),
+    ("gpucc.cli.inspect", "inspect", "inspect", False),
 )
 NAMES = frozenset(name for _, _, name, _ in COMMANDS)
 
@@ -106,9 +107,30 @@ def __getattr__(name: str) -> typer.Typer:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+#: The shells ``--show-completion SHELL`` writes a script for.
+SHELLS = ("bash", "zsh", "fish", "powershell", "pwsh")
+
+
+def completion_script(argv: list[str]) -> str | None:
+    """The script ``gpucc --show-completion SHELL`` asks for; None for any other command line.
+
+    Typer's own option detects the running shell and takes no value, so ``zsh`` after it
+    would be ignored and the current shell's script printed instead.
+    """
+    if len(argv) != 2 or argv[0] != "--show-completion" or argv[1] not in SHELLS:
+        return None
+    from typer._completion_shared import get_completion_script
+
+    return get_completion_script(prog_name="gpucc", complete_var="_GPUCC_COMPLETE", shell=argv[1])
+
+
 def run() -> None:
     """Console-script entry point: the single place errors become exit statuses."""
     argv = sys.argv[1:]
+    script = completion_script(argv)
+    if script is not None:
+        sys.stdout.write(script + "\n")
+        sys.exit(0)
     sys.exit(run_app(build(command_of(argv)), argv))
 
 

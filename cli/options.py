@@ -53,6 +53,22 @@ def parse_time(text: str | None) -> dt.datetime:
     return parsed.astimezone(dt.UTC)
 
 
+def parse_nonce(text: str) -> bytes:
+    """``--nonce``: 64 hex characters. A bad value is a usage error (exit 2), as a bad
+    ``--at`` is: the value of an option, not a malformed input file.
+
+    Raises:
+        UsageError: not 64 hex characters.
+    """
+    from gpucc.core.errors import MalformedEvidenceError
+    from gpucc.gpuattest.evidence import parse_nonce_hex
+
+    try:
+        return parse_nonce_hex(text)
+    except MalformedEvidenceError as exc:
+        raise UsageError(f"--nonce: {exc}") from None
+
+
 # --- network options shared by `attest` and `collateral fetch` ------------------------
 
 

@@ -1,11 +1,12 @@
 """``gpucc attest``'s text report for output that is not a terminal, without Rich's console.
 
 Rich's console and table modules cost more to import than the verification of a report.
-When stdout is not a terminal (a pipe, a file, a CI log) the report has no colours and its
-tables use ASCII rules, so it is written here with plain strings, laid out exactly as
+When stdout is not a terminal (a pipe, a file, a CI log) the report has no colours, its
+tables use ASCII rules and its lines of text are never wrapped (a pipeline greps whole
+lines), so it is written here with plain strings, laid out exactly as
 :func:`cli.render.render_text` lays it out through Rich (same column widths from
-:func:`cli.render.fit_widths`, same word wrapping from ``rich._wrap``); a test compares the
-two for every kind of result and several widths. A terminal still gets Rich.
+:func:`cli.render.fit_widths`, same word wrapping in table cells from ``rich._wrap``); a test
+compares the two for every kind of result and several widths. A terminal still gets Rich.
 """
 
 from __future__ import annotations
@@ -101,6 +102,12 @@ def _wrap(text: str, width: int) -> list[str]:
     return lines
 
 
+def _whole(text: str) -> list[str]:
+    """``text`` as Rich prints it with ``soft_wrap``: never wrapped (a pipeline greps whole
+    lines), the same control characters dropped and tabs expanded."""
+    return [_expand_tabs(line) for line in text.translate(_RICH_STRIPS).split("\n")]
+
+
 def _pad(text: str, width: int) -> str:
     return text + " " * (width - cell_len(text))
 
@@ -157,12 +164,12 @@ def _check_cells(gpu: GpuResult) -> list[list[str]]:
 def _report_lines(result: PlatformResult, width: int, verbose: bool) -> Iterable[str]:
     for gpu in result.gpus:
         title = f"GPU {gpu.index}" + (f" {gpu.uuid}" if gpu.uuid else "") + f" ({gpu.arch})"
-        yield from _wrap(title, width)
+        yield from _whole(title)
         yield from _table(("check", "result", "detail"), _check_cells(gpu), width)
         pairs = _summary_rows(gpu)
         key_width = max(len(k) for k, _ in pairs)
         for key, value in pairs:
-            yield from _wrap(f"{key:<{key_width}}  {value}", width)
+            yield from _whole(f"{key:<{key_width}}  {value}")
         mismatches = gpu.measurements.mismatches if gpu.measurements else ()
         if mismatches:
             yield from _wrap(f"Measurement mismatches ({len(mismatches)})", width)
@@ -191,7 +198,7 @@ def _report_lines(result: PlatformResult, width: int, verbose: bool) -> Iterable
         line += f"; {shorten_hex(result.reasons[0])}"
         if len(result.reasons) > 1:
             line += f" (+{len(result.reasons) - 1} more)"
-    yield from _wrap(line, width)
+    yield from _whole(line)
 
 
 def render_plain(

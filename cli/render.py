@@ -242,12 +242,20 @@ def _summary_rows(gpu: GpuResult) -> list[tuple[str, str]]:
     ]
 
 
+def _whole(console: Console) -> bool:
+    """Whether a line of text is printed whole (never wrapped): on output that is not a
+    terminal, where a pipeline greps whole lines. Tables keep the console's width."""
+    return not console.is_terminal
+
+
 def _print_pairs(console: Console, pairs: Sequence[tuple[str, str]]) -> None:
     from rich.text import Text
 
     key_width = max(len(k) for k, _ in pairs)
     for key, value in pairs:
-        console.print(Text(f"{key:<{key_width}}  {value}"), highlight=False)
+        console.print(
+            Text(f"{key:<{key_width}}  {value}"), highlight=False, soft_wrap=_whole(console)
+        )
 
 
 def render_text(result: PlatformResult, console: Console, *, verbose: bool = False) -> None:
@@ -263,7 +271,7 @@ def render_text(result: PlatformResult, console: Console, *, verbose: bool = Fal
         _render_cvm(result.cvm, console, verbose=verbose)
     for gpu in result.gpus:
         title = f"GPU {gpu.index}" + (f" {gpu.uuid}" if gpu.uuid else "") + f" ({gpu.arch})"
-        console.print(Text(title, style="bold"), highlight=False)
+        console.print(Text(title, style="bold"), highlight=False, soft_wrap=_whole(console))
         console.print(sized_table(console, ("check", "result", "detail"), _check_rows(gpu)))
         _print_pairs(console, _summary_rows(gpu))
         mismatches = gpu.measurements.mismatches if gpu.measurements else ()
@@ -288,13 +296,16 @@ def render_text(result: PlatformResult, console: Console, *, verbose: bool = Fal
     label, style = _VERDICT_LINE[str(result.verdict)]
     at = result.verified_at.isoformat().replace("+00:00", "Z")
     line = Text(f"{label}", style=style)
-    cvm = f"the CVM ({result.cvm.kind}) and " if result.cvm is not None else ""
-    line.append(f": {cvm}{device_count(result)} verified as of {at}", style="")
+    subject = device_count(result)
+    if result.cvm is not None:  # a CVM alone is not "the CVM and no device"
+        cvm = f"the CVM ({result.cvm.kind})"
+        subject = cvm if subject == "no device" else f"{cvm} and {subject}"
+    line.append(f": {subject} verified as of {at}", style="")
     if result.reasons:
         line.append(f"; {shorten_hex(result.reasons[0])}", style="")
         if len(result.reasons) > 1:
             line.append(f" (+{len(result.reasons) - 1} more)", style="")
-    console.print(line, highlight=False)
+    console.print(line, highlight=False, soft_wrap=_whole(console))
 
 
 def render_switches(result: PlatformResult, console: Console) -> None:

@@ -68,16 +68,14 @@ def verify(
 ) -> None:
     """Verify a signed result: signatures, issuer, times, nonce and per-GPU digests."""
     from gpucc.core.errors import (
-        MalformedEvidenceError,
         NotTrustedError,
         UsageError,
     )
     from gpucc.core.files import read_capped
     from gpucc.gpuattest.eat import MAX_EAT_BYTES, load_public_key_pem, verify_eat
-    from gpucc.gpuattest.evidence import parse_nonce_hex
     from gpucc.gpuattest.jws import MalformedTokenError
 
-    from .options import parse_time
+    from .options import parse_nonce, parse_time
 
     now = parse_time(at)
     if (nonce is None) == (not no_nonce):
@@ -89,10 +87,7 @@ def verify(
         )
     expected: bytes | None = None
     if nonce is not None:
-        try:
-            expected = parse_nonce_hex(nonce)
-        except MalformedEvidenceError as exc:
-            raise UsageError(f"--nonce: {exc}") from None
+        expected = parse_nonce(nonce)
     as_json = output_format is OutputFormat.JSON
     public = load_public_key_pem(key)
     data = read_capped(result, MAX_EAT_BYTES)

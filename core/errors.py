@@ -135,6 +135,9 @@ class GpuccError(Exception, metaclass=_ErrorType):
     """Base of every error gpucc raises on purpose."""
 
     hint: str = ""
+    #: What the failed step was for, where the code that knows says so ("cvm": the CVM's
+    #: collateral; "remote": a remote verifier): front ends pick their remedy by it.
+    subject: str = ""
     #: Attributes carried across a DataLoader worker boundary (see the module documentation).
     portable: ClassVar[tuple[str, ...]] = ()
 

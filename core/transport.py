@@ -31,6 +31,8 @@ before anything touches the network.
 from __future__ import annotations
 
 import ipaddress
+import logging
+import time
 from collections.abc import Callable, Collection, Iterator, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
@@ -65,6 +67,8 @@ __all__ = [
     "plain_http_to_remote",
     "safe_url",
 ]
+
+_log = logging.getLogger(__name__)
 
 # NVAT: connect timeout 5 s; NVIDIA's Python verifier: 10 s for OCSP and RIM.
 DEFAULT_CONNECT_TIMEOUT = 5.0
@@ -185,6 +189,12 @@ def _causes(exc: BaseException) -> Iterator[BaseException]:
 
 def _first(exc: BaseException, kind: type[BaseException]) -> BaseException | None:
     return next((e for e in _causes(exc) if isinstance(e, kind)), None)
+
+
+def _retries(response: Any) -> int:
+    """How many times urllib3 retried the request that got ``response``."""
+    retries = getattr(getattr(response, "raw", None), "retries", None)
+    return len(getattr(retries, "history", ()) or ())
 
 
 def _one_line(text: str, limit: int = 120) -> str:
@@ -376,30 +386,48 @@ class RequestsFetcher:
         if bearer:
             send["Authorization"] = f"Bearer {bearer}"
         late = self._late(shown)
-        with Deadline(self.total_timeout) as deadline:
-            try:
-                response = self._follow(method, url, body, send, shown, guard)
-            except DeadlineExceeded:
-                raise NetworkError(late) from None
-            except (requests.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
-                if deadline.expired():
+        started = time.monotonic()
+        logged = self._scrub(shown, bearer)
+        try:
+            with Deadline(self.total_timeout) as deadline:
+                try:
+                    response = self._follow(method, url, body, send, shown, guard)
+                except DeadlineExceeded:
                     raise NetworkError(late) from None
-                text = f"{shown}: {self._describe(exc)}"
-                raise NetworkError(self._scrub(text, bearer)) from None
-            try:
-                status = response.status_code
-                if status not in accept:
-                    reason = _one_line(response.reason or "", 60)
-                    text = f"{shown} answered HTTP {status}" + (f" {reason}" if reason else "")
-                    raise HttpStatusError(self._scrub(text, bearer), status=status)
-                if response_headers is not None:
-                    response_headers.append({k.lower(): v for k, v in response.headers.items()})
-                data = self._read_body(response, shown, limit, deadline.expired, bearer)
-            finally:
-                response.close()
-            if deadline.expired():  # a connection shut by the timer can end like a body
-                raise NetworkError(late)
-            return data
+                except (requests.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
+                    if deadline.expired():
+                        raise NetworkError(late) from None
+                    text = f"{shown}: {self._describe(exc)}"
+                    raise NetworkError(self._scrub(text, bearer)) from None
+                try:
+                    status = response.status_code
+                    if status not in accept:
+                        reason = _one_line(response.reason or "", 60)
+                        text = f"{shown} answered HTTP {status}" + (f" {reason}" if reason else "")
+                        raise HttpStatusError(self._scrub(text, bearer), status=status)
+                    if response_headers is not None:
+                        headers_seen = {k.lower(): v for k, v in response.headers.items()}
+                        response_headers.append(headers_seen)
+                    data = self._read_body(response, shown, limit, deadline.expired, bearer)
+                finally:
+                    response.close()
+                if deadline.expired():  # a connection shut by the timer can end like a body
+                    raise NetworkError(late)
+        except NetworkError as exc:
+            _log.debug(
+                "%s %s failed after %.3f s: %s", method, logged, time.monotonic() - started, exc
+            )
+            raise
+        _log.debug(
+            "%s %s: HTTP %d, %d bytes in %.3f s, %d retries",
+            method,
+            logged,
+            status,
+            len(data),
+            time.monotonic() - started,
+            _retries(response),
+        )
+        return data
 
     def _follow(
         self,

@@ -178,6 +178,7 @@ class CollateralCache:
     def _read(self, kind: str, key: str, cap: int, *, now: dt.datetime | None) -> bytes | None:
         path = self._path(kind, key)
         if not path.exists():
+            _log.debug("cache miss: %s %s", kind, key)
             return None
         try:
             raw = read_capped(path, cap, what="cache entry")
@@ -192,8 +193,10 @@ class CollateralCache:
         payload, expires = data
         if now is not None and (expires is None or not now < expires):
             # Expired (or an OCSP entry without an expiry, which we never write): not served.
+            _log.debug("cache entry expired: %s %s", kind, key)
             self._discard(path)
             return None
+        _log.debug("cache hit: %s %s (%d bytes)", kind, key, len(payload))
         return payload
 
     @staticmethod

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
+import logging
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -19,6 +20,8 @@ from typing import Protocol
 from cryptography import x509
 
 from gpucc.core.errors import MalformedRimError, RimNotFoundError
+
+_log = logging.getLogger(__name__)
 
 __all__ = [
     "MAX_RIM_BYTES",
@@ -258,10 +261,23 @@ class CompositeRimSource:
         details: list[str] = []
         for source in self.sources:
             try:
-                return source.get_rim(rim_id)
+                data = source.get_rim(rim_id)
             except RimNotFoundError as exc:
+                _log.debug("RIM %s: not from %s: %s", rim_id, _source_name(source), exc)
                 details.append(str(exc))
+                continue
+            _log.debug("RIM %s: from %s (%d bytes)", rim_id, _source_name(source), len(data))
+            return data
         raise RimNotFoundError(rim_id, "; ".join(details) if details else "no source")
+
+
+def _source_name(source: object) -> str:
+    """A RIM source, for a debug record: its kind, and its directory or files."""
+    if isinstance(source, DirectoryRimSource):
+        return f"the directory {source.directory}"
+    if isinstance(source, FileRimSource):
+        return "the files given"
+    return repr(source) if type(source).__repr__ is not object.__repr__ else type(source).__name__
 
 
 def rim_sources_from_mapping(mapping: Mapping[str, bytes]) -> RimSource:

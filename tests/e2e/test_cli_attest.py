@@ -96,7 +96,7 @@ def test_sample_flag_and_env_fallbacks() -> None:
     ("args", "code", "message"),
     [
         (["attest", "--evidence", str(SET_A_REPORT)], 4, "not evidence JSON"),
-        (["attest", "--sample", "--nonce", "xyz"], 4, "64 hex"),
+        (["attest", "--sample", "--nonce", "xyz"], 2, "--nonce: a nonce is 64 hex"),
         (["attest", "--sample", "--at", "yesterday"], 2, "--at"),
         (["attest", "--bogus"], 2, "No such option"),
         (["attest", "--offline"], 5, "NVML"),
@@ -132,9 +132,13 @@ def test_malformed_policy_exit_4(tmp_path: Path) -> None:
 
 
 def test_demo_runs_every_step() -> None:
-    proc = gpucc("demo", "--size-mib", "2")
+    proc = gpucc("demo", "--size-mib", "2", env={"COLUMNS": "80"})
     no_traceback(proc)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = " ".join(proc.stdout.split())
     assert "TRUSTED" in out and "bytes identical: True" in out
+    # Piped, no line is wrapped: `gpucc demo | grep TRUSTED` prints the whole verdict line.
+    trusted = [line for line in proc.stdout.splitlines() if "TRUSTED" in line]
+    assert len(trusted) == 1, proc.stdout
+    assert trusted[0].startswith("1. attest") and trusted[0].endswith("exist for the sample)")
     assert "caught: chunk" in out and "failed authentication" in out

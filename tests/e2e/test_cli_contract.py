@@ -217,6 +217,15 @@ CASES: dict[str, dict[str, tuple[str, ...]]] = {
         "missing-input": ("cvm", "reference-vtpm", "--event-log", MISSING),
         "input-is-directory": ("cvm", "reference-vtpm", "--event-log", DIR),
     },
+    "cvm pin": {
+        "missing-input": ("cvm", "pin", MISSING),
+        "input-is-directory": ("cvm", "pin", DIR),
+    },
+    "inspect": {
+        "missing-input": ("inspect", MISSING),
+        "input-is-directory": ("inspect", DIR),
+        "exposed-key-file": ("inspect", EXPOSED),
+    },
     "token verify": {
         "missing-input": ("token", "verify", MISSING, "--key", PUB, "--no-nonce"),
         "input-is-directory": ("token", "verify", DIR, "--key", PUB, "--no-nonce"),

@@ -73,7 +73,7 @@ def test_the_intel_signed_quote_is_trusted_at_its_time_json() -> None:
 def test_the_quote_is_trusted_at_its_time_text() -> None:
     proc = cvm("--at", AT, "--cvm-report-data", REPORT_DATA)
     assert proc.returncode == 0, proc.stderr
-    assert "TRUSTED: the CVM (tdx) and no device verified as of 2025-06-19T11:16:03Z" in proc.stdout
+    assert "TRUSTED: the CVM (tdx) verified as of 2025-06-19T11:16:03Z" in proc.stdout
     assert "not pinned" in proc.stdout and "UpToDate" in proc.stdout
 
 
@@ -265,3 +265,26 @@ def test_with_gpu_evidence_the_cvm_must_commit_to_its_nonce(tmp_path: Path) -> N
     doc = json_doc(proc)
     assert proc.returncode == 1 and doc["gpus"][0]["verdict"] == "trusted"  # type: ignore[index]
     assert any("does not commit" in r for r in doc["reasons"])  # type: ignore[attr-defined]
+
+
+def test_cvm_pin_pins_a_trusted_results_measurements(tmp_path: Path) -> None:
+    import json
+
+    from jsonschema import Draft202012Validator
+
+    from gpucc.cli.schemas import load_schema
+    from gpucc.gpuattest.policy import load_policy
+
+    result = tmp_path / "result.json"
+    attested = cvm("--at", AT, "--cvm-report-data", REPORT_DATA, "--format", "json")
+    assert attested.returncode == 0, attested.stderr
+    result.write_text(attested.stdout)
+    pinned = run_cli("cvm", "pin", result, "-o", tmp_path / "policy.yaml", "-f", "json")
+    assert pinned.returncode == 0, pinned.stderr
+    doc = json.loads(pinned.stdout)
+    Draft202012Validator(load_schema("gpucc.cvm.reference/v1")).validate(doc)
+    assert doc["kind"] == "tdx" and doc["policy"]["cvm"]["measurements"]["tdx"]["mrtd"] == MRTD
+    assert load_policy(tmp_path / "policy.yaml").cvm.pins("tdx")["mrtd"] == MRTD
+    # the pinned policy admits the quote it came from and nothing with another MRTD
+    again = cvm("--at", AT, "--cvm-report-data", REPORT_DATA, "--policy", tmp_path / "policy.yaml")
+    assert again.returncode == 0, again.stderr

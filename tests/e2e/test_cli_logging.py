@@ -24,6 +24,7 @@ COMMANDS = [
     ("seal",),
     ("stage",),
     ("demo",),
+    ("inspect",),
     ("token", "verify"),
     ("model", "digest"),
     ("model", "verify"),

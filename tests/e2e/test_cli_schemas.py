@@ -96,6 +96,10 @@ RUNS: dict[str, tuple[Run, ...]] = {
         error(8, "cvm reference-snp --ovmf absent.fd --vcpus 2 --vcpu-type EPYC-v4"),
         error(2, "cvm reference-snp --ovmf d.bin --vcpus 2 --vcpu-type no-such-cpu"),
     ),
+    "cvm pin": (
+        error(8, "cvm pin absent.json"),
+        error(4, "cvm pin d.bin"),
+    ),
     "cvm reference-tdx": (
         ok("gpucc.cvm.reference/v1", f"cvm reference-tdx --event-log {CCEL}"),
         ok("gpucc.cvm.reference/v1", f"cvm reference-tdx --event-log {CCEL} -o ref.yaml"),
@@ -216,6 +220,16 @@ RUNS: dict[str, tuple[Run, ...]] = {
         error(6, f"travel verify-log travel-log.jsonl --key o.pub.pem --expect-head {'00' * 32}"),
         error(4, "travel verify-log d.bin --key o.pub.pem"),
     ),
+    "inspect": (
+        ok("gpucc.inspect/v1", "inspect d.gcc"),
+        ok("gpucc.inspect/v1", "inspect shards/d-00001-of-00002.gcc"),
+        ok("gpucc.inspect/v1", "inspect k.key"),
+        ok("gpucc.inspect/v1", "inspect m.json"),
+        ok("gpucc.inspect/v1", "inspect bundle.json"),
+        ok("gpucc.inspect/v1", "inspect offer.json"),
+        error(4, "inspect d.bin"),
+        error(8, "inspect absent.gcc"),
+    ),
 }
 # fmt: on
 #: commands that print no result document, and why (their errors are still checked)
@@ -223,12 +237,14 @@ NO_RESULT = {
     "evidence collect": "needs an NVIDIA GPU with its driver (exit 5 is checked here)",
     "collateral fetch": "a complete bundle needs an OCSP responder for NVIDIA's chains",
     "holder serve": "a service: runs until stopped, its access log is on stderr",
+    "cvm pin": "needs a trusted result of attest with a CVM: tests/e2e/test_cli_cvm.py makes "
+    "one and checks this document against its schema",
     "cvm reference-snp": "needs an OVMF image: tests/e2e/test_cli_cvm_reference.py builds one "
     "and checks this document against its schema",
 }
 #: the order the commands run in (later ones read what earlier ones wrote)
 ORDER = (
-    "seal", "stage", "demo", "cvm reference-snp", "cvm reference-tdx", "cvm reference-vtpm",
+    "seal", "stage", "demo", "cvm reference-snp", "cvm reference-tdx", "cvm pin", "cvm reference-vtpm",
     "attest", "evidence collect", "collateral fetch",
     "collateral show", "session challenge", "session offer", "session answer",
     "session accept", "session local", "token verify", "model digest", "model sign",

@@ -419,6 +419,8 @@ WALKED = {
     "cvm reference-snp": "a hostile image file name (test_cvm_reference_with_hostile_names)",
     "cvm reference-tdx": "hostile event-log and quote file names (the same test)",
     "cvm reference-vtpm": "a hostile measured-boot log file name (the same test)",
+    "cvm pin": "a hostile result file name (the same test)",
+    "inspect": "a hostile file name (test_cvm_reference_with_hostile_names)",
     "evidence collect": "none here: its strings come from the local GPU driver (NVML)",
     "holder datasets": "hostile sealed-file names, valid and not",
     "holder keygen": "none: it prints the pin it computed and the paths it was given",
@@ -460,6 +462,8 @@ def test_cvm_reference_with_hostile_names(tmp_path: Path) -> None:
         ("cvm", "reference-tdx", "--event-log", log.name, "-o", f"{HOSTILE}.yaml", "-v"),
         ("cvm", "reference-snp", "--ovmf", log.name, "--vcpus", "1", "--vcpu-type", "EPYC-v4"),
         ("cvm", "reference-vtpm", "--event-log", quote.name),
+        ("cvm", "pin", quote.name),
+        ("inspect", quote.name),
     ]
     results = _run_all(runs, tmp_path)
     for args, result in zip(runs, results, strict=True):
@@ -468,3 +472,5 @@ def test_cvm_reference_with_hostile_names(tmp_path: Path) -> None:
     assert results[1].returncode == 0 and _escaped(results[1].stderr)  # "wrote the policy to"
     assert results[2].returncode == 4 and _escaped(results[2].stderr)  # not an OVMF image
     assert results[3].returncode == 4  # not a TPM event log (the message names no file)
+    assert results[4].returncode == 4 and _escaped(results[4].stderr)  # not a result
+    assert results[5].returncode == 4 and _escaped(results[5].stderr)  # nothing gpucc knows

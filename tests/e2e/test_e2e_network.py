@@ -322,3 +322,31 @@ def test_bundle_made_online_verifies_offline(
     )  # fmt: skip
     no_traceback(offline)
     assert offline.returncode == 0, offline.stdout + offline.stderr
+
+
+def test_debug_log_shows_each_request_cache_decisions_and_sources(
+    sample_rim_service: tuple[nf.RimService, str], ocsp_optional: Path, tmp_path: Path
+) -> None:
+    """-vv (and GPUCC_LOG_LEVEL=debug) says what went over the network (URL without its
+    credentials, status, bytes, time, retries), what the cache held and where each RIM came
+    from; the second run is served from the cache."""
+    _, url = sample_rim_service
+    with_user = url.replace("http://", "http://user:hunter2@")
+    cache = {"GPUCC_CACHE_DIR": str(tmp_path / "cache")}
+    args = cli_args(with_user, ocsp_optional, "--at", "2024-01-01T00:00:00Z")
+    args.remove("--no-cache")
+    first = gpucc(*args, "-vv", env=cache)
+    assert first.returncode == 0, first.stderr
+    err = first.stderr
+    assert "hunter2" not in err
+    assert f"cache miss: rim {nf.DRIVER_RIM_ID}" in err
+    requests = [line for line in err.splitlines() if line.startswith("gpucc: DEBUG: GET http")]
+    assert len(requests) == 2, err
+    for line in requests:
+        assert "user:" not in line and "HTTP 200, " in line and " bytes in " in line, line
+        assert line.endswith(", 0 retries"), line
+    assert f"RIM {nf.DRIVER_RIM_ID}: from " in err
+    second = gpucc(*args, env=cache | {"GPUCC_LOG_LEVEL": "debug"})
+    assert second.returncode == 0, second.stderr
+    assert f"cache hit: rim {nf.DRIVER_RIM_ID}" in second.stderr
+    assert "GET http" not in second.stderr  # nothing fetched the second time

@@ -120,10 +120,21 @@ def lines_words(text: str) -> set[str]:
 def test_no_line_too_wide_and_no_token_split(case: str, width: int, terminal: bool) -> None:
     result = RESULTS[case]()
     text = render(result, width, terminal=terminal)
-    for line in text.splitlines():
-        assert cell_len(line) <= width, line
+    for line in text.splitlines():  # on a pipe only tables keep the width: text is whole
+        assert cell_len(line) <= width or not (terminal or line[:1] in "+|"), line
     missing = tokens(result) - lines_words(text)
     assert not missing, f"split or lost at {width} columns: {sorted(missing)}"
+
+
+@pytest.mark.parametrize("case", sorted(RESULTS))
+def test_on_a_pipe_the_verdict_and_its_reason_are_one_line(case: str) -> None:
+    result = RESULTS[case]()
+    for width in (40, 80):
+        lines = render(result, width).splitlines()
+        verdict = lines[-1]
+        assert verdict.startswith(("TRUSTED: ", "NOT TRUSTED: ", "UNDECIDED")), lines[-3:]
+        if result.reasons:
+            assert shorten_hex(result.reasons[0]) in verdict
 
 
 @pytest.mark.parametrize("case", sorted(RESULTS))
@@ -230,8 +241,10 @@ def test_real_process_at_columns(columns: int) -> None:
     proc = subprocess.run(args, capture_output=True, text=True, env=env, timeout=120, check=False)
     assert proc.returncode == 1, proc.stderr
     assert proc.stdout.isascii()
-    for line in proc.stdout.splitlines():
-        assert len(line) <= columns, line
+    for line in proc.stdout.splitlines():  # tables fit COLUMNS; lines of text are whole
+        assert len(line) <= columns or line[:1] not in "+|", line
+    verdict = [line for line in proc.stdout.splitlines() if line.startswith("NOT TRUSTED: ")]
+    assert len(verdict) == 1 and verdict[0].endswith(" more)"), proc.stdout  # reason included
     words = lines_words(proc.stdout)
     assert {"NV_GPU_VBIOS_1010_0200_882_96005E0001", "NV_GPU_DRIVER_GH100_545.00"} <= words
     assert "https://ocsp.ndis.nvidia.com" in words

@@ -1,0 +1,62 @@
+"""Every shell and Python block of README.md and docs/*.md runs as written, or its doc says
+why not (tests/support/docexamples.py describes the marks)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.support import docexamples
+from tests.support.docexamples import Block
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    return docexamples.make_sandbox(tmp_path_factory.mktemp("doc-inputs"))
+
+
+def _param(block: Block) -> object:
+    marks = (
+        [pytest.mark.slow] if block.slow or any(b.slow for b in docexamples.chain(block)) else []
+    )
+    return pytest.param(block, id=block.id, marks=marks)
+
+
+def test_every_command_is_in_a_tagged_block() -> None:
+    """An untagged block is text; one holding a command would escape the tests below."""
+    found = [f"{b.id}: {b.text.splitlines()[0]}" for b in docexamples.untagged_commands()]
+    assert not found, "tag these blocks sh or python (or text for a synopsis):\n" + "\n".join(found)
+
+
+def test_examples_use_nothing_the_test_defines(env: dict[str, str]) -> None:
+    """The stand-ins' variables are the test's own: no doc names them."""
+    own = [name for name in env if name.startswith("TEST_")]
+    assert len(own) >= 5
+    for doc in docexamples.docs():
+        assert not [n for n in own if n in doc.read_text(encoding="utf-8")], doc
+
+
+def test_marks_are_well_formed() -> None:
+    examples = docexamples.examples()
+    assert len(examples) >= 30
+    for block in examples:
+        assert block.skip is None or len(block.skip) >= 12, f"{block.id}: say why it is not run"
+        if block.file is not None:
+            later = [b for b in examples if b.doc == block.doc and b.line > block.line]
+            assert any(block in docexamples.chain(b) for b in later), (
+                f"{block.id} is written to {block.file} but no block after it runs it"
+            )
+
+
+@pytest.mark.parametrize("block", [_param(b) for b in docexamples.examples()])
+def test_doc_example_runs(block: Block, env: dict[str, str], tmp_path: Path) -> None:
+    if block.skip is not None:
+        if block.lang == "python":  # not run, but at least it is Python
+            compile(block.text, block.id, "exec")
+        pytest.skip(f"{block.id}: {block.skip}")
+    if block.file is not None:
+        compile(block.text, block.id, "exec") if block.lang == "python" else None
+        return  # run by the block that continues it (test_marks_are_well_formed)
+    result = docexamples.run_chain(block, docexamples.workdir(tmp_path), env)
+    assert result.returncode == 0, f"{block.id}\n{block.text}\n--- stderr:\n{result.stderr}"
