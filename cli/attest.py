@@ -408,9 +408,17 @@ def attest(
         raise
     _print(result, output=output, verbose=verbose)
     if cvm_collateral is None and result.cvm is not None and result.cvm.undecided:
+        from gpucc.core.errors import CollateralUnavailableError, OfflineError
+
+        from .exitcodes import cli_hint
         from .output import note
 
-        note("the CVM's collateral is missing: give it with --cvm-collateral FILE")
+        # The remedy for this machine's case, from the one table of hints (never a bundle).
+        missing: CollateralUnavailableError = (
+            OfflineError("offline") if offline else CollateralUnavailableError("unreachable")
+        )
+        missing.subject = "cvm"
+        note(f"the CVM's collateral is missing: {cli_hint(missing, 'attest')}")
     if output is not OutputFormat.JSON:  # JSON carries it as trusted_with
         from .output import note, warn
 

@@ -241,10 +241,18 @@ def cli_hint(exc: BaseException, command: str = "") -> str:
     subject = getattr(exc, "subject", "")
     if command and subject:  # a remedy for what failed, or none (never a wrong one)
         command = f"{command} ({subject})"
-    for family, commands, hint in _HINTS:
-        if isinstance(exc, family) and (not command or commands is None or command in commands):
-            return hint
-    return ""
+    matching = [
+        (family, hint)
+        for family, commands, hint in _HINTS
+        if isinstance(exc, family) and (not command or commands is None or command in commands)
+    ]
+    # Without a command, a hint for a subject (the CVM's, NRAS's) is not a guess to make: the
+    # first hint for the error's own class wins, then the first for a class it belongs to.
+    if not command:
+        unqualified = [(f, h) for f, c, h in _HINTS if c is None or not any("(" in x for x in c)]
+        matching = [m for m in matching if m in unqualified] or matching
+    exact = [hint for family, hint in matching if type(exc) is family]
+    return exact[0] if exact else (matching[0][1] if matching else "")
 
 
 #: A kernel that built and passed its known answers faulted on real work (its output is

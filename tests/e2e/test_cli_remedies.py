@@ -10,8 +10,12 @@ from tests.support import netfixtures as nf
 from tests.support.cli import gpucc
 from tests.support.paths import DATA
 
-TDX_QUOTE = DATA / "cloud-cvm" / "tdx-ccel" / "tdx_quote_4.dat"
+TDX_QUOTE = DATA / "cpu-tee" / "tdx" / "quote.bin"  # a TD that is not debuggable
 AT = "2025-01-01T00:00:00Z"
+TDX_REPORT_DATA = (
+    "9a9d48e7f6799642d3d1b34e1e5e1742d4bb02dd6ddd551862c1211d35c304f9"
+    "eca3efdbb481601c163cf52493d6e44aed55d51ec39b7e518fadb92c2b523f20"
+)
 DEAD = f"http://127.0.0.1:{nf.free_port()}"
 
 
@@ -24,7 +28,12 @@ DEAD = f"http://127.0.0.1:{nf.free_port()}"
     ids=["offline", "unreachable"],
 )
 def test_tdx_collateral_failure_names_cvm_collateral(args: tuple[str, ...], says: str) -> None:
-    proc = gpucc("attest", "--cvm-only", "--cvm-evidence", str(TDX_QUOTE), "--at", AT, *args)
+    # The quote is judged without the collateral (its report data is given): undecided, and
+    # the remedy named is the CVM's, never a bundle.
+    proc = gpucc(
+        "attest", "--cvm-only", "--cvm-evidence", str(TDX_QUOTE), "--at", AT,
+        "--cvm-report-data", TDX_REPORT_DATA, *args,
+    )  # fmt: skip
     assert proc.returncode == 3, proc.stderr
     assert says in proc.stderr and "--cvm-collateral FILE" in proc.stderr, proc.stderr
     assert "--collateral BUNDLE" not in proc.stderr and "collateral fetch" not in proc.stderr

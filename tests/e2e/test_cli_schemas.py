@@ -249,7 +249,7 @@ ORDER = (
     "collateral show", "session challenge", "session offer", "session answer",
     "session accept", "session local", "token verify", "model digest", "model sign",
     "model verify", "holder keygen", "holder datasets", "holder serve", "travel keygen",
-    "travel run", "holder receipts", "travel verify-log",
+    "travel run", "holder receipts", "travel verify-log", "inspect",
 )  # fmt: skip
 
 
