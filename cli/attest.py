@@ -408,7 +408,7 @@ def attest(
         raise
     _print(result, output=output, verbose=verbose)
     if cvm_collateral is None and result.cvm is not None and result.cvm.undecided:
-        from gpucc.core.errors import CollateralUnavailableError, OfflineError
+        from gpucc.core.errors import OfflineError
 
         from .exitcodes import cli_hint
         from .output import note
