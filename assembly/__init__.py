@@ -24,9 +24,10 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from . import sources
     from .platform import Platform, assemble
+    from .result import PlatformEvidence, PlatformResult
     from .settings import Settings, TimeSource, simulation_policy, utc_now
     from .sources import EvidenceSource, FileSource, LocalSource, SimulatedSource
-    from .verifier import PlatformEvidence, PlatformResult, PlatformVerifier
+    from .verifier import PlatformVerifier
 
 #: Where each public name lives: loaded on first use, so importing the layer (every command
 #: does) costs only what the command then uses.
@@ -34,7 +35,8 @@ _HOME = {
     **dict.fromkeys(("Platform", "assemble"), "platform"),
     **dict.fromkeys(("Settings", "TimeSource", "simulation_policy", "utc_now"), "settings"),
     **dict.fromkeys(("EvidenceSource", "FileSource", "LocalSource", "SimulatedSource"), "sources"),
-    **dict.fromkeys(("PlatformEvidence", "PlatformResult", "PlatformVerifier"), "verifier"),
+    **dict.fromkeys(("PlatformEvidence", "PlatformResult"), "result"),
+    "PlatformVerifier": "verifier",
 }
 
 __all__ = [
