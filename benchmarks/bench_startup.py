@@ -16,6 +16,8 @@ Commands:
 * ``gpucc attest`` on NVIDIA's 550.90.07 sample (report, chain, nonce; ``--offline``):
   the sample NVIDIA's current verifier ships. No RIM for it exists offline, so gpucc
   verifies report, chain, FWID, signature and nonce and ends undecided (exit 3).
+* with ``--baseline OLD``: the same three commands run by another gpucc executable (an
+  install of an earlier commit), in the same rounds, so before and after share the load.
 * NVIDIA's verifier, ``python -m verifier.cc_admin --test_no_gpu`` (package
   ``nv-local-gpu-verifier``): the same 550.90.07 sample. It verifies the chain and FWID,
   then stops at the device-certificate OCSP request, which is pointed at a closed local
@@ -69,20 +71,29 @@ def gpucc_argv(given: str | None) -> list[str]:
     return [exe] if exe else [sys.executable, "-m", "gpucc"]
 
 
-def commands(gpucc: list[str], nvidia_python: str | None, workdir: Path) -> list[Command]:
+def gpucc_commands(gpucc: list[str], tag: str = "") -> list[Command]:
+    """The three gpucc rows; ``tag`` marks a baseline's rows."""
     head = [
         "attest", "--evidence", str(HEAD / "attestation-report.hex"),
         "--cert-chain", str(HEAD / "cert-chain.pem"), "--nonce", HEAD_NONCE, "--offline",
     ]  # fmt: skip
-    cmds = [
-        Command("gpucc --version", [*gpucc, "--version"], (0,)),
+    return [
+        Command(f"gpucc --version{tag}", [*gpucc, "--version"], (0,)),
         Command(
-            "gpucc attest --sample (545.00, full)",
+            f"gpucc attest --sample (545.00, full){tag}",
             [*gpucc, "attest", "--sample", "--offline", "--at", "2024-01-01T00:00:00Z"],
             (0,),
         ),
-        Command("gpucc attest 550.90.07 sample", [*gpucc, *head], (3,)),
+        Command(f"gpucc attest 550.90.07 sample{tag}", [*gpucc, *head], (3,)),
     ]
+
+
+def commands(
+    gpucc: list[str], nvidia_python: str | None, workdir: Path, baseline: str | None = None
+) -> list[Command]:
+    cmds = gpucc_commands(gpucc)
+    if baseline:
+        cmds += gpucc_commands([baseline], " [baseline]")
     if nvidia_python:
         cmds.append(
             Command(
@@ -128,13 +139,18 @@ def main() -> None:
         help="gpucc executable to time (default: the one beside this interpreter); an "
         "editable (development) install starts slower than a regular one",
     )
+    parser.add_argument(
+        "--baseline",
+        help="a second gpucc executable (e.g. an install of an earlier commit), timed in the "
+        "same rounds; its rows are marked [baseline]",
+    )
     parser.add_argument("--smoke", action="store_true", help="one run of each: a quick check")
     args = parser.parse_args()
     if args.smoke:
         args.runs = 1
     base_env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUCC_", "NVAT_", "NV_"))}
     with tempfile.TemporaryDirectory(prefix="bench-startup-") as tmp:
-        cmds = commands(gpucc_argv(args.gpucc), args.nvidia_python, Path(tmp))
+        cmds = commands(gpucc_argv(args.gpucc), args.nvidia_python, Path(tmp), args.baseline)
         for cmd in cmds:  # warm-up: bytecode caches, page cache
             run_once(cmd, base_env)
         for _ in range(args.runs):
@@ -143,12 +159,12 @@ def main() -> None:
     reference = cmds[-1] if args.nvidia_python else None
     ref_median = statistics.median(reference.times) if reference else None
     print(f"{os.cpu_count()} CPUs, {args.runs} runs each; gpucc: {' '.join(cmds[0].argv[:-1])}")
-    print(f"{'command':44} {'median ms':>9} {'min':>7} {'max':>7} {'vs NVIDIA':>9}")
+    print(f"{'command':55} {'median ms':>9} {'min':>7} {'max':>7} {'vs NVIDIA':>9}")
     for cmd in cmds:
         median = statistics.median(cmd.times)
         ratio = f"{median / ref_median:.2f}x" if ref_median else "-"
         print(
-            f"{cmd.label:44} {median * 1000:9.0f} {min(cmd.times) * 1000:7.0f} "
+            f"{cmd.label:55} {median * 1000:9.0f} {min(cmd.times) * 1000:7.0f} "
             f"{max(cmd.times) * 1000:7.0f} {ratio:>9}"
         )
     if not args.nvidia_python:

@@ -88,11 +88,11 @@ def cvm_report_data_value(text: str | None, evidence: bytes | None = None) -> by
     Raises:
         UsageError: not hex of the right length.
     """
+    if text is None:
+        return None
     from gpucc.core.errors import UsageError
     from gpucc.gpuattest.cvm.vtpm_evidence import looks_like_vtpm_evidence
 
-    if text is None:
-        return None
     try:
         value = bytes.fromhex(text.strip())
     except ValueError:

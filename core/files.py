@@ -19,7 +19,6 @@ import contextlib
 import errno
 import fcntl
 import os
-import secrets
 import stat
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -303,7 +302,7 @@ def exclusive_output(
     path = Path(path)
     refuse_existing(path, force=force)
     directory = path.parent if str(path.parent) else Path(".")
-    tmp = directory / f".{path.name}.tmp-{secrets.token_hex(6)}"
+    tmp = directory / f".{path.name}.tmp-{os.urandom(6).hex()}"
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
         fd = os.open(tmp, flags, mode)

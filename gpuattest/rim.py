@@ -32,7 +32,7 @@ import hashlib
 import hmac
 import re
 from dataclasses import dataclass, field
-from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from cryptography import x509
@@ -499,7 +499,7 @@ class _PackagedSchemaResolver(etree.Resolver):
 
 
 def _schema_bytes(name: str) -> bytes:
-    return resources.files("gpucc.gpuattest._schemas").joinpath(name).read_bytes()
+    return (Path(__file__).parent / "_schemas" / name).read_bytes()  # files: see trust.py
 
 
 @functools.lru_cache(maxsize=1)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 
 from .collateral import FileRimSource
@@ -43,10 +42,10 @@ class Sample:
 
 def nvidia_h100_sample() -> Sample:
     """Load the bundled sample (files inside the installed package)."""
-    base = resources.files("gpucc.gpuattest._samples")
+    base = Path(__file__).parent / "_samples"  # installed as files (see trust.py)
 
     def path(name: str) -> Path:
-        return Path(str(base.joinpath(name)))
+        return base / name
 
     report, chain = path("attestation-report.hex"), path("cert-chain.pem")
     return Sample(

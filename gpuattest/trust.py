@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from importlib import resources
+from pathlib import Path
 
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
@@ -42,7 +42,9 @@ def cert_sha256(cert: x509.Certificate) -> str:
 
 def _load_embedded(name: str, pin: str) -> x509.Certificate:
     try:
-        data = resources.files("gpucc.gpuattest._roots").joinpath(name).read_bytes()
+        # Read beside this module: the package is installed as files (its CUDA sources
+        # are too), and importlib.resources costs a start-up import chain of its own.
+        data = (Path(__file__).parent / "_roots" / name).read_bytes()
         cert = x509.load_pem_x509_certificate(data)
     except (OSError, ValueError) as exc:
         raise TrustRootError(f"embedded root {name} cannot be loaded: {exc}") from None

@@ -81,3 +81,33 @@ def test_help_lists_every_command() -> None:
     ).stdout
     for _module, _attr, name, _group in COMMANDS:
         assert re.search(rf"^\W*{name}\s", shown, re.MULTILINE), name
+
+
+def test_gpu_only_attest_loads_no_cvm_parsers_or_resource_readers() -> None:
+    """A GPU-only verification imports neither the vTPM/HCL parsers nor importlib.resources
+    (package data is read beside its module); each cost a few milliseconds of start-up."""
+    modules = imported_modules(
+        "-m", "gpucc", "attest", "--sample", "--offline", "--at", "2024-01-01T00:00:00Z"
+    )
+    assert "gpucc.gpuattest.verifier" in modules
+    assert {"gpucc.gpuattest.cvm.vtpm_evidence", "gpucc.gpuattest.cvm.hcl"} & modules == set()
+    assert "importlib.resources" not in modules
+    assert "secrets" not in modules
+
+
+def test_the_cli_freezes_its_objects_before_shutdown_and_still_runs_atexit() -> None:
+    """Interpreter shutdown skips the cycle search over frozen objects; the exit status,
+    the output and the atexit handlers are unchanged."""
+    code = (
+        "import atexit, gc, sys\n"
+        "from gpucc.cli.main import run\n"
+        "atexit.register(lambda: print('frozen', gc.get_freeze_count() > 1000, flush=True))\n"
+        "sys.argv = ['gpucc', '--version']\n"
+        "run()\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [proc.stdout.splitlines()[0], "frozen True"]
+    assert proc.stdout.startswith("gpucc ")
