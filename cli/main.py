@@ -120,7 +120,7 @@ def completion_script(argv: list[str]) -> str | None:
     """
     if len(argv) != 2 or argv[0] != "--show-completion" or argv[1] not in SHELLS:
         return None
-    from typer._completion_shared import get_completion_script
+    from typer.completion import get_completion_script
 
     return get_completion_script(prog_name="gpucc", complete_var="_GPUCC_COMPLETE", shell=argv[1])
 

@@ -5,18 +5,18 @@ When stdout is not a terminal (a pipe, a file, a CI log) the report has no colou
 tables use ASCII rules and its lines of text are never wrapped (a pipeline greps whole
 lines), so it is written here with plain strings, laid out exactly as
 :func:`cli.render.render_text` lays it out through Rich (same column widths from
-:func:`cli.render.fit_widths`, same word wrapping in table cells from ``rich._wrap``); a test
+:func:`cli.render.fit_widths`, same word wrapping in table cells as Rich's); a test
 compares the two for every kind of result and several widths. A terminal still gets Rich.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, TextIO
 
-from rich._wrap import divide_line
-from rich.cells import cell_len
+from rich.cells import cell_len, chop_cells
 
 from .render import (
     _VERDICT_LINE,
@@ -85,13 +85,43 @@ def _expand_tabs(line: str, size: int = 8) -> str:
     return "".join(out)
 
 
+#: A word and the blanks after it, as Rich splits a line to wrap it.
+_WORD = re.compile(r"\s*\S+\s*")
+
+
+def _breaks(line: str, width: int) -> list[int]:
+    """Where Rich breaks ``line`` to fit ``width`` cells: before each word (blanks before
+    it included) whose text does not fit what is left of the line, unless the line is
+    still empty; a word wider than a whole line is folded into pieces of ``width`` cells."""
+    cuts: list[int] = []
+    used = 0
+    for match in _WORD.finditer(line):
+        start, word = match.start(), match.group()
+        needed = cell_len(word.rstrip())
+        if needed <= width - used:
+            used += cell_len(word)
+        elif needed > width:
+            pieces = chop_cells(word, width)
+            for piece in pieces[:-1]:
+                if start:
+                    cuts.append(start)
+                start += len(piece)
+            if start:
+                cuts.append(start)
+            used = cell_len(pieces[-1])
+        elif used and start:
+            cuts.append(start)
+            used = cell_len(word)
+    return cuts
+
+
 def _wrap(text: str, width: int) -> list[str]:
     """``text`` wrapped at words, long words folded, as Rich wraps a ``Text`` (which drops
     a few control characters and expands tabs first)."""
     lines: list[str] = []
     for raw in text.translate(_RICH_STRIPS).split("\n"):
         line = _expand_tabs(raw)
-        cuts = [0, *divide_line(line, width, fold=True), len(line)]
+        cuts = [0, *_breaks(line, width), len(line)]
         for start, end in zip(cuts, cuts[1:], strict=False):
             piece = line[start:end]
             excess = cell_len(piece) - width

@@ -56,3 +56,32 @@ def test_width_and_terminal_follow_rich(monkeypatch: pytest.MonkeyPatch) -> None
     assert is_terminal(io.StringIO(), {"FORCE_COLOR": "1"})
     assert not is_terminal(io.StringIO(), {"FORCE_COLOR": "1", "TTY_COMPATIBLE": "0"})
     assert is_terminal(io.StringIO(), {"TTY_COMPATIBLE": "1"})
+
+
+def test_cell_wrapping_breaks_where_rich_breaks() -> None:
+    """The plain renderer's own line breaking against Rich's (its private ``divide_line``,
+    used here only as the oracle): words, runs of blanks, words longer than the width
+    (folded), wide characters and leading blanks, at widths from 1 to 24."""
+    import random
+
+    from rich._wrap import divide_line
+
+    from gpucc.cli.plain import _breaks
+
+    pieces = [
+        "a",
+        "bb",
+        "ccc",
+        "NVIDIA",
+        "GH100",
+        "x" * 30,
+        " ",
+        "  ",
+        "\u754c",
+        "\u754c\u754c\u754c",
+    ]
+    rng = random.Random(7)
+    for _ in range(3000):
+        line = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 12)))
+        for width in (1, 2, 3, 5, 8, 13, 24):
+            assert _breaks(line, width) == divide_line(line, width, fold=True), (line, width)

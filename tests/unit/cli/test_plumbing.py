@@ -82,6 +82,31 @@ def test_no_module_alters_the_framework_or_rewrites_a_signature() -> None:
     assert not offenders, offenders
 
 
+def _private_framework_imports(tree: ast.Module) -> list[str]:
+    """Imports of a private module of Typer, Click or Rich (a name part starting with ``_``)."""
+    found = []
+    for node in ast.walk(tree):
+        names = []
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names = [node.module]
+        elif isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        for name in names:
+            parts = name.split(".")
+            if parts[0] in ("typer", "click", "rich") and any(p.startswith("_") for p in parts):
+                found.append(f"line {node.lineno}: {name}")
+    return found
+
+
+def test_no_module_imports_a_private_module_of_the_framework() -> None:
+    offenders = {n: w for n, tree in _modules().items() if (w := _private_framework_imports(tree))}
+    assert not offenders, offenders
+    found = _private_framework_imports(
+        ast.parse("def f():\n    from typer._completion_shared import get_completion_script\n")
+    )
+    assert found == ["line 2: typer._completion_shared"]
+
+
 def test_the_check_finds_what_the_old_boundary_did() -> None:
     """The check above can fail: the old boundary's three alterations are each found."""
     old = ast.parse(
