@@ -120,7 +120,8 @@ def completion_script(argv: list[str]) -> str | None:
     """
     if len(argv) != 2 or argv[0] != "--show-completion" or argv[1] not in SHELLS:
         return None
-    from typer.completion import get_completion_script
+    # typer.completion (a public module) imports the function without listing it in __all__
+    from typer.completion import get_completion_script  # type: ignore[attr-defined]
 
     return get_completion_script(prog_name="gpucc", complete_var="_GPUCC_COMPLETE", shell=argv[1])
 

@@ -94,7 +94,7 @@ def _private_framework_imports(tree: ast.Module) -> list[str]:
         for name in names:
             parts = name.split(".")
             if parts[0] in ("typer", "click", "rich") and any(p.startswith("_") for p in parts):
-                found.append(f"line {node.lineno}: {name}")
+                found.append(f"line {getattr(node, 'lineno', 0)}: {name}")
     return found
 
 
