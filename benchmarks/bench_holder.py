@@ -319,6 +319,8 @@ def _backends(count: int, rounds: int, timeout: float, as_json: bool) -> int:
     else:
         print(f"\n{count} concurrent offers per row, median of {rounds} round(s), rows in turn,")
         print(f"{os.cpu_count()} CPUs (client and servers share them); ratios to the first row")
+        if "PostgreSQL, 2 processes" not in not_run:
+            print("PostgreSQL: a throw-away server as the tests start it (fsync=off)")
         print(f"{'':26s} {'releases/s':>10s} {'p50 ms':>8s} {'p99 ms':>8s} {'errors':>6s}"
               f" {'x rel/s':>7s} {'x p50':>6s} {'x p99':>6s}")  # fmt: skip
         for row in rows:
