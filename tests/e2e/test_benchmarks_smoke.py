@@ -47,7 +47,11 @@ SMOKES = [
         ("gpucc attest 550.90.07 sample", "NVIDIA's verifier skipped"),
         slow=True,
     ),
-    Smoke("bench_holder.py", ("errors",), slow=True),
+    Smoke(
+        "bench_holder.py",
+        ("errors", "PostgreSQL, 2 processes", "ratios to the first row"),
+        slow=True,
+    ),
     Smoke("bench_model.py", ("gpucc sha256",), slow=True),
     Smoke("bench_cvm.py", ("dcap-qvl",)),
     Smoke(

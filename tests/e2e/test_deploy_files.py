@@ -1,5 +1,7 @@
 """The deployment files shipped in deploy/ are accepted by the tools that run them: HAProxy's
-configuration check and systemd's unit verifier (each skipped, saying so, where absent)."""
+configuration check, nginx's (`nginx -t`) and systemd's unit verifier (each skipped, saying so,
+where absent; HAProxy and nginx fail instead where GPUCC_REQUIRE_HAPROXY / GPUCC_REQUIRE_NGINX is
+set, as CI sets them)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.test_travel_e2e import _self_signed
+from tests.support.proxies import render_nginx, require, tls_pem
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 
@@ -31,6 +34,24 @@ def test_haproxy_accepts_the_shipped_configuration(tmp_path: Path) -> None:
     broken = tmp_path / "broken.cfg"
     broken.write_text(text.replace("track-sc0 src", "track-sc9 nowhere"))
     assert subprocess.run(["haproxy", "-c", "-f", str(broken)], capture_output=True).returncode
+
+
+def test_nginx_accepts_the_shipped_configuration(tmp_path: Path) -> None:
+    binary = require("nginx", "GPUCC_REQUIRE_NGINX", "nginx-light")
+    pem = tls_pem(*_self_signed(tmp_path), tmp_path)
+    text = render_nginx(pem, 8443, 8080, tmp_path)
+    conf = tmp_path / "nginx.conf"
+    conf.write_text(text)
+    run = subprocess.run(
+        [binary, "-t", "-p", str(tmp_path), "-c", str(conf)], capture_output=True, text=True
+    )
+    assert run.returncode == 0 and "test is successful" in run.stderr, run.stderr
+    broken = tmp_path / "broken.conf"
+    broken.write_text(text.replace("limit_conn per_source 16", "limit_conn nowhere 16"))
+    run = subprocess.run(
+        [binary, "-t", "-p", str(tmp_path), "-c", str(broken)], capture_output=True, text=True
+    )
+    assert run.returncode and "nowhere" in run.stderr, run.stderr
 
 
 def test_systemd_verifies_the_unit(tmp_path: Path) -> None:
