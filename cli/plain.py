@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from gpucc.assembly import PlatformResult
     from gpucc.gpuattest.result import GpuResult
 
-__all__ = ["console_width", "is_terminal", "render_plain"]
+__all__ = ["is_terminal", "pipe_width", "render_plain"]
 
 
 def is_terminal(stream: TextIO, environ: Mapping[str, str] = os.environ) -> bool:
@@ -49,20 +49,18 @@ def is_terminal(stream: TextIO, environ: Mapping[str, str] = os.environ) -> bool
         return False
 
 
-def console_width(environ: Mapping[str, str] = os.environ) -> int:
-    """The width Rich gives a console that is not a terminal: ``COLUMNS``, else the size
-    of the first standard stream that is a terminal, else 80."""
-    width = 0
-    for fd in (0, 1, 2):
-        try:
-            width = os.get_terminal_size(fd).columns
-        except (AttributeError, ValueError, OSError):
-            continue
-        break
+#: The width of a report to a pipe or a file when ``COLUMNS`` does not set one: no table
+#: cell is wrapped, so each check is one line that a pipeline can grep whole.
+UNBOUNDED = 100_000
+
+
+def pipe_width(environ: Mapping[str, str] = os.environ) -> int:
+    """The width of the report on a stream that is not a terminal: ``COLUMNS`` when it is
+    set (the reader asked for that width), else :data:`UNBOUNDED`."""
     columns = environ.get("COLUMNS")
-    if columns is not None and columns.isdigit():
-        width = int(columns)
-    return width or 80
+    if columns is not None and columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    return UNBOUNDED
 
 
 #: What Rich's ``Text`` drops from every string (bell, backspace, VT, FF, CR).
@@ -239,10 +237,11 @@ def render_plain(
     verbose: bool = False,
 ) -> bool:
     """Write the text report of ``result`` as :func:`cli.render.render_text` writes it to a
-    console that is not a terminal; ``False`` (nothing written) when a table's words do not
-    fit the width, where Rich's own column shrinking applies."""
+    console that is not a terminal, ``width`` cells wide (default :func:`pipe_width`: rows
+    are not wrapped unless ``COLUMNS`` asks for a width); ``False`` (nothing written) when
+    a table's words do not fit the width, where Rich's own column shrinking applies."""
     try:
-        lines = list(_report_lines(result, width or console_width(), verbose))
+        lines = list(_report_lines(result, width or pipe_width(), verbose))
     except _TooNarrow:
         return False
     text = "".join(f"{line}\n" for line in lines)

@@ -142,3 +142,23 @@ def test_demo_runs_every_step() -> None:
     assert len(trusted) == 1, proc.stdout
     assert trusted[0].startswith("1. attest") and trusted[0].endswith("exist for the sample)")
     assert "caught: chunk" in out and "failed authentication" in out
+
+
+def test_a_piped_report_keeps_each_check_on_one_line() -> None:
+    """Output to a pipe is not wrapped: a pipeline greps a check's whole row (its status
+    and its reason), unless COLUMNS asks for a width."""
+    args = ["attest", "--evidence", str(HEAD_REPORT), "--cert-chain", str(HEAD_CHAIN)]
+    args += ["--nonce", HEAD_NONCE, "--offline"]
+    proc = gpucc(*args)
+    assert proc.returncode == 3, proc.stderr
+    lines = proc.stdout.splitlines()
+    rows = [line for line in lines if line.startswith("| Device certificate OCSP ")]
+    assert len(rows) == 1, proc.stdout
+    assert "not-checked (undecided)" in rows[0]
+    assert "running offline: not contacting https://ocsp.ndis.nvidia.com" in rows[0]
+    narrow = gpucc(*args, env={"COLUMNS": "80"})
+    table = [line for line in narrow.stdout.splitlines() if line.startswith(("|", "+"))]
+    assert table and max(len(line) for line in table) <= 80
+    assert not any(
+        line.startswith("| Device certificate OCSP ") for line in narrow.stdout.splitlines()
+    )

@@ -14,7 +14,7 @@ import io
 import pytest
 
 from gpucc.assembly import PlatformResult
-from gpucc.cli.plain import console_width, is_terminal, render_plain
+from gpucc.cli.plain import UNBOUNDED, is_terminal, pipe_width, render_plain
 from tests.unit.cli.test_render import RESULTS, render
 
 
@@ -51,7 +51,8 @@ def test_plain_report_equals_rich_with_control_characters(width: int) -> None:
 
 
 def test_width_and_terminal_follow_rich(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert console_width({"COLUMNS": "123"}) == 123
+    assert pipe_width({"COLUMNS": "123"}) == 123
+    assert pipe_width({}) == pipe_width({"COLUMNS": "0"}) == UNBOUNDED
     assert not is_terminal(io.StringIO(), {})
     assert is_terminal(io.StringIO(), {"FORCE_COLOR": "1"})
     assert not is_terminal(io.StringIO(), {"FORCE_COLOR": "1", "TTY_COMPATIBLE": "0"})
