@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from .invocation import current
-from .terminal import control_free, json_for_terminal, safe_text
+from .terminal import control_free, is_terminal, json_for_terminal, pipe_width, safe_text
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -190,4 +190,6 @@ def console(*, stderr: bool = False, **options: Any) -> Console:
     if stderr:
         options.setdefault("quiet", current().quiet)  # -q: only errors on stderr
         return _console_class()(stderr=True, **options)
+    if "width" not in options and not is_terminal(sys.stdout):
+        options["width"] = pipe_width()  # a pipe's rows stay whole unless COLUMNS is set
     return _console_class()(file=_Stdout(), **options)  # type: ignore[arg-type]

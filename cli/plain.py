@@ -11,9 +11,8 @@ compares the two for every kind of result and several widths. A terminal still g
 
 from __future__ import annotations
 
-import os
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, TextIO
 
 from rich.cells import cell_len, chop_cells
@@ -27,40 +26,13 @@ from .render import (
     fit_widths,
     shorten_hex,
 )
+from .terminal import UNBOUNDED, is_terminal, pipe_width
 
 if TYPE_CHECKING:
     from gpucc.assembly import PlatformResult
     from gpucc.gpuattest.result import GpuResult
 
-__all__ = ["is_terminal", "pipe_width", "render_plain"]
-
-
-def is_terminal(stream: TextIO, environ: Mapping[str, str] = os.environ) -> bool:
-    """Whether Rich would treat ``stream`` as a terminal (``TTY_COMPATIBLE``,
-    ``FORCE_COLOR``, else ``isatty``)."""
-    compatible = environ.get("TTY_COMPATIBLE", "")
-    if compatible in ("0", "1"):
-        return compatible == "1"
-    if environ.get("FORCE_COLOR") is not None:
-        return environ.get("FORCE_COLOR") != ""
-    try:
-        return stream.isatty()
-    except (AttributeError, ValueError):
-        return False
-
-
-#: The width of a report to a pipe or a file when ``COLUMNS`` does not set one: no table
-#: cell is wrapped, so each check is one line that a pipeline can grep whole.
-UNBOUNDED = 100_000
-
-
-def pipe_width(environ: Mapping[str, str] = os.environ) -> int:
-    """The width of the report on a stream that is not a terminal: ``COLUMNS`` when it is
-    set (the reader asked for that width), else :data:`UNBOUNDED`."""
-    columns = environ.get("COLUMNS")
-    if columns is not None and columns.isdigit() and int(columns) > 0:
-        return int(columns)
-    return UNBOUNDED
+__all__ = ["UNBOUNDED", "is_terminal", "pipe_width", "render_plain"]
 
 
 #: What Rich's ``Text`` drops from every string (bell, backspace, VT, FF, CR).

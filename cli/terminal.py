@@ -16,9 +16,19 @@ it imports nothing else of the command line, and everything that prints imports 
 
 from __future__ import annotations
 
+import os
 import unicodedata
+from collections.abc import Mapping
+from typing import TextIO
 
-__all__ = ["control_free", "json_for_terminal", "safe_text"]
+__all__ = [
+    "UNBOUNDED",
+    "control_free",
+    "is_terminal",
+    "json_for_terminal",
+    "pipe_width",
+    "safe_text",
+]
 
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\\": "\\\\"}
 
@@ -79,3 +89,31 @@ def control_free(text: str) -> str:
     if text.isprintable():
         return text
     return "".join(_visible(ch) if ch != "\\" and _unsafe(ch) else ch for ch in text)
+
+
+def is_terminal(stream: TextIO, environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether Rich would treat ``stream`` as a terminal (``TTY_COMPATIBLE``,
+    ``FORCE_COLOR``, else ``isatty``)."""
+    compatible = environ.get("TTY_COMPATIBLE", "")
+    if compatible in ("0", "1"):
+        return compatible == "1"
+    if environ.get("FORCE_COLOR") is not None:
+        return environ.get("FORCE_COLOR") != ""
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+#: The width of a report to a pipe or a file when ``COLUMNS`` does not set one: no table
+#: cell is wrapped, so each check is one line that a pipeline can grep whole.
+UNBOUNDED = 100_000
+
+
+def pipe_width(environ: Mapping[str, str] = os.environ) -> int:
+    """The width of the report on a stream that is not a terminal: ``COLUMNS`` when it is
+    set (the reader asked for that width), else :data:`UNBOUNDED`."""
+    columns = environ.get("COLUMNS")
+    if columns is not None and columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    return UNBOUNDED
