@@ -288,3 +288,17 @@ def test_cvm_pin_pins_a_trusted_results_measurements(tmp_path: Path) -> None:
     # the pinned policy admits the quote it came from and nothing with another MRTD
     again = cvm("--at", AT, "--cvm-report-data", REPORT_DATA, "--policy", tmp_path / "policy.yaml")
     assert again.returncode == 0, again.stderr
+
+
+def test_a_piped_cvm_report_keeps_each_check_on_one_line() -> None:
+    """The Rich report (a CVM's) written to a pipe is not wrapped either: the row of a check
+    holds its whole reason, unless COLUMNS sets a width."""
+    from tests.support.cli import gpucc
+
+    args = ["attest", "--cvm-only", "--cvm-evidence", str(QUOTE)]
+    args += ["--cvm-collateral", str(COLLATERAL), "--at", AT]
+    reason = "policy: not pinned: no cvm.measurements.tdx in the policy; reported only"
+    rows = [line for line in gpucc(*args).stdout.splitlines() if line.startswith("| Measurements")]
+    assert len(rows) == 1 and reason in rows[0], rows
+    narrow = gpucc(*args, env={"COLUMNS": "60"}).stdout.splitlines()
+    assert not any(reason in line for line in narrow)
