@@ -47,8 +47,10 @@ from gpucc.core.files import write_atomic
 from gpucc.staging.errors import ProtocolError
 from gpucc.staging.release import CHALLENGE_SIZE, DatasetKey, Offer, accept_offer
 from gpucc.staging.replay import ChallengeReplayError, MemoryReplayStore, ReplayStore
+from gpucc.staging.requester import RequesterSignatureError, requester_key_id
 from gpucc.staging.statedb import PostgresState, SqliteState, StateUnavailableError
 
+from .audit import audit_document
 from .httpserver import ServerLimits, run_server
 from .receipt import Receipt
 from .signing import key_id, sign_answer
@@ -75,12 +77,15 @@ _RECEIPTS_PER_SESSION = 4
 
 @dataclass(frozen=True)
 class ReleasePolicy:
-    """A group of datasets and the attestation policy their requester must meet (as a key
-    broker's resource policy): ``verifier`` is built once from that policy."""
+    """A group of datasets and what their requester must meet (as a key broker's resource
+    policy): ``verifier`` is built once from that group's attestation policy (None: the
+    holder's own), and ``requesters``, when not empty, are the key ids of which one must have
+    signed the offer (:mod:`gpucc.staging.requester`)."""
 
     name: str
     datasets: tuple[str, ...]
-    verifier: PlatformVerifier = field(repr=False)
+    verifier: PlatformVerifier | None = field(default=None, repr=False)
+    requesters: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -280,49 +285,95 @@ def load_datasets(directory: Path, key_file: Path) -> tuple[DatasetKey, ...]:
 class DatasetsRefused(ProtocolError):  # noqa: N818 - an outcome: no dataset may be released
     """The offer met no dataset's release policy; ``reasons`` name each dataset and rule."""
 
-    def __init__(self, message: str, reasons: list[dict[str, str]]) -> None:
+    def __init__(
+        self, message: str, reasons: list[dict[str, str]], requester: str | None = None
+    ) -> None:
         super().__init__(message)
         self.reasons = reasons
+        self.requester = requester
 
 
-def _groups(config: HolderConfig) -> list[tuple[str, PlatformVerifier, list[int]]]:
-    """(policy name, verifier, indexes into ``config.datasets``) for each release policy
-    that governs at least one dataset; ``default`` for the datasets no policy names."""
-    names = config.dataset_names or tuple(d.dataset_id.hex() for d in config.datasets)
+@dataclass(frozen=True)
+class _Released:
+    """An answered offer: the signed answer, and what the decision was."""
+
+    envelope: bytes
+    transcript_hash: bytes
+    record: TrustRecord
+    released: list[tuple[str, str]]  # (dataset, policy)
+    withheld: list[dict[str, str]]
+    requester: str | None
+
+
+def _groups(
+    config: HolderConfig,
+) -> list[tuple[str, PlatformVerifier, frozenset[str], list[int]]]:
+    """(policy name, verifier, requester key ids, indexes into ``config.datasets``) for each
+    release policy that governs at least one dataset; ``default`` for the datasets no policy
+    names."""
+    names = _names(config)
     claimed: set[str] = set()
     groups = []
     for policy in config.releases:
         chosen = [i for i, n in enumerate(names) if n in policy.datasets and n not in claimed]
         claimed.update(names[i] for i in chosen)
         if chosen:
-            groups.append((policy.name, policy.verifier, chosen))
+            verifier = policy.verifier or config.verifier
+            groups.append((policy.name, verifier, policy.requesters, chosen))
     rest = [i for i, n in enumerate(names) if n not in claimed]
     if rest:
-        groups.insert(0, ("default", config.verifier, rest))
+        groups.insert(0, ("default", config.verifier, frozenset[str](), rest))
     return groups
 
 
-def _answer_offer(
-    config: HolderConfig, offer: Offer, results: list[PlatformResult]
-) -> tuple[bytes, bytes, TrustRecord, list[str], list[dict[str, str]]]:
+def _names(config: HolderConfig) -> tuple[str, ...]:
+    return config.dataset_names or tuple(d.dataset_id.hex() for d in config.datasets)
+
+
+def _identity_unmet(requesters: frozenset[str], requester: str | None) -> str | None:
+    """Why the offer's requester does not meet a policy that names ``requesters``."""
+    if not requesters or requester in requesters:
+        return None
+    if requester is None:
+        return "the offer is not signed by a requester this policy names"
+    return f"the offer is signed by requester {requester[:16]}…, not one this policy names"
+
+
+def _answer_offer(config: HolderConfig, offer: Offer, results: list[PlatformResult]) -> _Released:
     """Verify ``offer`` through each release policy's platform verifier (every result
-    appended to ``results``), wrap the keys of the datasets whose policy it meets to its
+    appended to ``results``), wrap the keys of the datasets whose policy it meets (its
+    attestation policy, and its requester identity when it names requesters) to its
     session, and sign the answer with the release's trust record.
 
-    Returns:
-        The signed answer, the transcript hash, the trust record, the names of the datasets
-        released and, for those withheld, the dataset, policy and unmet rule of each.
-
     Raises:
-        DatasetsRefused: no dataset's policy was met.
+        DatasetsRefused: no dataset's policy was met, or the offer's requester signature
+            does not verify.
+        ProtocolError: the one policy of a holder without release policies was not met.
     """
-    names = config.dataset_names or tuple(d.dataset_id.hex() for d in config.datasets)
-    released: list[int] = []
+    names = _names(config)
+    groups = _groups(config)
+    try:
+        requester = requester_key_id(offer)
+    except RequesterSignatureError as exc:
+        reasons = [
+            {"dataset": names[i], "policy": policy, "check": "requester identity",
+             "detail": _one_line(exc)}
+            for policy, _, _, chosen in groups for i in chosen
+        ]  # fmt: skip
+        raise DatasetsRefused(str(exc), reasons) from None
+    released: list[tuple[int, str]] = []
     withheld: list[dict[str, str]] = []
     holder = None
     records: list[Any] = []
-    groups = _groups(config)
-    for policy, verifier, chosen in groups:
+    for policy, verifier, requesters, chosen in groups:
+        unmet_identity = _identity_unmet(requesters, requester)
+        if unmet_identity is not None:
+            for i in chosen:
+                withheld.append(
+                    {"dataset": names[i], "policy": policy, "check": "requester identity",
+                     "detail": unmet_identity}
+                )  # fmt: skip
+            continue
         mine: list[PlatformResult] = []
         try:
             session = accept_offer(
@@ -344,16 +395,37 @@ def _answer_offer(
         results.extend(mine)
         holder = holder or session
         records += [r.record for r in mine]
-        released += chosen
+        released += [(i, policy) for i in chosen]
     if holder is None:
-        raise DatasetsRefused("the offer meets no dataset's release policy", withheld)
+        raise DatasetsRefused("the offer meets no dataset's release policy", withheld, requester)
     record = release_record(records, gpu_only=holder.version == 1)
-    keys = [config.datasets[i] for i in sorted(released)]
+    released.sort()
+    keys = [config.datasets[i] for i, _ in released]
     answer = holder.answer([holder.wrap(d) for d in keys]).to_json()
     envelope = sign_answer(
         config.signing_key, answer, holder.transcript_hash, record.to_dict()
     ).to_json()
-    return envelope, holder.transcript_hash, record, [names[i] for i in sorted(released)], withheld
+    return _Released(
+        envelope,
+        holder.transcript_hash,
+        record,
+        [(names[i], policy) for i, policy in released],
+        withheld,
+        requester,
+    )
+
+
+def _everything(
+    config: HolderConfig, exc: BaseException, reasons: list[dict[str, str]]
+) -> list[dict[str, str]]:
+    """A refusal of the whole offer (the one policy of a holder without release policies)
+    as a refusal of each dataset, for the audit record."""
+    unmet = reasons or [{"check": "offer", "detail": _one_line(exc)}]
+    return [
+        {"dataset": name, "policy": "default", **{k: v for k, v in rule.items() if k != "dataset"}}
+        for name in _names(config)
+        for rule in unmet
+    ]
 
 
 def _allowed_relaxations(verifier: PlatformVerifier) -> list[str]:
@@ -505,14 +577,13 @@ def build_app(config: HolderConfig, live: LiveConfig | None = None) -> Any:
         try:
             await run_in_threadpool(store.consume, parsed.challenge)
         except ChallengeRefused as exc:
+            await audit_whole(request, parsed, "challenge", str(exc))
             return refuse(request, 409, "challenge-refused", str(exc))
         except StateUnavailableError as exc:  # nothing is answered without its record
             return refuse(request, 503, "state-unavailable", _one_line(exc))
         results: list[PlatformResult] = []
         try:
-            envelope, transcript, record, released, withheld = await run_in_threadpool(
-                _answer_offer, config, parsed, results
-            )
+            done = await run_in_threadpool(_answer_offer, config, parsed, results)
         except ProtocolError as exc:
             reasons = exc.reasons if isinstance(exc, DatasetsRefused) else _failed_checks(results)
             decision: dict[str, Any] = {
@@ -521,14 +592,28 @@ def build_app(config: HolderConfig, live: LiveConfig | None = None) -> Any:
                 "reasons": reasons,
             }
             _decisions.info(json.dumps(decision, sort_keys=True))
-            await audit(f"refusal:{secrets.token_hex(16)}", decision)
+            refused = (
+                reasons if isinstance(exc, DatasetsRefused) else _everything(config, exc, reasons)
+            )
+            requester = exc.requester if isinstance(exc, DatasetsRefused) else None
+            await audit(
+                audit_document(
+                    client=client_of(request),
+                    requester=requester,
+                    challenge=parsed.challenge,
+                    released=[],
+                    refused=refused,
+                )
+            )
             return refuse(request, 403, "not-trusted", _one_line(exc), reasons)
         except MalformedInputError as exc:
             return refuse(request, 400, "malformed", _one_line(exc))
         except CollateralUnavailableError as exc:
             return refuse(request, 503, "collateral-unavailable", _one_line(exc))
         except GpuccError as exc:
+            await audit_whole(request, parsed, "offer", _one_line(exc))
             return refuse(request, 403, "refused", _one_line(exc))
+        transcript = done.transcript_hash
         with answered_lock:
             answered[transcript.hex()] = _RECEIPTS_PER_SESSION
             while len(answered) > config.max_outstanding:
@@ -537,16 +622,28 @@ def build_app(config: HolderConfig, live: LiveConfig | None = None) -> Any:
             "event": "release",
             "client": client_of(request),
             "transcript_hash": transcript.hex(),
-            "datasets": len(released),
-            "released": released,
-            "trusted_with": record.to_dict(),
+            "datasets": len(done.released),
+            "released": [name for name, _ in done.released],
+            "trusted_with": done.record.to_dict(),
         }
-        if withheld:
-            decision["withheld"] = withheld
+        if done.requester is not None:
+            decision["requester"] = done.requester
+        if done.withheld:
+            decision["withheld"] = done.withheld
         _decisions.info(json.dumps(decision, sort_keys=True))
-        await audit(f"release:{transcript.hex()}", decision)
+        await audit(
+            audit_document(
+                client=client_of(request),
+                requester=done.requester,
+                challenge=parsed.challenge,
+                released=done.released,
+                refused=done.withheld,
+                trusted_with=done.record.to_dict(),
+                transcript_hash=transcript.hex(),
+            )
+        )
         request.state.outcome = "answered"
-        return Response(envelope, media_type="application/json")
+        return Response(done.envelope, media_type="application/json")
 
     async def receipt(request: Request) -> Response:
         config = live.current
@@ -588,18 +685,30 @@ def build_app(config: HolderConfig, live: LiveConfig | None = None) -> Any:
         request.state.outcome = "receipt-stored"
         return JSONResponse({"stored": True})
 
-    async def audit(key: str, decision: dict[str, Any]) -> None:
+    async def audit(doc: dict[str, Any]) -> None:
         """The decision's audit record in the state (a log line says when it cannot be kept:
         the decision is made and answered either way)."""
         if state is None:
             return
-        doc = {**decision, "time": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
         try:
-            await run_in_threadpool(state.put_record, "decision", key, doc)
+            await run_in_threadpool(state.put_audit, doc)
         except GpuccError as exc:
             _decisions.warning(
                 json.dumps({"event": "audit-not-kept", "error": _one_line(exc)}, sort_keys=True)
             )
+
+    async def audit_whole(request: Request, offer: Offer, rule: str, detail: str) -> None:
+        """A refusal of the whole offer before any dataset was considered."""
+        reasons = [{"dataset": "*", "policy": "", "check": rule, "detail": detail}]
+        await audit(
+            audit_document(
+                client=client_of(request),
+                requester=None,
+                challenge=offer.challenge,
+                released=[],
+                refused=reasons,
+            )
+        )
 
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
@@ -629,7 +738,7 @@ def build_app(config: HolderConfig, live: LiveConfig | None = None) -> Any:
 
 def _receipts_left(state: SqliteState | PostgresState, transcript_hash: str) -> int:
     """Receipts still accepted for a session answered by any process sharing ``state``."""
-    if not state.count_records("decision", f"release:{transcript_hash}"):
+    if not state.released(transcript_hash):
         return 0
     return _RECEIPTS_PER_SESSION - state.count_records("receipt", transcript_hash)
 

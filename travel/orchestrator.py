@@ -148,8 +148,10 @@ def _visit(
     expected_in: str | None,
     on_staged: Callable[[str, str, Any], None] | None,
     clock: Callable[[], dt.datetime],
+    requester: ec.EllipticCurvePrivateKey | None = None,
 ) -> tuple[dict[str, Any], int, tuple[ScrubReceipt, ...], str, str]:
     from gpucc.staging import plan_stage
+    from gpucc.staging.requester import sign_offer
 
     client = HolderClient(
         holder.url,
@@ -159,6 +161,8 @@ def _visit(
     started = clock()
     challenge = client.challenge()
     offer, host_key = create_offer(challenge, collect, collect_cvm=collect_cvm)
+    if requester is not None:  # the orchestrator's key names who asks (release policies)
+        offer = sign_offer(offer, requester)
     envelope = client.offer(offer)
     answer = Answer.from_json(envelope.answer)
     envelope.verify(holder.pin, answer.transcript_hash)
@@ -327,6 +331,7 @@ def run_plan(
                 expected_in=expected,
                 on_staged=on_staged,
                 clock=clock,
+                requester=signing_key,
             )
             expected = d_out
             line = b""

@@ -186,12 +186,10 @@ def test_the_holder_service_verifies_offers_through_the_platform_verifier(
     offer, _ = create_offer(new_challenge(), platform.collect(), collect_cvm=platform.collect_cvm())
     # what POST /v1/offer runs for an offer whose challenge it took
     results: list[PlatformResult] = []
-    envelope, transcript, record, released, withheld = _answer_offer(
-        config, Offer.from_json(offer.to_json()), results
-    )
-    assert released and not withheld
-    assert envelope and len(transcript) == 48  # SHA-384
-    assert record.simulated and results == wiring.verified
+    done = _answer_offer(config, Offer.from_json(offer.to_json()), results)
+    assert done.released and not done.withheld and done.requester is None
+    assert done.envelope and len(done.transcript_hash) == 48  # SHA-384
+    assert done.record.simulated and results == wiring.verified
     assert [r.trusted for r in wiring.verified] == [True, True]
     assert offer.version == 2
 
