@@ -676,6 +676,8 @@ def _open_existing_state(url: str) -> HolderState:
         raise UsageError("--state memory keeps no audit records: give the service's database")
     if not url.startswith(("postgresql://", "postgres://")):
         path = Path(url.removeprefix("sqlite:"))
+        if path.is_dir():
+            raise FileAccessError(f"--state {path} is a directory, not a state database")
         if not path.is_file():
             raise FileAccessError(f"--state {path}: no such state database")
     return open_state(url)
