@@ -342,7 +342,7 @@ class Offer:
         version = _check_keys(doc, keys, OFFER_SCHEMA, "session offer")
         requester = doc.get("requester")
         requester_key = requester_signature = None
-        if requester is not None:
+        if "requester" in doc:  # present: a key and a signature (null is not absent)
             if not isinstance(requester, dict) or set(requester) != {"public_key", "signature"}:
                 raise MalformedSessionMessageError(
                     "the offer's requester must be {public_key, signature}"
