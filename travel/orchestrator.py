@@ -7,7 +7,9 @@ starts the journey.
 Per holder, in order, failing closed at every step:
 
 1. a fresh challenge from that holder, and an offer with a fresh session key and GPU
-   evidence collected for the nonce bound to both;
+   evidence collected for the nonce bound to both, signed with the orchestrator's key when
+   it has one (:mod:`gpucc.staging.requester`: a holder may release a dataset only to
+   offers of named requesters);
 2. the holder's signed answer, checked against the key the plan pins, then against the
    host's own offer (``staging.release.open_answer``);
 3. the model digest, which must equal the one taken when the GPU left the previous holder;
