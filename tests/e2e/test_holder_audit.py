@@ -201,3 +201,30 @@ def test_an_older_database_gains_the_audit_table(tmp_path: Path) -> None:
     absent = _receipts(tmp_path, "--state", str(tmp_path / "absent.sqlite3"))
     assert absent.returncode == 8 and "no such state database" in absent.stderr
     assert not (tmp_path / "absent.sqlite3").exists()
+
+
+@pytest.mark.parametrize(
+    ("requesters", "code", "message"),
+    [
+        ("[absent.pub]", 8, "absent.pub"),
+        ("'k1.pub'", 4, "requesters (public key files or sha256: key ids)"),
+        ("['sha256:abc']", 4, "a sha256 pin is 64 hex characters"),
+    ],
+)
+def test_a_bad_requester_list_is_refused_in_one_line(
+    world: World, requesters: str, code: int, message: str
+) -> None:
+    name = f"bad-{code}-{len(requesters)}"
+    _holder_files(world.tmp, name, [1_000])
+    conf = world.tmp / f"{name}.yaml"
+    conf.write_text(
+        f"datasets: {name}/data\ndataset-keys: {name}/data.key\nkey: {name}/holder.key\n"
+        f"simulate-roots: roots\nstate: memory\n"
+        f"releases:\n  - {{name: r, datasets: [{name}-0], requesters: {requesters}}}\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-m", "gpucc.cli.holder", "serve", "--config", str(conf)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert run.returncode == code, run.stderr
+    assert message in run.stderr and "Traceback" not in run.stderr
