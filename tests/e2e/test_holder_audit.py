@@ -228,3 +228,26 @@ def test_a_bad_requester_list_is_refused_in_one_line(
     )  # fmt: skip
     assert run.returncode == code, run.stderr
     assert message in run.stderr and "Traceback" not in run.stderr
+
+
+def test_session_answer_keeps_its_decisions_in_the_state(tmp_path: Path) -> None:
+    (tmp_path / "d.bin").write_bytes(b"d" * 5000)
+    assert (
+        run_cli("seal", "d.bin", "-o", "d.gcc", "--key-file", "k.key", cwd=tmp_path).returncode == 0
+    )
+    challenge = run_cli("session", "challenge", cwd=tmp_path).stdout.strip()
+    made = run_cli("session", "offer", "--challenge", challenge, "-o", "offer.json",
+                   "--host-key", "host.key", "--simulate", "sim", cwd=tmp_path)  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    answer = ("session", "answer", "offer.json", "--dataset", "d.gcc", "--key-file", "k.key",
+              "--simulate", "sim", "--state", "s.sqlite3")  # fmt: skip
+    other = run_cli(*answer, "--challenge", "22" * 32, "-o", "a1.json", cwd=tmp_path)
+    assert other.returncode == 1, other.stderr
+    done = run_cli(*answer, "--challenge", challenge, "-o", "a2.json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    refused, released = _json(tmp_path, "--state", "s.sqlite3")
+    assert refused["decision"] == "refused" and refused["client"] == "session answer"
+    assert refused["datasets"][0]["dataset"] == "d" and refused["datasets"][0]["rule"] == "offer"
+    assert released["decision"] == "released" and released["datasets"][0]["dataset"] == "d"
+    assert released["relaxations"] and released["simulated"] is True
+    assert len(released["transcript_hash"]) == 96
