@@ -64,7 +64,10 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "--evidence evidence.json -o policy.yaml",
     ),
     "holder datasets": ("gpucc holder datasets --datasets data/",),
-    "holder receipts": ("gpucc holder receipts --receipt-dir receipts/",),
+    "holder receipts": (
+        "gpucc holder receipts --receipt-dir receipts/",
+        "gpucc holder receipts --state holder.sqlite3 --decision refused --since 2026-01-01",
+    ),
     "travel run": ("gpucc travel run plan.yaml",),
     "travel verify-log": ("gpucc travel verify-log travel-log.jsonl --key orchestrator.pub",),
     "travel keygen": ("gpucc travel keygen --key orchestrator.key --pub orchestrator.pub",),

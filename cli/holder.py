@@ -9,9 +9,11 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import ipaddress
 import signal
 import sys
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -28,7 +30,8 @@ from .options import (
     PolicyOption,
     RimDirOption,
 )
-from .output import emit, note, out, warn
+from .output import emit, note, out, warn, write_stdout
+from .terminal import safe_text
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric import ec
@@ -430,7 +433,10 @@ def _apply_config(ctx: typer.Context, path: Path, given: dict[str, Any]) -> dict
 
 
 def _releases(p: dict[str, Any]) -> tuple[ReleasePolicy, ...]:
-    """The configuration's per-dataset release policies (one verifier each, built once)."""
+    """The configuration's per-dataset release policies (one verifier each, built once):
+    ``name``, ``datasets``, and ``policy`` (an attestation policy file; default --policy)
+    and/or ``requesters`` (public key files or ``sha256:`` key ids, one of which must have
+    signed the offer)."""
     from gpucc.core.errors import MalformedInputError
     from gpucc.travel.holder import ReleasePolicy
 
@@ -438,24 +444,42 @@ def _releases(p: dict[str, Any]) -> tuple[ReleasePolicy, ...]:
     if doc is None:
         return ()
     if not isinstance(doc, list):
-        raise MalformedInputError("releases: a list of {name, policy, datasets}")
+        raise MalformedInputError("releases: a list of {name, datasets, policy, requesters}")
     found = []
     base = Path(p["config_file"]).parent if p.get("config_file") else Path()
     for i, entry in enumerate(doc):
         if (
             not isinstance(entry, dict)
-            or set(entry) != {"name", "policy", "datasets"}
+            or not {"name", "datasets"}
+            <= set(entry)
+            <= {"name", "datasets", "policy", "requesters"}
             or not isinstance(entry["name"], str)
-            or not isinstance(entry["policy"], str)
+            or not isinstance(entry.get("policy", ""), str)
             or not isinstance(entry["datasets"], list)
             or not all(isinstance(d, str) for d in entry["datasets"])
+            or not isinstance(entry.get("requesters", []), list)
+            or not all(isinstance(r, str) for r in entry.get("requesters", []))
         ):
             raise MalformedInputError(
-                f"releases[{i}]: name (text), policy (a policy file), datasets (names)"
+                f"releases[{i}]: name (text), datasets (names), policy (a policy file), "
+                "requesters (public key files or sha256: key ids)"
             )
-        verifier = _verifier(p, base / entry["policy"])
-        found.append(ReleasePolicy(entry["name"], tuple(entry["datasets"]), verifier))
+        verifier = _verifier(p, base / entry["policy"]) if "policy" in entry else None
+        requesters = frozenset(_requester(base, r, i) for r in entry.get("requesters", []))
+        found.append(ReleasePolicy(entry["name"], tuple(entry["datasets"]), verifier, requesters))
     return tuple(found)
+
+
+def _requester(base: Path, text: str, i: int) -> str:
+    """A requester's key id from a public key file (relative to the configuration) or a
+    ``sha256:<hex>`` key id."""
+    from gpucc.core.files import read_capped
+    from gpucc.travel.signing import KeyPin, key_id, load_public_key
+
+    if text.startswith("sha256:"):
+        return KeyPin.parse(text, f"releases[{i}].requesters").key_id
+    path = base / text
+    return key_id(load_public_key(read_capped(path, 16 * 1024, what="requester key"), str(path)))
 
 
 def _holder_config(p: dict[str, Any], state: HolderState | None) -> HolderConfig:
@@ -560,18 +584,143 @@ def _trusted(record: dict[str, Any]) -> str:
     return text + ("; SIMULATED roots" if record.get("simulated") else "")
 
 
+class Decision(StrEnum):
+    """``--decision``."""
+
+    RELEASED = "released"
+    REFUSED = "refused"
+
+
 @holder_app.command("receipts")
 def receipts_cmd(
     receipt_dir: Annotated[
-        Path,
+        Path | None,
         typer.Option(
-            "--receipt-dir", exists=True, file_okay=False, help="The service's --receipt-dir."
+            "--receipt-dir",
+            exists=True,
+            file_okay=False,
+            help="The service's --receipt-dir: show the orchestrator's receipts kept there.",
         ),
-    ],
+    ] = None,
+    state: Annotated[
+        str | None,
+        typer.Option(
+            "--state",
+            metavar="URL",
+            help="The service's --state (a SQLite file or postgresql://...): show its audit "
+            "records, one per release decision.",
+        ),
+    ] = None,
+    dataset: Annotated[
+        str | None, typer.Option("--dataset", help="Only decisions about this dataset.")
+    ] = None,
+    since: Annotated[
+        str | None,
+        typer.Option("--since", metavar="TIME", help="Only decisions at or after (ISO 8601)."),
+    ] = None,
+    until: Annotated[
+        str | None,
+        typer.Option("--until", metavar="TIME", help="Only decisions before (ISO 8601)."),
+    ] = None,
+    decision: Annotated[
+        Decision | None, typer.Option("--decision", help="Only datasets released, or refused.")
+    ] = None,
+    requester: Annotated[
+        str | None,
+        typer.Option(
+            "--requester",
+            help="Only this client address, or the requester key id starting so (8+ hex).",
+        ),
+    ] = None,
     fmt: FormatOption = OutputFormat.TEXT,
 ) -> None:
     """Show the receipts this holder kept: for each visit, the log entry index and hash the
-    orchestrator signed (give the file to `gpucc travel verify-log --receipt`)."""
+    orchestrator signed (give the file to `gpucc travel verify-log --receipt`); with --state,
+    its audit records: every release decision, released or refused, with the requester, each
+    dataset's outcome, the unmet rule of a refusal and the relaxations a release used."""
+    if (receipt_dir is None) == (state is None):
+        raise UsageError("give --receipt-dir (receipts) or --state (audit records), one of them")
+    filters = (dataset, since, until, decision, requester)
+    if state is None:
+        if any(f is not None for f in filters):
+            raise UsageError("--dataset, --since, --until, --decision, --requester need --state")
+        assert receipt_dir is not None
+        _receipt_files(receipt_dir, fmt)
+        return
+    _audit_records(
+        state,
+        fmt,
+        dataset=dataset,
+        since=None if since is None else _time("--since", since),
+        until=None if until is None else _time("--until", until),
+        decision=None if decision is None else decision.value,
+        requester=requester,
+    )
+
+
+def _time(option: str, text: str) -> dt.datetime:
+    from .options import parse_time
+
+    try:
+        return parse_time(text)
+    except UsageError:
+        raise UsageError(f"{option} {text!r} is not an ISO 8601 time or Unix seconds") from None
+
+
+def _open_existing_state(url: str) -> HolderState:
+    """The state named by ``url``; a SQLite file must exist (a query never creates one)."""
+    from gpucc.core.errors import FileAccessError
+    from gpucc.staging.statedb import open_state
+
+    if url == "memory":
+        raise UsageError("--state memory keeps no audit records: give the service's database")
+    if not url.startswith(("postgresql://", "postgres://")):
+        path = Path(url.removeprefix("sqlite:"))
+        if path.is_dir():
+            raise FileAccessError(f"--state {path} is a directory, not a state database")
+        if not path.is_file():
+            raise FileAccessError(f"--state {path}: no such state database")
+    return open_state(url)
+
+
+def _audit_records(url: str, fmt: OutputFormat, **filters: Any) -> None:
+    from gpucc.travel.audit import query_audit
+
+    holder_state = _open_existing_state(url)
+    try:
+        found = query_audit(holder_state, **filters)
+    finally:
+        holder_state.close()
+    if fmt is OutputFormat.JSON:
+        emit({"schema": "gpucc.holder.audit/v1", "records": [r.to_dict() for r in found]})
+        return
+    headers = ("TIME", "DECISION", "DATASET", "RULE", "REQUESTER", "CLIENT", "CHALLENGE")
+    rows = [
+        (
+            r.time.isoformat(timespec="seconds").replace("+00:00", "Z"),
+            d.decision,
+            d.dataset,
+            d.rule or "-",
+            (r.requester or "-")[:16],
+            r.client,
+            (r.challenge_id or "-")[:16],
+            "; ".join(r.relaxations) or "-",
+        )
+        for r in found
+        for d in r.datasets
+    ]
+    cells = [tuple(safe_text(c) for c in row) for row in rows]
+    head = (*headers, "RELAXATIONS")
+    widths = [max(len(row[i]) for row in [head, *cells]) for i in range(len(head) - 1)]
+    lines = [
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)) + "  " + row[-1]
+        for row in [head, *cells]
+    ]
+    write_stdout("".join(line.rstrip() + "\n" for line in lines))
+    note(f"{len(found)} decision(s); -f json gives each refusal's detail")
+
+
+def _receipt_files(receipt_dir: Path, fmt: OutputFormat) -> None:
     from gpucc.core.files import read_capped
     from gpucc.travel.receipt import MAX_RECEIPT_BYTES, Receipt
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -46,7 +46,7 @@ from .session_cvm import CvmCollateralOption, GpuOnlyOption
 if TYPE_CHECKING:
     from gpucc.assembly import PlatformResult, PlatformVerifier, Settings
     from gpucc.assembly.record import TrustRecord
-    from gpucc.staging.release import DatasetKey
+    from gpucc.staging.release import DatasetKey, Offer
 
 __all__ = ["session_app"]
 
@@ -223,6 +223,50 @@ def _release_record(verdicts: list[PlatformResult], *, gpu_only: bool) -> TrustR
     record = release_record([v.record for v in verdicts], gpu_only=gpu_only)
     (note if record.strict else warn)(f"key release trusted with: {record.summary()}")
     return record
+
+
+def _audit(
+    state: object,
+    offer: Offer,
+    datasets: list[Path],
+    *,
+    verdicts: list[PlatformResult] | None = None,
+    refusal: Exception | None = None,
+    trusted_with: dict[str, Any] | None = None,
+    transcript: bytes | None = None,
+) -> None:
+    """The decision's audit record in a holder state (``--state``), as the service keeps one
+    (client ``session answer``); a record that cannot be kept is a warning."""
+    from gpucc.core.errors import GpuccError
+    from gpucc.staging.requester import RequesterSignatureError, requester_key_id
+    from gpucc.staging.statedb import PostgresState, SqliteState
+    from gpucc.travel.audit import audit_document
+
+    if not isinstance(state, SqliteState | PostgresState):
+        return
+    try:
+        requester = requester_key_id(offer)
+    except RequesterSignatureError:
+        requester = None
+    names = [p.stem for p in datasets]
+    refused: list[dict[str, str]] = []
+    if refusal is not None:
+        failed = [c for v in verdicts or [] if not v.trusted for c in v.failed_checks()]
+        unmet = failed or [{"check": "offer", "detail": " ".join(str(refusal).split())[:500]}]
+        refused = [{"dataset": n, "policy": "default", **c} for n in names for c in unmet]
+    doc = audit_document(
+        client="session answer",
+        requester=requester,
+        challenge=offer.challenge,
+        released=[] if refusal is not None else [(n, "default") for n in names],
+        refused=refused,
+        trusted_with=trusted_with,
+        transcript_hash=None if transcript is None else transcript.hex(),
+    )
+    try:
+        state.put_audit(doc)
+    except GpuccError as exc:
+        warn(f"the decision's audit record was not kept: {exc}")
 
 
 def _grants(datasets: list[Path], key_file: Path) -> list[DatasetKey]:
@@ -433,9 +477,13 @@ def answer(
             allow_gpu_only=verifier.allow_gpu_only,
         )
     except NotTrustedError as exc:
+        _audit(replay, received, datasets, verdicts=verdicts, refusal=exc)
         raise _refused(exc, verdicts) from None
     record = _release_record(verdicts, gpu_only=holder.version == 1)
     _write(output, holder.answer([holder.wrap(g) for g in grants]).to_json(), force=force)
+    _audit(
+        replay, received, datasets, trusted_with=record.to_dict(), transcript=holder.transcript_hash
+    )
     note(
         f"attestation trusted for {len(holder.report_digests)} GPU(s); wrote keys for "
         f"{len(grants)} dataset(s) to {output} (transcript {holder.transcript_hash.hex()[:16]}…)"

@@ -273,6 +273,10 @@ class Offer:
             as signed by Intel or AMD; the holder checks it like its own.
         cvm_event_log: version 2, optional (key ``cvm_event_log``, absent when None): the
             CVM's CC event log, which the holder replays against the quote's RTMRs.
+        requester_public_key, requester_signature: optional (key ``requester``, absent when
+            None): the requester's SPKI DER and its signature over the offer's session
+            (:mod:`gpucc.staging.requester`); checked by a holder whose release policy names
+            requesters.
     """
 
     challenge: bytes
@@ -282,6 +286,8 @@ class Offer:
     cvm_evidence: bytes | None = field(default=None, repr=False)
     cvm_collateral: bytes | None = field(default=None, repr=False)
     cvm_event_log: bytes | None = field(default=None, repr=False)
+    requester_public_key: bytes | None = field(default=None, repr=False)
+    requester_signature: bytes | None = field(default=None, repr=False)
 
     @property
     def nonce(self) -> bytes:
@@ -305,6 +311,11 @@ class Offer:
             doc["cvm_collateral"] = base64.b64encode(collateral).decode() if collateral else None
             if self.cvm_event_log is not None:
                 doc["cvm_event_log"] = base64.b64encode(self.cvm_event_log).decode()
+        if self.requester_public_key is not None and self.requester_signature is not None:
+            doc["requester"] = {
+                "public_key": base64.b64encode(self.requester_public_key).decode(),
+                "signature": base64.b64encode(self.requester_signature).decode(),
+            }
         return (json.dumps(doc, indent=2) + "\n").encode()
 
     @property
@@ -326,7 +337,18 @@ class Offer:
             keys |= {"cvm_evidence", "cvm_collateral"}
             if "cvm_event_log" in doc:
                 keys.add("cvm_event_log")
+        if "requester" in doc:
+            keys.add("requester")
         version = _check_keys(doc, keys, OFFER_SCHEMA, "session offer")
+        requester = doc.get("requester")
+        requester_key = requester_signature = None
+        if "requester" in doc:  # present: a key and a signature (null is not absent)
+            if not isinstance(requester, dict) or set(requester) != {"public_key", "signature"}:
+                raise MalformedSessionMessageError(
+                    "the offer's requester must be {public_key, signature}"
+                )
+            requester_key = _b64(requester["public_key"], 512, "the requester public key")
+            requester_signature = _b64(requester["signature"], 256, "the requester signature")
         cvm_evidence = cvm_collateral = cvm_event_log = None
         if version == PROTOCOL_VERSION:
             cvm_evidence = _b64(doc["cvm_evidence"], MAX_CVM_EVIDENCE_BYTES, "the CVM evidence")
@@ -353,6 +375,8 @@ class Offer:
             cvm_evidence=cvm_evidence,
             cvm_collateral=cvm_collateral,
             cvm_event_log=cvm_event_log,
+            requester_public_key=requester_key,
+            requester_signature=requester_signature,
         )
 
 

@@ -13,9 +13,16 @@ Two backends with one interface (a :class:`~gpucc.staging.replay.ReplayStore` an
 Tables: ``gpucc_answered`` (a hash of each answered challenge and when its record expires),
 ``gpucc_challenges`` (challenges issued and not yet used, so that an offer may reach another
 process than the one that issued its challenge, or the same one after a restart), and
-``gpucc_records`` (documents by kind and key, each kept once: receipts, audit records).
+``gpucc_records`` (documents by kind and key, each kept once: receipts), ``gpucc_audit`` (one
+record per release decision, released or refused: when, for which client and requester, the
+JSON document; :mod:`gpucc.travel.audit` reads them) and ``gpucc_meta`` (the schema version).
 Challenges are stored as labelled SHA-256 hashes, never as issued. The clock (seconds since
 the epoch) is an argument.
+
+An older database (schema 1: decisions kept in ``gpucc_records`` under kind ``decision``) is
+migrated when it is opened, in one transaction: it gains ``gpucc_audit`` and ``gpucc_meta``,
+and its decisions move into ``gpucc_audit``. A database of a newer schema than this code
+knows is refused (:class:`StateUnavailableError`), never written.
 """
 
 from __future__ import annotations
@@ -39,6 +46,8 @@ __all__ = ["PostgresState", "SqliteState", "StateUnavailableError", "open_state"
 
 _ANSWERED = b"gpucc/session/v1/answered-challenge"
 _ISSUED = b"gpucc/session/v1/issued-challenge"
+#: the schema this code writes (1: before the audit table)
+SCHEMA_VERSION = 2
 
 
 class StateUnavailableError(EnvironmentProblemError):
@@ -81,7 +90,36 @@ class _State:
             f"CREATE TABLE IF NOT EXISTS gpucc_records (id {self.serial}, kind TEXT NOT NULL, "
             f"key TEXT NOT NULL, at {self.real} NOT NULL, body TEXT NOT NULL, "
             "UNIQUE (kind, key))",
+            f"CREATE TABLE IF NOT EXISTS gpucc_audit (id {self.serial}, at {self.real} NOT NULL, "
+            "decision TEXT NOT NULL, client TEXT NOT NULL, requester TEXT, transcript TEXT, "
+            "body TEXT NOT NULL)",
+            "CREATE INDEX IF NOT EXISTS gpucc_audit_at ON gpucc_audit (at)",
+            "CREATE INDEX IF NOT EXISTS gpucc_audit_transcript ON gpucc_audit (transcript)",
+            "CREATE TABLE IF NOT EXISTS gpucc_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)",
         ]
+
+    def _create(self, cur: Any) -> None:
+        """The tables, and an older schema migrated (inside the caller's transaction)."""
+        for statement in self._schema():
+            cur.execute(statement)
+        cur.execute("SELECT value FROM gpucc_meta WHERE name = 'schema'")
+        row = cur.fetchone()
+        version = int(row[0]) if row is not None else 1
+        if version > SCHEMA_VERSION:
+            raise StateUnavailableError(
+                f"the {self.backend} state has schema {version}, newer than this gpucc "
+                f"({SCHEMA_VERSION}): upgrade gpucc, or give --state another database"
+            )
+        if version < 2:
+            cur.execute(
+                "SELECT at, key, body FROM gpucc_records WHERE kind = 'decision' ORDER BY id"
+            )
+            for at, key, body in cur.fetchall():
+                self._insert_audit(cur, float(at), _from_schema_1(str(key), json.loads(body)))
+            cur.execute("DELETE FROM gpucc_records WHERE kind = 'decision'")
+            cur.execute(
+                "INSERT INTO gpucc_meta (name, value) VALUES ('schema', ?)", (str(SCHEMA_VERSION),)
+            )
 
     # --- the replay store ------------------------------------------------------------------
 
@@ -177,6 +215,78 @@ class _State:
             rows = cur.fetchall()
         return [(float(at), str(key), json.loads(body)) for at, key, body in rows]
 
+    # --- audit records ---------------------------------------------------------------------
+
+    @staticmethod
+    def _insert_audit(cur: Any, at: float, doc: dict[str, Any]) -> None:
+        cur.execute(
+            "INSERT INTO gpucc_audit (at, decision, client, requester, transcript, body) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            (
+                at,
+                str(doc.get("decision", "")),
+                str(doc.get("client", "")),
+                doc.get("requester"),
+                doc.get("transcript_hash"),
+                json.dumps(doc, sort_keys=True),
+            ),
+        )
+
+    def put_audit(self, doc: dict[str, Any]) -> float:
+        """Keep one decision's audit record (``decision``, ``client``, ``requester``,
+        ``transcript_hash`` are its indexed fields); the time it is kept under.
+
+        Raises:
+            StateUnavailableError: the database cannot be used.
+        """
+        at = self.clock()
+        try:
+            with self._tx() as cur:
+                self._insert_audit(cur, at, doc)
+        except StateUnavailableError:
+            raise
+        except Exception as exc:
+            raise self._unavailable(exc) from None
+        return at
+
+    def released(self, transcript_hash: str) -> bool:
+        """Whether some process sharing this state answered the session ``transcript_hash``."""
+        with self._tx() as cur:
+            cur.execute(
+                "SELECT 1 FROM gpucc_audit WHERE transcript = ? AND decision = 'released'",
+                (transcript_hash,),
+            )
+            return cur.fetchone() is not None
+
+    def audit(
+        self,
+        *,
+        since: float | None = None,
+        until: float | None = None,
+        limit: int = 100_000,
+    ) -> list[tuple[float, dict[str, Any]]]:
+        """Audit records kept at ``since <= time < until`` (oldest first): (time, document).
+
+        Raises:
+            StateUnavailableError: the database cannot be used.
+        """
+        try:
+            with self._tx() as cur:
+                cur.execute(
+                    "SELECT at, body FROM gpucc_audit WHERE at >= ? AND at < ? ORDER BY id LIMIT ?",
+                    (
+                        since if since is not None else -1e300,
+                        until if until is not None else 1e300,
+                        limit,
+                    ),
+                )
+                rows = cur.fetchall()
+        except StateUnavailableError:
+            raise
+        except Exception as exc:
+            raise self._unavailable(exc) from None
+        return [(float(at), json.loads(body)) for at, body in rows]
+
     def _unavailable(self, exc: Exception) -> StateUnavailableError:
         detail = " ".join(str(exc).split())[:200]
         return StateUnavailableError(f"the {self.backend} state cannot be used: {detail}")
@@ -205,8 +315,7 @@ class SqliteState(_State):
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
             with self._tx() as cur:
-                for statement in self._schema():
-                    cur.execute(statement)
+                self._create(cur)
         except (OSError, sqlite3.Error) as exc:
             raise FileAccessError(f"cannot use the state database {self.path}: {exc}") from None
 
@@ -259,8 +368,7 @@ class PostgresState(_State):
         self._db: Any = None
         with self._tx() as cur:
             cur.execute("SELECT pg_advisory_xact_lock(4242390001)")  # one schema creator
-            for statement in self._schema():
-                cur.execute(statement)
+            self._create(cur)
 
     def _connect(self) -> Any:
         try:
@@ -314,6 +422,38 @@ class _Placeholders:
 
     def fetchall(self) -> Any:
         return self._cur.fetchall()
+
+
+def _from_schema_1(key: str, old: dict[str, Any]) -> dict[str, Any]:
+    """A decision kept by schema 1 (``release:<transcript>`` or ``refusal:<random>``) as an
+    audit record; what schema 1 did not keep (challenge, requester) is null."""
+    released = key.startswith("release:")
+    datasets: list[dict[str, Any]] = [
+        {"name": str(n), "decision": "released", "policy": None, "rule": None, "detail": None}
+        for n in old.get("released") or []
+    ]
+    for reason in old.get("withheld") or old.get("reasons") or []:
+        datasets.append(
+            {
+                "name": reason.get("dataset"),
+                "decision": "refused",
+                "policy": reason.get("policy"),
+                "rule": reason.get("check"),
+                "detail": reason.get("detail"),
+            }
+        )
+    relaxations = (old.get("trusted_with") or {}).get("relaxations") or []
+    return {
+        "decision": "released" if released else "refused",
+        "client": str(old.get("client", "")),
+        "requester": None,
+        "challenge_id": None,
+        "transcript_hash": key.removeprefix("release:") if released else None,
+        "datasets": datasets,
+        "relaxations": sorted({str(r.get("item")) for r in relaxations if isinstance(r, dict)}),
+        "simulated": bool((old.get("trusted_with") or {}).get("simulated", False)),
+        "migrated_from_schema": 1,
+    }
 
 
 def open_state(

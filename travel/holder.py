@@ -27,14 +27,10 @@ import threading
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from cryptography.hazmat.primitives.asymmetric import ec
-
 from gpucc.assembly import PlatformResult, PlatformVerifier
-from gpucc.assembly.record import TrustRecord, release_record
 from gpucc.core.errors import (
     CollateralUnavailableError,
     EnvironmentProblemError,
@@ -45,13 +41,23 @@ from gpucc.core.errors import (
 )
 from gpucc.core.files import write_atomic
 from gpucc.staging.errors import ProtocolError
-from gpucc.staging.release import CHALLENGE_SIZE, DatasetKey, Offer, accept_offer
+from gpucc.staging.release import CHALLENGE_SIZE, DatasetKey, Offer
 from gpucc.staging.replay import ChallengeReplayError, MemoryReplayStore, ReplayStore
 from gpucc.staging.statedb import PostgresState, SqliteState, StateUnavailableError
 
+from .audit import audit_document
+from .decide import (
+    DatasetsRefused,
+    HolderConfig,
+    ReleasePolicy,
+    answer_offer,
+    failed_checks,
+    one_line,
+    whole_refusal,
+)
 from .httpserver import ServerLimits, run_server
 from .receipt import Receipt
-from .signing import key_id, sign_answer
+from .signing import key_id
 
 __all__ = [
     "ChallengeStore",
@@ -71,59 +77,6 @@ _access = logging.getLogger("gpucc.holder.access")
 _decisions = logging.getLogger("gpucc.holder")
 #: receipts accepted per answered session (without a pinned orchestrator key)
 _RECEIPTS_PER_SESSION = 4
-
-
-@dataclass(frozen=True)
-class ReleasePolicy:
-    """A group of datasets and the attestation policy their requester must meet (as a key
-    broker's resource policy): ``verifier`` is built once from that policy."""
-
-    name: str
-    datasets: tuple[str, ...]
-    verifier: PlatformVerifier = field(repr=False)
-
-
-@dataclass(frozen=True)
-class HolderConfig:
-    """Everything the service needs.
-
-    Attributes:
-        datasets: the dataset keys this holder releases (never in a repr).
-        signing_key: the long-term answer-signing key (never in a repr).
-        verifier: the platform verifier (``gpucc.assembly``): GPU and CVM evidence, the
-            holder's policy, its roots and collateral; GPU-only offers only under the
-            policy's relaxation ``cvm.allow_gpu_only``.
-        challenge_ttl: seconds a challenge stays valid.
-        max_request_bytes: larger request bodies are refused before parsing.
-        rate_per_s, burst: each client's token bucket.
-        max_outstanding: challenges kept at most (oldest evicted first).
-        max_challenges_per_client: outstanding challenges one client address may hold.
-        body_timeout_s: a whole request must arrive within this many seconds.
-        receipt_dir: where receipts of visits are kept as files (``None``: not as files).
-        dataset_names: each dataset's name (the sealed file's stem), in ``datasets``' order.
-        releases: per-dataset release policies: a dataset named in one is released only to
-            offers that pass that policy's verifier; the others under ``verifier``.
-        state: the durable state (:mod:`gpucc.staging.statedb`): answered and issued
-            challenges, receipts and an audit record per decision (``None``: memory only).
-        orchestrator_key: receipts are accepted only when signed by this key (``None``:
-            by any key, a few per session).
-    """
-
-    datasets: tuple[DatasetKey, ...] = field(repr=False)
-    signing_key: ec.EllipticCurvePrivateKey = field(repr=False)
-    verifier: PlatformVerifier = field(repr=False)
-    challenge_ttl: float = 120.0
-    max_request_bytes: int = 256 * 1024
-    rate_per_s: float = 20.0
-    burst: int = 40
-    max_outstanding: int = 10_000
-    max_challenges_per_client: int = 64
-    body_timeout_s: float = 30.0
-    receipt_dir: Path | None = None
-    orchestrator_key: ec.EllipticCurvePublicKey | None = None
-    state: SqliteState | PostgresState | None = field(default=None, repr=False)
-    dataset_names: tuple[str, ...] = ()
-    releases: tuple[ReleasePolicy, ...] = ()
 
 
 class ChallengeRefused(Exception):  # noqa: N818 - an outcome, mapped to HTTP 409
@@ -277,85 +230,6 @@ def load_datasets(directory: Path, key_file: Path) -> tuple[DatasetKey, ...]:
     return tuple(keys)
 
 
-class DatasetsRefused(ProtocolError):  # noqa: N818 - an outcome: no dataset may be released
-    """The offer met no dataset's release policy; ``reasons`` name each dataset and rule."""
-
-    def __init__(self, message: str, reasons: list[dict[str, str]]) -> None:
-        super().__init__(message)
-        self.reasons = reasons
-
-
-def _groups(config: HolderConfig) -> list[tuple[str, PlatformVerifier, list[int]]]:
-    """(policy name, verifier, indexes into ``config.datasets``) for each release policy
-    that governs at least one dataset; ``default`` for the datasets no policy names."""
-    names = config.dataset_names or tuple(d.dataset_id.hex() for d in config.datasets)
-    claimed: set[str] = set()
-    groups = []
-    for policy in config.releases:
-        chosen = [i for i, n in enumerate(names) if n in policy.datasets and n not in claimed]
-        claimed.update(names[i] for i in chosen)
-        if chosen:
-            groups.append((policy.name, policy.verifier, chosen))
-    rest = [i for i, n in enumerate(names) if n not in claimed]
-    if rest:
-        groups.insert(0, ("default", config.verifier, rest))
-    return groups
-
-
-def _answer_offer(
-    config: HolderConfig, offer: Offer, results: list[PlatformResult]
-) -> tuple[bytes, bytes, TrustRecord, list[str], list[dict[str, str]]]:
-    """Verify ``offer`` through each release policy's platform verifier (every result
-    appended to ``results``), wrap the keys of the datasets whose policy it meets to its
-    session, and sign the answer with the release's trust record.
-
-    Returns:
-        The signed answer, the transcript hash, the trust record, the names of the datasets
-        released and, for those withheld, the dataset, policy and unmet rule of each.
-
-    Raises:
-        DatasetsRefused: no dataset's policy was met.
-    """
-    names = config.dataset_names or tuple(d.dataset_id.hex() for d in config.datasets)
-    released: list[int] = []
-    withheld: list[dict[str, str]] = []
-    holder = None
-    records: list[Any] = []
-    groups = _groups(config)
-    for policy, verifier, chosen in groups:
-        mine: list[PlatformResult] = []
-        try:
-            session = accept_offer(
-                offer,
-                challenge=offer.challenge,
-                attest=verifier.gpu_attester(mine.append),
-                attest_cvm=verifier.cvm_attester(mine.append),
-                allow_gpu_only=verifier.allow_gpu_only,
-            )
-        except ProtocolError as exc:
-            results.extend(mine)
-            if len(groups) == 1 and not config.releases:  # one policy: its refusal as it is
-                raise
-            unmet = _failed_checks(mine) or [{"check": "offer", "detail": _one_line(exc)}]
-            for i in chosen:
-                for rule in unmet:
-                    withheld.append({"dataset": names[i], "policy": policy, **rule})
-            continue
-        results.extend(mine)
-        holder = holder or session
-        records += [r.record for r in mine]
-        released += chosen
-    if holder is None:
-        raise DatasetsRefused("the offer meets no dataset's release policy", withheld)
-    record = release_record(records, gpu_only=holder.version == 1)
-    keys = [config.datasets[i] for i in sorted(released)]
-    answer = holder.answer([holder.wrap(d) for d in keys]).to_json()
-    envelope = sign_answer(
-        config.signing_key, answer, holder.transcript_hash, record.to_dict()
-    ).to_json()
-    return envelope, holder.transcript_hash, record, [names[i] for i in sorted(released)], withheld
-
-
 def _allowed_relaxations(verifier: PlatformVerifier) -> list[str]:
     """The relaxations the holder's policy allows (used ones are logged per release)."""
     policy = verifier.settings.policy
@@ -369,17 +243,6 @@ def _allowed_relaxations(verifier: PlatformVerifier) -> list[str]:
         if getattr(cvm, name):
             allowed.append(f"cvm.{name}: true")
     return allowed
-
-
-def _failed_checks(results: list[PlatformResult]) -> list[dict[str, str]]:
-    refused = [r for r in results if not r.trusted]
-    return refused[-1].failed_checks() if refused else []
-
-
-def _one_line(exc: BaseException) -> str:
-    if isinstance(exc, GpuccError):
-        return exc.diagnostics()[:500]
-    return " ".join(str(exc).split())[:500]
 
 
 def _require_web_stack() -> None:
@@ -476,7 +339,7 @@ def build_app(config: HolderConfig, live: LiveConfig | None = None) -> Any:
         except ChallengeRefused as exc:
             return refuse(request, 429, "rate-limited", str(exc))
         except StateUnavailableError as exc:
-            return refuse(request, 503, "state-unavailable", _one_line(exc))
+            return refuse(request, 503, "state-unavailable", one_line(exc))
         request.state.outcome = "issued"
         return JSONResponse({"challenge": value.hex(), "expires_in": ttl})
 
@@ -501,34 +364,47 @@ def build_app(config: HolderConfig, live: LiveConfig | None = None) -> Any:
         try:
             parsed = Offer.from_json(body)
         except (MalformedInputError, ProtocolError) as exc:
-            return refuse(request, 400, "malformed", _one_line(exc))
+            return refuse(request, 400, "malformed", one_line(exc))
         try:
             await run_in_threadpool(store.consume, parsed.challenge)
         except ChallengeRefused as exc:
+            await audit_whole(request, parsed, "challenge", str(exc))
             return refuse(request, 409, "challenge-refused", str(exc))
         except StateUnavailableError as exc:  # nothing is answered without its record
-            return refuse(request, 503, "state-unavailable", _one_line(exc))
+            return refuse(request, 503, "state-unavailable", one_line(exc))
         results: list[PlatformResult] = []
         try:
-            envelope, transcript, record, released, withheld = await run_in_threadpool(
-                _answer_offer, config, parsed, results
-            )
+            done = await run_in_threadpool(answer_offer, config, parsed, results)
         except ProtocolError as exc:
-            reasons = exc.reasons if isinstance(exc, DatasetsRefused) else _failed_checks(results)
+            reasons = exc.reasons if isinstance(exc, DatasetsRefused) else failed_checks(results)
             decision: dict[str, Any] = {
                 "event": "refusal",
                 "client": client_of(request),
                 "reasons": reasons,
             }
             _decisions.info(json.dumps(decision, sort_keys=True))
-            await audit(f"refusal:{secrets.token_hex(16)}", decision)
-            return refuse(request, 403, "not-trusted", _one_line(exc), reasons)
+            refused = (
+                reasons if isinstance(exc, DatasetsRefused) else whole_refusal(config, exc, reasons)
+            )
+            requester = exc.requester if isinstance(exc, DatasetsRefused) else None
+            await audit(
+                audit_document(
+                    client=client_of(request),
+                    requester=requester,
+                    challenge=parsed.challenge,
+                    released=[],
+                    refused=refused,
+                )
+            )
+            return refuse(request, 403, "not-trusted", one_line(exc), reasons)
         except MalformedInputError as exc:
-            return refuse(request, 400, "malformed", _one_line(exc))
+            return refuse(request, 400, "malformed", one_line(exc))
         except CollateralUnavailableError as exc:
-            return refuse(request, 503, "collateral-unavailable", _one_line(exc))
+            return refuse(request, 503, "collateral-unavailable", one_line(exc))
         except GpuccError as exc:
-            return refuse(request, 403, "refused", _one_line(exc))
+            await audit_whole(request, parsed, "offer", one_line(exc))
+            return refuse(request, 403, "refused", one_line(exc))
+        transcript = done.transcript_hash
         with answered_lock:
             answered[transcript.hex()] = _RECEIPTS_PER_SESSION
             while len(answered) > config.max_outstanding:
@@ -537,16 +413,28 @@ def build_app(config: HolderConfig, live: LiveConfig | None = None) -> Any:
             "event": "release",
             "client": client_of(request),
             "transcript_hash": transcript.hex(),
-            "datasets": len(released),
-            "released": released,
-            "trusted_with": record.to_dict(),
+            "datasets": len(done.released),
+            "released": [name for name, _ in done.released],
+            "trusted_with": done.record.to_dict(),
         }
-        if withheld:
-            decision["withheld"] = withheld
+        if done.requester is not None:
+            decision["requester"] = done.requester
+        if done.withheld:
+            decision["withheld"] = done.withheld
         _decisions.info(json.dumps(decision, sort_keys=True))
-        await audit(f"release:{transcript.hex()}", decision)
+        await audit(
+            audit_document(
+                client=client_of(request),
+                requester=done.requester,
+                challenge=parsed.challenge,
+                released=done.released,
+                refused=done.withheld,
+                trusted_with=done.record.to_dict(),
+                transcript_hash=transcript.hex(),
+            )
+        )
         request.state.outcome = "answered"
-        return Response(envelope, media_type="application/json")
+        return Response(done.envelope, media_type="application/json")
 
     async def receipt(request: Request) -> Response:
         config = live.current
@@ -559,7 +447,7 @@ def build_app(config: HolderConfig, live: LiveConfig | None = None) -> Any:
             parsed = Receipt.from_json(body)
             parsed.verify(config.orchestrator_key)
         except GpuccError as exc:
-            return refuse(request, 400, "malformed", _one_line(exc))
+            return refuse(request, 400, "malformed", one_line(exc))
         # Anyone who saw the transcript hash could post a receipt first; without a pinned
         # orchestrator key a few are kept per session (by signer), so none can crowd out
         # the orchestrator's own.
@@ -584,22 +472,34 @@ def build_app(config: HolderConfig, live: LiveConfig | None = None) -> Any:
             if config.receipt_dir is not None:
                 await run_in_threadpool(store_receipt, config.receipt_dir, parsed)
         except GpuccError as exc:
-            return refuse(request, 503, "not-stored", _one_line(exc))
+            return refuse(request, 503, "not-stored", one_line(exc))
         request.state.outcome = "receipt-stored"
         return JSONResponse({"stored": True})
 
-    async def audit(key: str, decision: dict[str, Any]) -> None:
+    async def audit(doc: dict[str, Any]) -> None:
         """The decision's audit record in the state (a log line says when it cannot be kept:
         the decision is made and answered either way)."""
         if state is None:
             return
-        doc = {**decision, "time": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
         try:
-            await run_in_threadpool(state.put_record, "decision", key, doc)
+            await run_in_threadpool(state.put_audit, doc)
         except GpuccError as exc:
             _decisions.warning(
-                json.dumps({"event": "audit-not-kept", "error": _one_line(exc)}, sort_keys=True)
+                json.dumps({"event": "audit-not-kept", "error": one_line(exc)}, sort_keys=True)
             )
+
+    async def audit_whole(request: Request, offer: Offer, rule: str, detail: str) -> None:
+        """A refusal of the whole offer before any dataset was considered."""
+        reasons = [{"dataset": "*", "policy": "", "check": rule, "detail": detail}]
+        await audit(
+            audit_document(
+                client=client_of(request),
+                requester=None,
+                challenge=offer.challenge,
+                released=[],
+                refused=reasons,
+            )
+        )
 
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
@@ -629,7 +529,7 @@ def build_app(config: HolderConfig, live: LiveConfig | None = None) -> Any:
 
 def _receipts_left(state: SqliteState | PostgresState, transcript_hash: str) -> int:
     """Receipts still accepted for a session answered by any process sharing ``state``."""
-    if not state.count_records("decision", f"release:{transcript_hash}"):
+    if not state.released(transcript_hash):
         return 0
     return _RECEIPTS_PER_SESSION - state.count_records("receipt", transcript_hash)
 

@@ -7,7 +7,9 @@ starts the journey.
 Per holder, in order, failing closed at every step:
 
 1. a fresh challenge from that holder, and an offer with a fresh session key and GPU
-   evidence collected for the nonce bound to both;
+   evidence collected for the nonce bound to both, signed with the orchestrator's key when
+   it has one (:mod:`gpucc.staging.requester`: a holder may release a dataset only to
+   offers of named requesters);
 2. the holder's signed answer, checked against the key the plan pins, then against the
    host's own offer (``staging.release.open_answer``);
 3. the model digest, which must equal the one taken when the GPU left the previous holder;
@@ -148,8 +150,10 @@ def _visit(
     expected_in: str | None,
     on_staged: Callable[[str, str, Any], None] | None,
     clock: Callable[[], dt.datetime],
+    requester: ec.EllipticCurvePrivateKey | None = None,
 ) -> tuple[dict[str, Any], int, tuple[ScrubReceipt, ...], str, str]:
     from gpucc.staging import plan_stage
+    from gpucc.staging.requester import sign_offer
 
     client = HolderClient(
         holder.url,
@@ -159,6 +163,8 @@ def _visit(
     started = clock()
     challenge = client.challenge()
     offer, host_key = create_offer(challenge, collect, collect_cvm=collect_cvm)
+    if requester is not None:  # the orchestrator's key names who asks (release policies)
+        offer = sign_offer(offer, requester)
     envelope = client.offer(offer)
     answer = Answer.from_json(envelope.answer)
     envelope.verify(holder.pin, answer.transcript_hash)
@@ -327,6 +333,7 @@ def run_plan(
                 expected_in=expected,
                 on_staged=on_staged,
                 clock=clock,
+                requester=signing_key,
             )
             expected = d_out
             line = b""

@@ -270,7 +270,10 @@ CASES: dict[str, dict[str, tuple[str, ...]]] = {
         "missing-input": ("holder", "datasets", "--datasets", MISSING),
         "input-is-directory": ("holder", "datasets", "--datasets", "d.bin"),
     },
-    "holder receipts": {"missing-input": ("holder", "receipts", "--receipt-dir", MISSING)},
+    "holder receipts": {
+        "missing-input": ("holder", "receipts", "--receipt-dir", MISSING),
+        "input-is-directory": ("holder", "receipts", "--state", DIR),
+    },
     "travel run": {"missing-input": ("travel", "run", MISSING)},
     "travel verify-log": {
         "missing-input": ("travel", "verify-log", MISSING, "--key", PUB),
@@ -623,6 +626,9 @@ def test_documents_of_model_holder_keygen_and_shards_match_their_schemas(tmp_pat
     (tmp_path / "d.bin").write_bytes(b"d" * 9000)
     seal_file(tmp_path / "d.bin", tmp_path / "data" / "d.gcc", kek=kek, chunk_size=4096)
     (tmp_path / "shards").mkdir()
+    from gpucc.staging.statedb import SqliteState
+
+    SqliteState(tmp_path / "state.sqlite3").close()  # a holder's state, no decision yet
     runs = {
         "gpucc.model.digest/v1": ("model", "digest", "m"),
         "gpucc.model.sign/v1": ("model", "sign", "m", "--private-key", "p.pem",
@@ -630,6 +636,7 @@ def test_documents_of_model_holder_keygen_and_shards_match_their_schemas(tmp_pat
         "gpucc.holder.datasets/v1": ("holder", "datasets", "--datasets", "data"),
         "gpucc.keygen/v1": ("holder", "keygen", "--key", "h.key", "--pub", "h.pub"),
         "gpucc.holder.receipts/v1": ("holder", "receipts", "--receipt-dir", "data"),
+        "gpucc.holder.audit/v1": ("holder", "receipts", "--state", "state.sqlite3"),
         "gpucc.seal.shards/v1": ("seal", "d.bin", "-o", "shards", "--key-file", "k.key",
                                  "--shards", "2", "--chunk-size", "4KiB"),
     }  # fmt: skip

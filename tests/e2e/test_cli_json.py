@@ -346,3 +346,43 @@ def test_demo_json(tmp_path: Path) -> None:
     doc = document(result, "gpucc.demo/v1")
     assert [s["name"] for s in doc["steps"]] == ["attest", "session", "seal", "stage", "tamper"]
     assert "demo complete" in result.stderr
+
+
+def test_holder_audit_records_json_and_their_errors(tmp_path: Path) -> None:
+    from gpucc.staging.statedb import SqliteState
+    from gpucc.travel.audit import audit_document
+
+    state = SqliteState(tmp_path / "state.sqlite3")
+    state.put_audit(
+        audit_document(
+            client="192.0.2.1",
+            requester="ab" * 32,
+            challenge=bytes(32),
+            released=[("a", "default")],
+            refused=[{"dataset": "b", "policy": "k1", "check": "requester identity",
+                      "detail": "not signed by a requester this policy names"}],
+            trusted_with={"relaxations": [{"item": "ocsp.require: false"}], "simulated": False},
+            transcript_hash="cd" * 48,
+        )
+    )  # fmt: skip
+    state.close()
+    doc = document(gpucc("holder", "receipts", "--state", "state.sqlite3", "-f", "json",
+                         cwd=tmp_path), "gpucc.holder.audit/v1")  # fmt: skip
+    (record,) = doc["records"]
+    assert record["relaxations"] == ["ocsp.require: false"]
+    assert [d["decision"] for d in record["datasets"]] == ["released", "refused"]
+    refused = document(
+        gpucc("holder", "receipts", "--state", "state.sqlite3", "--decision", "refused",
+              "--requester", "abababab", "-f", "json", cwd=tmp_path),
+        "gpucc.holder.audit/v1",
+    )  # fmt: skip
+    assert [d["dataset"] for d in refused["records"][0]["datasets"]] == ["b"]
+    for args, code in (
+        (("--state", "state.sqlite3", "--receipt-dir", "."), 2),  # one of them
+        (("--dataset", "a", "--receipt-dir", "."), 2),  # a filter needs --state
+        (("--state", "state.sqlite3", "--until", "soon"), 2),
+        (("--state", "memory"), 2),
+        (("--state", "absent.sqlite3"), 8),
+    ):
+        result = gpucc("holder", "receipts", *args, "-f", "json", cwd=tmp_path)
+        assert document(result, "gpucc.error/v1")["error"]["code"] == code, (args, result.stderr)

@@ -194,7 +194,12 @@ RUNS: dict[str, tuple[Run, ...]] = {
     ),
     "holder receipts": (
         ok("gpucc.holder.receipts/v1", "holder receipts --receipt-dir receipts"),
+        ok("gpucc.holder.audit/v1", "holder receipts --state state.sqlite3"),
+        ok("gpucc.holder.audit/v1",
+           "holder receipts --state state.sqlite3 --decision released --dataset d"),
         error(8, "holder receipts --receipt-dir absent"),
+        error(8, "holder receipts --state absent.sqlite3"),
+        error(2, "holder receipts --state state.sqlite3 --since yesterday"),
     ),
     "holder serve": (
         error(8, f"holder serve --datasets absent {SERVE}"),
@@ -372,7 +377,7 @@ def _prepare(command: str, work: Path, values: dict[str, str], stack: ExitStack)
         proc = subprocess.Popen(
             [sys.executable, "-m", "gpucc", "holder", "serve", "--datasets", "data",
              "--dataset-keys", "k.key", "--key", "h.key", "--listen", f"127.0.0.1:{port}",
-             "--simulate-roots", "sim", "--receipt-dir", "receipts"],
+             "--simulate-roots", "sim", "--receipt-dir", "receipts", "--state", "state.sqlite3"],
             cwd=work, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
         stack.callback(_stop, proc)

@@ -215,7 +215,20 @@ def test_receipts_and_datasets_with_hostile_file_names(tmp_path: Path) -> None:
     junk = tmp_path / "junk"
     junk.mkdir()
     (junk / f"{HOSTILE}.gcc").write_bytes(MESSAGE.encode() * 20)
+    from gpucc.staging.statedb import SqliteState
+    from gpucc.travel.audit import audit_document
+
+    state = SqliteState(tmp_path / "state.sqlite3")
+    reason = {"dataset": HOSTILE, "policy": MESSAGE, "check": MESSAGE, "detail": MESSAGE}
+    state.put_audit(
+        audit_document(
+            client=MESSAGE, requester=None, challenge=bytes(32), released=[], refused=[reason]
+        )
+    )
+    state.close()
     runs = [
+        ("holder", "receipts", "--state", "state.sqlite3"),
+        ("holder", "receipts", "--state", "state.sqlite3", "-f", "json"),
         ("holder", "receipts", "--receipt-dir", "kept"),
         ("holder", "receipts", "--receipt-dir", "kept", "-f", "json"),
         ("holder", "receipts", "--receipt-dir", "broken"),
@@ -226,6 +239,10 @@ def test_receipts_and_datasets_with_hostile_file_names(tmp_path: Path) -> None:
     results = _run_all(runs, tmp_path)
     for args, result in zip(runs, results, strict=True):
         _assert_clean(args, result)
+    audit, audit_json = results[0], results[1]
+    assert audit.returncode == 0 and _escaped(audit.stdout), audit.stderr
+    assert json.loads(audit_json.stdout)["records"][0]["datasets"][0]["dataset"] == HOSTILE
+    results = results[2:]
     assert results[0].returncode == 0 and _escaped(results[0].stdout), results[0].stderr
     assert json.loads(results[1].stdout)["receipts"][0]["file"].endswith(f"{HOSTILE}.json")
     assert results[2].returncode == 4, results[2].stderr
@@ -424,7 +441,8 @@ WALKED = {
     "evidence collect": "none here: its strings come from the local GPU driver (NVML)",
     "holder datasets": "hostile sealed-file names, valid and not",
     "holder keygen": "none: it prints the pin it computed and the paths it was given",
-    "holder receipts": "a hostile receipt file name, valid and not",
+    "holder receipts": "a hostile receipt file name, valid and not; audit records with a "
+    "hostile dataset name, client and refusal detail",
     "holder serve": "hostile dataset names and hostile requests",
     "model digest": "test_cli_terminal: hostile resource names",
     "model sign": "test_cli_terminal: a hostile key file name",

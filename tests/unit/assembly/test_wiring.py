@@ -160,7 +160,8 @@ def test_the_holder_service_verifies_offers_through_the_platform_verifier(
     wiring: Wiring, tmp_path: Path
 ) -> None:
     from gpucc.cli.holder import _verifier
-    from gpucc.travel.holder import HolderConfig, _answer_offer, load_datasets
+    from gpucc.travel.decide import answer_offer
+    from gpucc.travel.holder import HolderConfig, load_datasets
     from gpucc.travel.signing import generate_signing_key
 
     sealed, key_file = _dataset(tmp_path)
@@ -186,12 +187,10 @@ def test_the_holder_service_verifies_offers_through_the_platform_verifier(
     offer, _ = create_offer(new_challenge(), platform.collect(), collect_cvm=platform.collect_cvm())
     # what POST /v1/offer runs for an offer whose challenge it took
     results: list[PlatformResult] = []
-    envelope, transcript, record, released, withheld = _answer_offer(
-        config, Offer.from_json(offer.to_json()), results
-    )
-    assert released and not withheld
-    assert envelope and len(transcript) == 48  # SHA-384
-    assert record.simulated and results == wiring.verified
+    done = answer_offer(config, Offer.from_json(offer.to_json()), results)
+    assert done.released and not done.withheld and done.requester is None
+    assert done.envelope and len(done.transcript_hash) == 48  # SHA-384
+    assert done.record.simulated and results == wiring.verified
     assert [r.trusted for r in wiring.verified] == [True, True]
     assert offer.version == 2
 

@@ -34,7 +34,8 @@ def make(request: pytest.FixtureRequest, tmp_path: Path) -> Factory:
     import psycopg
 
     with psycopg.connect(dsn, autocommit=True) as db:  # each test starts empty
-        for table in ("gpucc_answered", "gpucc_challenges", "gpucc_records"):
+        tables = ("gpucc_answered", "gpucc_challenges", "gpucc_records", "gpucc_audit")
+        for table in (*tables, "gpucc_meta"):
             db.execute(f"DROP TABLE IF EXISTS {table}")
     return lambda **kw: PostgresState(dsn, **kw)
 
@@ -76,6 +77,55 @@ def test_records_are_kept_once_per_key(make: Factory) -> None:
     state.put_record("decision", "release:ab", {"event": "release"})
     assert [doc for _, _, doc in state.records("receipt")] == [{"seq": 1}, {"seq": 2}]
     assert state.count_records("receipt", "ab") == 2 and state.count_records("receipt", "c") == 0
+
+
+def _sql(state: SqliteState | PostgresState, *statements: str) -> None:
+    with state._tx() as cur:
+        for statement in statements:
+            cur.execute(statement)
+
+
+def test_a_schema_1_database_is_migrated_when_opened(make: Factory) -> None:
+    old = make()
+    # what gpucc wrote before audit records: decisions among the records, no audit table
+    old.put_record(
+        "decision",
+        "release:" + "ab" * 48,
+        {"event": "release", "client": "10.0.0.1", "released": ["a"],
+         "withheld": [{"dataset": "b", "policy": "p", "check": "driver", "detail": "d"}],
+         "trusted_with": {"relaxations": [{"item": "ocsp.require: false"}], "simulated": True}},
+    )  # fmt: skip
+    old.put_record("decision", "refusal:1", {"event": "refusal", "client": "10.0.0.2"})
+    _sql(old, "DROP TABLE gpucc_audit", "DROP TABLE gpucc_meta")
+    old.close()
+    state = make()
+    (release, refusal) = [doc for _, doc in state.audit()]
+    assert release["decision"] == "released" and release["transcript_hash"] == "ab" * 48
+    assert [d["decision"] for d in release["datasets"]] == ["released", "refused"]
+    assert release["relaxations"] == ["ocsp.require: false"] and release["simulated"]
+    assert refusal["decision"] == "refused" and refusal["client"] == "10.0.0.2"
+    assert state.released("ab" * 48) and not state.released("cd" * 48)
+    assert state.count_records("decision", "") == 0  # moved, not copied
+    state.close()
+    assert len(make().audit()) == 2  # migrated once
+
+
+def test_a_newer_schema_is_refused_not_written(make: Factory) -> None:
+    state = make()
+    _sql(state, "UPDATE gpucc_meta SET value = '99' WHERE name = 'schema'")
+    state.close()
+    with pytest.raises(StateUnavailableError, match="schema 99, newer than this gpucc"):
+        make()
+
+
+def test_audit_records_by_time(make: Factory) -> None:
+    now = [1000.0]
+    state = make(clock=lambda: now[0])
+    for t in (1000.0, 2000.0, 3000.0):
+        now[0] = t
+        state.put_audit({"decision": "refused", "client": str(t), "datasets": []})
+    assert [d["client"] for _, d in state.audit(since=2000.0)] == ["2000.0", "3000.0"]
+    assert [d["client"] for _, d in state.audit(until=2000.0)] == ["1000.0"]
 
 
 def test_racing_claims_have_one_winner(make: Factory) -> None:
