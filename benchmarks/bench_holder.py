@@ -141,9 +141,9 @@ def main() -> int:
         server = subprocess.Popen(
             [
                 sys.executable, "-m", "gpucc.cli.holder", "serve",
-                "--datasets", str(tmp / "data"), "--dataset-keys", str(tmp / "data.key"),
-                "--key", str(tmp / "holder.key"), "--listen", f"127.0.0.1:{port}",
-                "--simulate-roots", str(roots), "--policy", str(tmp / "policy.yaml"),
+                "--datasets", str(tmp / "data"), "--data-key", str(tmp / "data.key"),
+                "--holder-key", str(tmp / "holder.key"), "--listen", f"127.0.0.1:{port}",
+                "--simulate", str(roots), "--policy", str(tmp / "policy.yaml"),
                 "--rate", "100000", "--burst", "100000",
                 # every client thread shares 127.0.0.1: lift the per-client caps
                 "--max-connections-per-client", "2048", "--max-challenges-per-client", "2048",
