@@ -200,7 +200,8 @@ class Command(TyperCommand):
         valued = [
             o
             for p in self.params
-            if p.param_type_name == "option" and not (p.is_flag or p.count)
+            if p.param_type_name == "option"
+            and not (getattr(p, "is_flag", False) or getattr(p, "count", False))
             for o in p.opts
         ]
         renamed, used = renamed_args(self.path or command_path(ctx), args, valued)

@@ -441,7 +441,7 @@ def _renamed_keys(doc: dict[str, Any]) -> dict[str, Any]:
 
     renamed: dict[str, Any] = {}
     for key, value in doc.items():
-        new = RENAMED["holder serve"].get(f"--{key}") if isinstance(key, str) else None
+        new = RENAMED["holder serve"].get(f"--{key}")
         if new is None:
             renamed[key] = value
             continue

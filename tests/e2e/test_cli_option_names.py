@@ -16,8 +16,10 @@ from tests.support.cli import gpucc, run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 PAIRS = [(path, old, new) for path, table in RENAMED.items() for old, new in table.items()]
-OLD_ONLY = ("--key-file", "--dataset-keys", "--simulate-roots", "--private-key", "--public-key")
-OLD_ONLY += ("--signing-certificate", "--certificate-chain")
+OLD_ONLY = (
+    *("--key-file", "--dataset-keys", "--simulate-roots", "--private-key", "--public-key"),
+    *("--signing-certificate", "--certificate-chain"),
+)
 
 
 def _note(old: str, new: str) -> str:
