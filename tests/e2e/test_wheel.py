@@ -1,5 +1,5 @@
 """The wheel built from the tracked tree holds the package and its data, and nothing else:
-the schemas, the bundled samples and trust roots with their notices, the CUDA sources; no
+the schemas, the bundled GPU and CVM samples and trust roots with their notices, the CUDA sources; no
 tests, benchmarks, CI or development files. (CI also installs it into a fresh virtual
 environment and runs ``gpucc demo`` and ``gpucc attest --sample`` from it: ``.ci/run``.)"""
 
@@ -68,6 +68,7 @@ def test_the_wheel_holds_the_package_data(wheel: zipfile.ZipFile) -> None:
     wanted = [
         *_data_files("cli/schemas", "*.json"),
         *_data_files("gpuattest/_samples", "*.hex", "*.pem", "*.swidtag", "NOTICE"),
+        *_data_files("gpuattest/_samples", "tdx/*", "snp/*"),  # the CVM samples, notices
         *_data_files("gpuattest/_roots", "**/*.pem", "**/NOTICE"),
         *_data_files("gpuattest/_schemas", "*.xsd", "NOTICE"),
         *_data_files("staging/kernels", "*.cu", "*.cuh"),
