@@ -152,9 +152,9 @@ class Bench:
         server = subprocess.Popen(
             [
                 sys.executable, "-m", "gpucc.cli.holder", "serve",
-                "--datasets", str(self.tmp / "data"), "--dataset-keys", str(self.tmp / "data.key"),
-                "--key", str(self.tmp / "holder.key"), "--listen", f"127.0.0.1:{port}",
-                "--simulate-roots", str(self.roots), "--policy", str(self.tmp / "policy.yaml"),
+                "--datasets", str(self.tmp / "data"), "--data-key", str(self.tmp / "data.key"),
+                "--holder-key", str(self.tmp / "holder.key"), "--listen", f"127.0.0.1:{port}",
+                "--simulate", str(self.roots), "--policy", str(self.tmp / "policy.yaml"),
                 "--state", state, "--rate", "100000", "--burst", "100000",
                 # every client thread shares 127.0.0.1: lift the per-client caps
                 "--max-connections-per-client", "2048", "--max-challenges-per-client", "2048",

@@ -134,7 +134,7 @@ def main() -> None:
         work = Path(tmp)
         (work / "d.bin").write_bytes(os.urandom(size))
         subprocess.run(
-            [sys.executable, "-m", "gpucc", "seal", "d.bin", "-o", "d.gcc", "--key-file",
+            [sys.executable, "-m", "gpucc", "seal", "d.bin", "-o", "d.gcc", "--data-key",
              "k.key", "--chunk-size", "4MiB"],
             cwd=work, check=True, capture_output=True,
         )  # fmt: skip

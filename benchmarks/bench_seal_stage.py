@@ -30,7 +30,7 @@ For 1 MiB and 4 MiB chunks, with one thread and with every CPU, it times:
 * ``verify_cpu``: every chunk of the file authenticated in place in per-thread buffers,
   none kept; ``verify_cpu arena``: the same with the buffers lent by the arena (what
   ``gpucc stage`` does on the CPU without ``--manifest``).
-* ``gpucc stage (CLI)``: ``gpucc stage FILE --key-file K --format json`` as a process; its
+* ``gpucc stage (CLI)``: ``gpucc stage FILE --data-key K --format json`` as a process; its
   own reported rate (open, unwrap and verify every chunk, start-up excluded), as a user
   sees it.
 * ``raw decrypt_into, fresh``: the ceiling into a fresh mapping: what the kernel's page
@@ -98,7 +98,7 @@ class _Rate(float):
 def _cli_stage(path: Path, key_file: Path, threads: int) -> _Rate:
     exe = shutil.which("gpucc", path=str(Path(sys.executable).parent))
     argv = [exe] if exe else [sys.executable, "-m", "gpucc"]
-    argv += ["stage", str(path), "--key-file", str(key_file), "--threads", str(threads)]
+    argv += ["stage", str(path), "--data-key", str(key_file), "--threads", str(threads)]
     done = subprocess.run([*argv, "--format", "json"], capture_output=True, text=True, check=True)
     report = json.loads(done.stdout)
     return _Rate(report["bytes"] / report["seconds"] / 1e9)

@@ -21,6 +21,8 @@ from .attest_cvm import (
     CvmOnlyOption,
     CvmPccsOption,
     CvmReportDataOption,
+    CvmSampleOption,
+    bundled_cvm,
     cvm_report_data_value,
     read_cvm_event_log,
     read_cvm_evidence,
@@ -233,6 +235,7 @@ def attest(
     cvm_report_data: CvmReportDataOption = None,
     cvm_only_: CvmOnlyOption = False,
     cvm_pccs_url: CvmPccsOption = None,
+    cvm_sample: CvmSampleOption = None,
     device: Annotated[
         Device,
         typer.Option(
@@ -292,6 +295,21 @@ def attest(
     from .render import verdict_exit_code
 
     verbose = current().verbosity >= 1  # -v (every command's option): values in full
+    at_origin = "--at or GPUCC_AT" if at else ""
+    cvm_bundle = None
+    if cvm_sample is not None:
+        others = {
+            "--cvm-evidence": cvm_evidence,
+            "--cvm-collateral": cvm_collateral,
+            "--cvm-report-data": cvm_report_data,
+            "--cvm-pccs-url": cvm_pccs_url,
+            "--cvm-event-log": cvm_event_log,
+        }
+        given = [name for name, value in others.items() if value is not None]
+        cvm_bundle = bundled_cvm(cvm_sample, given=given, gpu_sample=sample)
+        cvm_only_ = cvm_only_ or not (sample or evidence)
+        if at is None:
+            at, at_origin = cvm_bundle.at, f"the bundled CVM sample's time ({cvm_sample.value})"
     now = parse_time(at)
     pol: Policy = load_policy(policy) if policy else Policy()
     ev: EvidenceSet | None = None
@@ -299,11 +317,15 @@ def attest(
         raise UsageError("--sign-eat KEY and -o FILE go together")
     if sign_eat is not None and verifier is Verifier.REMOTE:
         raise UsageError("--sign-eat signs a local verification; NRAS's tokens are already signed")
-    if cvm_evidence is not None and (sign_eat is not None or verifier is Verifier.REMOTE):
-        raise UsageError("--cvm-evidence is verified locally only: drop --sign-eat/--verifier")
+    has_cvm = cvm_evidence is not None or cvm_bundle is not None
+    if has_cvm and (sign_eat is not None or verifier is Verifier.REMOTE):
+        raise UsageError(
+            "CVM evidence (--cvm-evidence, --cvm-sample) is verified locally only: drop "
+            "--sign-eat/--verifier"
+        )
     if cvm_only_ and (evidence or cert_chain or sample):
         raise UsageError("--cvm-only verifies --cvm-evidence alone: drop the GPU evidence")
-    if cvm_evidence is None and (
+    if not has_cvm and (
         cvm_only_ or cvm_collateral or cvm_report_data or cvm_pccs_url or cvm_event_log
     ):
         raise UsageError(
@@ -325,6 +347,8 @@ def attest(
         deadline=deadline,
     )
     cvm = read_cvm_evidence(cvm_evidence, cvm_collateral) if cvm_evidence is not None else None
+    if cvm_bundle is not None:
+        cvm = (cvm_bundle.evidence, cvm_bundle.collateral)
     if sample:
         if evidence or cert_chain:
             raise UsageError("--sample cannot be combined with --evidence/--cert-chain")
@@ -387,7 +411,7 @@ def attest(
             cvm_collateral=cvm[1] if cvm is not None else None,
             pccs_url=cvm_pccs_url,
             at=now if at else None,
-            at_origin="--at or GPUCC_AT" if at else "",
+            at_origin=at_origin,
             simulation=simulate,
         )
     )
@@ -400,14 +424,16 @@ def attest(
                 switches=switches,
             ),
             nonce=expected,
-            cvm_report_data=cvm_report_data_value(cvm_report_data, cvm[0] if cvm else None),
+            cvm_report_data=cvm_bundle.report_data
+            if cvm_bundle is not None
+            else cvm_report_data_value(cvm_report_data, cvm[0] if cvm else None),
         )
     except CollateralUnavailableError as exc:
-        if cvm is not None and cvm_collateral is None and not exc.subject:
+        if cvm is not None and cvm[1] is None and not exc.subject:
             exc.subject = "cvm"  # the CVM's evidence is judged with the GPUs'
         raise
     _print(result, output=output, verbose=verbose)
-    if cvm_collateral is None and result.cvm is not None and result.cvm.undecided:
+    if cvm is not None and cvm[1] is None and result.cvm is not None and result.cvm.undecided:
         from gpucc.core.errors import OfflineError
 
         from .exitcodes import cli_hint

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import enum
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
@@ -71,6 +73,27 @@ CvmPccsOption = Annotated[
         "cache; --offline uses the cache only.",
     ),
 ]
+
+
+class CvmSampleKind(enum.StrEnum):
+    """--cvm-sample values: the bundled CVM samples."""
+
+    TDX = "tdx"
+    SNP = "snp"
+
+
+CvmSampleOption = Annotated[
+    CvmSampleKind | None,
+    typer.Option(
+        "--cvm-sample",
+        rich_help_panel=_PANEL,
+        case_sensitive=False,
+        help="Verify a bundled CVM sample offline with its collateral: tdx (an Intel-signed "
+        "TDX quote) or snp (an AMD EPYC Milan guest's SEV-SNP report). Alone, the CVM by "
+        "itself; with --sample, beside NVIDIA's GPU sample for a composite verdict. Without "
+        "--at, as of 2025-06-19T11:16:03Z, when the samples' collateral is valid.",
+    ),
+]
 CvmOnlyOption = Annotated[
     bool,
     typer.Option(
@@ -138,3 +161,41 @@ def read_cvm_event_log(path: Path | None) -> bytes | None:
     from gpucc.gpuattest.cvm.eventlog import MAX_EVENT_LOG_BYTES
 
     return read_capped(path, MAX_EVENT_LOG_BYTES, what="CVM event log")
+
+
+@dataclass(frozen=True)
+class CvmInput:
+    """The CVM evidence ``attest`` verifies: a file's, or a bundled sample's."""
+
+    evidence: bytes
+    collateral: bytes | None
+    report_data: bytes | None  # a sample's own; None: from --cvm-report-data or the nonce
+    at: str | None  # a sample's time, used when no --at was given
+
+
+def bundled_cvm(kind: CvmSampleKind, *, given: list[str], gpu_sample: bool) -> CvmInput:
+    """``--cvm-sample KIND``: the sample's evidence, collateral, report data and time.
+
+    ``given`` names the ``--cvm-*`` options that were also given (refused: the sample
+    brings its own). With NVIDIA's GPU sample, a note says the two are not bound.
+
+    Raises:
+        UsageError: another CVM option given.
+    """
+    from gpucc.core.errors import UsageError
+    from gpucc.gpuattest.samples import cvm_sample
+
+    from .output import note
+
+    if given:
+        raise UsageError(
+            f"--cvm-sample brings its own evidence, collateral and report data: drop {given[0]}"
+        )
+    sample = cvm_sample(kind.value)
+    if gpu_sample:
+        note(
+            f"the CVM sample ({kind.value}) and NVIDIA's GPU sample come from different "
+            "machines: the CVM's report data is its own, not bound to the GPU's nonce"
+        )
+    at = sample.valid_at.isoformat().replace("+00:00", "Z")
+    return CvmInput(sample.evidence, sample.collateral, sample.report_data, at)

@@ -93,7 +93,9 @@ def remote_text(verdict: RemoteVerdict) -> list[str]:
     for gpu in verdict.gpus:
         measres = gpu.claims.get("measres", "absent")
         lines.append(f"  {gpu.name}: measres {measres}")
-    lines.append(f"{state}: {len(verdict.gpus)} GPU(s) verified remotely")
+    from .render import counted
+
+    lines.append(f"{state}: {counted(len(verdict.gpus), 'GPU', 'GPUs')} verified remotely")
     return lines
 
 

@@ -40,6 +40,7 @@ from typer.exceptions import TyperException
 
 from gpucc.core.errors import FileAccessError, GpuccError
 
+from .aliases import renamed_args
 from .boundary import (
     Interrupted,
     Reported,
@@ -56,6 +57,7 @@ from .examples import epilog_for
 from .exitcodes import BROKEN_PIPE, outcome_for, outcome_for_code
 from .invocation import HeldResult, Invocation, bound
 from .logs import configure
+from .output import warn
 
 __all__ = ["App", "Command", "PathRule", "QuietOption", "VerboseOption"]
 
@@ -172,6 +174,9 @@ def _wants_json(formats: list[object]) -> bool:
 class Command(TyperCommand):
     """A gpucc command (see the module's description)."""
 
+    #: ``session offer``: the command as users type it (set by :meth:`App.command`)
+    path = ""
+
     def __init__(self, name: str | None, *, params: list[Any] | None = None, **kw: Any) -> None:
         own = list(params or ())
         clash = {p.name for p in own} & set(COMMON)
@@ -189,6 +194,21 @@ class Command(TyperCommand):
         """The ``--format`` parameter (every command has one)."""
         return [p for p in self.params if "--format" in getattr(p, "opts", ())]
 
+    def _renamed(self, ctx: Any, args: list[str]) -> list[str]:
+        """``args`` with this command's old option spellings replaced (``cli.aliases``),
+        one note on stderr for each old spelling used (none while completing a word)."""
+        valued = [
+            o
+            for p in self.params
+            if p.param_type_name == "option"
+            and not (getattr(p, "is_flag", False) or getattr(p, "count", False))
+            for o in p.opts
+        ]
+        renamed, used = renamed_args(self.path or command_path(ctx), args, valued)
+        for old, new in used if not ctx.resilient_parsing else ():
+            warn(f"{old} is deprecated; use {new}")
+        return renamed
+
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         """Parse as the framework does; a path it refuses is reported as a file problem.
 
@@ -196,6 +216,7 @@ class Command(TyperCommand):
         parser (the refusal does not carry it), and so is ``--format`` for the error
         document: the command has not started, so its invocation does not exist yet.
         """
+        args = self._renamed(ctx, args)
         try:
             return super().parse_args(ctx, list(args))
         except typer.BadParameter as exc:
@@ -310,4 +331,7 @@ class App(typer.Typer):
     ) -> Callable[[F], F]:
         path = " ".join(p for p in (self.group, name or "") if p)
         settings.setdefault("epilog", epilog_for(path))
+        if cls is None and name is not None:
+            # the command knows its path also when its group runs alone (python -m)
+            cls = type(Command.__name__, (Command,), {"path": path})
         return super().command(name, cls=cls or Command, **settings)

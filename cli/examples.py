@@ -12,13 +12,13 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "collateral fetch": ("gpucc collateral fetch --evidence evidence.json -o bundle.json",),
     "collateral show": ("gpucc collateral show bundle.json",),
     "seal": (
-        "gpucc seal data.bin -o data.gcc --key-file data.key",
-        "gpucc seal data.bin -o shards/ --key-file data.key --shards 8",
+        "gpucc seal data.bin -o data.gcc --data-key data.key",
+        "gpucc seal data.bin -o shards/ --data-key data.key --shards 8",
     ),
     "stage": (
-        "gpucc stage data.gcc --key-file data.key",
-        "gpucc stage data.gcc --key-file data.key --device gpu -f json",
-        "gpucc stage model.gcc --key-file model.key --manifest model.manifest.json",
+        "gpucc stage data.gcc --data-key data.key",
+        "gpucc stage data.gcc --data-key data.key --device gpu -f json",
+        "gpucc stage model.gcc --data-key model.key --manifest model.manifest.json",
     ),
     "session challenge": ("gpucc session challenge > challenge.hex",),
     "session offer": (
@@ -27,11 +27,11 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     ),
     "session answer": (
         "gpucc session answer offer.json --challenge HEX --dataset data.gcc "
-        "--key-file data.key -o answer.json",
+        "--data-key data.key -o answer.json",
     ),
     "session accept": ("gpucc session accept answer.json --host-key host.key",),
     "session local": (
-        "gpucc session local data.gcc --key-file data.key -o answer.json --host-key host.key",
+        "gpucc session local data.gcc --data-key data.key -o answer.json --host-key host.key",
     ),
     "demo": ("gpucc demo", "gpucc demo -f json"),
     "inspect": (
@@ -39,18 +39,18 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "gpucc inspect data.key    # its key id, never the key",
         "gpucc inspect evidence.json -f json",
     ),
-    "token verify": ("gpucc token verify result.jwt --key eat.pub --nonce HEX",),
+    "token verify": ("gpucc token verify result.eat.json --signer-pub eat.pub --nonce HEX",),
     "model digest": ("gpucc model digest ./model --hash blake3 -o manifest.json",),
     "model verify": (
-        "gpucc model verify ./model --signature model.sig --public-key pub.pem",
+        "gpucc model verify ./model --signature model.sig --signer-pub pub.pem",
         "gpucc model verify ./model --manifest manifest.json --device gpu",
     ),
-    "model sign": ("gpucc model sign ./model --private-key key.pem --signature model.sig",),
+    "model sign": ("gpucc model sign ./model --signer-key key.pem --signature model.sig",),
     "holder serve": (
-        "gpucc holder serve --datasets data/ --dataset-keys data.key --key holder.key "
+        "gpucc holder serve --datasets data/ --data-key data.key --holder-key holder.key "
         "--policy policy.yaml --listen 127.0.0.1:8443",
     ),
-    "holder keygen": ("gpucc holder keygen --key holder.key --pub holder.pub",),
+    "holder keygen": ("gpucc holder keygen --holder-key holder.key --holder-pub holder.pub",),
     "cvm reference-snp": (
         "gpucc cvm reference-snp --ovmf OVMF.fd --kernel vmlinuz --initrd initrd.img "
         "--append 'console=ttyS0' --vcpus 4 --vcpu-type EPYC-v4 -o policy.yaml",
@@ -69,8 +69,13 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "gpucc holder receipts --state holder.sqlite3 --decision refused --since 2026-01-01",
     ),
     "travel run": ("gpucc travel run plan.yaml",),
-    "travel verify-log": ("gpucc travel verify-log travel-log.jsonl --key orchestrator.pub",),
-    "travel keygen": ("gpucc travel keygen --key orchestrator.key --pub orchestrator.pub",),
+    "travel verify-log": (
+        "gpucc travel verify-log travel-log.jsonl --orchestrator-pub orchestrator.pub",
+    ),
+    "travel keygen": (
+        "gpucc travel keygen --orchestrator-key orchestrator.key "
+        "--orchestrator-pub orchestrator.pub",
+    ),
 }
 
 

@@ -2,8 +2,8 @@
 
 ::
 
-    holder$ gpucc holder keygen --key holder.key --pub holder.pub.pem
-    holder$ gpucc holder serve --datasets data/ --dataset-keys data.key --key holder.key \\
+    holder$ gpucc holder keygen --holder-key holder.key --holder-pub holder.pub.pem
+    holder$ gpucc holder serve --datasets data/ --data-key data.key --holder-key holder.key \\
                 --policy policy.yaml --listen 0.0.0.0:8443 --tls-cert c.pem --tls-key k.pem
 """
 
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 
     HolderState = SqliteState | PostgresState
 
-__all__ = ["holder_app", "keygen"]
+__all__ = ["holder_app", "keygen", "write_key_pair"]
 
 holder_app = App(
     group="holder",
@@ -160,7 +160,7 @@ def serve(
     dataset_keys: Annotated[
         Path | None,
         typer.Option(
-            "--dataset-keys",
+            "--data-key",
             exists=True,
             dir_okay=False,
             help="Key file the datasets were sealed for (mode 0600).",
@@ -169,7 +169,10 @@ def serve(
     key: Annotated[
         Path | None,
         typer.Option(
-            "--key", exists=True, dir_okay=False, help="The holder's P-384 signing key (0600)."
+            "--holder-key",
+            exists=True,
+            dir_okay=False,
+            help="The holder's P-384 signing key (0600).",
         ),
     ] = None,
     policy: PolicyOption = None,
@@ -279,7 +282,7 @@ def serve(
     orchestrator_key: Annotated[
         Path | None,
         typer.Option(
-            "--orchestrator-key",
+            "--orchestrator-pub",
             exists=True,
             dir_okay=False,
             help="Accept receipts signed by this orchestrator public key only.",
@@ -301,7 +304,7 @@ def serve(
     simulate_roots: Annotated[
         Path | None,
         typer.Option(
-            "--simulate-roots",
+            "--simulate",
             file_okay=False,
             metavar="DIR",
             rich_help_panel="Simulation (no GPU; never for production)",
@@ -345,9 +348,10 @@ def serve(
         )
     if tls_key is not None:  # the TLS key is a secret like the others: owner only, 0600
         read_secret_file(tls_key, 1024 * 1024, what="TLS key")
-    for name in ("datasets", "dataset_keys", "key"):
+    required = {"datasets": "--datasets", "dataset_keys": "--data-key", "key": "--holder-key"}
+    for name, option in required.items():
         if p[name] is None:
-            raise UsageError(f"--{name.replace('_', '-')} is required (as an option or a key)")
+            raise UsageError(f"{option} is required (as an option or a key)")
     if p["simulate_roots"] is not None:
         warn("SIMULATED GPU roots: for tests and demos only, this attests nothing real")
     holder_state = _state(p["state"], load_signing_key(p["key"]))
@@ -401,12 +405,13 @@ def _apply_config(ctx: typer.Context, path: Path, given: dict[str, Any]) -> dict
         for o in ctx.command.params
         if o.param_type_name == "option" and o.opts[0].startswith("--")
     }
+    doc = _renamed_keys(doc)
     unknown = [k for k in doc if k not in _FILE_ONLY and (k not in options or k in _NO_KEY)]
     if unknown:
         raise MalformedInputError(f"holder configuration {path}: unknown key {unknown[0]!r}")
     merged = dict(given)
     merged["releases"] = None
-    for name, value in doc.items():
+    for name, value in _renamed_keys(doc).items():
         if name in _FILE_ONLY:
             merged[name] = value
             continue
@@ -430,6 +435,22 @@ def _apply_config(ctx: typer.Context, path: Path, given: dict[str, Any]) -> dict
             cast = Path(cast)  # what Typer makes of the option's value
         merged[option.name or name] = cast
     return merged
+
+
+def _renamed_keys(doc: dict[str, Any]) -> dict[str, Any]:
+    """A configuration's keys with the old option spellings (``cli.aliases``) read as the
+    new ones, one note for each; a file that names both spellings keeps the new one."""
+    from .aliases import RENAMED
+
+    renamed: dict[str, Any] = {}
+    for key, value in doc.items():
+        new = RENAMED["holder serve"].get(f"--{key}")
+        if new is None:
+            renamed[key] = value
+            continue
+        warn(f"holder configuration: {key} is deprecated; use {new.removeprefix('--')}")
+        renamed.setdefault(new.removeprefix("--"), value)
+    return renamed
 
 
 def _releases(p: dict[str, Any]) -> tuple[ReleasePolicy, ...]:
@@ -493,7 +514,7 @@ def _holder_config(p: dict[str, Any], state: HolderState | None) -> HolderConfig
 
         missing = missing_simulation_files(p["simulate_roots"])
         if missing:
-            raise UsageError(f"--simulate-roots {p['simulate_roots']} lacks {', '.join(missing)}")
+            raise UsageError(f"--simulate {p['simulate_roots']} lacks {', '.join(missing)}")
     names, keys = load_named_datasets(p["datasets"], p["dataset_keys"])
     orchestrator = p["orchestrator_key"]
     return HolderConfig(
@@ -518,12 +539,22 @@ def _holder_config(p: dict[str, Any], state: HolderState | None) -> HolderConfig
 
 def keygen(
     key: Annotated[
-        Path, typer.Option("--key", dir_okay=False, help="Private key to create (mode 0600).")
+        Path,
+        typer.Option(
+            "--holder-key", dir_okay=False, help="The holder's private key to create (0600)."
+        ),
     ],
-    pub: Annotated[Path, typer.Option("--pub", dir_okay=False, help="Public key PEM to write.")],
+    pub: Annotated[
+        Path, typer.Option("--holder-pub", dir_okay=False, help="Its public key PEM to write.")
+    ],
     fmt: FormatOption = OutputFormat.TEXT,
 ) -> None:
-    """Make a P-384 signing key (never replaces a file); print its pin for the plan."""
+    """Make the holder's P-384 signing key (never replaces a file); print its pin for the plan."""
+    write_key_pair(key, pub, fmt)
+
+
+def write_key_pair(key: Path, pub: Path, fmt: OutputFormat) -> None:
+    """Make a P-384 signing key at ``key`` (0600) and its public key at ``pub``; print its pin."""
     from gpucc.core.errors import FileAccessError
     from gpucc.travel.signing import generate_signing_key, key_id, public_pem, write_signing_key
 

@@ -94,7 +94,7 @@ ThreadsOption = Annotated[
 ForceOption = Annotated[bool, typer.Option("--force", help="Replace an existing output file.")]
 ChainOption = Annotated[
     list[Path] | None,
-    typer.Option("--certificate-chain", exists=True, dir_okay=False, help="PEM certificates."),
+    typer.Option("--cert-chain", exists=True, dir_okay=False, help="PEM certificates."),
 ]
 
 
@@ -278,7 +278,7 @@ def sign(
     model: ModelArg,
     private_key: Annotated[
         Path,
-        typer.Option("--private-key", dir_okay=False, help="PEM EC private key (mode 0600)."),
+        typer.Option("--signer-key", dir_okay=False, help="PEM EC private key (mode 0600)."),
     ],
     signature: Annotated[
         Path, typer.Option("--signature", dir_okay=False, help="Signature bundle to write.")
@@ -286,7 +286,7 @@ def sign(
     signing_certificate: Annotated[
         Path | None,
         typer.Option(
-            "--signing-certificate",
+            "--signer-cert",
             exists=True,
             dir_okay=False,
             help="PEM certificate of the key: the certificate method instead of a bare key.",
@@ -305,19 +305,19 @@ def sign(
 ) -> None:
     """Sign MODEL into a model_signing signature bundle (elliptic-key or certificate method).
 
-    --certificate-chain adds the issuers of --signing-certificate to the bundle.
+    --cert-chain adds the issuers of --signer-cert to the bundle.
     """
     from gpucc.staging.model.signing import load_certificates, load_private_key, sign_manifest
 
     _refuse_existing(signature, force, "--signature")
     if certificate_chain and signing_certificate is None:
-        raise UsageError("--certificate-chain goes with --signing-certificate")
+        raise UsageError("--cert-chain goes with --signer-cert")
     key = load_private_key(private_key)  # refuse an exposed key before hashing anything
     certificate = None
     if signing_certificate is not None:
         certificate = load_certificates([signing_certificate])[0]
         if certificate.public_key() != key.public_key():
-            raise UsageError("--signing-certificate is not the certificate of --private-key")
+            raise UsageError("--signer-cert is not the certificate of --signer-key")
     chain = load_certificates(certificate_chain or [])
     ser = _serialization(
         model, hash_name, shard_size, allow_symlinks, ignore, no_ignore_git, [signature]
@@ -347,12 +347,12 @@ def verify(
     ] = None,
     public_key: Annotated[
         Path | None,
-        typer.Option("--public-key", exists=True, dir_okay=False, help="PEM EC public key."),
+        typer.Option("--signer-pub", exists=True, dir_okay=False, help="PEM EC public key."),
     ] = None,
     certificate_chain: Annotated[
         list[Path] | None,
         typer.Option(
-            "--certificate-chain",
+            "--cert-chain",
             exists=True,
             dir_okay=False,
             help="Trusted PEM certificates (roots) for a certificate-signed bundle.",
@@ -378,10 +378,10 @@ def verify(
     )
 
     if (manifest_path is None) == (signature is None):
-        raise UsageError("give either --manifest or --signature (with --public-key)")
+        raise UsageError("give either --manifest or --signature (with --signer-pub)")
     if signature is not None:
         if (public_key is None) == (not certificate_chain):
-            raise UsageError("--signature needs --public-key or --certificate-chain (not both)")
+            raise UsageError("--signature needs --signer-pub or --cert-chain (not both)")
         data = read_capped(signature, MAX_BUNDLE_SIZE)
         if public_key is not None:
             trusted = verify_bundle(data, load_public_key(public_key))
@@ -389,7 +389,7 @@ def verify(
             trusted = verify_bundle(data, anchors=load_certificates(certificate_chain or []))
     else:
         if public_key is not None or certificate_chain:
-            raise UsageError("--public-key and --certificate-chain go with --signature")
+            raise UsageError("--signer-pub and --cert-chain go with --signature")
         assert manifest_path is not None
         trusted = load_manifest(manifest_path)
     started = time.perf_counter()

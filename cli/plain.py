@@ -23,6 +23,7 @@ from .render import (
     _longest_word,
     _source_label,
     _summary_rows,
+    counted,
     fit_widths,
     shorten_hex,
 )
@@ -193,7 +194,7 @@ def _report_lines(result: PlatformResult, width: int, verbose: bool) -> Iterable
                 yield f"{label} runtime {m.runtime_value or '(missing)'}"
     label, _style = _VERDICT_LINE[str(result.verdict)]
     at = result.verified_at.isoformat().replace("+00:00", "Z")
-    line = f"{label}: {len(result.gpus)} GPU(s) verified as of {at}"
+    line = f"{label}: {counted(len(result.gpus), 'GPU', 'GPUs')} verified as of {at}"
     if result.reasons:
         line += f"; {shorten_hex(result.reasons[0])}"
         if len(result.reasons) > 1:

@@ -339,11 +339,16 @@ def render_switches(result: PlatformResult, console: Console) -> None:
         console.print(sized_table(console, ("check", "result", "detail"), _check_rows(topology)))
 
 
+def counted(n: int, one: str, many: str) -> str:
+    """``1 GPU``, ``2 GPUs``, ``0 GPUs``."""
+    return f"{n} {one if n == 1 else many}"
+
+
 def device_count(result: PlatformResult) -> str:
-    """``8 GPU(s), 4 NVSwitch(es)`` for the verdict line."""
-    parts = [f"{len(result.gpus)} GPU(s)"] if result.gpu is not None else []
+    """``8 GPUs, 4 NVSwitches`` (``1 GPU``) for the verdict line."""
+    parts = [counted(len(result.gpus), "GPU", "GPUs")] if result.gpu is not None else []
     if result.switch is not None:
-        parts.append(f"{len(result.switch.switches)} NVSwitch(es)")
+        parts.append(counted(len(result.switch.switches), "NVSwitch", "NVSwitches"))
     text = ", ".join(parts) or "no device"
     if result.topology is not None:
         text += " and the PPCIe topology"
@@ -369,6 +374,15 @@ def _vtpm_pairs(vtpm: dict[str, Any], *, verbose: bool) -> list[tuple[str, str]]
     return pairs
 
 
+def _claim_text(value: object) -> str:
+    """A claim's value as one line: text as it is, anything else as compact JSON."""
+    import json
+
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+
+
 def _render_cvm(cvm: CvmResult, console: Console, *, verbose: bool) -> None:
     """The CVM's checks, then its TCB status and measurements (in full with ``verbose``)."""
     from rich.text import Text
@@ -377,6 +391,9 @@ def _render_cvm(cvm: CvmResult, console: Console, *, verbose: bool) -> None:
     console.print(sized_table(console, ("check", "result", "detail"), _check_rows(cvm)))
     pairs = [(k, str(cvm.claims[k])) for k in _CVM_SUMMARY if k in cvm.claims]
     pairs.append(("report data", str(cvm.claims.get("report_data"))))
+    if verbose:  # every other claim too (MRCONFIGID, MRSEAM, ID key digests...), in full
+        shown = {*_CVM_SUMMARY, "report_data", "kind", "vtpm"}
+        pairs += [(k, _claim_text(v)) for k, v in cvm.claims.items() if k not in shown]
     vtpm = cvm.claims.get("vtpm")
     if isinstance(vtpm, dict):
         pairs += _vtpm_pairs(vtpm, verbose=verbose)

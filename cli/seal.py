@@ -140,8 +140,8 @@ def seal(
     key_file: Annotated[
         Path | None,
         typer.Option(
-            "--key-file",
-            envvar="GPUCC_KEY_FILE",
+            "--data-key",
+            envvar=["GPUCC_DATA_KEY", "GPUCC_KEY_FILE"],
             dir_okay=False,
             help="Key file whose key wraps the dataset key; created (mode 0600) if absent.",
         ),
@@ -174,7 +174,7 @@ def seal(
     from gpucc.staging import HostArena, seal_file
 
     if key_file is None:
-        raise UsageError("seal needs --key-file (or GPUCC_KEY_FILE): the key that will open it")
+        raise UsageError("seal needs --data-key (or GPUCC_DATA_KEY): the key that will open it")
     size = parse_size(chunk_size)
     check_chunk_size(size, chunk_size)
     if shards is not None:

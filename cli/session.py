@@ -5,10 +5,10 @@ Two machines::
     holder$ gpucc session challenge > challenge.hex
     host$   gpucc session offer --challenge $(cat challenge.hex) -o offer.json --host-key host.key
     holder$ gpucc session answer offer.json --challenge $(cat challenge.hex) \\
-                --dataset train.gcc --key-file train.key -o answer.json
+                --dataset train.gcc --data-key train.key -o answer.json
     host$   gpucc stage train.gcc --session answer.json --host-key host.key
 
-One machine: ``gpucc session local train.gcc --key-file train.key -o answer.json
+One machine: ``gpucc session local train.gcc --data-key train.key -o answer.json
 --host-key host.key`` runs all three steps against the local GPU.
 
 Without a GPU, ``--simulate DIR`` on ``offer``, ``answer`` and ``local`` runs the same
@@ -293,8 +293,8 @@ DatasetsOption = Annotated[
 KeyFileOption = Annotated[
     Path,
     typer.Option(
-        "--key-file",
-        envvar="GPUCC_KEY_FILE",
+        "--data-key",
+        envvar=["GPUCC_DATA_KEY", "GPUCC_KEY_FILE"],
         exists=True,
         dir_okay=False,
         help="Key file the datasets were sealed for.",

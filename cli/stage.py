@@ -58,7 +58,7 @@ def _trusted_manifest(
     if manifest is not None and signature is not None:
         raise UsageError("give --manifest or --signature, not both")
     if (signature is None) != (public_key is None):
-        raise UsageError("--signature and --public-key go together")
+        raise UsageError("--signature and --signer-pub go together")
     if signature is not None and public_key is not None:
         trusted = verify_bundle(
             read_capped(signature, MAX_BUNDLE_SIZE), load_public_key(public_key)
@@ -119,8 +119,8 @@ def stage(
     key_file: Annotated[
         Path | None,
         typer.Option(
-            "--key-file",
-            envvar="GPUCC_KEY_FILE",
+            "--data-key",
+            envvar=["GPUCC_DATA_KEY", "GPUCC_KEY_FILE"],
             exists=True,
             dir_okay=False,
             help="Key file the dataset was sealed for.",
@@ -178,13 +178,13 @@ def stage(
             "--signature",
             exists=True,
             dir_okay=False,
-            help="Signed model manifest (with --public-key), checked before its digests are used.",
+            help="Signed model manifest (with --signer-pub), checked before its digests are used.",
         ),
     ] = None,
     public_key: Annotated[
         Path | None,
         typer.Option(
-            "--public-key", exists=True, dir_okay=False, help="PEM EC key for --signature."
+            "--signer-pub", exists=True, dir_okay=False, help="PEM EC key for --signature."
         ),
     ] = None,
     resource: Annotated[
@@ -302,7 +302,7 @@ def stage(
         from gpucc.staging.shards import open_shard_set
 
         if key_file is None and released is None:
-            raise UsageError("a sealed dataset needs --key-file, or --session with --host-key")
+            raise UsageError("a sealed dataset needs --data-key, or --session with --host-key")
         if trusted is not None:
             raise UsageError("--manifest checks one buffer: stage one dataset, not a set")
         shard_set = open_shard_set(inputs, key_file=key_file, key_for=released, settings=settings)
@@ -321,11 +321,11 @@ def stage(
     except StageKeyArgumentsError as exc:
         if exc.sealed:
             raise UsageError(
-                "a sealed dataset needs --key-file, or --session with --host-key"
+                "a sealed dataset needs --data-key, or --session with --host-key"
             ) from None
         raise UsageError(
             f"{dataset} is not a sealed dataset: a plaintext input is sealed in transit "
-            "under a fresh key, so it takes no --key-file or --session"
+            "under a fresh key, so it takes no --data-key or --session"
         ) from None
     if plan.sealed:
         from gpucc.staging.shards import ShardId, open_shard_set

@@ -42,7 +42,7 @@ def verify(
     key: Annotated[
         Path,
         typer.Option(
-            "--key",
+            "--signer-pub",
             exists=True,
             dir_okay=False,
             help="The signer's P-384 public key or certificate (PEM).",

@@ -2,9 +2,10 @@
 
 ::
 
-    gpucc travel keygen --key orchestrator.key --pub orchestrator.pub.pem
+    gpucc travel keygen --orchestrator-key orchestrator.key \\
+        --orchestrator-pub orchestrator.pub.pem
     gpucc travel run plan.yaml
-    gpucc travel verify-log travel-log.jsonl --key orchestrator.pub.pem
+    gpucc travel verify-log travel-log.jsonl --orchestrator-pub orchestrator.pub.pem
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Annotated, Any
 import typer
 
 from .command import App
-from .holder import keygen
+from .holder import write_key_pair
 from .options import FormatOption, OutputFormat
 from .output import emit, note, out, warn
 from .safety_options import ForceOption
@@ -30,7 +31,26 @@ travel_app = App(
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,
 )
-travel_app.command("keygen")(keygen)
+
+
+@travel_app.command("keygen")
+def keygen(
+    key: Annotated[
+        Path,
+        typer.Option(
+            "--orchestrator-key",
+            dir_okay=False,
+            help="The orchestrator's private key to create (0600).",
+        ),
+    ],
+    pub: Annotated[
+        Path,
+        typer.Option("--orchestrator-pub", dir_okay=False, help="Its public key PEM to write."),
+    ],
+    fmt: FormatOption = OutputFormat.TEXT,
+) -> None:
+    """Make the orchestrator's P-384 signing key (never replaces a file); print its pin."""
+    write_key_pair(key, pub, fmt)
 
 
 def _show_holder_record(holder: str, record: dict[str, Any]) -> None:
@@ -62,7 +82,7 @@ def run(
             metavar="DIR",
             rich_help_panel="Simulation (no GPU; never for production)",
             help="Use a SIMULATED GPU and TDX platform whose self-made roots and RIMs are "
-            "written to DIR (for holders started with --simulate-roots DIR). It attests "
+            "written to DIR (for holders started with --simulate DIR). It attests "
             "nothing real; never trust it in production.",
         ),
     ] = None,
@@ -97,10 +117,10 @@ def run(
     if fmt is OutputFormat.JSON:
         emit(
             {
-                "schema": "gpucc.travel.run/v1",
+                "schema": "gpucc.travel.run/v2",
                 "visits": [
                     {
-                        "holder": v.holder_id,
+                        "holder_id": v.holder_id,
                         "bytes_staged": v.bytes_staged,
                         "transcript_hash": v.transcript_hash,
                         "evidence_digest": v.evidence_digest,
@@ -127,7 +147,12 @@ def verify_log(
     ],
     key: Annotated[
         Path,
-        typer.Option("--key", exists=True, dir_okay=False, help="The orchestrator's public key."),
+        typer.Option(
+            "--orchestrator-pub",
+            exists=True,
+            dir_okay=False,
+            help="The orchestrator's public key.",
+        ),
     ],
     expect_head: Annotated[
         str | None,

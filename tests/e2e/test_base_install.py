@@ -144,12 +144,12 @@ def test_base_commands_need_no_extra(blocked: list[str], tmp_path: Path, args: l
 def test_seal_and_stage_need_no_extra(blocked: list[str], tmp_path: Path) -> None:
     (tmp_path / "data.bin").write_bytes(bytes(range(256)) * 4096)
     sealed = _gpucc(
-        blocked, tmp_path, "seal", "data.bin", "-o", "data.gcc", "--key-file", "data.key"
+        blocked, tmp_path, "seal", "data.bin", "-o", "data.gcc", "--data-key", "data.key"
     )
     assert sealed.returncode == 0, sealed.stderr[-2000:]
     for device in ("cpu", "auto"):
         staged = _gpucc(
-            blocked, tmp_path, "stage", "data.gcc", "--key-file", "data.key", "--device", device
+            blocked, tmp_path, "stage", "data.gcc", "--data-key", "data.key", "--device", device
         )
         assert staged.returncode == 0, staged.stderr[-2000:]
         assert "verified" in staged.stderr

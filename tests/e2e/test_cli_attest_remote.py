@@ -113,13 +113,13 @@ def test_sign_eat_writes_a_result_that_token_verify_accepts(tmp_path: Path) -> N
         )
     )
     args = ("attest", "--sample", "--offline", "--at", "2024-01-01T00:00:00Z")
-    signed = gpucc(*args, "--sign-eat", "eat.key", "-o", "result.jwt", cwd=tmp_path)
+    signed = gpucc(*args, "--sign-eat", "eat.key", "-o", "result.eat.json", cwd=tmp_path)
     assert signed.returncode == 0, signed.stderr
     assert "signed result" in signed.stderr
-    again = gpucc(*args, "--sign-eat", "eat.key", "-o", "result.jwt", cwd=tmp_path)
+    again = gpucc(*args, "--sign-eat", "eat.key", "-o", "result.eat.json", cwd=tmp_path)
     assert again.returncode == 8  # an existing output is not replaced without --force
     checked = gpucc(
-        "token", "verify", "result.jwt", "--key", "eat.pub", "--nonce", SAMPLE_NONCE,
+        "token", "verify", "result.eat.json", "--signer-pub", "eat.pub", "--nonce", SAMPLE_NONCE,
         "--at", "2024-01-01T00:10:00Z", cwd=tmp_path,
     )  # fmt: skip
     assert checked.returncode == 0, checked.stderr

@@ -52,7 +52,7 @@ CASES: dict[str, dict[str, tuple[str, ...]]] = {
             "--sign-eat",
             XPRIV,
             "-o",
-            "r.jwt",
+            "r.eat.json",
         ),
         "existing-output": (
             "attest",
@@ -76,14 +76,14 @@ CASES: dict[str, dict[str, tuple[str, ...]]] = {
         "input-is-directory": ("collateral", "show", DIR),
     },
     "seal": {
-        "missing-input": ("seal", MISSING, "-o", "x.gcc", "--key-file", KEY),
-        "input-is-directory": ("seal", DIR, "-o", "x.gcc", "--key-file", KEY),
-        "existing-output": ("seal", "d.bin", "-o", EXISTS, "--key-file", KEY),
-        "exposed-key-file": ("seal", "d.bin", "-o", "x.gcc", "--key-file", EXPOSED),
+        "missing-input": ("seal", MISSING, "-o", "x.gcc", "--data-key", KEY),
+        "input-is-directory": ("seal", DIR, "-o", "x.gcc", "--data-key", KEY),
+        "existing-output": ("seal", "d.bin", "-o", EXISTS, "--data-key", KEY),
+        "exposed-key-file": ("seal", "d.bin", "-o", "x.gcc", "--data-key", EXPOSED),
     },
     "stage": {
-        "missing-input": ("stage", MISSING, "--key-file", KEY),
-        "exposed-key-file": ("stage", "d.gcc", "--key-file", EXPOSED),
+        "missing-input": ("stage", MISSING, "--data-key", KEY),
+        "exposed-key-file": ("stage", "d.gcc", "--data-key", EXPOSED),
     },
     "session challenge": {},
     "session offer": {
@@ -109,7 +109,7 @@ CASES: dict[str, dict[str, tuple[str, ...]]] = {
             C,
             "--dataset",
             "d.gcc",
-            "--key-file",
+            "--data-key",
             KEY,
             "-o",
             "a.json",
@@ -122,7 +122,7 @@ CASES: dict[str, dict[str, tuple[str, ...]]] = {
             C,
             "--dataset",
             "d.gcc",
-            "--key-file",
+            "--data-key",
             KEY,
             "-o",
             EXISTS,
@@ -135,7 +135,7 @@ CASES: dict[str, dict[str, tuple[str, ...]]] = {
             C,
             "--dataset",
             "d.gcc",
-            "--key-file",
+            "--data-key",
             EXPOSED,
             "-o",
             "a.json",
@@ -150,7 +150,7 @@ CASES: dict[str, dict[str, tuple[str, ...]]] = {
             "session",
             "local",
             MISSING,
-            "--key-file",
+            "--data-key",
             KEY,
             "-o",
             "a.json",
@@ -163,7 +163,7 @@ CASES: dict[str, dict[str, tuple[str, ...]]] = {
             "session",
             "local",
             "d.gcc",
-            "--key-file",
+            "--data-key",
             KEY,
             "-o",
             EXISTS,
@@ -176,7 +176,7 @@ CASES: dict[str, dict[str, tuple[str, ...]]] = {
             "session",
             "local",
             "d.gcc",
-            "--key-file",
+            "--data-key",
             EXPOSED,
             "-o",
             "a.json",
@@ -227,8 +227,8 @@ CASES: dict[str, dict[str, tuple[str, ...]]] = {
         "exposed-key-file": ("inspect", EXPOSED),
     },
     "token verify": {
-        "missing-input": ("token", "verify", MISSING, "--key", PUB, "--no-nonce"),
-        "input-is-directory": ("token", "verify", DIR, "--key", PUB, "--no-nonce"),
+        "missing-input": ("token", "verify", MISSING, "--signer-pub", PUB, "--no-nonce"),
+        "input-is-directory": ("token", "verify", DIR, "--signer-pub", PUB, "--no-nonce"),
     },
     "model digest": {
         "missing-input": ("model", "digest", MISSING),
@@ -239,9 +239,9 @@ CASES: dict[str, dict[str, tuple[str, ...]]] = {
         "input-is-directory": ("model", "verify", "model", "--manifest", DIR),
     },
     "model sign": {
-        "missing-input": ("model", "sign", MISSING, "--private-key", PRIV, "--signature", "s"),
-        "existing-output": ("model", "sign", "model", "--private-key", PRIV, "--signature", EXISTS),
-        "exposed-key-file": ("model", "sign", "model", "--private-key", XPRIV, "--signature", "s"),
+        "missing-input": ("model", "sign", MISSING, "--signer-key", PRIV, "--signature", "s"),
+        "existing-output": ("model", "sign", "model", "--signer-key", PRIV, "--signature", EXISTS),
+        "exposed-key-file": ("model", "sign", "model", "--signer-key", XPRIV, "--signature", "s"),
     },
     "holder serve": {
         "missing-input": (
@@ -249,9 +249,9 @@ CASES: dict[str, dict[str, tuple[str, ...]]] = {
             "serve",
             "--datasets",
             MISSING,
-            "--dataset-keys",
+            "--data-key",
             KEY,
-            "--key",
+            "--holder-key",
             PRIV,
         ),
         "exposed-key-file": (
@@ -259,13 +259,15 @@ CASES: dict[str, dict[str, tuple[str, ...]]] = {
             "serve",
             "--datasets",
             DIR,
-            "--dataset-keys",
+            "--data-key",
             EXPOSED,
-            "--key",
+            "--holder-key",
             PRIV,
         ),
     },  # fmt: skip
-    "holder keygen": {"existing-output": ("holder", "keygen", "--key", "n.key", "--pub", EXISTS)},
+    "holder keygen": {
+        "existing-output": ("holder", "keygen", "--holder-key", "n.key", "--holder-pub", EXISTS)
+    },
     "holder datasets": {
         "missing-input": ("holder", "datasets", "--datasets", MISSING),
         "input-is-directory": ("holder", "datasets", "--datasets", "d.bin"),
@@ -276,10 +278,19 @@ CASES: dict[str, dict[str, tuple[str, ...]]] = {
     },
     "travel run": {"missing-input": ("travel", "run", MISSING)},
     "travel verify-log": {
-        "missing-input": ("travel", "verify-log", MISSING, "--key", PUB),
-        "input-is-directory": ("travel", "verify-log", DIR, "--key", PUB),
+        "missing-input": ("travel", "verify-log", MISSING, "--orchestrator-pub", PUB),
+        "input-is-directory": ("travel", "verify-log", DIR, "--orchestrator-pub", PUB),
     },
-    "travel keygen": {"existing-output": ("travel", "keygen", "--key", "n2.key", "--pub", EXISTS)},
+    "travel keygen": {
+        "existing-output": (
+            "travel",
+            "keygen",
+            "--orchestrator-key",
+            "n2.key",
+            "--orchestrator-pub",
+            EXISTS,
+        )
+    },
 }
 NO_FILES = {
     "session challenge": "prints a challenge; reads and writes no file",
@@ -418,11 +429,11 @@ def test_failed_verdicts_never_read_true(files: Path, tmp_path: Path) -> None:
     )
     (tmp_path / "w.bin").write_bytes(b"x" * 5000)
     sealed = run_cli(
-        "seal", tmp_path / "w.bin", "-o", tmp_path / "w.gcc", "--key-file", tmp_path / "w.key"
+        "seal", tmp_path / "w.bin", "-o", tmp_path / "w.gcc", "--data-key", tmp_path / "w.key"
     )
     assert sealed.returncode == 0, sealed.stderr
     staged = run_cli(
-        "stage", tmp_path / "w.gcc", "--key-file", tmp_path / "w.key",
+        "stage", tmp_path / "w.gcc", "--data-key", tmp_path / "w.key",
         "--manifest", tmp_path / "w.json", "-f", "json",
     )  # fmt: skip
     doc = _check_json_failure(staged, 6)
@@ -477,24 +488,24 @@ def test_stage_takes_a_shard_set_and_refuses_a_part_of_one(tmp_path: Path) -> No
     (tmp_path / "d.bin").write_bytes(os.urandom(50_000))
     (tmp_path / "shards").mkdir()
     sealed = run_cli(
-        "seal", "d.bin", "-o", "shards", "--key-file", "k.key", "--shards", "4",
+        "seal", "d.bin", "-o", "shards", "--data-key", "k.key", "--shards", "4",
         "--chunk-size", "4KiB", cwd=tmp_path,
     )  # fmt: skip
     assert sealed.returncode == 0, sealed.stderr
     shards = sorted(str(p.relative_to(tmp_path)) for p in (tmp_path / "shards").iterdir())
     assert len(shards) == 4
-    lone = run_cli("stage", shards[2], "--key-file", "k.key", "-f", "json", cwd=tmp_path)
+    lone = run_cli("stage", shards[2], "--data-key", "k.key", "-f", "json", cwd=tmp_path)
     doc = _check_json_failure(lone, 6)
     assert "one of 4 shards" in doc["error"]["message"]
     for given in (["shards"], shards):
-        whole = run_cli("stage", *given, "--key-file", "k.key", "-f", "json", cwd=tmp_path)
+        whole = run_cli("stage", *given, "--data-key", "k.key", "-f", "json", cwd=tmp_path)
         assert whole.returncode == 0, whole.stderr
         doc = json.loads(whole.stdout)
         Draft202012Validator(load_schema("gpucc.stage/v1")).validate(doc)
         assert doc["shards"] == 4 and doc["bytes"] == 50_000 and doc["verified"] is True
     swapped = [shards[1], shards[0], *shards[2:]]
-    assert run_cli("stage", *swapped, "--key-file", "k.key", cwd=tmp_path).returncode == 6
-    assert run_cli("stage", *shards[:3], "--key-file", "k.key", cwd=tmp_path).returncode == 6
+    assert run_cli("stage", *swapped, "--data-key", "k.key", cwd=tmp_path).returncode == 6
+    assert run_cli("stage", *shards[:3], "--data-key", "k.key", cwd=tmp_path).returncode == 6
 
 
 def test_stage_refuses_to_stage_a_key_file(tmp_path: Path) -> None:
@@ -554,10 +565,10 @@ def test_quiet_means_only_errors(tmp_path: Path) -> None:
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "a").write_bytes(b"a")
     runs = [
-        ("seal", "d.bin", "-o", "d.gcc", "--key-file", "k.key", "-q"),
-        ("stage", "d.gcc", "--key-file", "k.key", "-q"),
+        ("seal", "d.bin", "-o", "d.gcc", "--data-key", "k.key", "-q"),
+        ("stage", "d.gcc", "--data-key", "k.key", "-q"),
         ("model", "digest", "m", "-o", "m.json", "-q"),
-        ("model", "sign", "m", "--private-key", "p.pem", "--signature", "s.sig", "-q"),
+        ("model", "sign", "m", "--signer-key", "p.pem", "--signature", "s.sig", "-q"),
         ("session", "offer", "--challenge", C, "-o", "o.json", "--host-key", "h.key",
          "--simulate", "sim", "-q"),
         ("demo", "--size-mib", "0", "-f", "json", "-q"),
@@ -631,13 +642,13 @@ def test_documents_of_model_holder_keygen_and_shards_match_their_schemas(tmp_pat
     SqliteState(tmp_path / "state.sqlite3").close()  # a holder's state, no decision yet
     runs = {
         "gpucc.model.digest/v1": ("model", "digest", "m"),
-        "gpucc.model.sign/v1": ("model", "sign", "m", "--private-key", "p.pem",
+        "gpucc.model.sign/v1": ("model", "sign", "m", "--signer-key", "p.pem",
                                 "--signature", "m.sig"),
         "gpucc.holder.datasets/v1": ("holder", "datasets", "--datasets", "data"),
-        "gpucc.keygen/v1": ("holder", "keygen", "--key", "h.key", "--pub", "h.pub"),
+        "gpucc.keygen/v1": ("holder", "keygen", "--holder-key", "h.key", "--holder-pub", "h.pub"),
         "gpucc.holder.receipts/v1": ("holder", "receipts", "--receipt-dir", "data"),
         "gpucc.holder.audit/v1": ("holder", "receipts", "--state", "state.sqlite3"),
-        "gpucc.seal.shards/v1": ("seal", "d.bin", "-o", "shards", "--key-file", "k.key",
+        "gpucc.seal.shards/v1": ("seal", "d.bin", "-o", "shards", "--data-key", "k.key",
                                  "--shards", "2", "--chunk-size", "4KiB"),
     }  # fmt: skip
     for schema, args in runs.items():

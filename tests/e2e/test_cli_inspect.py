@@ -19,8 +19,8 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (work / "d.bin").write_bytes(os.urandom(40_000))
     data, key = str(work / "d.bin"), str(work / "k.key")
     for args in (
-        ("seal", data, "-o", str(work / "d.gcc"), "--key-file", key),
-        ("seal", data, "-o", str(work / "shards"), "--key-file", key, "--shards", "3",
+        ("seal", data, "-o", str(work / "d.gcc"), "--data-key", key),
+        ("seal", data, "-o", str(work / "shards"), "--data-key", key, "--shards", "3",
          "--chunk-size", "4KiB"),
     ):  # fmt: skip
         proc = gpucc(*args, "-q")

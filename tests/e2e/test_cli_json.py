@@ -65,7 +65,7 @@ def work(tmp_path: Path) -> Path:
 
 def _seal(work: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     return gpucc(
-        "seal", "d.bin", "-o", "d.gcc", "--key-file", "k.key", "--chunk-size", "4KiB",
+        "seal", "d.bin", "-o", "d.gcc", "--data-key", "k.key", "--chunk-size", "4KiB",
         *extra, cwd=work,
     )  # fmt: skip
 
@@ -164,18 +164,18 @@ def test_seal_and_stage_json(work: Path) -> None:
     assert doc["output"] == "d.gcc" and doc["bytes"] == 5 * CS + 123 and doc["chunks"] == 6
     assert doc["chunk_size"] == CS and doc["sealed_bytes"] == (work / "d.gcc").stat().st_size
     assert sealed.stderr.startswith("gpucc: ") and "sealed " in sealed.stderr
-    staged = gpucc("stage", "d.gcc", "--key-file", "k.key", "-f", "json", cwd=work)
+    staged = gpucc("stage", "d.gcc", "--data-key", "k.key", "-f", "json", cwd=work)
     doc = document(staged, "gpucc.stage/v1")
     assert doc["verified"] is True and doc["bytes"] == 5 * CS + 123
     assert staged.stderr.startswith("gpucc: staged ")
 
 
 def test_small_file_is_one_chunk_in_words(work: Path) -> None:
-    result = gpucc("seal", "small.txt", "-o", "s.gcc", "--key-file", "k.key", cwd=work)
+    result = gpucc("seal", "small.txt", "-o", "s.gcc", "--data-key", "k.key", cwd=work)
     assert result.returncode == 0 and result.stdout == ""
     assert "1 chunk (6 bytes; chunk size 4 MiB)" in result.stderr
     assert "chunk(s)" not in result.stderr and "MiB/s" not in result.stderr
-    staged = gpucc("stage", "s.gcc", "--key-file", "k.key", cwd=work)
+    staged = gpucc("stage", "s.gcc", "--data-key", "k.key", cwd=work)
     assert staged.returncode == 0 and staged.stdout == ""
     assert "1 chunk (6 bytes; chunk size 4 MiB) verified" in staged.stderr
 
@@ -185,11 +185,11 @@ def test_stage_failures_print_the_error_document(work: Path) -> None:
     raw = bytearray((work / "d.gcc").read_bytes())
     raw[-40] ^= 1
     (work / "t.gcc").write_bytes(bytes(raw))
-    result = gpucc("stage", "t.gcc", "--key-file", "k.key", "-f", "json", cwd=work)
+    result = gpucc("stage", "t.gcc", "--data-key", "k.key", "-f", "json", cwd=work)
     doc = document(result, "gpucc.error/v1")
     assert result.returncode == 6 and "chunk 5" in doc["error"]["message"]
-    gpucc("seal", "small.txt", "-o", "o.gcc", "--key-file", "other.key", cwd=work)
-    wrong = gpucc("stage", "d.gcc", "--key-file", "other.key", "-f", "json", cwd=work)
+    gpucc("seal", "small.txt", "-o", "o.gcc", "--data-key", "other.key", cwd=work)
+    wrong = gpucc("stage", "d.gcc", "--data-key", "other.key", "-f", "json", cwd=work)
     assert document(wrong, "gpucc.error/v1")["error"]["kind"] == "wrong-key"
 
 
@@ -206,7 +206,7 @@ def test_session_commands_json_on_the_simulator(work: Path) -> None:
     assert doc["simulated"] is True and "SIMULATED GPU" in offer.stderr
     answer = gpucc(
         "session", "answer", "offer.json", "--challenge", challenge, "--dataset", "d.gcc",
-        "--key-file", "k.key", "-o", "answer.json", "--simulate", "sim", "-f", "json", cwd=work,
+        "--data-key", "k.key", "-o", "answer.json", "--simulate", "sim", "-f", "json", cwd=work,
     )  # fmt: skip
     doc = document(answer, "gpucc.session.answer/v1")
     assert len(doc["dataset_ids"]) == 1
@@ -220,7 +220,7 @@ def test_session_commands_json_on_the_simulator(work: Path) -> None:
     # What the wrap authenticates (the header digest), not the answer's unauthenticated ids.
     assert accepted["header_digests"] == [open_sealed(work / "d.gcc").header.digest.hex()]
     local = gpucc(
-        "session", "local", "d.gcc", "--key-file", "k.key", "-o", "a2.json",
+        "session", "local", "d.gcc", "--data-key", "k.key", "-o", "a2.json",
         "--host-key", "h2.key", "--simulate", "sim2", "-f", "json", cwd=work,
     )  # fmt: skip
     assert document(local, "gpucc.session.local/v1")["simulated"] is True
@@ -242,7 +242,7 @@ def test_refused_answer_is_short_and_lists_every_reason_in_json(work: Path) -> N
     assert other.returncode == 0
     args = (
         "session", "answer", "offer.json", "--challenge", challenge, "--dataset", "d.gcc",
-        "--key-file", "k.key", "-o", "answer.json", "--simulate", "other",
+        "--data-key", "k.key", "-o", "answer.json", "--simulate", "other",
     )  # fmt: skip
     text = gpucc(*args, cwd=work)
     assert text.returncode == 1 and not (work / "answer.json").exists()

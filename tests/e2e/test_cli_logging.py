@@ -62,14 +62,14 @@ def test_every_command_takes_verbose_and_quiet(tmp_path: Path, command: tuple[st
 @pytest.fixture
 def sealed(tmp_path: Path) -> Path:
     (tmp_path / "d.bin").write_bytes(os.urandom(10_000))
-    sealed = run("seal", "d.bin", "-o", "d.gcc", "--key-file", "k.key", cwd=tmp_path)
+    sealed = run("seal", "d.bin", "-o", "d.gcc", "--data-key", "k.key", cwd=tmp_path)
     assert sealed.returncode == 0, sealed.stderr
     return tmp_path
 
 
 def test_a_file_named_dash_v_does_not_turn_on_tracebacks(sealed: Path) -> None:
     (sealed / "-v").write_bytes(b"not a sealed dataset at all")
-    result = run("stage", "--key-file", "k.key", "--", "-v", cwd=sealed)
+    result = run("stage", "--data-key", "k.key", "--", "-v", cwd=sealed)
     assert result.returncode != 0
     assert "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
@@ -77,8 +77,8 @@ def test_a_file_named_dash_v_does_not_turn_on_tracebacks(sealed: Path) -> None:
 
 def test_vv_shows_the_traceback_of_an_error(sealed: Path) -> None:
     (sealed / "junk.gcc").write_bytes(b"GPUCCSD1" + bytes(100))
-    quiet = run("stage", "junk.gcc", "--key-file", "k.key", cwd=sealed)
-    loud = run("stage", "junk.gcc", "--key-file", "k.key", "-vv", cwd=sealed)
+    quiet = run("stage", "junk.gcc", "--data-key", "k.key", cwd=sealed)
+    loud = run("stage", "junk.gcc", "--data-key", "k.key", "-vv", cwd=sealed)
     assert quiet.returncode == loud.returncode != 0
     assert "Traceback" not in quiet.stderr
     assert "Traceback" in loud.stderr
@@ -86,7 +86,7 @@ def test_vv_shows_the_traceback_of_an_error(sealed: Path) -> None:
 
 
 def test_verbose_quiet_and_the_environment_set_the_level(sealed: Path) -> None:
-    args = ("stage", "d.gcc", "--key-file", "k.key", "--device", "auto")
+    args = ("stage", "d.gcc", "--data-key", "k.key", "--device", "auto")
     note = "staging on the CPU"
     assert note not in run(*args, cwd=sealed).stderr
     assert note in run(*args, "-v", cwd=sealed).stderr

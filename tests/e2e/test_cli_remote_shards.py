@@ -36,7 +36,7 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
     work = tmp_path_factory.mktemp("remote-shards")
     (work / "d.bin").write_bytes(os.urandom(LENGTH))
     result = run_cli(
-        "seal", "d.bin", "--shards", "3", "-o", "a", "--key-file", "k.key",
+        "seal", "d.bin", "--shards", "3", "-o", "a", "--data-key", "k.key",
         "--chunk-size", "4KiB", cwd=work,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
@@ -80,7 +80,7 @@ def s3(work: Path) -> Iterator[dict[str, str]]:
 
 def test_stage_a_shard_set_under_a_prefix(work: Path, s3: dict[str, str]) -> None:
     result = run_cli(
-        "stage", "s3://data/set/", "--key-file", "k.key", *REMOTE, "-f", "json",
+        "stage", "s3://data/set/", "--data-key", "k.key", *REMOTE, "-f", "json",
         cwd=work, env=s3,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
@@ -90,7 +90,7 @@ def test_stage_a_shard_set_under_a_prefix(work: Path, s3: dict[str, str]) -> Non
     assert doc["verified"] is True and doc["scrubbed"] is True
     assert "a set of 3 bound shards" in result.stderr
     assert "testing" not in result.stderr + result.stdout
-    local = run_cli("stage", "set", "--key-file", "k.key", "-f", "json", cwd=work)
+    local = run_cli("stage", "set", "--data-key", "k.key", "-f", "json", cwd=work)
     assert json.loads(local.stdout)["dataset_id"] == doc["dataset_id"]
 
 
@@ -116,8 +116,8 @@ def test_the_set_under_a_prefix_is_the_plaintext(
 def test_a_bad_set_under_a_prefix_is_refused_as_locally(
     work: Path, s3: dict[str, str], prefix: str
 ) -> None:
-    remote = run_cli("stage", f"s3://data/{prefix}/", "--key-file", "k.key", cwd=work, env=s3)
-    local = run_cli("stage", prefix, "--key-file", "k.key", cwd=work)
+    remote = run_cli("stage", f"s3://data/{prefix}/", "--data-key", "k.key", cwd=work, env=s3)
+    local = run_cli("stage", prefix, "--data-key", "k.key", cwd=work)
     assert local.returncode == 6, local.stderr
     assert remote.returncode == 6, remote.stderr
     assert remote.stdout == "" and len(remote.stderr.strip().splitlines()) == 1
@@ -130,18 +130,18 @@ def test_a_lone_remote_shard_named_alone_is_refused_as_locally(
     work: Path, s3: dict[str, str]
 ) -> None:
     name = "d-00001-of-00003.gcc"
-    remote = run_cli("stage", f"s3://data/lone/{name}", "--key-file", "k.key", cwd=work, env=s3)
-    local = run_cli("stage", f"lone/{name}", "--key-file", "k.key", cwd=work)
+    remote = run_cli("stage", f"s3://data/lone/{name}", "--data-key", "k.key", cwd=work, env=s3)
+    local = run_cli("stage", f"lone/{name}", "--data-key", "k.key", cwd=work)
     assert (remote.returncode, local.returncode) == (6, 6)
     assert remote.stderr.replace("s3://data/", "") == local.stderr
 
 
 def test_shards_named_one_by_one_as_urls_are_a_set(work: Path, s3: dict[str, str]) -> None:
     urls = [f"s3://data/set/d-{i:05d}-of-00003.gcc" for i in range(3)]
-    result = run_cli("stage", *urls, "--key-file", "k.key", "-f", "json", cwd=work, env=s3)
+    result = run_cli("stage", *urls, "--data-key", "k.key", "-f", "json", cwd=work, env=s3)
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["shards"] == 3
-    swapped = run_cli("stage", urls[1], urls[0], urls[2], "--key-file", "k.key", cwd=work, env=s3)
+    swapped = run_cli("stage", urls[1], urls[0], urls[2], "--data-key", "k.key", cwd=work, env=s3)
     assert swapped.returncode == 6
     assert "is shard 1, given at position 0" in swapped.stderr
 
@@ -161,7 +161,7 @@ def test_shards_named_one_by_one_as_urls_are_a_set(work: Path, s3: dict[str, str
 def test_prefix_usage_errors(
     work: Path, s3: dict[str, str], args: list[str], code: int, fragment: str
 ) -> None:
-    result = run_cli("stage", *args, "--key-file", "k.key", cwd=work, env=s3)
+    result = run_cli("stage", *args, "--data-key", "k.key", cwd=work, env=s3)
     assert result.returncode == code, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and fragment in lines[0], result.stderr

@@ -35,8 +35,8 @@ def sealed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     work = tmp_path_factory.mktemp("remote")
     (work / "d.bin").write_bytes(os.urandom(40 * CS + 123))
     for args in (
-        ("seal", "d.bin", "-o", "d.gcc", "--key-file", "k.key", "--chunk-size", "4KiB"),
-        ("seal", "d.bin", "--shards", "3", "-o", "shards", "--key-file", "k.key",
+        ("seal", "d.bin", "-o", "d.gcc", "--data-key", "k.key", "--chunk-size", "4KiB"),
+        ("seal", "d.bin", "--shards", "3", "-o", "shards", "--data-key", "k.key",
          "--chunk-size", "4KiB"),
     ):  # fmt: skip
         result = run_cli(*args, cwd=work)
@@ -71,7 +71,7 @@ def s3(sealed: Path) -> Iterator[dict[str, str]]:
 
 def test_stage_from_s3_text_and_json(sealed: Path, s3: dict[str, str]) -> None:
     result = run_cli(
-        "stage", "s3://data/train/d.gcc", "--key-file", "k.key", *REMOTE, "-f", "json",
+        "stage", "s3://data/train/d.gcc", "--data-key", "k.key", *REMOTE, "-f", "json",
         cwd=sealed, env=s3,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
@@ -89,7 +89,7 @@ def test_stage_from_s3_text_and_json(sealed: Path, s3: dict[str, str]) -> None:
 
 def test_s3_missing_object_and_bucket_exit_8(sealed: Path, s3: dict[str, str]) -> None:
     for url in ("s3://data/none.gcc", "s3://nobucket/d.gcc"):
-        result = run_cli("stage", url, "--key-file", "k.key", cwd=sealed, env=s3)
+        result = run_cli("stage", url, "--data-key", "k.key", cwd=sealed, env=s3)
         assert result.returncode == 8
         _one_error_line(result, url, "does not exist")
 
@@ -98,7 +98,7 @@ def test_s3_without_credentials_exit_8(sealed: Path, s3: dict[str, str]) -> None
     env = {k: v for k, v in s3.items() if not k.startswith("AWS_ACCESS")}
     env["AWS_SECRET_ACCESS_KEY"] = ""
     result = run_cli(
-        "stage", "s3://data/train/d.gcc", "--key-file", "k.key", cwd=sealed,
+        "stage", "s3://data/train/d.gcc", "--data-key", "k.key", cwd=sealed,
         env={**env, "AWS_ACCESS_KEY_ID": ""},
     )  # fmt: skip
     assert result.returncode == 8
@@ -108,7 +108,7 @@ def test_s3_without_credentials_exit_8(sealed: Path, s3: dict[str, str]) -> None
 def test_s3_lone_shard_is_refused(sealed: Path, s3: dict[str, str]) -> None:
     shard = sorted((sealed / "shards").glob("*.gcc"))[0].name
     result = run_cli(
-        "stage", f"s3://data/shards/{shard}", "--key-file", "k.key", cwd=sealed, env=s3
+        "stage", f"s3://data/shards/{shard}", "--data-key", "k.key", cwd=sealed, env=s3
     )
     assert result.returncode == 6
     _one_error_line(result, "lone shard")
@@ -141,7 +141,7 @@ def test_stage_from_nginx_over_https(sealed: Path, tls: Tls) -> None:
     with nginx_https(sealed, tls, sealed / "nginx") as base:
         url = f"{base}/d.gcc"
         ok = run_cli(
-            "stage", url, "--key-file", "k.key", *REMOTE, "--ca-file", str(tls.ca), "-f", "json",
+            "stage", url, "--data-key", "k.key", *REMOTE, "--ca-file", str(tls.ca), "-f", "json",
             cwd=sealed,
         )  # fmt: skip
         assert ok.returncode == 0, ok.stderr
@@ -149,14 +149,14 @@ def test_stage_from_nginx_over_https(sealed: Path, tls: Tls) -> None:
         assert doc["source"]["pin"].startswith('etag "') and doc["chunks"] == 41
         # The standard variable works as well as the option; without the CA, TLS fails (3).
         by_env = run_cli(
-            "stage", url, "--key-file", "k.key", cwd=sealed, env={"REQUESTS_CA_BUNDLE": str(tls.ca)}
+            "stage", url, "--data-key", "k.key", cwd=sealed, env={"REQUESTS_CA_BUNDLE": str(tls.ca)}
         )
         assert by_env.returncode == 0, by_env.stderr
-        untrusted = run_cli("stage", url, "--key-file", "k.key", cwd=sealed)
+        untrusted = run_cli("stage", url, "--data-key", "k.key", cwd=sealed)
         assert untrusted.returncode == 3
         _one_error_line(untrusted, "TLS failed")
         missing = run_cli(
-            "stage", f"{base}/none.gcc", "--key-file", "k.key", "--ca-file", str(tls.ca),
+            "stage", f"{base}/none.gcc", "--data-key", "k.key", "--ca-file", str(tls.ca),
             cwd=sealed,
         )  # fmt: skip
         assert missing.returncode == 8
@@ -189,7 +189,7 @@ def test_hostile_origin_fails_closed(
 ) -> None:
     url = f"{hostile}/{mode}/d.gcc"
     result = run_cli(
-        "stage", url, "--key-file", "k.key", *REMOTE, "--ca-file", str(tls.ca),
+        "stage", url, "--data-key", "k.key", *REMOTE, "--ca-file", str(tls.ca),
         "--deadline", "1.5", "--retries", "1", "-f", "json", cwd=sealed,
     )  # fmt: skip
     assert result.returncode == code, result.stderr
@@ -202,7 +202,7 @@ def test_hostile_origin_fails_closed(
 
 def test_flaky_origin_is_retried_to_success(sealed: Path, tls: Tls, hostile: str) -> None:
     result = run_cli(
-        "stage", f"{hostile}/flaky/d.gcc", "--key-file", "k.key", *REMOTE,
+        "stage", f"{hostile}/flaky/d.gcc", "--data-key", "k.key", *REMOTE,
         "--ca-file", str(tls.ca), cwd=sealed,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
@@ -210,7 +210,7 @@ def test_flaky_origin_is_retried_to_success(sealed: Path, tls: Tls, hostile: str
 
 def _stdin(sealed: Path, data: bytes) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run(
-        [sys.executable, "-m", "gpucc", "stage", "-", "--key-file", "k.key", "-f", "json"],
+        [sys.executable, "-m", "gpucc", "stage", "-", "--data-key", "k.key", "-f", "json"],
         cwd=sealed,
         input=data,
         capture_output=True,
@@ -271,14 +271,14 @@ def test_a_shard_set_from_nginx_named_url_by_url(sealed: Path, tls: Tls) -> None
     with nginx_https(sealed, tls, sealed / "nginx-set") as base:
         urls = [f"{base}/shards/{name}" for name in names]
         ca = ("--ca-file", str(tls.ca))
-        ok = run_cli("stage", *urls, "--key-file", "k.key", *ca, "-f", "json", cwd=sealed)
+        ok = run_cli("stage", *urls, "--data-key", "k.key", *ca, "-f", "json", cwd=sealed)
         assert ok.returncode == 0, ok.stderr
         doc = json.loads(ok.stdout)
         assert doc["shards"] == 3 and doc["bytes"] == 40 * CS + 123 and doc["verified"]
         assert doc["dataset"] == urls[0]
-        lone = run_cli("stage", *urls[:2], "--key-file", "k.key", *ca, cwd=sealed)
+        lone = run_cli("stage", *urls[:2], "--data-key", "k.key", *ca, cwd=sealed)
         assert lone.returncode == 6
         _one_error_line(lone, "one of 3 shards, but 2 were given")
-        listing = run_cli("stage", f"{base}/shards/", "--key-file", "k.key", *ca, cwd=sealed)
+        listing = run_cli("stage", f"{base}/shards/", "--data-key", "k.key", *ca, cwd=sealed)
         assert listing.returncode == 2
         _one_error_line(listing, "only s3:// prefixes are listed")

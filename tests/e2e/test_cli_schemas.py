@@ -61,9 +61,9 @@ def error(code: int, line: str) -> Run:
 
 AT = "2024-01-01T00:00:00Z"
 SIM = "--host-key host.key --simulate sim"
-KEYS = "--dataset d.gcc --key-file k.key"
+KEYS = "--dataset d.gcc --data-key k.key"
 FETCH = "--rim-url http://127.0.0.1:9 --ocsp-url http://127.0.0.1:9 --no-cache --timeout 1"
-SERVE = "--dataset-keys k.key --key h.key"
+SERVE = "--data-key k.key --holder-key h.key"
 CCEL = ROOT / "tests" / "data" / "cloud-cvm" / "tdx-ccel" / "CCEL_data"
 TDX_QUOTE_4 = CCEL.parent / "tdx_quote_4.dat"
 AZURE_SNP = CCEL.parent.parent / "azure-snp-vtpm" / "evidence-v1.json"
@@ -74,22 +74,22 @@ AZURE_SNP = CCEL.parent.parent / "azure-snp-vtpm" / "evidence-v1.json"
 # fmt: off
 RUNS: dict[str, tuple[Run, ...]] = {
     "seal": (
-        ok("gpucc.seal/v1", "seal d.bin -o d.gcc --key-file k.key"),
-        ok("gpucc.seal/v1", "seal d.bin -o data/d.gcc --key-file k.key"),
+        ok("gpucc.seal/v1", "seal d.bin -o d.gcc --data-key k.key"),
+        ok("gpucc.seal/v1", "seal d.bin -o data/d.gcc --data-key k.key"),
         ok("gpucc.seal.shards/v1",
-           "seal d.bin -o shards --key-file k.key --shards 2 --chunk-size 4KiB"),
-        ok("gpucc.seal/v1", "seal d.bin -o other.gcc --key-file other.key"),
+           "seal d.bin -o shards --data-key k.key --shards 2 --chunk-size 4KiB"),
+        ok("gpucc.seal/v1", "seal d.bin -o other.gcc --data-key other.key"),
         error(2, "seal d.bin --no-such-option"),
-        error(8, "seal d.bin -o d.gcc --key-file k.key"),
+        error(8, "seal d.bin -o d.gcc --data-key k.key"),
     ),
     "stage": (
-        ok("gpucc.stage/v1", "stage d.gcc --key-file k.key"),
+        ok("gpucc.stage/v1", "stage d.gcc --data-key k.key"),
         refused("the data is not the manifest's", "gpucc.stage/v1", 6,
-                "stage d.gcc --key-file k.key --manifest other.manifest.json"),
-        error(7, "stage d.gcc --key-file other.key"),
-        error(6, "stage tampered.gcc --key-file k.key"),
-        error(4, "stage d.bin --key-file k.key"),
-        error(8, "stage absent.gcc --key-file k.key"),
+                "stage d.gcc --data-key k.key --manifest other.manifest.json"),
+        error(7, "stage d.gcc --data-key other.key"),
+        error(6, "stage tampered.gcc --data-key k.key"),
+        error(4, "stage d.bin --data-key k.key"),
+        error(8, "stage absent.gcc --data-key k.key"),
     ),
     "demo": (ok("gpucc.demo/v1", "demo --size-mib 1"), error(2, "demo --size-mib x")),
     "cvm reference-snp": (
@@ -115,7 +115,7 @@ RUNS: dict[str, tuple[Run, ...]] = {
     ),
     "attest": (
         ok("gpucc.attest/v1", f"attest --sample --at {AT}"),
-        ok("gpucc.attest/v1", f"attest --sample --at {AT} --sign-eat p.pem -o r.jwt"),
+        ok("gpucc.attest/v1", f"attest --sample --at {AT} --sign-eat p.pem -o r.eat.json"),
         refused("another nonce", "gpucc.attest/v1", 1,
                 f"attest --sample --at {AT} --nonce {'11' * 32}"),
         error(4, "attest --sample --policy nul.yaml"),
@@ -160,15 +160,15 @@ RUNS: dict[str, tuple[Run, ...]] = {
     ),
     "session local": (
         ok("gpucc.session.local/v1",
-           "session local d.gcc --key-file k.key -o local.json --host-key h2.key --simulate sim2"),
-        error(8, "session local d.gcc --key-file k.key -o local.json --host-key h2.key"
+           "session local d.gcc --data-key k.key -o local.json --host-key h2.key --simulate sim2"),
+        error(8, "session local d.gcc --data-key k.key -o local.json --host-key h2.key"
                  " --simulate sim2"),
     ),
     "token verify": (
-        ok("gpucc.token.verify/v1", f"token verify r.jwt --key p.pub --no-nonce --at {AT}"),
-        error(1, f"token verify r.jwt --key q.pub --no-nonce --at {AT}"),
-        error(2, "token verify r.jwt --key p.pub"),
-        error(4, "token verify d.bin --key p.pub --no-nonce"),
+        ok("gpucc.token.verify/v1", f"token verify r.eat.json --signer-pub p.pub --no-nonce --at {AT}"),
+        error(1, f"token verify r.eat.json --signer-pub q.pub --no-nonce --at {AT}"),
+        error(2, "token verify r.eat.json --signer-pub p.pub"),
+        error(4, "token verify d.bin --signer-pub p.pub --no-nonce"),
     ),
     "model digest": (
         ok("gpucc.model.digest/v1", "model digest m"),
@@ -176,8 +176,8 @@ RUNS: dict[str, tuple[Run, ...]] = {
         error(8, "model digest absent"),
     ),
     "model sign": (
-        ok("gpucc.model.sign/v1", "model sign m --private-key p.pem --signature m.sig"),
-        error(8, "model sign m --private-key p.pem --signature m.sig"),
+        ok("gpucc.model.sign/v1", "model sign m --signer-key p.pem --signature m.sig"),
+        error(8, "model sign m --signer-key p.pem --signature m.sig"),
     ),
     "model verify": (
         ok("gpucc.model.verify/v1", "model verify m --manifest m.json"),
@@ -185,8 +185,8 @@ RUNS: dict[str, tuple[Run, ...]] = {
         error(4, "model verify m --manifest d.bin"),
     ),
     "holder keygen": (
-        ok("gpucc.keygen/v1", "holder keygen --key h.key --pub h.pub"),
-        error(8, "holder keygen --key h.key --pub h.pub"),
+        ok("gpucc.keygen/v1", "holder keygen --holder-key h.key --holder-pub h.pub"),
+        error(8, "holder keygen --holder-key h.key --holder-pub h.pub"),
     ),
     "holder datasets": (
         ok("gpucc.holder.datasets/v1", "holder datasets --datasets data"),
@@ -206,24 +206,24 @@ RUNS: dict[str, tuple[Run, ...]] = {
         error(2, f"holder serve --datasets data {SERVE} --listen nowhere"),
     ),
     "travel keygen": (
-        ok("gpucc.keygen/v1", "travel keygen --key o.key --pub o.pub.pem"),
-        error(8, "travel keygen --key o.key --pub o.pub.pem"),
+        ok("gpucc.keygen/v1", "travel keygen --orchestrator-key o.key --orchestrator-pub o.pub.pem"),
+        error(8, "travel keygen --orchestrator-key o.key --orchestrator-pub o.pub.pem"),
     ),
     "travel run": (
-        ok("gpucc.travel.run/v1", "travel run plan.yaml --simulate sim"),
+        ok("gpucc.travel.run/v2", "travel run plan.yaml --simulate sim"),
         error(8, "travel run plan.yaml --simulate sim"),
         error(3, "travel run gone.yaml --simulate sim"),
         error(6, "travel run pinned-elsewhere.yaml --simulate sim"),
         error(4, "travel run nul.yaml --simulate sim"),
     ),
     "travel verify-log": (
-        ok("gpucc.travel.verify-log/v1", "travel verify-log travel-log.jsonl --key o.pub.pem"),
+        ok("gpucc.travel.verify-log/v1", "travel verify-log travel-log.jsonl --orchestrator-pub o.pub.pem"),
         ok("gpucc.travel.verify-log/v1",
-           "travel verify-log travel-log.jsonl --key o.pub.pem --expect-head {HEAD}"
+           "travel verify-log travel-log.jsonl --orchestrator-pub o.pub.pem --expect-head {HEAD}"
            " --receipt {RECEIPT}"),
-        ok("gpucc.travel.verify-log/v1", "travel verify-log gone-log.jsonl --key o.pub.pem"),
-        error(6, f"travel verify-log travel-log.jsonl --key o.pub.pem --expect-head {'00' * 32}"),
-        error(4, "travel verify-log d.bin --key o.pub.pem"),
+        ok("gpucc.travel.verify-log/v1", "travel verify-log gone-log.jsonl --orchestrator-pub o.pub.pem"),
+        error(6, f"travel verify-log travel-log.jsonl --orchestrator-pub o.pub.pem --expect-head {'00' * 32}"),
+        error(4, "travel verify-log d.bin --orchestrator-pub o.pub.pem"),
     ),
     "inspect": (
         ok("gpucc.inspect/v1", "inspect d.gcc"),
@@ -376,8 +376,8 @@ def _prepare(command: str, work: Path, values: dict[str, str], stack: ExitStack)
         port = free_port()
         proc = subprocess.Popen(
             [sys.executable, "-m", "gpucc", "holder", "serve", "--datasets", "data",
-             "--dataset-keys", "k.key", "--key", "h.key", "--listen", f"127.0.0.1:{port}",
-             "--simulate-roots", "sim", "--receipt-dir", "receipts", "--state", "state.sqlite3"],
+             "--data-key", "k.key", "--holder-key", "h.key", "--listen", f"127.0.0.1:{port}",
+             "--simulate", "sim", "--receipt-dir", "receipts", "--state", "state.sqlite3"],
             cwd=work, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
         stack.callback(_stop, proc)

@@ -18,7 +18,7 @@ def test_seal_shards_writes_a_bound_set(tmp_path: Path, run_gpucc: GpuccRunner) 
     data = os.urandom(10 * 4096 + 17)
     (tmp_path / "d.bin").write_bytes(data)
     (tmp_path / "out").mkdir()
-    args = ("seal", "d.bin", "-o", "out", "--key-file", "k.key", "--chunk-size", "4KiB")
+    args = ("seal", "d.bin", "-o", "out", "--data-key", "k.key", "--chunk-size", "4KiB")
     result = gpucc(*args, "--shards", "3", "-f", "json", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
@@ -36,7 +36,7 @@ def test_seal_shards_writes_a_bound_set(tmp_path: Path, run_gpucc: GpuccRunner) 
     forced = gpucc(*args, "--shards", "3", "--force", cwd=tmp_path)
     assert forced.returncode == 0, forced.stderr
     (tmp_path / "x.gcc").write_bytes(b"a file")
-    not_a_dir = gpucc("seal", "d.bin", "-o", "x.gcc", "--key-file", "k.key", "--shards", "2",
+    not_a_dir = gpucc("seal", "d.bin", "-o", "x.gcc", "--data-key", "k.key", "--shards", "2",
                       cwd=tmp_path)  # fmt: skip
     assert not_a_dir.returncode == 2
     assert (tmp_path / "x.gcc").read_bytes() == b"a file"
@@ -44,7 +44,7 @@ def test_seal_shards_writes_a_bound_set(tmp_path: Path, run_gpucc: GpuccRunner) 
 
 def test_seal_shards_creates_its_directory(tmp_path: Path, run_gpucc: GpuccRunner) -> None:
     (tmp_path / "d.bin").write_bytes(os.urandom(3 * 4096))
-    args = ("seal", "d.bin", "--key-file", "k.key", "--chunk-size", "4KiB")
+    args = ("seal", "d.bin", "--data-key", "k.key", "--chunk-size", "4KiB")
     result = run_gpucc(
         *args, "-o", "shards/", "--shards", "2", cwd=tmp_path
     )  # seal --help's example
@@ -73,18 +73,18 @@ def test_seal_shards_never_writes_over_the_key_file_or_the_dataset(
     flags = ("--chunk-size", "4KiB", "--shards", "1", *(("--force",) if force else ()))
 
     # the key file named as the shard itself: refused before it is created
-    first = run_gpucc("seal", "d.bin", "-o", "out", "--key-file", str(shard), *flags, cwd=tmp_path)
+    first = run_gpucc("seal", "d.bin", "-o", "out", "--data-key", str(shard), *flags, cwd=tmp_path)
     assert first.returncode == 2, first.stderr
     assert not shard.exists()
 
     # an existing key file at the shard's name, another spelling of it, and a hard link to it
-    made = run_gpucc("seal", "d.bin", "-o", "x.gcc", "--key-file", "k.key", cwd=tmp_path)
+    made = run_gpucc("seal", "d.bin", "-o", "x.gcc", "--data-key", "k.key", cwd=tmp_path)
     assert made.returncode == 0, made.stderr
     key = (tmp_path / "k.key").read_bytes()
     os.link(tmp_path / "k.key", shard)
     for key_file in (str(shard), "out/../out/d-00000-of-00001.gcc", "k.key"):
         result = run_gpucc(
-            "seal", "d.bin", "-o", "out", "--key-file", key_file, *flags, cwd=tmp_path
+            "seal", "d.bin", "-o", "out", "--data-key", key_file, *flags, cwd=tmp_path
         )
         assert result.returncode == 8, (key_file, result.stderr)
         assert "key" in result.stderr or "output" in result.stderr
@@ -93,6 +93,6 @@ def test_seal_shards_never_writes_over_the_key_file_or_the_dataset(
 
     # the dataset as a shard (a hard link at the shard's name)
     os.link(tmp_path / "d.bin", shard)
-    result = run_gpucc("seal", "d.bin", "-o", "out", "--key-file", "k.key", *flags, cwd=tmp_path)
+    result = run_gpucc("seal", "d.bin", "-o", "out", "--data-key", "k.key", *flags, cwd=tmp_path)
     assert result.returncode == 8, result.stderr
     assert (tmp_path / "d.bin").read_bytes() == data

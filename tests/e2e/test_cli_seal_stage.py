@@ -44,7 +44,7 @@ def work(tmp_path: Path) -> Path:
 
 def _seal(work: Path) -> subprocess.CompletedProcess[str]:
     return run(
-        "seal", "d.bin", "-o", "d.gcc", "--key-file", "k.key", "--chunk-size", "4KiB", cwd=work
+        "seal", "d.bin", "-o", "d.gcc", "--data-key", "k.key", "--chunk-size", "4KiB", cwd=work
     )
 
 
@@ -59,14 +59,14 @@ def test_seal_creates_a_0600_key_file_and_says_so(work: Path) -> None:
     assert "sealed" in result.stderr
     assert stat.S_IMODE(os.stat(work / "k.key").st_mode) == 0o600
     assert sorted(p.name for p in work.iterdir()) == ["d.bin", "d.gcc", "k.key"]
-    again = run("seal", "d.bin", "-o", "e.gcc", "--key-file", "k.key", cwd=work)
+    again = run("seal", "d.bin", "-o", "e.gcc", "--data-key", "k.key", cwd=work)
     assert again.returncode == 0 and "created key file" not in again.stderr
 
 
 def test_seal_refuses_an_exposed_key_file(work: Path) -> None:
     _seal(work)
     (work / "k.key").chmod(0o644)
-    result = run("seal", "d.bin", "-o", "x.gcc", "--key-file", "k.key", cwd=work)
+    result = run("seal", "d.bin", "-o", "x.gcc", "--data-key", "k.key", cwd=work)
     assert result.returncode == 8  # permissions: file access
     _one_error_line(result, "k.key", "0644", "chmod 600")
     assert not (work / "x.gcc").exists()
@@ -76,8 +76,8 @@ def test_seal_refuses_an_exposed_key_file(work: Path) -> None:
     "args",
     [
         ("seal", "d.bin", "-o", "x.gcc"),  # no key file
-        ("seal", "d.bin", "-o", "x.gcc", "--key-file", "k.key", "--chunk-size", "1000"),
-        ("seal", "d.bin", "-o", "x.gcc", "--key-file", "k.key", "--chunk-size", "lots"),
+        ("seal", "d.bin", "-o", "x.gcc", "--data-key", "k.key", "--chunk-size", "1000"),
+        ("seal", "d.bin", "-o", "x.gcc", "--data-key", "k.key", "--chunk-size", "lots"),
     ],
 )
 def test_seal_usage_errors(work: Path, args: tuple[str, ...]) -> None:
@@ -92,14 +92,14 @@ def test_seal_usage_errors(work: Path, args: tuple[str, ...]) -> None:
 
 def test_stage_text_and_json(work: Path) -> None:
     _seal(work)
-    text = run("stage", "d.gcc", "--key-file", "k.key", "--threads", "2", cwd=work)
+    text = run("stage", "d.gcc", "--data-key", "k.key", "--threads", "2", cwd=work)
     assert text.returncode == 0, text.stderr
     assert text.stdout == ""  # success is for people: stderr, like seal's
     assert text.stderr.startswith("gpucc: staged ") and "6 chunks of 4 KiB" in text.stderr
     # The rate is in decimal units whatever its size (kB/s on a slow run, MB/s or GB/s else).
     assert "verified" in text.stderr and "MiB" not in text.stderr
     assert re.search(r"\(\d+(\.\d+)? [kMG]?B/s\)", text.stderr), text.stderr
-    result = run("stage", "d.gcc", "--key-file", "k.key", "--format", "json", cwd=work)
+    result = run("stage", "d.gcc", "--data-key", "k.key", "--format", "json", cwd=work)
     assert result.returncode == 0 and result.stderr.startswith("gpucc: staged ")
     doc = json.loads(result.stdout)
     assert doc["schema"] == "gpucc.stage/v1"
@@ -120,10 +120,10 @@ def test_stage_plaintext_input_is_sealed_in_transit(work: Path) -> None:
     doc = json.loads(result.stdout)
     assert doc["input"] == "plaintext" and doc["key_source"] == "ephemeral"
     assert doc["chunks"] == 6 and doc["dataset_id"] is None
-    refused = run("stage", "d.bin", "--key-file", "k.key", cwd=work)
+    refused = run("stage", "d.bin", "--data-key", "k.key", cwd=work)
     assert refused.returncode == 8  # the key file does not exist
     _seal(work)
-    refused = run("stage", "d.bin", "--key-file", "k.key", cwd=work)
+    refused = run("stage", "d.bin", "--data-key", "k.key", cwd=work)
     assert refused.returncode == 4  # a key says it must be sealed: malformed, not usage
     _one_error_line(refused, "not a sealed dataset")
 
@@ -136,7 +136,7 @@ def test_stage_on_gpu_without_cupy_is_one_line_exit_5(work: Path) -> None:
     except ImportError:
         pass
     _seal(work)
-    result = run("stage", "d.gcc", "--key-file", "k.key", "--device", "gpu", cwd=work)
+    result = run("stage", "d.gcc", "--data-key", "k.key", "--device", "gpu", cwd=work)
     assert result.returncode == 5
     _one_error_line(result, "GPU staging not available")
 
@@ -150,7 +150,7 @@ def test_stage_auto_without_a_gpu_says_it_uses_the_cpu(work: Path) -> None:
         pass
     _seal(work)
     result = run(
-        "stage", "d.gcc", "--key-file", "k.key", "--device", "auto", "--format", "json", cwd=work
+        "stage", "d.gcc", "--data-key", "k.key", "--device", "auto", "--format", "json", cwd=work
     )
     assert result.returncode == 0, result.stderr
     assert "staging on cpu" in result.stderr
@@ -162,7 +162,7 @@ def test_stage_tampered_chunk_exits_6_naming_it(work: Path) -> None:
     blob = bytearray((work / "d.gcc").read_bytes())
     blob[PREFIX_SIZE + 80 + 3 * (CS + TAG_SIZE) + 10] ^= 1  # wrap section is 80 bytes
     (work / "d.gcc").write_bytes(bytes(blob))
-    result = run("stage", "d.gcc", "--key-file", "k.key", "--format", "json", cwd=work)
+    result = run("stage", "d.gcc", "--data-key", "k.key", "--format", "json", cwd=work)
     assert result.returncode == 6
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "chunk 3 failed authentication" in lines[0]
@@ -175,30 +175,30 @@ def test_stage_tampered_chunk_exits_6_naming_it(work: Path) -> None:
 def test_stage_integrity_and_framing_failures(work: Path) -> None:
     _seal(work)
     (work / "other.bin").write_bytes(b"x")
-    run("seal", "other.bin", "-o", "o.gcc", "--key-file", "other.key", cwd=work)
-    wrong = run("stage", "d.gcc", "--key-file", "other.key", cwd=work)
+    run("seal", "other.bin", "-o", "o.gcc", "--data-key", "other.key", cwd=work)
+    wrong = run("stage", "d.gcc", "--data-key", "other.key", cwd=work)
     assert wrong.returncode == 7  # told apart from tampering by the key id
     _one_error_line(wrong, "key id")
     blob = (work / "d.gcc").read_bytes()
     (work / "d.gcc").write_bytes(blob[:-1])
-    truncated = run("stage", "d.gcc", "--key-file", "k.key", cwd=work)
+    truncated = run("stage", "d.gcc", "--data-key", "k.key", cwd=work)
     assert truncated.returncode == 6  # the authenticated header says what is missing
     _one_error_line(truncated, "chunk 5 failed authentication", "chunk 5 is cut off")
     (work / "d.gcc").write_bytes(blob[: -(123 + TAG_SIZE)])  # the last chunk dropped
-    dropped = run("stage", "d.gcc", "--key-file", "k.key", cwd=work)
+    dropped = run("stage", "d.gcc", "--data-key", "k.key", cwd=work)
     assert dropped.returncode == 6
     _one_error_line(dropped, "chunk 5 is missing")
     (work / "d.gcc").write_bytes(blob[:33] + bytes([blob[33] ^ 4]) + blob[34:])  # chunk count
-    flipped = run("stage", "d.gcc", "--key-file", "k.key", cwd=work)
+    flipped = run("stage", "d.gcc", "--data-key", "k.key", cwd=work)
     assert flipped.returncode == 6
     _one_error_line(flipped, "header failed authentication")
     (work / "d.gcc").write_bytes(bytes([blob[0] ^ 1]) + blob[1:HEADER_SIZE] + blob[HEADER_SIZE:])
-    magic = run("stage", "d.gcc", "--key-file", "k.key", cwd=work)
+    magic = run("stage", "d.gcc", "--data-key", "k.key", cwd=work)
     assert magic.returncode == 4  # given a key it must be sealed: a damaged magic is malformed
     _one_error_line(magic, "magic is damaged")
     missing_key = run("stage", "o.gcc", cwd=work)
     assert missing_key.returncode == 2
-    _one_error_line(missing_key, "--key-file")
+    _one_error_line(missing_key, "--data-key")
 
 
 # --- session -----------------------------------------------------------------------
@@ -224,7 +224,7 @@ def test_session_two_party_flow_on_a_simulated_gpu(work: Path) -> None:
 
     answer = run(
         "session", "answer", "offer.json", "--challenge", value, "--dataset", "d.gcc",
-        "--key-file", "k.key", "-o", "answer.json", "--simulate", "sim", cwd=work,
+        "--data-key", "k.key", "-o", "answer.json", "--simulate", "sim", cwd=work,
     )  # fmt: skip
     assert answer.returncode == 0, answer.stderr
     assert "attestation trusted" in answer.stderr
@@ -244,7 +244,7 @@ def test_session_two_party_flow_on_a_simulated_gpu(work: Path) -> None:
     other = run("session", "challenge", cwd=work).stdout.strip()
     replay = run(
         "session", "answer", "offer.json", "--challenge", other, "--dataset", "d.gcc",
-        "--key-file", "k.key", "-o", "a2.json", "--simulate", "sim", cwd=work,
+        "--data-key", "k.key", "-o", "a2.json", "--simulate", "sim", cwd=work,
     )  # fmt: skip
     assert replay.returncode == 1
     assert replay.stderr.strip().splitlines()[-1].startswith("gpucc: error: the offer answers")
@@ -270,7 +270,7 @@ def test_session_two_party_flow_on_a_simulated_gpu(work: Path) -> None:
 def test_session_local(work: Path) -> None:
     _seal(work)
     local = run(
-        "session", "local", "d.gcc", "--key-file", "k.key", "-o", "answer.json",
+        "session", "local", "d.gcc", "--data-key", "k.key", "-o", "answer.json",
         "--host-key", "host.key", "--simulate", "sim", cwd=work,
     )  # fmt: skip
     assert local.returncode == 0, local.stderr

@@ -29,7 +29,7 @@ def last_error(result: subprocess.CompletedProcess[str]) -> str:
 def work(tmp_path: Path) -> Path:
     (tmp_path / "d.bin").write_bytes(os.urandom(20_000))
     sealed = run(
-        "seal", "d.bin", "-o", "d.gcc", "--key-file", "k.key", "--chunk-size", "4KiB", cwd=tmp_path
+        "seal", "d.bin", "-o", "d.gcc", "--data-key", "k.key", "--chunk-size", "4KiB", cwd=tmp_path
     )
     assert sealed.returncode == 0, sealed.stderr
     return tmp_path
@@ -51,7 +51,7 @@ def answer(
 ) -> subprocess.CompletedProcess[str]:
     return run(
         "session", "answer", f"{name}.json", "--challenge", challenge, "--dataset", "d.gcc",
-        "--key-file", "k.key", "-o", f"{name}-answer.json", "--simulate", "sim",
+        "--data-key", "k.key", "-o", f"{name}-answer.json", "--simulate", "sim",
         "--state-dir", "state", *extra, cwd=work,
     )  # fmt: skip
 
@@ -116,13 +116,13 @@ def test_tampered_or_missing_cvm_evidence_releases_nothing(work: Path) -> None:
 
 def test_session_local_runs_version_2(work: Path) -> None:
     local = run(
-        "session", "local", "d.gcc", "--key-file", "k.key", "-o", "a.json",
+        "session", "local", "d.gcc", "--data-key", "k.key", "-o", "a.json",
         "--host-key", "h.key", "--simulate", "sim", "--format", "json", cwd=work,
     )  # fmt: skip
     assert local.returncode == 0, local.stderr
     assert json.loads(local.stdout)["protocol_version"] == 2
     gpu_only = run(
-        "session", "local", "d.gcc", "--key-file", "k.key", "-o", "b.json",
+        "session", "local", "d.gcc", "--data-key", "k.key", "-o", "b.json",
         "--host-key", "h2.key", "--simulate", "sim", "--gpu-only", cwd=work,
     )  # fmt: skip
     assert gpu_only.returncode == 1 and "GPU-only" in last_error(gpu_only)
@@ -159,14 +159,14 @@ def test_key_release_refuses_a_verification_time_other_than_now(work: Path, how:
     else:
         refused = run_cli(
             "session", "answer", "t.json", "--challenge", challenge, "--dataset", "d.gcc",
-            "--key-file", "k.key", "-o", "t-answer.json", "--simulate", "sim",
+            "--data-key", "k.key", "-o", "t-answer.json", "--simulate", "sim",
             "--state-dir", "state", cwd=work, env={"GPUCC_AT": past},
         )  # fmt: skip
     assert refused.returncode == 2, refused.stderr
     assert "current time" in last_error(refused)
     assert not (work / "t-answer.json").exists()
     local = run_cli(
-        "session", "local", "d.gcc", "--key-file", "k.key", "-o", "l.json", "--host-key", "l.key",
+        "session", "local", "d.gcc", "--data-key", "k.key", "-o", "l.json", "--host-key", "l.key",
         "--simulate", "sim", cwd=work, env={"GPUCC_AT": past},
     )  # fmt: skip
     assert local.returncode == 2 and not (work / "l.json").exists()

@@ -24,7 +24,7 @@ def run(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
 @pytest.fixture
 def work(tmp_path: Path) -> Path:
     (tmp_path / "d.bin").write_bytes(os.urandom(20_000))
-    sealed = run("seal", "d.bin", "-o", "d.gcc", "--key-file", "k.key", cwd=tmp_path)
+    sealed = run("seal", "d.bin", "-o", "d.gcc", "--data-key", "k.key", cwd=tmp_path)
     assert sealed.returncode == 0, sealed.stderr
     (tmp_path / "base.yaml").write_text("ocsp:\n  require: false\n")
     return tmp_path
@@ -43,7 +43,7 @@ def offer(work: Path) -> tuple[str, dict[str, object]]:
 def answer(work: Path, challenge: str, policy: str) -> subprocess.CompletedProcess[str]:
     return run(
         "session", "answer", "o.json", "--challenge", challenge, "--dataset", "d.gcc",
-        "--key-file", "k.key", "-o", "a.json", "--simulate", "sim", "--state-dir", "state",
+        "--data-key", "k.key", "-o", "a.json", "--simulate", "sim", "--state-dir", "state",
         "--policy", policy, "--force", cwd=work,
     )  # fmt: skip
 

@@ -65,14 +65,14 @@ def test_hostile_names_never_reach_the_terminal_raw(hostile: Path) -> None:
         ("model", "digest", "model", "-v"),
         ("model", "digest", "model", "-f", "json"),
         ("model", "digest", "single", "-o", f"{HOSTILE}.manifest.json"),
-        ("seal", f"{HOSTILE}.bin", "-o", f"{HOSTILE}.gcc", "--key-file", "k.key", "-v"),
-        ("stage", f"data/{HOSTILE}.gcc", "--key-file", "k.key", "-v"),
-        ("stage", "w.gcc", "--key-file", "k.key", "--manifest", "s.json",
+        ("seal", f"{HOSTILE}.bin", "-o", f"{HOSTILE}.gcc", "--data-key", "k.key", "-v"),
+        ("stage", f"data/{HOSTILE}.gcc", "--data-key", "k.key", "-v"),
+        ("stage", "w.gcc", "--data-key", "k.key", "--manifest", "s.json",
          "--resource", f"{HOSTILE}.w"),
         ("holder", "datasets", "--datasets", "data"),
-        ("seal", f"{HOSTILE}.missing", "-o", "o.gcc", "--key-file", "k.key"),
+        ("seal", f"{HOSTILE}.missing", "-o", "o.gcc", "--data-key", "k.key"),
         ("attest", "--evidence", f"{HOSTILE}.json"),
-        ("model", "sign", "model", "--private-key", f"{HOSTILE}.pem", "--signature", "s.sig"),
+        ("model", "sign", "model", "--signer-key", f"{HOSTILE}.pem", "--signature", "s.sig"),
         ("session", "offer", "--challenge", "00" * 32, "-o", f"{HOSTILE}.offer",
          "--host-key", f"{HOSTILE}.hk", "--simulate", "sim"),
     ]  # fmt: skip
@@ -151,7 +151,7 @@ def into_closed_pipe(*args: str | Path, cwd: Path) -> subprocess.CompletedProces
         ("model", "digest", "model"),
         ("model", "verify", "model", "--manifest", "m.json"),
         ("holder", "datasets", "--datasets", "data"),
-        ("seal", "d.bin", "-o", "x.gcc", "--key-file", "k.key", "-f", "json"),
+        ("seal", "d.bin", "-o", "x.gcc", "--data-key", "k.key", "-f", "json"),
         ("attest", "--help"),
         ("--version",),
     ],
@@ -208,13 +208,13 @@ def test_a_hostile_token_kid_and_log_fields_are_escaped(tmp_path: Path) -> None:
         [{"measres": "success"}], private_key=key, nonce=bytes.fromhex(nonce), now=now,
         overall_result=True, evidence_digests=[evidence_digest(b"r")], kid=HOSTILE,
     )  # fmt: skip
-    (tmp_path / "r.jwt").write_text(eat.to_json())
+    (tmp_path / "r.eat.json").write_text(eat.to_json())
     (tmp_path / "pub.pem").write_bytes(
         key.public_key().public_bytes(
             serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
         )
     )
-    args = ("token", "verify", "r.jwt", "--key", "pub.pem", "--nonce", nonce,
+    args = ("token", "verify", "r.eat.json", "--signer-pub", "pub.pem", "--nonce", nonce,
             "--at", "2026-01-15T12:01:00Z", "-vv")  # fmt: skip
     result = run_cli(*args, cwd=tmp_path)
     assert result.returncode == 0, result.stderr

@@ -164,13 +164,29 @@ def test_a_logs_fields_reach_the_terminal_escaped(tmp_path: Path) -> None:
     )  # fmt: skip
     (tmp_path / "other.json").write_bytes(other.to_json())
     runs = [
-        ("travel", "verify-log", log.name, "--key", pub.name, "--expect-head", head),
-        ("travel", "verify-log", log.name, "--key", pub.name, "-f", "json"),
-        ("travel", "verify-log", log.name, "--key", pub.name, "--expect-head", "ab" * 32),
-        ("travel", "verify-log", log.name, "--key", pub.name, "--receipt", "other.json"),
-        ("travel", "verify-log", "bad-seq.jsonl", "--key", pub.name),
-        ("travel", "verify-log", "bad-seq.jsonl", "--key", pub.name, "-f", "json"),
-        ("travel", "verify-log", log.name, "--key", f"{HOSTILE}.pem"),
+        ("travel", "verify-log", log.name, "--orchestrator-pub", pub.name, "--expect-head", head),
+        ("travel", "verify-log", log.name, "--orchestrator-pub", pub.name, "-f", "json"),
+        (
+            "travel",
+            "verify-log",
+            log.name,
+            "--orchestrator-pub",
+            pub.name,
+            "--expect-head",
+            "ab" * 32,
+        ),
+        (
+            "travel",
+            "verify-log",
+            log.name,
+            "--orchestrator-pub",
+            pub.name,
+            "--receipt",
+            "other.json",
+        ),
+        ("travel", "verify-log", "bad-seq.jsonl", "--orchestrator-pub", pub.name),
+        ("travel", "verify-log", "bad-seq.jsonl", "--orchestrator-pub", pub.name, "-f", "json"),
+        ("travel", "verify-log", log.name, "--orchestrator-pub", f"{HOSTILE}.pem"),
     ]
     results = _run_all(runs, tmp_path)
     for args, result in zip(runs, results, strict=True):
@@ -350,7 +366,7 @@ def test_the_holder_service_shows_hostile_names_and_requests_escaped(tmp_path: P
     (junk / f"{HOSTILE}.gcc").write_bytes(MESSAGE.encode() * 20)
     write_signing_key(tmp_path / "holder.key", generate_signing_key())
     port = free_port()
-    common = ("--dataset-keys", "k.key", "--key", "holder.key", "--simulate-roots", "roots")
+    common = ("--data-key", "k.key", "--holder-key", "holder.key", "--simulate", "roots")
     serve_args = ("holder", "serve", "--datasets", "data", *common, "--listen", f"127.0.0.1:{port}",
                   "--idle-timeout-s", "2", "--drain-s", "2", "--trusted-proxy", "127.0.0.1", "-v")  # fmt: skip
     out, err = (tmp_path / "serve.out").open("w+"), (tmp_path / "serve.err").open("w+")
@@ -407,14 +423,14 @@ def test_a_hostile_offer_and_answer_reach_the_terminal_escaped(tmp_path: Path) -
         (tmp_path / f"{name}.offer").write_text(json.dumps(doc))
     (tmp_path / f"{HOSTILE}.answer").write_text(json.dumps({"schema": MESSAGE, MESSAGE: 1}))
     answer = ("session", "answer", "--challenge", challenge, "--dataset", f"{HOSTILE}.gcc",
-              "--key-file", "k.key", "--simulate", "sim", "--state-dir", "state")  # fmt: skip
+              "--data-key", "k.key", "--simulate", "sim", "--state-dir", "state")  # fmt: skip
     runs: list[tuple[str, ...]] = [
         (*answer, "fields.offer", "-o", "a1.json", "-v"),
         (*answer, "fields.offer", "-o", "a2.json", "-f", "json"),
         (*answer, "arch.offer", "-o", "a3.json"),
         (*answer, "junk.offer", "-o", "a4.json"),
         ("session", "accept", f"{HOSTILE}.answer", "--host-key", "host.key"),
-        ("session", "local", f"{HOSTILE}.gcc", "--key-file", "k.key", "-o", "l.json",
+        ("session", "local", f"{HOSTILE}.gcc", "--data-key", "k.key", "-o", "l.json",
          "--host-key", "l.key", "--simulate", "sim-local", "-v"),
         ("session", "challenge"),
     ]  # fmt: skip

@@ -59,7 +59,7 @@ def write_result(path: Path, key: ec.EllipticCurvePrivateKey, **kw: Any) -> Path
 
 @pytest.fixture
 def files(tmp_path: Path, key: ec.EllipticCurvePrivateKey) -> Path:
-    write_result(tmp_path / "result.jwt", key)
+    write_result(tmp_path / "result.eat.json", key)
     (tmp_path / "pub.pem").write_bytes(
         key.public_key().public_bytes(
             serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
@@ -70,7 +70,16 @@ def files(tmp_path: Path, key: ec.EllipticCurvePrivateKey) -> Path:
 
 def test_valid_result(files: Path) -> None:
     r = run(
-        "token", "verify", "result.jwt", "--key", "pub.pem", "--nonce", NONCE, "--at", AT, cwd=files
+        "token",
+        "verify",
+        "result.eat.json",
+        "--signer-pub",
+        "pub.pem",
+        "--nonce",
+        NONCE,
+        "--at",
+        AT,
+        cwd=files,
     )
     assert r.returncode == 0, r.stderr
     assert "TRUSTED" in r.stdout and "2 GPU token(s)" in r.stdout and NONCE in r.stdout
@@ -80,8 +89,8 @@ def test_valid_result_json(files: Path) -> None:
     r = run(
         "token",
         "verify",
-        "result.jwt",
-        "--key",
+        "result.eat.json",
+        "--signer-pub",
         "pub.pem",
         "--format",
         "json",
@@ -100,7 +109,7 @@ def test_valid_result_json(files: Path) -> None:
 def test_signed_not_trusted_result_exits_1(files: Path, key: ec.EllipticCurvePrivateKey) -> None:
     write_result(files / "no.jwt", key, overall_result=False)
     r = run(
-        "token", "verify", "no.jwt", "--key", "pub.pem", "--at", AT, "-f", "json", "--no-nonce",
+        "token", "verify", "no.jwt", "--signer-pub", "pub.pem", "--at", AT, "-f", "json", "--no-nonce",
         cwd=files,
     )  # fmt: skip
     assert r.returncode == 1
@@ -112,8 +121,8 @@ def test_wrong_nonce_exits_1(files: Path) -> None:
     r = run(
         "token",
         "verify",
-        "result.jwt",
-        "--key",
+        "result.eat.json",
+        "--signer-pub",
         "pub.pem",
         "--nonce",
         "00" * 32,
@@ -135,8 +144,8 @@ def test_wrong_key_exits_1_json(files: Path) -> None:
     r = run(
         "token",
         "verify",
-        "result.jwt",
-        "--key",
+        "result.eat.json",
+        "--signer-pub",
         "other.pem",
         "--no-nonce",
         "--at",
@@ -157,8 +166,8 @@ def test_expired_exits_1(files: Path) -> None:
     r = run(
         "token",
         "verify",
-        "result.jwt",
-        "--key",
+        "result.eat.json",
+        "--signer-pub",
         "pub.pem",
         "--no-nonce",
         "--at",
@@ -169,40 +178,64 @@ def test_expired_exits_1(files: Path) -> None:
 
 
 def test_tampered_file_exits_1(files: Path) -> None:
-    doc = json.loads((files / "result.jwt").read_text())
+    doc = json.loads((files / "result.eat.json").read_text())
     doc[1]["GPU-0"], doc[1]["GPU-1"] = doc[1]["GPU-1"], doc[1]["GPU-0"]
     (files / "t.jwt").write_text(json.dumps(doc))
-    r = run("token", "verify", "t.jwt", "--key", "pub.pem", "--at", AT, "--no-nonce", cwd=files)
+    r = run(
+        "token", "verify", "t.jwt", "--signer-pub", "pub.pem", "--at", AT, "--no-nonce", cwd=files
+    )
     assert r.returncode == 1 and "submods check failed" in r.stderr
 
 
 def test_unsigned_token_exits_1(files: Path) -> None:
     (files / "none.jwt").write_text("eyJhbGciOiJub25lIn0.eyJpc3MiOiJncHVjYyJ9.")
-    r = run("token", "verify", "none.jwt", "--key", "pub.pem", "--at", AT, "--no-nonce", cwd=files)
+    r = run(
+        "token",
+        "verify",
+        "none.jwt",
+        "--signer-pub",
+        "pub.pem",
+        "--at",
+        AT,
+        "--no-nonce",
+        cwd=files,
+    )
     assert r.returncode == 1 and "alg check failed" in r.stderr
 
 
 @pytest.mark.parametrize("content", ["", "hello", '[["JWT", 1], {}]', "a.b.c"])
 def test_malformed_token_exits_4(files: Path, content: str) -> None:
     (files / "bad.jwt").write_text(content)
-    r = run("token", "verify", "bad.jwt", "--key", "pub.pem", "--at", AT, "--no-nonce", cwd=files)
+    r = run(
+        "token", "verify", "bad.jwt", "--signer-pub", "pub.pem", "--at", AT, "--no-nonce", cwd=files
+    )
     assert r.returncode == 4, r.stderr
     assert r.stderr.startswith("gpucc: error:") and r.stderr.count("\n") == 1
 
 
 def test_malformed_key_exits_4(files: Path) -> None:
     (files / "k.pem").write_text("not a key")
-    r = run("token", "verify", "result.jwt", "--key", "k.pem", "--at", AT, "--no-nonce", cwd=files)
+    r = run(
+        "token",
+        "verify",
+        "result.eat.json",
+        "--signer-pub",
+        "k.pem",
+        "--at",
+        AT,
+        "--no-nonce",
+        cwd=files,
+    )
     assert r.returncode == 4 and "k.pem" in r.stderr
 
 
 @pytest.mark.parametrize(
     "args",
     [
-        ("result.jwt",),
-        ("result.jwt", "--key", "pub.pem", "--nonce", "xyz"),
-        ("result.jwt", "--key", "pub.pem", "--format", "yaml"),
-        ("result.jwt", "--key", "pub.pem", "--at", "yesterday"),
+        ("result.eat.json",),
+        ("result.eat.json", "--signer-pub", "pub.pem", "--nonce", "xyz"),
+        ("result.eat.json", "--signer-pub", "pub.pem", "--format", "yaml"),
+        ("result.eat.json", "--signer-pub", "pub.pem", "--at", "yesterday"),
     ],
 )
 def test_usage_errors_exit_2(files: Path, args: tuple[str, ...]) -> None:
@@ -212,17 +245,35 @@ def test_usage_errors_exit_2(files: Path, args: tuple[str, ...]) -> None:
 
 def test_freshness_is_never_assumed(files: Path) -> None:
     """Without --nonce the caller must say --no-nonce, and the output says what it means."""
-    r = run("token", "verify", "result.jwt", "--key", "pub.pem", "--at", AT, cwd=files)
+    r = run("token", "verify", "result.eat.json", "--signer-pub", "pub.pem", "--at", AT, cwd=files)
     assert r.returncode == 2 and "--no-nonce" in r.stderr and r.stdout == ""
     both = ("--nonce", NONCE, "--no-nonce")
-    r = run("token", "verify", "result.jwt", "--key", "pub.pem", "--at", AT, *both, cwd=files)
+    r = run(
+        "token",
+        "verify",
+        "result.eat.json",
+        "--signer-pub",
+        "pub.pem",
+        "--at",
+        AT,
+        *both,
+        cwd=files,
+    )
     assert r.returncode == 2
     r = run(
-        "token", "verify", "result.jwt", "--key", "pub.pem", "--at", AT, "--no-nonce", cwd=files
+        "token",
+        "verify",
+        "result.eat.json",
+        "--signer-pub",
+        "pub.pem",
+        "--at",
+        AT,
+        "--no-nonce",
+        cwd=files,
     )
     assert r.returncode == 0 and "TRUSTED" in r.stdout and "FRESHNESS NOT CHECKED" in r.stdout
     r = run(
-        "token", "verify", "result.jwt", "--key", "pub.pem", "--at", AT, "--nonce", NONCE,
+        "token", "verify", "result.eat.json", "--signer-pub", "pub.pem", "--at", AT, "--nonce", NONCE,
         "-f", "json", cwd=files,
     )  # fmt: skip
     assert r.returncode == 0 and json.loads(r.stdout)["freshness"] == "nonce-checked"
@@ -241,7 +292,7 @@ def test_a_result_without_gpu_tokens_is_not_trusted(
     }  # fmt: skip
     (files / "empty.jwt").write_text(sign_es384({"alg": "ES384"}, claims, key))
     r = run(
-        "token", "verify", "empty.jwt", "--key", "pub.pem", "--at", AT, "--nonce", NONCE,
+        "token", "verify", "empty.jwt", "--signer-pub", "pub.pem", "--at", AT, "--nonce", NONCE,
         "-f", "json", cwd=files,
     )  # fmt: skip
     assert r.returncode == 1, r.stderr
@@ -250,7 +301,7 @@ def test_a_result_without_gpu_tokens_is_not_trusted(
 
 
 def test_missing_result_is_a_file_error(files: Path) -> None:
-    r = run("token", "verify", "absent.jwt", "--key", "pub.pem", "--no-nonce", cwd=files)
+    r = run("token", "verify", "absent.jwt", "--signer-pub", "pub.pem", "--no-nonce", cwd=files)
     assert r.returncode == 8 and "absent.jwt does not exist" in r.stderr
 
 

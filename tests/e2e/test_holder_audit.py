@@ -83,8 +83,8 @@ def test_identity_policies_and_every_decision_in_the_audit_records(
         port = free_port()
         conf = world.tmp / f"{name}.yaml"
         conf.write_text(
-            f"datasets: {name}/data\ndataset-keys: {name}/data.key\nkey: {name}/holder.key\n"
-            f"listen: '127.0.0.1:{port}'\nsimulate-roots: roots\nstate: '{state}'\n"
+            f"datasets: {name}/data\ndata-key: {name}/data.key\nholder-key: {name}/holder.key\n"
+            f"listen: '127.0.0.1:{port}'\nsimulate: roots\nstate: '{state}'\n"
             "rate: 500\nburst: 500\n"
             f"releases:\n  - {{name: k1-only, datasets: [{name}-1], requesters: [k1.pub]}}\n"
         )
@@ -218,8 +218,8 @@ def test_a_bad_requester_list_is_refused_in_one_line(
     _holder_files(world.tmp, name, [1_000])
     conf = world.tmp / f"{name}.yaml"
     conf.write_text(
-        f"datasets: {name}/data\ndataset-keys: {name}/data.key\nkey: {name}/holder.key\n"
-        f"simulate-roots: roots\nstate: memory\n"
+        f"datasets: {name}/data\ndata-key: {name}/data.key\nholder-key: {name}/holder.key\n"
+        f"simulate: roots\nstate: memory\n"
         f"releases:\n  - {{name: r, datasets: [{name}-0], requesters: {requesters}}}\n"
     )
     run = subprocess.run(
@@ -233,13 +233,13 @@ def test_a_bad_requester_list_is_refused_in_one_line(
 def test_session_answer_keeps_its_decisions_in_the_state(tmp_path: Path) -> None:
     (tmp_path / "d.bin").write_bytes(b"d" * 5000)
     assert (
-        run_cli("seal", "d.bin", "-o", "d.gcc", "--key-file", "k.key", cwd=tmp_path).returncode == 0
+        run_cli("seal", "d.bin", "-o", "d.gcc", "--data-key", "k.key", cwd=tmp_path).returncode == 0
     )
     challenge = run_cli("session", "challenge", cwd=tmp_path).stdout.strip()
     made = run_cli("session", "offer", "--challenge", challenge, "-o", "offer.json",
                    "--host-key", "host.key", "--simulate", "sim", cwd=tmp_path)  # fmt: skip
     assert made.returncode == 0, made.stderr
-    answer = ("session", "answer", "offer.json", "--dataset", "d.gcc", "--key-file", "k.key",
+    answer = ("session", "answer", "offer.json", "--dataset", "d.gcc", "--data-key", "k.key",
               "--simulate", "sim", "--state", "s.sqlite3")  # fmt: skip
     other = run_cli(*answer, "--challenge", "22" * 32, "-o", "a1.json", cwd=tmp_path)
     assert other.returncode == 1, other.stderr

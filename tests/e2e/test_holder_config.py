@@ -55,8 +55,8 @@ def test_a_configured_holder_releases_per_policy_and_reloads_on_sighup(world: Wo
     port = free_port()
     conf = world.tmp / "holder.yaml"
     base = (
-        f"datasets: cfg/data\ndataset-keys: cfg/data.key\nkey: cfg/holder.key\n"
-        f"listen: '127.0.0.1:{port}'\nsimulate-roots: roots\nstate: memory\nmetrics: true\n"
+        f"datasets: cfg/data\ndata-key: cfg/data.key\nholder-key: cfg/holder.key\n"
+        f"listen: '127.0.0.1:{port}'\nsimulate: roots\nstate: memory\nmetrics: true\n"
         "rate: 500\nburst: 500\n"
     )
     conf.write_text(

@@ -65,7 +65,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         *DEADLINES,
         "--trusted-proxy",
         "127.0.0.1",
-        "--orchestrator-key",
+        "--orchestrator-pub",
         str(orchestrator),
     )
     try:
@@ -399,11 +399,11 @@ def test_tls_key_is_checked_like_every_secret_key(world: World, tmp_path: Path) 
                 "serve",
                 "--datasets",
                 str(world.tmp / "h" / "data"),
-                "--dataset-keys",
+                "--data-key",
                 str(world.tmp / "h" / "data.key"),
                 "--listen",
                 "127.0.0.1:1",
-                "--simulate-roots",
+                "--simulate",
                 str(world.roots),
                 *extra,
             ],
@@ -413,12 +413,17 @@ def test_tls_key_is_checked_like_every_secret_key(world: World, tmp_path: Path) 
             check=False,
         )
 
-    signing_exposed = serve("--key", str(exposed_signing))
+    signing_exposed = serve("--holder-key", str(exposed_signing))
     tls_exposed = serve(
-        "--key", str(world.tmp / "h" / "holder.key"), "--tls-cert", str(cert), "--tls-key", str(key)
+        "--holder-key",
+        str(world.tmp / "h" / "holder.key"),
+        "--tls-cert",
+        str(cert),
+        "--tls-key",
+        str(key),
     )
     tls_link = serve(
-        "--key",
+        "--holder-key",
         str(world.tmp / "h" / "holder.key"),
         "--tls-cert",
         str(cert),
@@ -435,7 +440,7 @@ def test_tls_key_is_checked_like_every_secret_key(world: World, tmp_path: Path) 
     junk_cert = tmp_path / "junk.pem"
     junk_cert.write_text("not a certificate")
     junk = serve(
-        "--key",
+        "--holder-key",
         str(world.tmp / "h" / "holder.key"),
         "--tls-cert",
         str(junk_cert),
@@ -443,6 +448,8 @@ def test_tls_key_is_checked_like_every_secret_key(world: World, tmp_path: Path) 
         str(good_key),
     )
     assert junk.returncode == 4 and len(junk.stderr.strip().splitlines()) == 2  # + SIMULATED
-    missing = serve("--key", str(world.tmp / "h" / "holder.key"), "--simulate-roots", str(tmp_path))
+    missing = serve(
+        "--holder-key", str(world.tmp / "h" / "holder.key"), "--simulate", str(tmp_path)
+    )
     assert missing.returncode == 2 and "lacks" in missing.stderr
     assert h.proc.poll() is None

@@ -103,12 +103,12 @@ def test_manifest_inside_the_model_is_ignored(work: Path) -> None:
 
 
 def test_gpucc_signature_verifies_with_model_signing(work: Path) -> None:
-    signed = run("sign", "model", "--private-key", "key.pem", "--signature", "model.sig", cwd=work)
+    signed = run("sign", "model", "--signer-key", "key.pem", "--signature", "model.sig", cwd=work)
     assert signed.returncode == 0, signed.stderr
     model_signing.verifying.Config().use_elliptic_key_verifier(public_key=work / "pub.pem").verify(
         work / "model", work / "model.sig"
     )
-    ours = run("verify", "model", "--signature", "model.sig", "--public-key", "pub.pem", cwd=work)
+    ours = run("verify", "model", "--signature", "model.sig", "--signer-pub", "pub.pem", cwd=work)
     assert ours.returncode == 0, ours.stderr
 
 
@@ -118,7 +118,7 @@ def test_model_signing_signature_verifies_with_gpucc(work: Path) -> None:
         work / "model", sig
     )
     result = run(
-        "verify", "model", "--signature", sig, "--public-key", "pub.pem", "--format", "json",
+        "verify", "model", "--signature", sig, "--signer-pub", "pub.pem", "--format", "json",
         cwd=work,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
@@ -137,7 +137,7 @@ def _model_signing_cli(*args: str | Path, cwd: Path) -> subprocess.CompletedProc
 
 def test_model_signing_cli_both_ways(work: Path) -> None:
     """model_signing's CLI signs and verifies per-file SHA-256 (its default), as gpucc does."""
-    signed = run("sign", "model", "--private-key", "key.pem", "--signature", "g.sig", cwd=work)
+    signed = run("sign", "model", "--signer-key", "key.pem", "--signature", "g.sig", cwd=work)
     assert signed.returncode == 0, signed.stderr
     checked = _model_signing_cli("verify", "key", "model", "--signature", "g.sig",
                                  "--public_key", "pub.pem", cwd=work)  # fmt: skip
@@ -146,12 +146,12 @@ def test_model_signing_cli_both_ways(work: Path) -> None:
                               "--private_key", "key.pem", cwd=work)  # fmt: skip
     assert made.returncode == 0, made.stdout + made.stderr
     ours = run(
-        "verify", "model", "--signature", "model/model.sig", "--public-key", "pub.pem", cwd=work
+        "verify", "model", "--signature", "model/model.sig", "--signer-pub", "pub.pem", cwd=work
     )
     assert ours.returncode == 0, ours.stderr
     (work / "model" / "weights.bin").write_bytes(b"swapped")
     ours = run(
-        "verify", "model", "--signature", "model/model.sig", "--public-key", "pub.pem", cwd=work
+        "verify", "model", "--signature", "model/model.sig", "--signer-pub", "pub.pem", cwd=work
     )
     error_line(ours, 6, "weights.bin")
 
@@ -206,19 +206,19 @@ def test_changed_shard_size_and_wrong_algorithm(work: Path) -> None:
 
 
 def test_wrong_key_and_edited_bundle(work: Path) -> None:
-    run("sign", "model", "--private-key", "key.pem", "--signature", "s.sig", cwd=work)
+    run("sign", "model", "--signer-key", "key.pem", "--signature", "s.sig", cwd=work)
     other = ec.generate_private_key(ec.SECP256R1()).public_key()
     (work / "other.pem").write_bytes(
         other.public_bytes(
             serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
         )
     )
-    result = run("verify", "model", "--signature", "s.sig", "--public-key", "other.pem", cwd=work)
+    result = run("verify", "model", "--signature", "s.sig", "--signer-pub", "other.pem", cwd=work)
     error_line(result, 6, "different key")
     bundle = json.loads((work / "s.sig").read_text())
     bundle["dsseEnvelope"]["signatures"][0]["sig"] = "MEUCIQ" + "A" * 90
     (work / "s.sig").write_text(json.dumps(bundle))
-    result = run("verify", "model", "--signature", "s.sig", "--public-key", "pub.pem", cwd=work)
+    result = run("verify", "model", "--signature", "s.sig", "--signer-pub", "pub.pem", cwd=work)
     error_line(result, 6, "does not verify")
 
 
@@ -257,7 +257,7 @@ def test_bad_trees_and_keys(work: Path, tmp_path: Path) -> None:
     error_line(run("digest", "model", cwd=work), 4, "fifo is a special file")
     (work / "model" / "fifo").unlink()
     (work / "key.pem").chmod(0o644)
-    result = run("sign", "model", "--private-key", "key.pem", "--signature", "s.sig", cwd=work)
+    result = run("sign", "model", "--signer-key", "key.pem", "--signature", "s.sig", cwd=work)
     error_line(result, 8, "chmod 600")  # permissions: file access
     assert not (work / "s.sig").exists()
 
@@ -278,8 +278,8 @@ def test_outputs_are_never_replaced_without_force(work: Path) -> None:
 def test_usage_errors(work: Path) -> None:
     error_line(run("verify", "model", cwd=work), 2, "--manifest or --signature")
     _manifest(work)
-    both = run("verify", "model", "--manifest", "m.json", "--public-key", "pub.pem", cwd=work)
-    error_line(both, 2, "--public-key")
+    both = run("verify", "model", "--manifest", "m.json", "--signer-pub", "pub.pem", cwd=work)
+    error_line(both, 2, "--signer-pub")
     error_line(run("digest", "model", "--shard-size", "lots", cwd=work), 2, "not a size")
 
 

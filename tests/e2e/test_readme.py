@@ -50,7 +50,7 @@ def test_readme_exit_code_table_is_the_code_table() -> None:
 
 #: Inline examples not run, and why.
 SKIPPED_INLINE = {
-    "gpucc session local train.gcc --key-file train.key -o answer.json --host-key host.key": (
+    "gpucc session local train.gcc --data-key train.key -o answer.json --host-key host.key": (
         "needs a real GPU (the simulated block runs the same protocol)"
     ),
     "gpucc attest --format json": "a description of the option, with no evidence to verify",

@@ -76,7 +76,7 @@ def work(tmp_path: Path) -> Path:
 
 def _seal(work: Path, src: str = "d.bin", out: str = "d.gcc", *extra: str) -> None:
     result = run(
-        "seal", src, "-o", out, "--key-file", "k.key", "--chunk-size", "4KiB", *extra, cwd=work
+        "seal", src, "-o", out, "--data-key", "k.key", "--chunk-size", "4KiB", *extra, cwd=work
     )
     assert result.returncode == 0, result.stderr
 
@@ -86,12 +86,12 @@ def _seal(work: Path, src: str = "d.bin", out: str = "d.gcc", *extra: str) -> No
 
 def test_seal_replaces_an_output_only_with_force(work: Path) -> None:
     (work / "x.gcc").write_bytes(b"precious")
-    again = run("seal", "d.bin", "-o", "x.gcc", "--key-file", "k.key", cwd=work)
+    again = run("seal", "d.bin", "-o", "x.gcc", "--data-key", "k.key", cwd=work)
     assert again.returncode == 8
     _one_error_line(again, "x.gcc already exists", "--force")
     assert (work / "x.gcc").read_bytes() == b"precious"
     assert not (work / "k.key").exists()  # refused before a key file was made for nothing
-    forced = run("seal", "d.bin", "-o", "x.gcc", "--key-file", "k.key", "--force", cwd=work)
+    forced = run("seal", "d.bin", "-o", "x.gcc", "--data-key", "k.key", "--force", cwd=work)
     assert forced.returncode == 0, forced.stderr
     assert (work / "x.gcc").read_bytes()[:8] == b"GPUCCSD\x00"
     assert _leftovers(work) == []
@@ -100,7 +100,7 @@ def test_seal_replaces_an_output_only_with_force(work: Path) -> None:
 @pytest.mark.parametrize("force", [(), ("--force",)])
 def test_seal_never_replaces_its_key_file_or_dataset(work: Path, force: tuple[str, ...]) -> None:
     # The key file does not exist yet: same name.
-    fresh = run("seal", "d.bin", "-o", "k.key", "--key-file", "k.key", *force, cwd=work)
+    fresh = run("seal", "d.bin", "-o", "k.key", "--data-key", "k.key", *force, cwd=work)
     assert fresh.returncode == 2
     _one_error_line(fresh, "k.key")
     assert not (work / "k.key").exists()
@@ -110,13 +110,13 @@ def test_seal_never_replaces_its_key_file_or_dataset(work: Path, force: tuple[st
     os.link(work / "k.key", work / "hard.key")
     (work / "soft.key").symlink_to("k.key")
     for name in ("k.key", "hard.key", "soft.key", "./k.key"):
-        result = run("seal", "d.bin", "-o", name, "--key-file", "k.key", *force, cwd=work)
+        result = run("seal", "d.bin", "-o", name, "--data-key", "k.key", *force, cwd=work)
         assert result.returncode == 8, (name, result.stderr)  # an existing output
         _one_error_line(result)
         assert (work / "k.key").read_bytes() == key
     data = (work / "d.bin").read_bytes()
     for name in ("d.bin", "./d.bin"):
-        result = run("seal", "d.bin", "-o", name, "--key-file", "k.key", *force, cwd=work)
+        result = run("seal", "d.bin", "-o", name, "--data-key", "k.key", *force, cwd=work)
         assert result.returncode == 8
         assert (work / "d.bin").read_bytes() == data
     assert _leftovers(work) == []
@@ -141,14 +141,14 @@ def test_session_outputs_never_replace_keys(work: Path) -> None:
     for force in ((), ("--force",)):
         answer = run(
             "session", "answer", "offer.json", "--challenge", value, "--dataset", "d.gcc",
-            "--key-file", "k.key", "-o", "k.key", "--simulate", "sim", *force, cwd=work,
+            "--data-key", "k.key", "-o", "k.key", "--simulate", "sim", *force, cwd=work,
         )  # fmt: skip
         assert answer.returncode == 8  # an existing output, and an input
         assert (work / "k.key").read_bytes() == key
     (work / "answer.json").write_text("keep me")
     exists = run(
         "session", "answer", "offer.json", "--challenge", value, "--dataset", "d.gcc",
-        "--key-file", "k.key", "-o", "answer.json", "--simulate", "sim", cwd=work,
+        "--data-key", "k.key", "-o", "answer.json", "--simulate", "sim", cwd=work,
     )  # fmt: skip
     assert exists.returncode == 8
     _one_error_line(exists, "already exists", "--force")
@@ -160,7 +160,7 @@ def test_two_concurrent_seals_of_one_output_exactly_one_wins(work: Path) -> None
     _seal(work)  # creates k.key
     procs = [
         subprocess.Popen(
-            [GPUCC, "seal", "big.bin", "-o", "same.gcc", "--key-file", "k.key", "--threads", "1"],
+            [GPUCC, "seal", "big.bin", "-o", "same.gcc", "--data-key", "k.key", "--threads", "1"],
             cwd=work,
             env=_env(work),
             stdout=subprocess.PIPE,
@@ -174,7 +174,7 @@ def test_two_concurrent_seals_of_one_output_exactly_one_wins(work: Path) -> None
     assert codes == [0, 8], results
     loser = next(err for code, err in results if code == 8)
     assert "same.gcc already exists" in loser and "Traceback" not in loser
-    staged = run("stage", "same.gcc", "--key-file", "k.key", cwd=work)
+    staged = run("stage", "same.gcc", "--data-key", "k.key", cwd=work)
     assert staged.returncode == 0, staged.stderr
     assert _leftovers(work) == []
 
@@ -199,7 +199,7 @@ def test_signal_during_a_large_seal_removes_the_temporary_file(
     with (work / "big.bin").open("wb") as fh:  # sparse: cheap to make, slow enough to seal
         fh.truncate(1024**3)
     proc = subprocess.Popen(
-        [GPUCC, "seal", "big.bin", "-o", "big.gcc", "--key-file", "k.key", "--threads", "1",
+        [GPUCC, "seal", "big.bin", "-o", "big.gcc", "--data-key", "k.key", "--threads", "1",
          "--chunk-size", "64KiB"],
         cwd=work,
         env=_env(work),
@@ -228,15 +228,15 @@ def test_signal_during_a_large_seal_removes_the_temporary_file(
 def test_key_file_symlink_fifo_and_mode_are_refused(work: Path) -> None:
     _seal(work)
     (work / "link.key").symlink_to("k.key")
-    linked = run("stage", "d.gcc", "--key-file", "link.key", cwd=work)
+    linked = run("stage", "d.gcc", "--data-key", "link.key", cwd=work)
     assert linked.returncode == 8
     _one_error_line(linked, "symbolic link")
     os.mkfifo(work / "fifo.key")
-    fifo = run("seal", "d.bin", "-o", "y.gcc", "--key-file", "fifo.key", cwd=work, timeout=20)
+    fifo = run("seal", "d.bin", "-o", "y.gcc", "--data-key", "fifo.key", cwd=work, timeout=20)
     assert fifo.returncode == 8
     _one_error_line(fifo, "FIFO")
     (work / "k.key").chmod(0o640)
-    exposed = run("stage", "d.gcc", "--key-file", "k.key", cwd=work)
+    exposed = run("stage", "d.gcc", "--data-key", "k.key", cwd=work)
     assert exposed.returncode == 8  # permissions: file access
     _one_error_line(exposed, "chmod 600")
 
@@ -254,10 +254,10 @@ def test_new_key_files_are_0600_even_under_umask_000(work: Path) -> None:
 def test_key_file_owned_by_another_user_is_refused(work: Path) -> None:
     _seal(work)
     os.chown(work / "k.key", 65534, 65534)
-    result = run("stage", "d.gcc", "--key-file", "k.key", cwd=work)
+    result = run("stage", "d.gcc", "--data-key", "k.key", cwd=work)
     assert result.returncode == 8  # permissions: file access
     _one_error_line(result, "owned by uid 65534", "chown")
-    again = run("seal", "d.bin", "-o", "z.gcc", "--key-file", "k.key", cwd=work)
+    again = run("seal", "d.bin", "-o", "z.gcc", "--data-key", "k.key", cwd=work)
     assert again.returncode == 8 and not (work / "z.gcc").exists()
 
 
@@ -280,8 +280,8 @@ def test_fifos_everywhere_exit_promptly(work: Path) -> None:
     _session(work)  # a real host key: its own checks come before the answer is read
     os.mkfifo(work / "f")
     cases = [
-        ("seal", "f", "-o", "f.gcc", "--key-file", "k.key"),
-        ("stage", "f", "--key-file", "k.key"),
+        ("seal", "f", "-o", "f.gcc", "--data-key", "k.key"),
+        ("stage", "f", "--data-key", "k.key"),
         ("stage", "f"),
         ("stage", "d.gcc", "--session", "f", "--host-key", "k.key"),
         ("collateral", "show", "f"),
@@ -321,7 +321,7 @@ def test_deep_json_is_malformed_input_everywhere(work: Path) -> None:
         ("collateral", "show", "deep.json"),
         ("collateral", "show", "deep-obj.json"),
         ("session", "answer", "deep.json", "--challenge", value, "--dataset", "d.gcc",
-         "--key-file", "k.key", "-o", "a.json", "--simulate", "sim"),
+         "--data-key", "k.key", "-o", "a.json", "--simulate", "sim"),
     ]  # fmt: skip
     for args in cases:
         result = run(*args, cwd=work)
@@ -368,7 +368,7 @@ def _answer(
 ) -> subprocess.CompletedProcess[str]:
     return run(
         "session", "answer", offer, "--challenge", value, "--dataset", "d.gcc",
-        "--key-file", "k.key", "-o", out, "--simulate", "sim", cwd=work,
+        "--data-key", "k.key", "-o", out, "--simulate", "sim", cwd=work,
     )  # fmt: skip
 
 
@@ -481,7 +481,7 @@ def test_safe_text() -> None:
 def test_non_datasets_with_a_key_are_malformed(work: Path, content: bytes, looks: str) -> None:
     _seal(work)
     (work / "x.gcc").write_bytes(content)
-    result = run("stage", "x.gcc", "--key-file", "k.key", cwd=work)
+    result = run("stage", "x.gcc", "--data-key", "k.key", cwd=work)
     assert result.returncode == 4, result.stderr
     _one_error_line(result, "not a sealed dataset", looks)
 
@@ -502,9 +502,9 @@ def test_flipped_magic_with_a_session_is_malformed(work: Path) -> None:
 
 def test_file_named_dash_v_after_double_dash(work: Path) -> None:
     (work / "-v").write_bytes(b"data named like an option")
-    result = run("seal", "-o", "v.gcc", "--key-file", "k.key", "--", "-v", cwd=work)
+    result = run("seal", "-o", "v.gcc", "--data-key", "k.key", "--", "-v", cwd=work)
     assert result.returncode == 0, result.stderr
-    staged = run("stage", "v.gcc", "--key-file", "k.key", cwd=work)
+    staged = run("stage", "v.gcc", "--data-key", "k.key", cwd=work)
     assert staged.returncode == 0, staged.stderr
 
 
@@ -532,7 +532,7 @@ def test_no_rollback_protection_under_one_key(work: Path) -> None:
     shutil.copy(work / "data.gcc", work / "old.gcc")
     _seal(work, "v2.bin", "data.gcc", "--force")
     shutil.copy(work / "old.gcc", work / "data.gcc")  # an attacker puts the old one back
-    staged = run("stage", "data.gcc", "--key-file", "k.key", cwd=work)
+    staged = run("stage", "data.gcc", "--data-key", "k.key", cwd=work)
     assert staged.returncode == 0, staged.stderr
 
 

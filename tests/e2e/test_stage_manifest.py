@@ -50,7 +50,7 @@ def work(tmp_path: Path) -> Path:
     rng = np.random.default_rng(15)
     (tmp_path / "model.bin").write_bytes(rng.bytes(MODEL_SIZE))
     (tmp_path / "other.bin").write_bytes(rng.bytes(MODEL_SIZE))
-    ok(gpucc("seal", "model.bin", "-o", "model.sealed", "--key-file", "k.key", cwd=tmp_path))
+    ok(gpucc("seal", "model.bin", "-o", "model.sealed", "--data-key", "k.key", cwd=tmp_path))
     return tmp_path
 
 
@@ -60,7 +60,7 @@ def digest(work: Path, model: str, out: str, *extra: str) -> Path:
 
 
 def stage(work: Path, *extra: str | Path) -> subprocess.CompletedProcess[str]:
-    return gpucc("stage", "model.sealed", "--key-file", "k.key", *extra, cwd=work)
+    return gpucc("stage", "model.sealed", "--data-key", "k.key", *extra, cwd=work)
 
 
 @pytest.mark.parametrize("variant", [(), ("--shard-size", str(SHARD)), ("--hash", "blake3")])
@@ -185,11 +185,11 @@ def _keys(work: Path) -> None:
 
 def test_signed_manifest(work: Path) -> None:
     _keys(work)
-    ok(gpucc("model", "sign", "model.bin", "--private-key", "key.pem", "--signature", "m.sig",
+    ok(gpucc("model", "sign", "model.bin", "--signer-key", "key.pem", "--signature", "m.sig",
              cwd=work))  # fmt: skip
     doc = json.loads(
         ok(
-            stage(work, "--signature", "m.sig", "--public-key", "pub.pem", "--format", "json")
+            stage(work, "--signature", "m.sig", "--signer-pub", "pub.pem", "--format", "json")
         ).stdout
     )
     assert doc["model"]["verified"] is True
@@ -200,7 +200,7 @@ def test_signed_manifest(work: Path) -> None:
             serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
         )
     )
-    result = stage(work, "--signature", "m.sig", "--public-key", "other.pem")
+    result = stage(work, "--signature", "m.sig", "--signer-pub", "other.pem")
     error_line(result, 6)
     assert "staged" not in result.stderr
 

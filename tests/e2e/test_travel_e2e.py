@@ -155,13 +155,13 @@ def _start(
             "serve",
             "--datasets",
             str(data),
-            "--dataset-keys",
+            "--data-key",
             str(kek_path),
-            "--key",
+            "--holder-key",
             str(key_path),
             "--listen",
             f"127.0.0.1:{port}",
-            "--simulate-roots",
+            "--simulate",
             str(world.roots),
             "--rate",
             "500",
@@ -380,7 +380,7 @@ def test_cli_run_and_verify_log(world: World, tmp_path: Path) -> None:
     pub = tmp_path / "orch.pub.pem"
     cli = [sys.executable, "-m", "gpucc.cli.travel"]
     made = subprocess.run(
-        [*cli, "keygen", "--key", str(okey_path), "--pub", str(pub)],
+        [*cli, "keygen", "--orchestrator-key", str(okey_path), "--orchestrator-pub", str(pub)],
         capture_output=True,
         text=True,
         check=False,
@@ -427,7 +427,7 @@ def test_cli_run_and_verify_log(world: World, tmp_path: Path) -> None:
     assert "SIMULATED roots" in run.stderr
     log = tmp_path / "travel-log.jsonl"
     ok = subprocess.run(
-        [*cli, "verify-log", str(log), "--key", str(pub)],
+        [*cli, "verify-log", str(log), "--orchestrator-pub", str(pub)],
         capture_output=True,
         text=True,
         check=False,
@@ -468,7 +468,7 @@ def test_cli_run_and_verify_log(world: World, tmp_path: Path) -> None:
 
     def verify(path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [*cli, "verify-log", str(path), "--key", str(pub), *extra],
+            [*cli, "verify-log", str(path), "--orchestrator-pub", str(pub), *extra],
             capture_output=True,
             text=True,
             check=False,
@@ -522,7 +522,7 @@ def test_cli_run_and_verify_log(world: World, tmp_path: Path) -> None:
         lines[0] + b"\n" + json.dumps(entry, sort_keys=True, separators=(",", ":")).encode() + b"\n"
     )
     bad = subprocess.run(
-        [*cli, "verify-log", str(tampered), "--key", str(pub)],
+        [*cli, "verify-log", str(tampered), "--orchestrator-pub", str(pub)],
         capture_output=True,
         text=True,
         check=False,
@@ -531,7 +531,7 @@ def test_cli_run_and_verify_log(world: World, tmp_path: Path) -> None:
     dropped = tmp_path / "dropped.jsonl"
     dropped.write_bytes(lines[1] + b"\n")
     gap = subprocess.run(
-        [*cli, "verify-log", str(dropped), "--key", str(pub)],
+        [*cli, "verify-log", str(dropped), "--orchestrator-pub", str(pub)],
         capture_output=True,
         text=True,
         check=False,
@@ -540,7 +540,7 @@ def test_cli_run_and_verify_log(world: World, tmp_path: Path) -> None:
     junk = tmp_path / "junk.jsonl"
     junk.write_bytes(b"not json\n")
     mal = subprocess.run(
-        [*cli, "verify-log", str(junk), "--key", str(pub)],
+        [*cli, "verify-log", str(junk), "--orchestrator-pub", str(pub)],
         capture_output=True,
         text=True,
         check=False,
@@ -1051,7 +1051,7 @@ def test_cli_errors_are_one_line(world: World, tmp_path: Path) -> None:
     key.write_bytes(b"")
     serve_public = subprocess.run(
         [sys.executable, "-m", "gpucc.cli.holder", "serve", "--datasets", str(data),
-         "--dataset-keys", str(kek), "--key", str(key), "--listen", "0.0.0.0:8443"],
+         "--data-key", str(kek), "--holder-key", str(key), "--listen", "0.0.0.0:8443"],
         capture_output=True, text=True, check=False, timeout=60,
     )  # fmt: skip
     assert serve_public.returncode == 2 and "--tls-cert" in serve_public.stderr

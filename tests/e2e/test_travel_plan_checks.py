@@ -18,7 +18,14 @@ pytestmark = pytest.mark.slow
 
 
 def _plan(tmp: Path, holder: dict[str, Any], log: str = "travel-log.jsonl") -> Path:
-    made = run_cli("travel", "keygen", "--key", tmp / "o.key", "--pub", tmp / "o.pub.pem")
+    made = run_cli(
+        "travel",
+        "keygen",
+        "--orchestrator-key",
+        tmp / "o.key",
+        "--orchestrator-pub",
+        tmp / "o.pub.pem",
+    )
     assert made.returncode == 0 or (tmp / "o.key").exists(), made.stderr
     doc = {
         "version": 1,

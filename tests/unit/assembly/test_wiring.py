@@ -109,7 +109,7 @@ def test_session_local_and_answer_use_the_source_and_the_verifier(
 ) -> None:
     sealed, key_file = _dataset(tmp_path)
     local = _cli(
-        "session", "local", str(sealed), "--key-file", str(key_file),
+        "session", "local", str(sealed), "--data-key", str(key_file),
         "-o", str(tmp_path / "answer.json"), "--host-key", str(tmp_path / "host.key"),
         "--simulate", str(wiring.directory),
     )  # fmt: skip
@@ -125,7 +125,7 @@ def test_session_local_and_answer_use_the_source_and_the_verifier(
     before = len(wiring.verified)
     answer = _cli(
         "session", "answer", str(tmp_path / "offer.json"), "--challenge", challenge.hex(),
-        "--dataset", str(sealed), "--key-file", str(key_file),
+        "--dataset", str(sealed), "--data-key", str(key_file),
         "-o", str(tmp_path / "answer2.json"), "--simulate", str(wiring.directory),
         "--state-dir", str(tmp_path / "state"),
     )  # fmt: skip

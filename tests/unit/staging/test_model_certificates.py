@@ -102,19 +102,19 @@ def pki(tmp_path: Path) -> Path:
 
 def test_gpucc_certificate_bundle_verifies_with_model_signing(pki: Path) -> None:
     result = run(
-        "sign", "model", "--private-key", "leaf.key", "--signing-certificate", "leaf.pem",
-        "--certificate-chain", "inter.pem", "--signature", "c.sig", "--shard-size", "1000",
+        "sign", "model", "--signer-key", "leaf.key", "--signer-cert", "leaf.pem",
+        "--cert-chain", "inter.pem", "--signature", "c.sig", "--shard-size", "1000",
         cwd=pki,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     model_signing.verifying.Config().use_certificate_verifier(
         certificate_chain=[pki / "root.pem"]
     ).verify(pki / "model", pki / "c.sig")
-    ok = run("verify", "model", "--signature", "c.sig", "--certificate-chain", "root.pem", cwd=pki)
+    ok = run("verify", "model", "--signature", "c.sig", "--cert-chain", "root.pem", cwd=pki)
     assert ok.returncode == 0, ok.stderr
-    wrong = run("verify", "model", "--signature", "c.sig", "--certificate-chain", "other-root.pem", cwd=pki)  # fmt: skip
+    wrong = run("verify", "model", "--signature", "c.sig", "--cert-chain", "other-root.pem", cwd=pki)  # fmt: skip
     error_line(wrong, 6, "does not chain to a trust anchor")
-    as_key = run("verify", "model", "--signature", "c.sig", "--public-key", "leaf.pem", cwd=pki)
+    as_key = run("verify", "model", "--signature", "c.sig", "--signer-pub", "leaf.pem", cwd=pki)
     assert as_key.returncode != 0 and "Traceback" not in as_key.stderr
 
 
