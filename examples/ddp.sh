@@ -8,6 +8,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$work"
+export TMPDIR="$work"  # torchrun's logs and PyTorch's caches go there too
 
 # --standalone: torchrun's rendezvous on a free local port; gloo on the CPU.
 OMP_NUM_THREADS=1 torchrun --standalone --nproc-per-node=2 \

@@ -8,6 +8,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$work"
+export TMPDIR="$work"  # torchrun's logs and PyTorch's caches go there too
 
 # Stand-in data: 3 MiB of float32 samples, 64 values each (63 inputs and a target).
 python3 -c "import numpy as n; n.random.default_rng(0).random(3 << 18, 'f4').tofile('train.bin')"
