@@ -7,9 +7,9 @@ data (None when the source has no CVM, or GPU-only evidence was asked for).
 
 * :class:`LocalSource`: NVML for the GPUs, configfs-tsm for the CVM, or, under a paravisor
   (no configfs-tsm report, the HCL report's NV index in the TPM), the vTPM.
-* :class:`SimulatedSource`: a simulated GPU and a simulated TDX platform whose self-made
-  roots and RIMs it writes to a directory, for the verifying side to read. It attests
-  nothing real.
+* :class:`SimulatedSource`: a simulated GPU and a simulated TDX platform under the
+  self-made roots of a directory (shared by every source given it), which it writes there
+  for the verifying side to read. It attests nothing real.
 * :class:`FileSource`: evidence already collected (files, or an ``EvidenceSet``).
 """
 
@@ -209,10 +209,15 @@ class LocalSource:
 
 
 class SimulatedSource:
-    """A simulated GPU and TDX platform; their self-made roots and RIMs go to ``directory``.
+    """A simulated GPU and TDX platform under the authorities of ``directory``.
 
-    For trying the protocols without hardware: it attests nothing real. The GPU is made
-    when the source is; the TDX platform (and its root) on the first CVM request.
+    For trying the protocols without hardware: it attests nothing real. Sources given the
+    same directory, in one process or many (the ranks of a DDP job, a holder's
+    orchestrator), share one set of simulated roots, RIMs and TDX platform, made by the
+    first of them (:mod:`gpucc.assembly.simulation`), so each verifies the others; each
+    source still is a GPU of its own (its own device keys and UUID). The directory receives
+    what the verifying side reads: the GPU roots and RIMs when the source is made, the TDX
+    root on its first CVM request.
     """
 
     simulated = True
@@ -225,14 +230,19 @@ class SimulatedSource:
         from gpucc.core.files import write_atomic
         from gpucc.gpuattest.simulate import SimulatedGpu
 
+        from .simulation import load_or_create
+
         self.directory = directory
         self.gpu_only = gpu_only
         self._now = now or utc_now()
-        self._gpu = SimulatedGpu.create(now=self._now)
-        self._tdx: SimulatedTdx | None = None
-        # Holders may be reading the directory: every file is replaced atomically.
+        authority = load_or_create(directory, self._now)
+        self._gpu = SimulatedGpu.create(now=self._now, authority=authority.gpu)
+        self._tdx: SimulatedTdx = authority.tdx
+        self._tdx_root_written = False
+        # Holders may be reading the directory: every file is replaced atomically, and
+        # every source of the directory writes the same bytes.
         (directory / "rims").mkdir(parents=True, exist_ok=True)
-        for rim_id, rim in self._gpu.rims.items():
+        for rim_id, rim in authority.rims.items():
             write_atomic(directory / "rims" / f"{rim_id}.xml", rim, force=True)
         roots = self._gpu.roots
         rim_root = roots.rim_root.public_bytes(Encoding.PEM)
@@ -252,14 +262,13 @@ class SimulatedSource:
         from cryptography.hazmat.primitives.serialization import Encoding
 
         from gpucc.core.files import write_atomic
-        from gpucc.gpuattest.cvm.tdx_sim import simulated_boot_log, simulated_tdx
+        from gpucc.gpuattest.cvm.tdx_sim import simulated_boot_log
 
-        if self._tdx is None:
-            platform = simulated_tdx(self._now)
+        platform = self._tdx
+        if not self._tdx_root_written:
             root_pem = platform.root.public_bytes(Encoding.PEM)
             write_atomic(self.directory / "tdx_root.pem", root_pem, force=True)
-            self._tdx = platform
-        platform = self._tdx
+            self._tdx_root_written = True
         made = platform.collateral(issued=self._now - dt.timedelta(minutes=5))
         log = simulated_boot_log()
         quote = platform.quote(report_data, event_log=log)

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DRIVER_ACTIVE",
     "VBIOS_ACTIVE",
+    "GpuAuthority",
     "Pki",
     "SimulatedGpu",
     "build_report",
@@ -98,14 +99,25 @@ class Pki:
         not_after: dt.datetime,
         leaf_extensions: Sequence[x509.ExtensionType] = (),
         leaf_not_after: dt.datetime | None = None,
+        issuer: Pki | None = None,
+        leaf_ca: bool = False,
     ) -> Pki:
-        """Build a chain; ``names`` go root first, the last name is the leaf."""
+        """Build a chain; ``names`` go root first, the last name is the leaf.
+
+        With ``issuer`` (a chain whose leaf is a CA) the first name is issued by the
+        issuer's leaf and the result continues the issuer's chain. With ``leaf_ca`` the leaf
+        is a CA too (to issue further chains from).
+        """
         keys = [ec.generate_private_key(ec.SECP384R1()) for _ in names]
         certs: list[x509.Certificate] = []
         for depth, cn in enumerate(names):
-            is_leaf = depth == len(names) - 1
-            issuer_name = _name(names[depth - 1]) if depth else _name(cn)
-            issuer_key = keys[depth - 1] if depth else keys[0]
+            is_leaf = depth == len(names) - 1 and not leaf_ca
+            if depth:
+                issuer_name, issuer_key = _name(names[depth - 1]), keys[depth - 1]
+            elif issuer is not None:
+                issuer_name, issuer_key = issuer.certs[0].subject, issuer.keys[0]
+            else:
+                issuer_name, issuer_key = _name(cn), keys[0]
             builder = (
                 x509.CertificateBuilder()
                 .subject_name(_name(cn))
@@ -132,7 +144,8 @@ class Pki:
                     critical=True,
                 )
             certs.append(builder.sign(issuer_key, hashes.SHA384()))
-        return cls(certs=tuple(reversed(certs)), keys=tuple(reversed(keys)))
+        above = (issuer.certs, issuer.keys) if issuer is not None else ((), ())
+        return cls(certs=tuple(reversed(certs)) + above[0], keys=tuple(reversed(keys)) + above[1])
 
 
 def build_report(
@@ -254,6 +267,49 @@ def _sign_enveloped(root: etree._Element, pki: Pki) -> None:
 
 
 @dataclass(frozen=True)
+class GpuAuthority:
+    """What the simulated GPUs of one simulation share: the device identity CAs (down to the
+    provisioner's intermediate, which issues each GPU's own certificates), the RIM PKI and
+    the golden measurements the RIMs state. Its GPUs verify under one set of roots."""
+
+    device_ca: Pki
+    rim_pki: Pki
+    golden: Mapping[int, bytes] = field(repr=False)
+
+    @classmethod
+    def create(cls, *, now: dt.datetime) -> GpuAuthority:
+        """Fresh CAs whose certificates are valid a year either side of ``now``."""
+        before, after = now - dt.timedelta(days=365), now + dt.timedelta(days=365)
+        device_ca = Pki.build(
+            [
+                "Simulated Device Identity CA",
+                "Simulated GH100 Identity",
+                "Simulated GH100 Provisioner ICA 1",
+            ],
+            not_before=before,
+            not_after=after,
+            leaf_ca=True,
+        )
+        rim = Pki.build(
+            [
+                "Simulated CoRIM signing Root CA",
+                "Simulated Reference Value GH100 CA",
+                "Simulated Reference Value L3 GH100 001",
+                "Simulated HCC RIM L4 Signer",
+            ],
+            not_before=before,
+            not_after=after,
+        )
+        golden = {i: os.urandom(48) for i in VBIOS_ACTIVE | DRIVER_ACTIVE}
+        return cls(device_ca=device_ca, rim_pki=rim, golden=golden)
+
+    def valid_at(self, when: dt.datetime) -> bool:
+        """True when every CA certificate is valid at ``when``."""
+        certs = (*self.device_ca.certs, *self.rim_pki.certs)
+        return all(c.not_valid_before_utc <= when <= c.not_valid_after_utc for c in certs)
+
+
+@dataclass(frozen=True)
 class SimulatedGpu:
     """A simulated H100 with its own device PKI, RIM PKI and golden measurements."""
 
@@ -269,44 +325,35 @@ class SimulatedGpu:
     uuid: str = "GPU-00000000-0000-0000-0000-000000000000"
 
     @classmethod
-    def create(cls, *, now: dt.datetime, uuid: str | None = None) -> SimulatedGpu:
-        """A fresh simulated GPU whose certificates are valid around ``now``."""
-        before = now - dt.timedelta(days=365)
-        after = now + dt.timedelta(days=365)
+    def create(
+        cls,
+        *,
+        now: dt.datetime,
+        uuid: str | None = None,
+        authority: GpuAuthority | None = None,
+    ) -> SimulatedGpu:
+        """A fresh simulated GPU whose certificates are valid around ``now``: its own device
+        keys, issued by ``authority`` (GPUs of one authority share roots, RIMs and golden
+        measurements) or by a fresh one."""
+        authority = authority or GpuAuthority.create(now=now)
         fwid = os.urandom(48)
         leaf_key_holder = ec.generate_private_key(ec.SECP384R1())
         device = Pki.build(
-            [
-                "Simulated Device Identity CA",
-                "Simulated GH100 Identity",
-                "Simulated GH100 Provisioner ICA 1",
-                "GH100 A01 GSP BROM",
-                "GH100 A01 GSP FMC LF",
-            ],
-            not_before=before,
-            not_after=after,
+            ["GH100 A01 GSP BROM", "GH100 A01 GSP FMC LF"],
+            not_before=now - dt.timedelta(days=365),
+            not_after=now + dt.timedelta(days=365),
             leaf_not_after=_NOT_AFTER_FOREVER,
             leaf_extensions=[
                 x509.UnrecognizedExtension(
                     _FWID_OID, _fwid_extension(leaf_key_holder.public_key(), fwid)
                 )
             ],
+            issuer=authority.device_ca,
         )
-        rim = Pki.build(
-            [
-                "Simulated CoRIM signing Root CA",
-                "Simulated Reference Value GH100 CA",
-                "Simulated Reference Value L3 GH100 001",
-                "Simulated HCC RIM L4 Signer",
-            ],
-            not_before=before,
-            not_after=after,
-        )
-        golden = {i: os.urandom(48) for i in VBIOS_ACTIVE | DRIVER_ACTIVE}
         return cls(
             device_pki=device,
-            rim_pki=rim,
-            golden=golden,
+            rim_pki=authority.rim_pki,
+            golden=authority.golden,
             fwid=fwid,
             uuid=uuid or f"GPU-{os.urandom(4).hex()}-sim",
         )

@@ -9,6 +9,7 @@ import pytest
 
 from tests.support import docexamples
 from tests.support.docexamples import Block
+from tests.support.paths import ROOT
 
 
 @pytest.fixture(scope="module")
@@ -49,8 +50,26 @@ def test_marks_are_well_formed() -> None:
             )
 
 
+def test_every_example_file_is_in_a_doc() -> None:
+    """The walk-throughs' scripts (examples/) are what the docs show, each in some doc."""
+    shown = {b.example for b in docexamples.examples() if b.example is not None}
+    files = {
+        str(p.relative_to(ROOT))
+        for p in (ROOT / "examples").iterdir()
+        if p.suffix in (".sh", ".py")
+    }
+    assert files and files <= shown, f"in no doc: {sorted(files - shown)}"
+
+
 @pytest.mark.parametrize("block", [_param(b) for b in docexamples.examples()])
 def test_doc_example_runs(block: Block, env: dict[str, str], tmp_path: Path) -> None:
+    if block.example is not None:  # run by tests/e2e/test_examples.py; shown here verbatim
+        path = ROOT / block.example
+        assert path.parent == ROOT / "examples" and path.is_file(), f"{block.id}: no {path}"
+        assert block.text.rstrip("\n") == path.read_text(encoding="utf-8").rstrip("\n"), (
+            f"{block.id} differs from {block.example}: show the file as it is"
+        )
+        return
     if block.skip is not None:
         if block.lang == "python":  # not run, but at least it is Python
             compile(block.text, block.id, "exec")

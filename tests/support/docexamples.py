@@ -10,6 +10,8 @@ test machine lacks is said in the doc itself, in an HTML comment on the line bef
     <!-- run: slow -->                       runs, marked slow
     <!-- run: continues -->                 runs after the block before it, in its directory
     <!-- run: file train.py -->             is written to train.py for a later block, not run
+    <!-- example: examples/travel.sh -->    is that file of examples/, verbatim (checked here);
+                                             tests/e2e/test_examples.py runs it
 
 Words combine: ``<!-- run: continues, slow -->``. A few lines that need a GPU or the network
 are replaced by stand-ins on the sample (``STAND_INS``); everything else runs as written.
@@ -55,7 +57,7 @@ STAND_INS = {
 COMMANDS = ("gpucc ", "python", "pip ", "torchrun ", "openssl ", "curl ", "model_signing ")
 
 _FENCE = re.compile(r"^( *)```(\w*)\n(.*?)^\1```[ \t]*$", re.M | re.S)
-_MARK = re.compile(r"<!--\s*(not run|run):\s*(.*?)\s*-->\s*$")
+_MARK = re.compile(r"<!--\s*(not run|run|example):\s*(.*?)\s*-->\s*$")
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,7 @@ class Block:
     slow: bool = False
     continues: bool = False
     file: str | None = None
+    example: str | None = None  # the file of examples/ the block shows, relative to the root
 
     @property
     def id(self) -> str:
@@ -107,6 +110,7 @@ def blocks(doc: Path) -> list[Block]:
                 slow="slow" in parts,
                 continues="continues" in parts,
                 file=file,
+                example=words if kind == "example" else None,
             )
         )
     return found
