@@ -55,7 +55,7 @@ holder_app = App(
 def _listen(text: str) -> tuple[str, int]:
     host, sep, port_text = text.rpartition(":")
     host = host.strip("[]")
-    if not sep or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+    if not sep or not port_text.isdigit() or not 0 <= int(port_text) < 65536:
         raise UsageError(f"--listen {text!r} must be HOST:PORT")
     try:
         ipaddress.ip_address(host)
@@ -177,7 +177,12 @@ def serve(
     ] = None,
     policy: PolicyOption = None,
     listen: Annotated[
-        str, typer.Option("--listen", help="HOST:PORT to listen on.")
+        str,
+        typer.Option(
+            "--listen",
+            help="HOST:PORT to listen on; port 0: one the system chooses, named in the "
+            "start record of the log.",
+        ),
     ] = "127.0.0.1:8443",
     tls_cert: Annotated[
         Path | None, typer.Option("--tls-cert", exists=True, dir_okay=False)
@@ -216,6 +221,14 @@ def serve(
     metrics: Annotated[
         bool, typer.Option("--metrics", help="Answer GET /metrics (Prometheus; 'metrics' extra).")
     ] = False,
+    address_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--address-file",
+            dir_okay=False,
+            help="Write HOST:PORT listened on to this new file once serving (with port 0).",
+        ),
+    ] = None,
     challenge_ttl: Annotated[
         float, typer.Option("--challenge-ttl", min=1, max=3600, help="Challenge lifetime, s.")
     ] = 120.0,
@@ -322,6 +335,7 @@ def serve(
     within --idle-timeout-s, its head does not arrive within --header-timeout-s or the whole
     request within --body-timeout-s; SIGTERM stops accepting and drains requests in flight.
     """
+    from gpucc.core.files import refuse_existing
     from gpucc.staging.format import read_secret_file
     from gpucc.travel.holder import serve as run_service
     from gpucc.travel.httpserver import ServerLimits
@@ -352,6 +366,8 @@ def serve(
     for name, option in required.items():
         if p[name] is None:
             raise UsageError(f"{option} is required (as an option or a key)")
+    if p["address_file"] is not None:
+        refuse_existing(p["address_file"])  # before listening: the service would fail later
     if p["simulate_roots"] is not None:
         warn("SIMULATED GPU roots: for tests and demos only, this attests nothing real")
     holder_state = _state(p["state"], load_signing_key(p["key"]))
@@ -375,6 +391,7 @@ def serve(
         limits=limits,
         reload=lambda: _holder_config(settings(), holder_state),
         metrics=p["metrics"],
+        address_file=p["address_file"],
     )
     if stopped_by is not None:  # the exit status of the signal that stopped the service
         signal.raise_signal(stopped_by)

@@ -14,17 +14,13 @@ cleanup() {
 trap cleanup EXIT
 cd "$work"
 
-free_port() {  # a port nothing listens on now
-  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
-wait_healthy() {  # URL PID: until the holder answers, or fail if it died
+wait_serving() {  # HOLDER PID: until the holder writes the address it serves on
   for _ in $(seq 100); do
-    python3 -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=1)' "$1" \
-      2>/dev/null && return 0
-    kill -0 "$2" 2>/dev/null || { echo "the holder at $1 exited" >&2; return 1; }
+    [ -s "$1/address" ] && return 0
+    kill -0 "$2" 2>/dev/null || { echo "the holder $1 exited" >&2; return 1; }
     sleep 0.2
   done
-  echo "the holder at $1 did not start" >&2
+  echo "the holder $1 did not start" >&2
   return 1
 }
 
@@ -33,19 +29,18 @@ wait_healthy() {  # URL PID: until the holder answers, or fail if it died
 mkdir -p sim && gpucc session offer --challenge "$(gpucc session challenge)" \
     -o sim/offer.json --host-key sim/host.key --simulate sim
 
-# Each holder: a dataset sealed under its own key, a long-term signing key, a service.
+# Each holder: a dataset sealed under its own key, a long-term signing key, a service on a
+# port the system chooses (port 0), whose address it writes to $h/address once it serves.
 for h in alice bob; do
   mkdir -p $h/data
   head -c 1000000 /dev/urandom > $h/train.bin
   gpucc seal $h/train.bin -o $h/data/$h-train.gcc --data-key $h/data.key --chunk-size 64KiB
   gpucc holder keygen --holder-key $h/holder.key --holder-pub $h/holder.pub.pem > $h/pin
-  port=$(free_port)
-  echo "$port" > $h/port
   gpucc holder serve --datasets $h/data --data-key $h/data.key --holder-key $h/holder.key \
-      --listen 127.0.0.1:"$port" --state $h/state.sqlite3 --simulate sim \
+      --listen 127.0.0.1:0 --address-file $h/address --state $h/state.sqlite3 --simulate sim \
       2> $h/service.log &
   pids+=($!)
-  wait_healthy "http://127.0.0.1:$port/healthz" $!
+  wait_serving $h $!
 done
 
 # The orchestrator's key and its plan: whom to visit, their pinned keys and datasets.
@@ -55,12 +50,12 @@ version: 1
 orchestrator: {key: orchestrator.key, log: travel-log.jsonl}
 holders:
   - id: alice
-    url: http://127.0.0.1:$(cat alice/port)
+    url: http://$(cat alice/address)
     public_key: $(cat alice/pin)
     datasets:
 $(gpucc holder datasets --datasets alice/data | sed 's/^/      /')
   - id: bob
-    url: http://127.0.0.1:$(cat bob/port)
+    url: http://$(cat bob/address)
     public_key: $(cat bob/pin)
     datasets:
 $(gpucc holder datasets --datasets bob/data | sed 's/^/      /')

@@ -583,8 +583,13 @@ def serve(
     limits: ServerLimits | None = None,
     reload: Callable[[], HolderConfig] | None = None,
     metrics: bool = False,
+    address_file: Path | None = None,
 ) -> int | None:
     """Run the service until SIGINT, SIGTERM or SIGHUP; in-flight requests are drained first.
+
+    ``port`` 0 listens on a port the system chooses; the start record of the log names the
+    address listened on, and ``address_file`` (when given, and not existing) receives it as
+    ``HOST:PORT`` once connections are accepted, for scripts to wait on.
 
     ``limits`` is the connection policy (:class:`gpucc.travel.httpserver.ServerLimits`):
     deadlines, per-client and total connection caps, trusted proxies. On SIGHUP ``reload``
@@ -623,12 +628,15 @@ def serve(
             ) from None
     limits = limits or ServerLimits(max_body=config.max_request_bytes)
 
-    def started() -> None:
+    def started(bound: int) -> None:
+        address = f"[{host}]:{bound}" if ":" in host else f"{host}:{bound}"
+        if address_file is not None:
+            write_atomic(address_file, f"{address}\n".encode(), what="address file")
         logging.getLogger("gpucc.holder").info(
             json.dumps(
                 {
                     "event": "start",
-                    "listen": f"{host}:{port}",
+                    "listen": address,
                     "tls": tls is not None,
                     "holder_key_id": key_id(config.signing_key),
                     "datasets": len(config.datasets),

@@ -462,7 +462,7 @@ class _Server:
         host: str,
         port: int,
         drain_s: float,
-        on_start: Callable[[], None],
+        on_start: Callable[[int], None],
         on_reload: Callable[[], None],
         on_listen: Callable[[Any], None],
     ) -> int | None:
@@ -506,7 +506,7 @@ class _Server:
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, on_signal, signum)
         loop.add_signal_handler(signal.SIGHUP, on_hangup)
-        on_start()
+        on_start(sock.getsockname()[1])  # the port itself when ``port`` was 0
         try:
             await stop.wait()
         finally:
@@ -533,12 +533,14 @@ def run_server(
     limits: ServerLimits,
     tls: ssl.SSLContext | None = None,
     drain_s: float = 20.0,
-    on_start: Callable[[], None] = lambda: None,
+    on_start: Callable[[int], None] = lambda port: None,
     on_reload: Callable[[], None] = lambda: None,
     on_listen: Callable[[Any], None] = lambda acceptor: None,
 ) -> int | None:
     """Serve ``app`` until SIGTERM or SIGINT; requests in flight get ``drain_s``. SIGHUP
     calls ``on_reload`` (an exception from it is logged; the service goes on).
+    ``on_start`` is given the port listened on once the service accepts connections (the
+    one the system chose when ``port`` is 0).
     ``on_listen`` is given the accept loop (:class:`gpucc.travel.accept.Acceptor`) once it
     listens, e.g. for its connection counts.
 

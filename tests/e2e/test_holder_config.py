@@ -140,3 +140,34 @@ def test_an_unknown_key_is_refused_in_one_line(world: World) -> None:
     )  # fmt: skip
     assert run.returncode != 0 and "unknown key 'listen_on'" in run.stderr
     assert "Traceback" not in run.stderr
+
+
+def test_port_zero_serves_on_a_chosen_port_named_in_the_address_file(world: World) -> None:
+    """``--listen HOST:0``: the system chooses the port; ``--address-file`` receives the
+    address once the holder serves (the start record names it too), and an existing address
+    file is refused before anything listens (exit 8)."""
+    _holder_files(world.tmp, "zero", [1_000])
+    address = world.tmp / "zero" / "address"
+    args = [sys.executable, "-m", "gpucc.cli.holder", "serve", "--datasets", "zero/data"]
+    args += ["--data-key", "zero/data.key", "--holder-key", "zero/holder.key"]
+    args += ["--simulate", "roots", "--state", "memory", "--listen", "127.0.0.1:0"]
+    args += ["--address-file", str(address)]
+    log = world.tmp / "zero.log"
+    proc = subprocess.Popen(args, cwd=world.tmp, stdout=subprocess.DEVNULL, stderr=log.open("wb"))
+    try:
+        deadline = time.monotonic() + 30
+        while not address.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.05)
+        host, _, port = address.read_text().strip().rpartition(":")
+        assert host == "127.0.0.1" and int(port) > 0
+        url = f"http://{host}:{port}"
+        assert requests.get(url + "/healthz", timeout=5).status_code == 200
+        assert _events(log, "start")[0]["listen"] == f"127.0.0.1:{port}"
+        assert _offer(world, url).status_code == 200
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=20)
+    again = subprocess.run(args, cwd=world.tmp, capture_output=True, text=True, timeout=60)
+    assert again.returncode == 8, again.stderr
+    assert "address" in again.stderr and "Traceback" not in again.stderr
