@@ -337,6 +337,16 @@ def offer(
     fmt: FormatOption = OutputFormat.TEXT,
     gpu_only: GpuOnlyOption = False,
     cvm_collateral: CvmCollateralOption = None,
+    requester_key: Annotated[
+        Path | None,
+        typer.Option(
+            "--requester-key",
+            exists=True,
+            dir_okay=False,
+            help="Sign the offer with this P-384 key (0600, e.g. from 'travel keygen'), for "
+            "holders that reserve datasets to named requesters.",
+        ),
+    ] = None,
 ) -> None:
     """Host: make a session key, collect GPU and CVM evidence bound to it, write the offer.
 
@@ -347,6 +357,11 @@ def offer(
     """
     from gpucc.staging.release import create_offer
 
+    signer = None
+    if requester_key is not None:  # read before any evidence is collected: fail early
+        from gpucc.travel.signing import load_signing_key
+
+        signer = load_signing_key(requester_key)
     value = _challenge(challenge)
     _fresh_host_key(host_key)
     check_output(output, also=(host_key,))
@@ -361,6 +376,12 @@ def offer(
         cvm_collateral=_read_collateral(cvm_collateral),
     )
     made, secret = create_offer(value, platform.collect(), collect_cvm=platform.collect_cvm())
+    requester = None
+    if signer is not None:
+        from gpucc.staging.requester import sign_offer
+        from gpucc.travel.signing import key_id
+
+        made, requester = sign_offer(made, signer), key_id(signer)
     secret.write(host_key)
     check_output(output, also=(host_key,))
     _write(output, made.to_json(), force=force)
@@ -370,6 +391,8 @@ def offer(
         f"{host_key} (mode 0600)"
     )
     note(f"session nonce {made.nonce.hex()}")
+    if requester is not None:
+        note(f"signed by requester key sha256:{requester}")
     if fmt is OutputFormat.JSON:
         emit(
             {
@@ -380,6 +403,7 @@ def offer(
                 "nonce": made.nonce.hex(),
                 "simulated": simulate is not None,
                 "protocol_version": made.version,
+                "requester_key_id": requester,
             }
         )
 

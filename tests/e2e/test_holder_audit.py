@@ -251,3 +251,53 @@ def test_session_answer_keeps_its_decisions_in_the_state(tmp_path: Path) -> None
     assert released["decision"] == "released" and released["datasets"][0]["dataset"] == "d"
     assert released["relaxations"] and released["simulated"] is True
     assert len(released["transcript_hash"]) == 96
+
+
+def test_an_offer_signed_on_the_command_line_gets_the_reserved_dataset(tmp_path: Path) -> None:
+    """``gpucc session offer --requester-key``: the offer a host writes is signed by the
+    requester key, and a holder reserving a dataset to that key releases it; the same offer
+    unsigned gets only the other dataset. Every step is a real process or HTTP request."""
+    _holder_files(tmp_path, "h", [1_000, 2_000])
+    assert run_cli("travel", "keygen", "--orchestrator-key", "k1.key",
+                   "--orchestrator-pub", "k1.pub", cwd=tmp_path).returncode == 0  # fmt: skip
+    (tmp_path / "sim").mkdir()
+    first = run_cli("session", "offer", "--challenge", "00" * 32, "-o", "sim/offer.json",
+                    "--host-key", "sim/host.key", "--simulate", "sim", cwd=tmp_path)  # fmt: skip
+    assert first.returncode == 0, first.stderr
+    (tmp_path / "holder.yaml").write_text(
+        "datasets: h/data\ndata-key: h/data.key\nholder-key: h/holder.key\n"
+        "listen: '127.0.0.1:0'\naddress-file: address\nsimulate: sim\nstate: memory\n"
+        "releases:\n  - {name: k1-only, datasets: [h-1], requesters: [k1.pub]}\n"
+    )
+    log = tmp_path / "holder.log"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpucc.cli.holder", "serve", "--config", "holder.yaml"],
+        cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=log.open("wb"),
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while not (tmp_path / "address").exists():
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.05)
+        url = "http://" + (tmp_path / "address").read_text().strip()
+        released = []
+        for n, signing in enumerate(([], ["--requester-key", "k1.key"])):
+            challenge = HolderClient(url).challenge().hex()
+            made = run_cli("session", "offer", "--challenge", challenge, "-o", f"offer{n}.json",
+                           "--host-key", f"host{n}.key", "--simulate", "sim", *signing,
+                           "-f", "json", cwd=tmp_path)  # fmt: skip
+            assert made.returncode == 0, made.stderr
+            doc = json.loads(made.stdout)
+            assert (doc["requester_key_id"] is None) == (not signing)
+            body = (tmp_path / f"offer{n}.json").read_bytes()
+            answer = requests.post(url + "/v1/offer", data=body, timeout=30)
+            assert answer.status_code == 200, answer.text
+            events = [json.loads(x) for x in log.read_text().splitlines() if x.startswith("{")]
+            released.append([e for e in events if e["event"] == "release"][-1]["released"])
+        assert released == [["h-0"], ["h-0", "h-1"]]
+        assert doc["requester_key_id"] is not None and "sha256:" + doc["requester_key_id"] in (
+            made.stderr
+        )
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=20)
