@@ -387,6 +387,7 @@ def build_app(config: HolderConfig, live: LiveConfig | None = None) -> Any:
                 reasons if isinstance(exc, DatasetsRefused) else whole_refusal(config, exc, reasons)
             )
             requester = exc.requester if isinstance(exc, DatasetsRefused) else None
+            request.state.withheld = refused
             await audit(
                 audit_document(
                     client=client_of(request),
@@ -434,6 +435,7 @@ def build_app(config: HolderConfig, live: LiveConfig | None = None) -> Any:
             )
         )
         request.state.outcome = "answered"
+        request.state.withheld = done.withheld
         return Response(done.envelope, media_type="application/json")
 
     async def receipt(request: Request) -> Response:

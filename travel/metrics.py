@@ -7,6 +7,9 @@
 * ``gpucc_holder_releases_total`` and ``gpucc_holder_refusals_total{reason}``: the key-release
   decisions on ``/v1/offer`` (reason: the refusal's ``error`` kind, e.g. ``not-trusted``,
   ``challenge-refused``, ``rate-limited``);
+* ``gpucc_holder_datasets_withheld_total{policy,check}``: datasets an offer did not get, in
+  a partial release or a refusal, once per unmet rule (``check``: the failed check's title,
+  ``requester identity``, or ``offer``) and the release policy that set it;
 * ``gpucc_holder_connections_open``, ``gpucc_holder_tls_handshakes`` and
   ``gpucc_holder_connections_dropped_total``, read from the server's accept loop.
 
@@ -54,6 +57,12 @@ class Metrics:
         )
         self.refusals = prom.Counter(
             "gpucc_holder_refusals", "Offers refused, by reason", ["reason"], registry=r
+        )
+        self.withheld = prom.Counter(
+            "gpucc_holder_datasets_withheld",
+            "Datasets withheld from an offer, once per unmet rule, by release policy and rule",
+            ["policy", "check"],
+            registry=r,
         )
         self._server: dict[str, Callable[[], float]] = {}
         for name, doc in (
@@ -110,6 +119,9 @@ class Metrics:
                     self.releases.inc()
                 else:
                     self.refusals.labels(outcome or f"http-{status[0]}").inc()
+                for rule in scope.get("state", {}).get("withheld") or ():
+                    policy, check = rule.get("policy") or "-", rule.get("check") or "-"
+                    self.withheld.labels(str(policy), str(check)).inc()
 
         return middleware
 

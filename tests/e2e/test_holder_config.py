@@ -118,6 +118,14 @@ def test_a_configured_holder_releases_per_policy_and_reloads_on_sighup(world: Wo
         assert 'gpucc_holder_requests_total{path="/v1/offer",status="409"} 1.0' in metrics
         assert "gpucc_holder_request_seconds_bucket" in metrics
         assert "gpucc_holder_connections_open" in metrics
+        withheld = [
+            line
+            for line in metrics.splitlines()
+            if line.startswith("gpucc_holder_datasets_withheld_total{")
+            and 'policy="strict"' in line
+            and 'check="versions-policy"' in line
+        ]  # cfg-1 in the partial release, then cfg-0 and cfg-1 in the refusal
+        assert withheld and sum(float(line.rsplit(" ", 1)[1]) for line in withheld) >= 3, metrics
         # a broken file on reload: logged, and the service goes on as it was
         conf.write_text("datasets: [\n")
         proc.send_signal(signal.SIGHUP)
