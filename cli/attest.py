@@ -47,6 +47,7 @@ from .options import (
     parse_nonce,
     parse_time,
 )
+from .render import counted
 from .safety_options import ForceOption, force_hint
 
 if TYPE_CHECKING:
@@ -677,7 +678,11 @@ def collect(
         report_data = vtpm_qualifying_data(report_data)
     switches = len(ev.gpus) if ev is not None and device is Device.NVSWITCH else 0
     if ev is not None:
-        what = f"{switches} NVSwitch(es)" if switches else f"{len(ev.gpus)} GPU(s)"
+        what = (
+            counted(switches, "NVSwitch", "NVSwitches")
+            if switches
+            else counted(len(ev.gpus), "GPU", "GPUs")
+        )
         note(f"wrote evidence for {what} to {output}; nonce {value.hex()}")
     if quote is not None:
         note(f"the CVM's evidence commits to report data {report_data.hex()}")

@@ -25,6 +25,7 @@ from .options import (
     TimeoutOption,
 )
 from .output import emit, note, out
+from .render import counted
 from .safety_options import ForceOption, check_output, force_hint
 
 if TYPE_CHECKING:
@@ -188,7 +189,8 @@ def fetch(
 
     note(
         f"wrote {output}: {len(bundle.rims)} RIM(s), {len(bundle.ocsp)} OCSP response(s) "
-        f"for {gpus} GPU(s)" + (f" and {switches} NVSwitch(es)" if switches else "")
+        f"for {counted(gpus, 'GPU', 'GPUs')}"
+        + (f" and {counted(switches, 'NVSwitch', 'NVSwitches')}" if switches else "")
     )
     for rim_id in bundle.rims:
         note(f"  RIM  {rim_id}")

@@ -40,6 +40,7 @@ from .options import (
     parse_time,
 )
 from .output import emit, note, out, warn
+from .render import counted
 from .safety_options import ForceOption, check_output, force_hint
 from .session_cvm import CvmCollateralOption, GpuOnlyOption
 
@@ -387,7 +388,8 @@ def offer(
     _write(output, made.to_json(), force=force)
     cvm = "and the CVM's evidence" if made.version == 2 else "only (GPU-only, version 1)"
     note(
-        f"wrote offer {output} for {len(secret.report_digests)} GPU(s) {cvm}; session key in "
+        f"wrote offer {output} for {counted(len(secret.report_digests), 'GPU', 'GPUs')} {cvm}; "
+        f"session key in "
         f"{host_key} (mode 0600)"
     )
     note(f"session nonce {made.nonce.hex()}")
@@ -509,8 +511,9 @@ def answer(
         replay, received, datasets, trusted_with=record.to_dict(), transcript=holder.transcript_hash
     )
     note(
-        f"attestation trusted for {len(holder.report_digests)} GPU(s); wrote keys for "
-        f"{len(grants)} dataset(s) to {output} (transcript {holder.transcript_hash.hex()[:16]}…)"
+        f"attestation trusted for {counted(len(holder.report_digests), 'GPU', 'GPUs')}; wrote "
+        f"keys for {counted(len(grants), 'dataset', 'datasets')} to {output} "
+        f"(transcript {holder.transcript_hash.hex()[:16]}…)"
     )
     if fmt is OutputFormat.JSON:
         emit(
@@ -580,7 +583,8 @@ def accept(
         )
         return
     out(
-        f"answer verified for this session; keys for {len(session.wraps)} dataset(s), "
+        "answer verified for this session; keys for "
+        f"{counted(len(session.wraps), 'dataset', 'datasets')}, "
         f"by header digest (SHA-256 of the sealed header, authenticated by the wrap): "
         f"{', '.join(digests) or 'none'}"
     )
@@ -657,7 +661,8 @@ def local(
     check_output(output, also=(host_key,))
     _write(output, result.answer.to_json(), force=force)
     note(
-        f"attestation trusted; released keys for {len(grants)} dataset(s): answer {output}, "
+        "attestation trusted; released keys for "
+        f"{counted(len(grants), 'dataset', 'datasets')}: answer {output}, "
         f"host key {host_key} (mode 0600)"
     )
     if fmt is OutputFormat.JSON:
