@@ -30,6 +30,7 @@ __all__ = [
     "AuditSource",
     "DatasetDecision",
     "PRUNE_FLOOR",
+    "PruneFloorError",
     "PruneSource",
     "Pruned",
     "audit_document",
@@ -251,6 +252,10 @@ def _is_requester(record: AuditRecord, wanted: str) -> bool:
 PRUNE_FLOOR = dt.timedelta(hours=24)
 
 
+class PruneFloorError(UsageError):
+    """A prune of records more recent than :data:`PRUNE_FLOOR`, not forced."""
+
+
 class _Counts(Protocol):
     @property
     def audit(self) -> int: ...
@@ -303,20 +308,20 @@ def prune_audit(
     transaction (``dry_run``: count them only).
 
     Raises:
-        UsageError: ``before`` is after ``now``, or less than :data:`PRUNE_FLOOR` before it
-            and not ``force``.
+        UsageError: ``before`` is after ``now``.
+        PruneFloorError: ``before`` is less than :data:`PRUNE_FLOOR` before ``now`` and not
+            ``force``.
         StateUnavailableError: the state cannot be used.
     """
     if before.tzinfo is None:
         raise UsageError("the time to prune before needs a time zone")
     if before > now:
-        raise UsageError(
-            f"{_iso(before)} is in the future (now {_iso(now)}): nothing that recent is pruned"
-        )
+        raise UsageError(f"{_iso(before)} is in the future (now {_iso(now)})")
     if not force and before > now - PRUNE_FLOOR:
-        raise UsageError(
-            f"{_iso(before)} would prune records of the last {PRUNE_FLOOR.total_seconds() / 3600:g}"
-            f" hours (now {_iso(now)}); give an earlier time, or force it"
+        hours = PRUNE_FLOOR.total_seconds() / 3600
+        raise PruneFloorError(
+            f"{_iso(before)} is less than {hours:g} hours ago (now {_iso(now)}): the records "
+            "of the last day are kept unless forced"
         )
     counts = state.prune(before.timestamp(), dry_run=dry_run)
     return Pruned(
