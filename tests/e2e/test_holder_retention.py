@@ -167,3 +167,29 @@ def test_housekeeping_and_prune_keep_what_replay_protection_needs(
             assert again.status_code == 409, (url, again.text)
             assert "already used" in again.json()["message"]
         assert "Traceback" not in a_log.read_text() + b_log.read_text()
+
+
+def test_a_state_that_forgets_answers_before_its_challenges_expire_is_refused(
+    world: World, tmp_path: Path
+) -> None:
+    """A claim must outlive every copy of its challenge: the service refuses a state that
+    remembers answered challenges no longer than the challenge TTL and the margin."""
+    from dataclasses import replace
+
+    from gpucc.assembly import PlatformVerifier, Settings
+    from gpucc.core.errors import UsageError
+    from gpucc.staging.statedb import HOUSEKEEPING_MARGIN_S
+    from gpucc.travel.holder import HolderConfig, build_app
+    from gpucc.travel.signing import generate_signing_key
+
+    config = HolderConfig(
+        datasets=(),
+        signing_key=generate_signing_key(),
+        verifier=PlatformVerifier(Settings(simulation=world.roots)),
+        challenge_ttl=3600,
+        state=SqliteState(tmp_path / "short.sqlite3", ttl_s=3600 + HOUSEKEEPING_MARGIN_S),
+    )
+    with pytest.raises(UsageError, match="not longer than the challenge TTL"):
+        build_app(config)
+    longer = SqliteState(tmp_path / "long.sqlite3", ttl_s=3601 + HOUSEKEEPING_MARGIN_S)
+    assert build_app(replace(config, state=longer)) is not None

@@ -218,3 +218,46 @@ def test_an_unreachable_postgres_is_a_typed_error() -> None:
 
     with pytest.raises(StateUnavailableError, match="PostgreSQL state cannot be used"):
         PostgresState(f"postgresql://postgres@127.0.0.1:{free_port()}/postgres")
+
+
+def test_housekeeping_races_claims_and_other_housekeepers(make: Factory) -> None:
+    """Several connections deleting expired rows while others claim: every expired row goes
+    once, no claim fails (on PostgreSQL a batch skips the rows another is deleting)."""
+    old = make(clock=lambda: 0.0)  # its claims expired 30 days after the epoch
+    for n in range(300):
+        old.claim(b"old" + n.to_bytes(29, "big"))
+    sweepers, claimers = [make() for _ in range(3)], [make() for _ in range(3)]
+    deleted: list[int] = []
+    errors: list[BaseException] = []
+    start = threading.Barrier(len(sweepers) + len(claimers))
+
+    def sweep(state: SqliteState | PostgresState) -> None:
+        start.wait()
+        try:
+            while True:
+                done = state.housekeep(batch=20)
+                deleted.append(done.answered)
+                if not done.answered:
+                    break
+        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+            errors.append(exc)
+
+    def claim(i: int, state: SqliteState | PostgresState) -> None:
+        start.wait()
+        try:
+            for n in range(30):
+                state.claim(b"new" + (i * 100 + n).to_bytes(29, "big"))
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=sweep, args=(s,)) for s in sweepers]
+    threads += [threading.Thread(target=claim, args=(i, s)) for i, s in enumerate(claimers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and sum(deleted) == 300
+    check = make()
+    assert all(check.answered(b"new" + (i * 100 + n).to_bytes(29, "big"))
+               for i in range(3) for n in range(30))  # fmt: skip
+    assert not check.answered(b"old" + (0).to_bytes(29, "big"))
