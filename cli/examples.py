@@ -68,6 +68,10 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "gpucc holder receipts --receipt-dir receipts/",
         "gpucc holder receipts --state holder.sqlite3 --decision refused --since 2026-01-01",
     ),
+    "holder prune": (
+        "gpucc holder prune --state holder.sqlite3 --before 2026-01-01 --dry-run",
+        "gpucc holder prune --state postgresql://holder@db/gpucc --before 1767225600",
+    ),
     "travel run": ("gpucc travel run plan.yaml",),
     "travel verify-log": (
         "gpucc travel verify-log travel-log.jsonl --orchestrator-pub orchestrator.pub",

@@ -768,6 +768,64 @@ def _audit_records(url: str, fmt: OutputFormat, **filters: Any) -> None:
     note(f"{len(found)} decision(s); -f json gives each refusal's detail")
 
 
+@holder_app.command("prune")
+def prune_cmd(
+    state: Annotated[
+        str,
+        typer.Option(
+            "--state",
+            metavar="URL",
+            help="The service's --state (a SQLite file, which must exist, or postgresql://...).",
+        ),
+    ],
+    before: Annotated[
+        str,
+        typer.Option(
+            "--before",
+            metavar="TIME",
+            help="Delete the audit records and receipts kept before this time (ISO 8601 or "
+            "Unix seconds); at least 24 hours ago unless --force, never in the future.",
+        ),
+    ],
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Count what would be deleted; delete nothing.")
+    ] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Also prune records of the last 24 hours.")
+    ] = False,
+    fmt: FormatOption = OutputFormat.TEXT,
+) -> None:
+    """Delete the audit records (and the receipts the state keeps) older than --before, in one
+    transaction, and say how many. Expired answered challenges need no pruning: the service
+    deletes them itself, once no challenge they protect can be answered."""
+    from gpucc.travel.audit import PruneFloorError, prune_audit
+
+    if not before.strip():
+        raise UsageError("--before needs a time (ISO 8601 or Unix seconds)")
+    at = _time("--before", before)
+    holder_state = _open_existing_state(state)
+    try:
+        done = prune_audit(
+            holder_state, at, now=dt.datetime.now(dt.UTC), force=force, dry_run=dry_run
+        )
+    except PruneFloorError as exc:
+        raise UsageError(f"--before {before!r}: {exc}; --force prunes them") from None
+    except UsageError as exc:
+        raise UsageError(f"--before {before!r}: {exc}") from None
+    finally:
+        holder_state.close()
+    if fmt is OutputFormat.JSON:
+        emit({"schema": "gpucc.holder.prune/v1", **done.to_dict()})
+        return
+    verb = "would delete" if done.dry_run else "deleted"
+    out(
+        f"{verb} {done.audit} audit record(s) and {done.receipts} receipt(s) kept before "
+        f"{done.to_dict()['before']}"
+    )
+    if done.dry_run:
+        note("dry run: nothing was deleted")
+
+
 def _receipt_files(receipt_dir: Path, fmt: OutputFormat) -> None:
     from gpucc.core.files import read_capped
     from gpucc.travel.receipt import MAX_RECEIPT_BYTES, Receipt

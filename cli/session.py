@@ -237,7 +237,8 @@ def _audit(
     transcript: bytes | None = None,
 ) -> None:
     """The decision's audit record in a holder state (``--state``), as the service keeps one
-    (client ``session answer``); a record that cannot be kept is a warning."""
+    (client ``session answer``), then one housekeeping batch; what cannot be done is a
+    warning."""
     from gpucc.core.errors import GpuccError
     from gpucc.staging.requester import RequesterSignatureError, requester_key_id
     from gpucc.staging.statedb import PostgresState, SqliteState
@@ -268,6 +269,10 @@ def _audit(
         state.put_audit(doc)
     except GpuccError as exc:
         warn(f"the decision's audit record was not kept: {exc}")
+    try:  # one batch of expired replay rows, as the service deletes them in the background
+        state.housekeep()
+    except GpuccError as exc:
+        warn(f"expired answered challenges were not deleted: {exc}")
 
 
 def _grants(datasets: list[Path], key_file: Path) -> list[DatasetKey]:

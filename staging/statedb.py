@@ -19,6 +19,33 @@ JSON document; :mod:`gpucc.travel.audit` reads them) and ``gpucc_meta`` (the sch
 Challenges are stored as labelled SHA-256 hashes, never as issued. The clock (seconds since
 the epoch) is an argument.
 
+Retention. Rows that only serve the replay check are deleted by :meth:`housekeep
+<SqliteState.housekeep>`, in batches of at most ``batch`` rows per table and transaction
+(the holder service runs it in the background; ``gpucc session answer`` runs one batch
+after it answers), never inside a claim. A row goes only when it expired more than
+:data:`HOUSEKEEPING_MARGIN_S` ago by the clock of the process deleting it. This is sound:
+
+* An answered challenge can be presented again only while an issued copy of it is valid
+  somewhere. The shared copy (``gpucc_challenges``) is taken once (a ``DELETE ...
+  RETURNING``: of two processes one gets it); the issuing process's own copy, in memory,
+  lives at most the challenge TTL (``--challenge-ttl``, at most an hour). The claim lives
+  ``ttl_s`` (30 days) from the clock of the process that made it, and the holder service
+  refuses a state whose ``ttl_s`` is not longer than the challenge TTL plus the margin.
+  The margin absorbs clock skew between processes sharing PostgreSQL: a deleting process
+  whose clock is ahead of the claiming one's by less than an hour deletes nothing early.
+* A claim is never replaced by a new one while its row exists, expired or not (the
+  primary key refuses the insert), so a claim is only ever re-made after housekeeping
+  removed a row more than 30 days old.
+* ``gpucc session answer --challenge C`` has no issued copy: the challenge is the
+  holder's own, and a holder must never reuse one; a claim is remembered for 30 days
+  (plus the margin), as the file store does (docs/PROTOCOL.md, "Replay store").
+* Deleting an issued challenge (``gpucc_challenges``) past its expiry can only refuse an
+  offer ("unknown challenge"), never answer one; the margin keeps a skewed clock from
+  refusing an honest one.
+
+Audit records and receipts are kept until :meth:`prune <SqliteState.prune>` deletes those
+older than a time the operator chooses (``gpucc holder prune``); nothing else deletes them.
+
 An older database (schema 1: decisions kept in ``gpucc_records`` under kind ``decision``) is
 migrated when it is opened, in one transaction: it gains ``gpucc_audit`` and ``gpucc_meta``,
 and its decisions move into ``gpucc_audit``. A database of a newer schema than this code
@@ -35,6 +62,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,12 +70,52 @@ from gpucc.core.errors import EnvironmentProblemError, FileAccessError
 
 from .replay import DEFAULT_REPLAY_TTL, _replay_error
 
-__all__ = ["PostgresState", "SqliteState", "StateUnavailableError", "open_state"]
+__all__ = [
+    "HOUSEKEEPING_MARGIN_S",
+    "Housekeeping",
+    "PostgresState",
+    "PruneCounts",
+    "SqliteState",
+    "StateUnavailableError",
+    "open_state",
+]
 
 _ANSWERED = b"gpucc/session/v1/answered-challenge"
 _ISSUED = b"gpucc/session/v1/issued-challenge"
 #: the schema this code writes (1: before the audit table)
 SCHEMA_VERSION = 2
+#: seconds past its expiry before housekeeping deletes a replay row (clock skew between
+#: processes sharing one database stays well under it)
+HOUSEKEEPING_MARGIN_S = 3600.0
+
+
+@dataclass(frozen=True)
+class Housekeeping:
+    """What one housekeeping batch deleted.
+
+    Attributes:
+        challenges: issued challenges, never taken, expired past the margin.
+        answered: answered-challenge claims expired past the margin.
+        batch: the most rows a table could lose in this batch (a table that lost as many
+            may have more to lose: :attr:`more`).
+    """
+
+    challenges: int
+    answered: int
+    batch: int
+
+    @property
+    def more(self) -> bool:
+        """Whether a table lost a full batch (another batch may find more)."""
+        return max(self.challenges, self.answered) >= self.batch
+
+
+@dataclass(frozen=True)
+class PruneCounts:
+    """Audit records and stored receipts kept before a time: deleted, or counted only."""
+
+    audit: int
+    receipts: int
 
 
 class StateUnavailableError(EnvironmentProblemError):
@@ -65,6 +133,13 @@ class _State:
     real = "REAL"
     serial = "INTEGER PRIMARY KEY AUTOINCREMENT"
     backend = ""
+    #: one housekeeping batch of each table: its expired rows (``?``: before, batch size)
+    expired_batches = (
+        "DELETE FROM gpucc_challenges WHERE digest IN (SELECT digest FROM gpucc_challenges "
+        "WHERE expires <= ? ORDER BY expires LIMIT ?)",
+        "DELETE FROM gpucc_answered WHERE digest IN (SELECT digest FROM gpucc_answered "
+        "WHERE expires <= ? ORDER BY expires LIMIT ?)",
+    )
 
     def __init__(self, *, ttl_s: float, clock: Callable[[], float]) -> None:
         self.ttl_s = ttl_s
@@ -133,8 +208,7 @@ class _State:
         now = self.clock()
         digest = _digest(_ANSWERED, challenge)
         try:
-            with self._tx() as cur:
-                cur.execute("DELETE FROM gpucc_answered WHERE expires <= ?", (now,))
+            with self._tx() as cur:  # an expired row still refuses it (see housekeep)
                 cur.execute(
                     "INSERT INTO gpucc_answered (digest, expires) VALUES (?, ?)",
                     (digest, now + self.ttl_s),
@@ -145,11 +219,10 @@ class _State:
             raise self._unavailable(exc) from None
 
     def answered(self, challenge: bytes) -> bool:
-        """Whether ``challenge`` is recorded as answered and not expired."""
+        """Whether ``challenge`` is recorded as answered (until housekeeping deletes it)."""
         with self._tx() as cur:
             cur.execute(
-                "SELECT 1 FROM gpucc_answered WHERE digest = ? AND expires > ?",
-                (_digest(_ANSWERED, challenge), self.clock()),
+                "SELECT 1 FROM gpucc_answered WHERE digest = ?", (_digest(_ANSWERED, challenge),)
             )
             return cur.fetchone() is not None
 
@@ -159,7 +232,6 @@ class _State:
         """Keep ``challenge`` as issued, for ``ttl_s`` seconds."""
         now = self.clock()
         with self._tx() as cur:
-            cur.execute("DELETE FROM gpucc_challenges WHERE expires <= ?", (now,))
             cur.execute(
                 "INSERT INTO gpucc_challenges (digest, expires) VALUES (?, ?)",
                 (_digest(_ISSUED, challenge), now + ttl_s),
@@ -175,6 +247,62 @@ class _State:
             )
             row = cur.fetchone()
         return None if row is None else float(row[0]) > self.clock()
+
+    # --- retention ------------------------------------------------------------------------
+
+    def housekeep(self, *, batch: int = 500) -> Housekeeping:
+        """Delete one batch (at most ``batch`` rows per table) of issued challenges and
+        answered-challenge claims that expired more than :data:`HOUSEKEEPING_MARGIN_S` ago
+        (see the module docstring), in one transaction.
+
+        Raises:
+            StateUnavailableError: the database cannot be used.
+        """
+        before = self.clock() - HOUSEKEEPING_MARGIN_S
+        deleted = []
+        try:
+            with self._tx() as cur:
+                for statement in self.expired_batches:
+                    cur.execute(statement, (before, batch))
+                    deleted.append(max(cur.rowcount, 0))
+        except StateUnavailableError:
+            raise
+        except Exception as exc:
+            raise self._unavailable(exc) from None
+        return Housekeeping(challenges=deleted[0], answered=deleted[1], batch=batch)
+
+    def prune(self, before: float, *, dry_run: bool = False) -> PruneCounts:
+        """Delete the audit records and stored receipts kept before ``before`` (seconds
+        since the epoch), in one transaction; with ``dry_run`` only count them.
+
+        Raises:
+            StateUnavailableError: the database cannot be used.
+        """
+        statements = {
+            "audit": (
+                "SELECT COUNT(*) FROM gpucc_audit WHERE at < ?",
+                "DELETE FROM gpucc_audit WHERE at < ?",
+            ),
+            "receipts": (
+                "SELECT COUNT(*) FROM gpucc_records WHERE kind = 'receipt' AND at < ?",
+                "DELETE FROM gpucc_records WHERE kind = 'receipt' AND at < ?",
+            ),
+        }
+        counts: dict[str, int] = {}
+        try:
+            with self._tx() as cur:
+                for name, (count, delete) in statements.items():
+                    if dry_run:
+                        cur.execute(count, (before,))
+                        counts[name] = int(cur.fetchone()[0])
+                    else:
+                        cur.execute(delete, (before,))
+                        counts[name] = max(cur.rowcount, 0)
+        except StateUnavailableError:
+            raise
+        except Exception as exc:
+            raise self._unavailable(exc) from None
+        return PruneCounts(**counts)
 
     # --- records ---------------------------------------------------------------------------
 
@@ -348,6 +476,13 @@ class PostgresState(_State):
     real = "DOUBLE PRECISION"
     serial = "BIGSERIAL PRIMARY KEY"
     backend = "PostgreSQL"
+    # rows another process is deleting are skipped, not waited on (no deadlock between two)
+    expired_batches = (
+        "DELETE FROM gpucc_challenges WHERE digest IN (SELECT digest FROM gpucc_challenges "
+        "WHERE expires <= ? ORDER BY expires LIMIT ? FOR UPDATE SKIP LOCKED)",
+        "DELETE FROM gpucc_answered WHERE digest IN (SELECT digest FROM gpucc_answered "
+        "WHERE expires <= ? ORDER BY expires LIMIT ? FOR UPDATE SKIP LOCKED)",
+    )
 
     def __init__(
         self,
@@ -422,6 +557,10 @@ class _Placeholders:
 
     def fetchall(self) -> Any:
         return self._cur.fetchall()
+
+    @property
+    def rowcount(self) -> int:
+        return int(self._cur.rowcount)
 
 
 def _from_schema_1(key: str, old: dict[str, Any]) -> dict[str, Any]:

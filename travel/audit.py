@@ -6,6 +6,13 @@ became of each dataset (released, or refused with the release policy and the unm
 and which policy relaxations the release relied on (the trust record's). Records hold no
 secret: no key, no challenge, no evidence. :func:`query_audit` reads them back as
 :class:`AuditRecord` values (``gpucc holder receipts --state`` prints them).
+
+Retention: :func:`prune_audit` deletes the records (and the receipts the state keeps) older
+than a time the operator chooses (``gpucc holder prune``). It refuses a time in the future,
+and one less than :data:`PRUNE_FLOOR` ago unless forced: the last day's records are what an
+operator reads when something just went wrong. A receipt for a session whose release record
+is pruned is refused from then on (409 ``unknown-session``): prune no later than your
+longest job's end. Nothing else deletes audit records.
 """
 
 from __future__ import annotations
@@ -16,12 +23,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+from gpucc.core.errors import UsageError
+
 __all__ = [
     "AuditRecord",
     "AuditSource",
     "DatasetDecision",
+    "PRUNE_FLOOR",
+    "PruneFloorError",
+    "PruneSource",
+    "Pruned",
     "audit_document",
     "challenge_id",
+    "prune_audit",
     "query_audit",
 ]
 
@@ -232,3 +246,91 @@ def _is_requester(record: AuditRecord, wanted: str) -> bool:
         return True
     key = wanted.lower().removeprefix("sha256:")
     return len(key) >= 8 and record.requester is not None and record.requester.startswith(key)
+
+
+#: the most recent records :func:`prune_audit` deletes without ``force``: those this old
+PRUNE_FLOOR = dt.timedelta(hours=24)
+
+
+class PruneFloorError(UsageError):
+    """A prune of records more recent than :data:`PRUNE_FLOOR`, not forced."""
+
+
+class _Counts(Protocol):
+    @property
+    def audit(self) -> int: ...
+
+    @property
+    def receipts(self) -> int: ...
+
+
+class PruneSource(Protocol):
+    """A state whose audit records can be pruned (:class:`gpucc.staging.statedb.SqliteState`,
+    …)."""
+
+    def prune(self, before: float, *, dry_run: bool = False) -> _Counts: ...
+
+
+@dataclass(frozen=True)
+class Pruned:
+    """What :func:`prune_audit` deleted (or, with ``dry_run``, would delete).
+
+    Attributes:
+        before: records kept before this time went (UTC).
+        audit: audit records.
+        receipts: receipts kept in the state.
+        dry_run: nothing was deleted; the counts are what would be.
+    """
+
+    before: dt.datetime
+    audit: int
+    receipts: int
+    dry_run: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "before": self.before.isoformat(timespec="seconds").replace("+00:00", "Z"),
+            "audit_records": self.audit,
+            "receipts": self.receipts,
+            "dry_run": self.dry_run,
+        }
+
+
+def prune_audit(
+    state: PruneSource,
+    before: dt.datetime,
+    *,
+    now: dt.datetime,
+    force: bool = False,
+    dry_run: bool = False,
+) -> Pruned:
+    """Delete the audit records and stored receipts kept before ``before``, in one
+    transaction (``dry_run``: count them only).
+
+    Raises:
+        UsageError: ``before`` is after ``now``.
+        PruneFloorError: ``before`` is less than :data:`PRUNE_FLOOR` before ``now`` and not
+            ``force``.
+        StateUnavailableError: the state cannot be used.
+    """
+    if before.tzinfo is None:
+        raise UsageError("the time to prune before needs a time zone")
+    if before > now:
+        raise UsageError(f"{_iso(before)} is in the future (now {_iso(now)})")
+    if not force and before > now - PRUNE_FLOOR:
+        hours = PRUNE_FLOOR.total_seconds() / 3600
+        raise PruneFloorError(
+            f"{_iso(before)} is less than {hours:g} hours ago (now {_iso(now)}): the records "
+            "of the last day are kept unless forced"
+        )
+    counts = state.prune(before.timestamp(), dry_run=dry_run)
+    return Pruned(
+        before=before.astimezone(dt.UTC),
+        audit=counts.audit,
+        receipts=counts.receipts,
+        dry_run=dry_run,
+    )
+
+
+def _iso(at: dt.datetime) -> str:
+    return at.astimezone(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")

@@ -43,7 +43,12 @@ from gpucc.core.files import write_atomic
 from gpucc.staging.errors import ProtocolError
 from gpucc.staging.release import CHALLENGE_SIZE, DatasetKey, Offer
 from gpucc.staging.replay import ChallengeReplayError, MemoryReplayStore, ReplayStore
-from gpucc.staging.statedb import PostgresState, SqliteState, StateUnavailableError
+from gpucc.staging.statedb import (
+    HOUSEKEEPING_MARGIN_S,
+    PostgresState,
+    SqliteState,
+    StateUnavailableError,
+)
 
 from .audit import audit_document
 from .decide import (
@@ -55,6 +60,7 @@ from .decide import (
     one_line,
     whole_refusal,
 )
+from .housekeeping import Housekeeper
 from .httpserver import ServerLimits, run_server
 from .receipt import Receipt
 from .signing import key_id
@@ -284,6 +290,12 @@ def build_app(config: HolderConfig, live: LiveConfig | None = None) -> Any:
     from starlette.routing import Route
 
     state = config.state
+    if state is not None and state.ttl_s <= config.challenge_ttl + HOUSEKEEPING_MARGIN_S:
+        # a claim must outlive every copy of its challenge (gpucc.staging.statedb, retention)
+        raise UsageError(
+            f"the state remembers answered challenges for {state.ttl_s:g} s: not longer than "
+            f"the challenge TTL ({config.challenge_ttl:g} s) and {HOUSEKEEPING_MARGIN_S:g} s"
+        )
     store = ChallengeStore(
         config.challenge_ttl,
         config.max_outstanding,
@@ -673,6 +685,15 @@ def serve(
 
         registry = Metrics()
         app, watch = registry.wrap(app), registry.watch
+    housekeeper = None
+    if config.state is not None:  # expired replay rows go in the background
+        housekeeper = Housekeeper(
+            config.state,
+            lambda record: logging.getLogger("gpucc.holder").info(
+                json.dumps(record, sort_keys=True)
+            ),
+        )
+        housekeeper.start()
     try:
         return run_server(
             app,
@@ -690,4 +711,6 @@ def serve(
             f"cannot listen on {host}:{port}: {exc.strerror or exc}"
         ) from None
     finally:
+        if housekeeper is not None:
+            housekeeper.stop()
         logging.getLogger("gpucc.holder").info(json.dumps({"event": "stopped"}))

@@ -276,6 +276,10 @@ CASES: dict[str, dict[str, tuple[str, ...]]] = {
         "missing-input": ("holder", "receipts", "--receipt-dir", MISSING),
         "input-is-directory": ("holder", "receipts", "--state", DIR),
     },
+    "holder prune": {
+        "missing-input": ("holder", "prune", "--state", MISSING, "--before", "0"),
+        "input-is-directory": ("holder", "prune", "--state", DIR, "--before", "0"),
+    },
     "travel run": {"missing-input": ("travel", "run", MISSING)},
     "travel verify-log": {
         "missing-input": ("travel", "verify-log", MISSING, "--orchestrator-pub", PUB),
@@ -648,6 +652,8 @@ def test_documents_of_model_holder_keygen_and_shards_match_their_schemas(tmp_pat
         "gpucc.keygen/v1": ("holder", "keygen", "--holder-key", "h.key", "--holder-pub", "h.pub"),
         "gpucc.holder.receipts/v1": ("holder", "receipts", "--receipt-dir", "data"),
         "gpucc.holder.audit/v1": ("holder", "receipts", "--state", "state.sqlite3"),
+        "gpucc.holder.prune/v1": ("holder", "prune", "--state", "state.sqlite3",
+                                  "--before", "2024-01-01"),
         "gpucc.seal.shards/v1": ("seal", "d.bin", "-o", "shards", "--data-key", "k.key",
                                  "--shards", "2", "--chunk-size", "4KiB"),
     }  # fmt: skip

@@ -386,3 +386,39 @@ def test_holder_audit_records_json_and_their_errors(tmp_path: Path) -> None:
     ):
         result = gpucc("holder", "receipts", *args, "-f", "json", cwd=tmp_path)
         assert document(result, "gpucc.error/v1")["error"]["code"] == code, (args, result.stderr)
+
+
+def test_holder_prune_json_and_its_errors(tmp_path: Path) -> None:
+    from gpucc.staging.statedb import SqliteState
+
+    old = dt.datetime(2025, 1, 1, tzinfo=dt.UTC).timestamp()
+    state = SqliteState(tmp_path / "state.sqlite3", clock=lambda: old)
+    state.put_audit({"decision": "refused", "client": "192.0.2.1", "datasets": []})
+    state.put_record("receipt", "ab:cd:1", {"seq": 1})
+    state.close()
+    args = ("holder", "prune", "--state", "state.sqlite3", "-f", "json")
+    counted = document(gpucc(*args, "--before", "2025-06-01", "--dry-run", cwd=tmp_path),
+                       "gpucc.holder.prune/v1")  # fmt: skip
+    assert counted == {"schema": "gpucc.holder.prune/v1", "before": "2025-06-01T00:00:00Z",
+                       "audit_records": 1, "receipts": 1, "dry_run": True}  # fmt: skip
+    done = document(gpucc(*args, "--before", str(int(old) + 1), cwd=tmp_path),
+                    "gpucc.holder.prune/v1")  # fmt: skip
+    assert (done["audit_records"], done["receipts"], done["dry_run"]) == (1, 1, False)
+    soon = (dt.datetime.now(dt.UTC) - dt.timedelta(hours=1)).isoformat()
+    for extra, code in (
+        (("--before", "2999-01-01"), 2),  # the future, even with --force
+        (("--before", "2999-01-01", "--force"), 2),
+        (("--before", soon), 2),  # the last day: only with --force
+        (("--before", "soon"), 2),
+        (("--before", ""), 2),
+    ):
+        result = gpucc(*args, *extra, cwd=tmp_path)
+        assert document(result, "gpucc.error/v1")["error"]["code"] == code, (extra, result.stderr)
+    forced = document(gpucc(*args, "--before", soon, "--force", cwd=tmp_path),
+                      "gpucc.holder.prune/v1")  # fmt: skip
+    assert forced["audit_records"] == 0 and forced["dry_run"] is False
+    for state_arg, code in (("memory", 2), ("absent.sqlite3", 8), (".", 8)):
+        result = gpucc("holder", "prune", "--state", state_arg, "--before", "0", "-f", "json",
+                       cwd=tmp_path)  # fmt: skip
+        assert document(result, "gpucc.error/v1")["error"]["code"] == code, result.stderr
+    assert not (tmp_path / "absent.sqlite3").exists()

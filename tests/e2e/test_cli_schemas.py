@@ -201,6 +201,14 @@ RUNS: dict[str, tuple[Run, ...]] = {
         error(8, "holder receipts --state absent.sqlite3"),
         error(2, "holder receipts --state state.sqlite3 --since yesterday"),
     ),
+    "holder prune": (
+        ok("gpucc.holder.prune/v1", "holder prune --state state.sqlite3 --before 2024-01-01"),
+        ok("gpucc.holder.prune/v1",
+           "holder prune --state state.sqlite3 --before 1700000000 --dry-run"),
+        error(8, "holder prune --state absent.sqlite3 --before 2024-01-01"),
+        error(2, "holder prune --state state.sqlite3 --before 2999-01-01"),
+        error(2, "holder prune --state state.sqlite3 --before yesterday"),
+    ),
     "holder serve": (
         error(8, f"holder serve --datasets absent {SERVE}"),
         error(2, f"holder serve --datasets data {SERVE} --listen nowhere"),
@@ -254,7 +262,7 @@ ORDER = (
     "collateral show", "session challenge", "session offer", "session answer",
     "session accept", "session local", "token verify", "model digest", "model sign",
     "model verify", "holder keygen", "holder datasets", "holder serve", "travel keygen",
-    "travel run", "holder receipts", "travel verify-log", "inspect",
+    "travel run", "holder receipts", "holder prune", "travel verify-log", "inspect",
 )  # fmt: skip
 
 

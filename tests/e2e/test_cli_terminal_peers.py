@@ -251,10 +251,16 @@ def test_receipts_and_datasets_with_hostile_file_names(tmp_path: Path) -> None:
         ("holder", "datasets", "--datasets", "data"),
         ("holder", "datasets", "--datasets", "junk"),
         ("holder", "datasets", "--datasets", "junk", "-f", "json"),
+        ("holder", "prune", "--state", f"{HOSTILE}.sqlite3", "--before", "0"),
+        ("holder", "prune", "--state", "state.sqlite3", "--before", MESSAGE),
     ]
     results = _run_all(runs, tmp_path)
     for args, result in zip(runs, results, strict=True):
         _assert_clean(args, result)
+    pruned = results[-2:]
+    assert [r.returncode for r in pruned] == [8, 2], [r.stderr for r in pruned]
+    assert all(_escaped(r.stderr) for r in pruned), [r.stderr for r in pruned]
+    results = results[:-2]
     audit, audit_json = results[0], results[1]
     assert audit.returncode == 0 and _escaped(audit.stdout), audit.stderr
     assert json.loads(audit_json.stdout)["records"][0]["datasets"][0]["dataset"] == HOSTILE
@@ -459,6 +465,7 @@ WALKED = {
     "holder keygen": "none: it prints the pin it computed and the paths it was given",
     "holder receipts": "a hostile receipt file name, valid and not; audit records with a "
     "hostile dataset name, client and refusal detail",
+    "holder prune": "a hostile state file name and --before value",
     "holder serve": "hostile dataset names and hostile requests",
     "model digest": "test_cli_terminal: hostile resource names",
     "model sign": "test_cli_terminal: a hostile key file name",

@@ -13,7 +13,15 @@ from pathlib import Path
 import pytest
 
 from gpucc.staging.replay import ChallengeReplayError
-from gpucc.staging.statedb import PostgresState, SqliteState, StateUnavailableError, open_state
+from gpucc.staging.statedb import (
+    HOUSEKEEPING_MARGIN_S,
+    Housekeeping,
+    PostgresState,
+    PruneCounts,
+    SqliteState,
+    StateUnavailableError,
+    open_state,
+)
 from tests.support.postgres import postgres_server
 
 Factory = Callable[..., SqliteState | PostgresState]
@@ -48,13 +56,58 @@ def test_a_challenge_is_claimed_once_across_connections(make: Factory) -> None:
     assert a.answered(b"c" * 32) and b.answered(b"c" * 32) and not b.answered(b"d" * 32)
 
 
-def test_an_answered_record_expires_with_its_ttl(make: Factory) -> None:
+def test_an_answered_record_outlives_its_ttl_by_the_margin(make: Factory) -> None:
     now = [1000.0]
     state = make(ttl_s=60, clock=lambda: now[0])
     state.claim(b"e" * 32)
     now[0] += 61
+    with pytest.raises(ChallengeReplayError):  # expired, but a claim never replaces its row
+        state.claim(b"e" * 32)
+    assert state.housekeep() == Housekeeping(challenges=0, answered=0, batch=500)
+    assert state.answered(b"e" * 32)
+    now[0] += HOUSEKEEPING_MARGIN_S
+    assert state.housekeep() == Housekeeping(challenges=0, answered=1, batch=500)
     assert not state.answered(b"e" * 32)
-    state.claim(b"e" * 32)  # expired records are pruned, as the file store does
+    state.claim(b"e" * 32)  # remembered for its TTL and the margin, then forgotten
+
+
+def test_housekeeping_deletes_expired_rows_in_batches(make: Factory) -> None:
+    now = [1000.0]
+    old = make(ttl_s=100, clock=lambda: now[0])
+    for n in range(7):
+        old.claim(n.to_bytes(32, "big"))
+        old.issue(n.to_bytes(32, "big"), 50)
+    now[0] += 90
+    old.claim(b"k" * 32)  # expires at 1190: kept
+    old.issue(b"k" * 32, 3600)
+    now[0] = 1100 + HOUSEKEEPING_MARGIN_S  # the first seven expired (at 1050, 1100) past it
+    done = [old.housekeep(batch=3) for _ in range(4)]
+    assert [(d.challenges, d.answered, d.more) for d in done] == [
+        (3, 3, True), (3, 3, True), (1, 1, False), (0, 0, False),
+    ]  # fmt: skip
+    assert old.answered(b"k" * 32) and not old.answered(b"\0" * 32)
+    with pytest.raises(ChallengeReplayError):
+        old.claim(b"k" * 32)
+    # within the margin: kept (and refused as expired); past it: gone
+    assert old.take(b"k" * 32) is False and old.take((0).to_bytes(32, "big")) is None
+
+
+def test_prune_deletes_audit_records_and_receipts_before_a_time(make: Factory) -> None:
+    now = [1000.0]
+    state = make(clock=lambda: now[0])
+    for t in (1000.0, 2000.0, 3000.0):
+        now[0] = t
+        state.put_audit({"decision": "released", "client": str(t), "transcript_hash": str(t)})
+        state.put_record("receipt", f"{t}:k:1", {"seq": 1})
+    state.claim(b"p" * 32)
+    assert state.prune(2500.0, dry_run=True) == PruneCounts(audit=2, receipts=2)
+    assert len(state.audit()) == 3 and state.count_records("receipt", "") == 3
+    assert state.prune(2000.0) == PruneCounts(audit=1, receipts=1)
+    assert [d["client"] for _, d in state.audit()] == ["2000.0", "3000.0"]
+    assert [k for _, k, _ in state.records("receipt")] == ["2000.0:k:1", "3000.0:k:1"]
+    assert not state.released("1000.0") and state.released("2000.0")
+    assert state.answered(b"p" * 32)  # the replay record is not the operator's to prune
+    assert state.prune(2000.0) == PruneCounts(audit=0, receipts=0)
 
 
 def test_issued_challenges_are_taken_once_by_any_connection(make: Factory) -> None:
@@ -165,3 +218,46 @@ def test_an_unreachable_postgres_is_a_typed_error() -> None:
 
     with pytest.raises(StateUnavailableError, match="PostgreSQL state cannot be used"):
         PostgresState(f"postgresql://postgres@127.0.0.1:{free_port()}/postgres")
+
+
+def test_housekeeping_races_claims_and_other_housekeepers(make: Factory) -> None:
+    """Several connections deleting expired rows while others claim: every expired row goes
+    once, no claim fails (on PostgreSQL a batch skips the rows another is deleting)."""
+    old = make(clock=lambda: 0.0)  # its claims expired 30 days after the epoch
+    for n in range(300):
+        old.claim(b"old" + n.to_bytes(29, "big"))
+    sweepers, claimers = [make() for _ in range(3)], [make() for _ in range(3)]
+    deleted: list[int] = []
+    errors: list[BaseException] = []
+    start = threading.Barrier(len(sweepers) + len(claimers))
+
+    def sweep(state: SqliteState | PostgresState) -> None:
+        start.wait()
+        try:
+            while True:
+                done = state.housekeep(batch=20)
+                deleted.append(done.answered)
+                if not done.answered:
+                    break
+        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+            errors.append(exc)
+
+    def claim(i: int, state: SqliteState | PostgresState) -> None:
+        start.wait()
+        try:
+            for n in range(30):
+                state.claim(b"new" + (i * 100 + n).to_bytes(29, "big"))
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=sweep, args=(s,)) for s in sweepers]
+    threads += [threading.Thread(target=claim, args=(i, s)) for i, s in enumerate(claimers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and sum(deleted) == 300
+    check = make()
+    assert all(check.answered(b"new" + (i * 100 + n).to_bytes(29, "big"))
+               for i in range(3) for n in range(30))  # fmt: skip
+    assert not check.answered(b"old" + (0).to_bytes(29, "big"))
