@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import gc
 import json
 import multiprocessing as mp
 import os
@@ -168,6 +169,7 @@ def worker(rank: int, size: int, port: int, args: argparse.Namespace, out: str) 
     rows = run_rank(args)
     if rank == 0:
         Path(out).write_text(json.dumps(rows))
+    gc.collect()  # DDP's reference cycles hold the group: end it here, threads joined
     dist.destroy_process_group()
 
 
@@ -230,6 +232,7 @@ def main() -> None:
         dist.init_process_group(backend_for(args), timeout=dt.timedelta(seconds=300))
         rows = run_rank(args)
         rank = dist.get_rank()
+        gc.collect()  # as in worker()
         dist.destroy_process_group()
         if rank != 0:
             return

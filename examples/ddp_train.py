@@ -10,6 +10,7 @@ Beside the encrypted model the script trains the same model with plain DDP and c
 """
 
 import datetime as dt
+import gc
 import sys
 from pathlib import Path
 
@@ -39,7 +40,10 @@ def main(args: list[str]) -> None:
     # Collect this rank's evidence, verify every peer's, derive a key per pair of ranks.
     keys = GroupKeys.establish(platform=assemble(settings(args)))
     relaxed = ", ".join(keys.relaxations) or "none"
-    print(f"rank {rank}: verified its {keys.world_size - 1} peer(s); relaxations: {relaxed}")
+    # one write per line: the ranks share the terminal
+    print(
+        f"rank {rank}: verified its {keys.world_size - 1} peer(s); relaxations: {relaxed}\n", end=""
+    )
 
     model = DDP(make_model(), bucket_cap_mb=25)
     hook = EncryptedAllReduce(keys)
@@ -69,6 +73,12 @@ def main(args: list[str]) -> None:
     if rank == 0:
         print(f"sealed {hook.stats.buckets} gradient bucket(s) in {hook.stats.steps} steps")
         print(f"largest difference from plain DDP: {diff:g}")
+    # End the process group here, not in interpreter shutdown: the DDP models and the keys
+    # hold it through reference cycles, and a gloo worker thread still releasing a tensor
+    # while Python shuts down aborts the process ("terminate called without an active
+    # exception"). Collecting them first lets destroy_process_group join its threads.
+    del model, plain, hook, keys, opts
+    gc.collect()
     dist.destroy_process_group()
 
 

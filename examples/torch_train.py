@@ -3,6 +3,7 @@
 torchrun --standalone --nproc-per-node=N torch_train.py shards/train-*.gcc
 """
 
+import gc
 import os
 import sys
 
@@ -54,6 +55,10 @@ def main(shards: list[str]) -> None:
         if rank == 0:
             print(f"epoch {epoch}: loss {loss.item():.4f}")
     stream.close()  # zero what is left of the plaintext
+    # End the group here, not in interpreter shutdown (see ddp_train.py): DDP holds it
+    # through reference cycles, so collect them and let destroy_process_group join its threads.
+    del model, optimizer
+    gc.collect()
     dist.destroy_process_group()
 
 
