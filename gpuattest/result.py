@@ -94,9 +94,10 @@ class RuntimeMeasurement:
     """One measurement block of a device's attestation report, as the device reported it.
 
     ``authenticated`` is True only when the report's signature verified with the leaf key
-    of a device certificate chain that validated: otherwise anyone could have written the
-    value, and the JSON form lists it under ``unverified_runtime_measurements`` instead
-    of ``runtime_measurements`` (see :func:`measurements_to_dict`).
+    of a device certificate chain that validated and that OCSP did not find revoked:
+    otherwise anyone could have written the value, and the JSON form lists it under
+    ``unverified_runtime_measurements`` instead of ``runtime_measurements`` (see
+    :func:`measurements_to_dict`).
     """
 
     index: int
@@ -112,9 +113,11 @@ def runtime_measurements_of(
     blocks: dict[int, bytes], checks: list[Check] | tuple[Check, ...]
 ) -> tuple[RuntimeMeasurement, ...]:
     """The report's blocks ordered by index, authenticated only when the checks
-    ``device-chain`` and ``report-signature`` both passed."""
+    ``device-chain`` and ``report-signature`` both passed and ``device-ocsp`` did not
+    fail (a revoked chain vouches for nothing; OCSP not checked is its own reported check)."""
     passed = {c.id for c in checks if c.status is CheckStatus.PASS}
-    authenticated = {"device-chain", "report-signature"} <= passed
+    failed = {c.id for c in checks if c.status is CheckStatus.FAIL}
+    authenticated = {"device-chain", "report-signature"} <= passed and "device-ocsp" not in failed
     return tuple(RuntimeMeasurement(i, blocks[i], authenticated) for i in sorted(blocks))
 
 

@@ -5,7 +5,12 @@ from __future__ import annotations
 
 from gpucc.gpuattest.collateral import FileRimSource, NoOcsp
 from gpucc.gpuattest.policy import parse_policy
-from gpucc.gpuattest.result import CheckStatus, RuntimeMeasurement
+from gpucc.gpuattest.result import (
+    Check,
+    CheckStatus,
+    RuntimeMeasurement,
+    runtime_measurements_of,
+)
 from gpucc.gpuattest.simulate import SimulatedGpu
 from gpucc.gpuattest.switch_result import SwitchResult
 from gpucc.gpuattest.trust import TrustRoots
@@ -111,3 +116,18 @@ def test_a_switch_report_with_a_bad_signature_is_unverified() -> None:
     doc = switch.to_dict()
     assert doc["runtime_measurements"] == []
     assert doc["unverified_runtime_measurements"] == _as_dicts(spdm_measurement_blocks(report))
+
+
+def test_a_revoked_device_chain_leaves_the_values_unverified() -> None:
+    # The GPU of set A as verified, with its device-chain OCSP check failed in its place
+    # (revoked): the signature and chain still pass, but a revoked key vouches for nothing.
+    gpu = run_set_a().gpus[0]
+    revoked = Check("device-ocsp", "Device certificate OCSP", CheckStatus.FAIL, "revoked")
+    checks = tuple(revoked if c.id == "device-ocsp" else c for c in gpu.checks)
+    blocks = spdm_measurement_blocks(report_bytes(SET_A_REPORT))
+    found = runtime_measurements_of(blocks, checks)
+    assert [(m.index, m.value) for m in found] == sorted(blocks.items())
+    assert not any(m.authenticated for m in found)
+    not_checked = gpu.check("device-ocsp")
+    assert not_checked.status is CheckStatus.NOT_CHECKED  # offline: its own reported check
+    assert all(m.authenticated for m in runtime_measurements_of(blocks, gpu.checks))
