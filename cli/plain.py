@@ -25,6 +25,7 @@ from .render import (
     _summary_rows,
     counted,
     fit_widths,
+    measurement_lines,
     shorten_hex,
 )
 from .terminal import UNBOUNDED, is_terminal, pipe_width
@@ -192,6 +193,7 @@ def _report_lines(result: PlatformResult, width: int, verbose: bool) -> Iterable
                 for n, value in enumerate(m.golden_values):
                     yield f"{label} golden[{n}] {value}"
                 yield f"{label} runtime {m.runtime_value or '(missing)'}"
+            yield from measurement_lines(gpu.runtime_measurements)
     label, _style = _VERDICT_LINE[str(result.verdict)]
     at = result.verified_at.isoformat().replace("+00:00", "Z")
     line = f"{label}: {counted(len(result.gpus), 'GPU', 'GPUs')} verified as of {at}"

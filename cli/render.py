@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from gpucc.assembly import PlatformResult
     from gpucc.gpuattest.cvm.appraise import CvmResult
     from gpucc.gpuattest.measurements import MismatchRecord
-    from gpucc.gpuattest.result import GpuResult
+    from gpucc.gpuattest.result import GpuResult, RuntimeMeasurement
     from gpucc.gpuattest.switch_result import SwitchResult
     from gpucc.gpuattest.topology import TopologyResult
 
@@ -230,6 +230,17 @@ def mismatch_rows(mismatches: Sequence[MismatchRecord]) -> list[list[Text]]:
     return rows
 
 
+def measurement_lines(measurements: Sequence[RuntimeMeasurement]) -> list[str]:
+    """With ``-v``: each runtime measurement of a report in full, one line each,
+    ``measurement 12  <hex>``; a value whose report did not authenticate (signature or
+    device chain failed) reads ``unverified measurement 12  <hex>`` instead, so a line
+    starting ``measurement`` is always a verified value."""
+    return [
+        f"{'' if m.authenticated else 'unverified '}measurement {m.index:<2}  {m.value.hex()}"
+        for m in measurements
+    ]
+
+
 def _summary_rows(gpu: GpuResult) -> list[tuple[str, str]]:
     claims = gpu.claims
     return [
@@ -292,7 +303,9 @@ def render_text(result: PlatformResult, console: Console, *, verbose: bool = Fal
                     console.print(Text(f"{label} golden[{n}] {value}"), soft_wrap=True)
                 runtime = m.runtime_value or "(missing)"
                 console.print(Text(f"{label} runtime {runtime}"), soft_wrap=True)
-    render_switches(result, console)
+            for entry in measurement_lines(gpu.runtime_measurements):
+                console.print(Text(entry), highlight=False, soft_wrap=True)
+    render_switches(result, console, verbose=verbose)
     label, style = _VERDICT_LINE[str(result.verdict)]
     at = result.verified_at.isoformat().replace("+00:00", "Z")
     line = Text(f"{label}", style=style)
@@ -308,8 +321,9 @@ def render_text(result: PlatformResult, console: Console, *, verbose: bool = Fal
     console.print(line, highlight=False, soft_wrap=_whole(console))
 
 
-def render_switches(result: PlatformResult, console: Console) -> None:
-    """A table per NVSwitch (checks, BIOS version, RIM ID, PDI), then the topology checks."""
+def render_switches(result: PlatformResult, console: Console, *, verbose: bool = False) -> None:
+    """A table per NVSwitch (checks, BIOS version, RIM ID, PDI), then the topology checks;
+    with ``verbose`` each switch's runtime measurements in full (:func:`measurement_lines`)."""
     from rich.text import Text
 
     for switch in result.switch.switches if result.switch is not None else ():
@@ -331,6 +345,9 @@ def render_switches(result: PlatformResult, console: Console) -> None:
             console.print(Text(f"Measurement mismatches ({len(mismatches)})", style="bold"))
             headers = ("index", "source", "reason", "golden", "runtime")
             console.print(sized_table(console, headers, mismatch_rows(mismatches)))
+        if verbose:
+            for entry in measurement_lines(switch.runtime_measurements):
+                console.print(Text(entry), highlight=False, soft_wrap=True)
     topology = result.topology
     if topology is not None:
         expected = topology.expected

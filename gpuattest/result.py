@@ -23,9 +23,12 @@ __all__ = [
     "CheckStatus",
     "Decision",
     "GpuResult",
+    "RuntimeMeasurement",
     "Verdict",
     "check_reasons",
     "combine_verdicts",
+    "measurements_to_dict",
+    "runtime_measurements_of",
 ]
 
 # NVIDIA's claims version whose names the per-GPU claims use (EAT ``x-nvidia-ver``).
@@ -87,6 +90,50 @@ class Check:
 
 
 @dataclass(frozen=True)
+class RuntimeMeasurement:
+    """One measurement block of a device's attestation report, as the device reported it.
+
+    ``authenticated`` is True only when the report's signature verified with the leaf key
+    of a device certificate chain that validated and that OCSP did not find revoked:
+    otherwise anyone could have written the value, and the JSON form lists it under
+    ``unverified_runtime_measurements`` instead of ``runtime_measurements`` (see
+    :func:`measurements_to_dict`).
+    """
+
+    index: int
+    value: bytes
+    authenticated: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form: the block index and its value in full lowercase hex."""
+        return {"index": self.index, "value": self.value.hex()}
+
+
+def runtime_measurements_of(
+    blocks: dict[int, bytes], checks: list[Check] | tuple[Check, ...]
+) -> tuple[RuntimeMeasurement, ...]:
+    """The report's blocks ordered by index, authenticated only when the checks
+    ``device-chain`` and ``report-signature`` both passed and ``device-ocsp`` did not
+    fail (a revoked chain vouches for nothing; OCSP not checked is its own reported check)."""
+    passed = {c.id for c in checks if c.status is CheckStatus.PASS}
+    failed = {c.id for c in checks if c.status is CheckStatus.FAIL}
+    authenticated = {"device-chain", "report-signature"} <= passed and "device-ocsp" not in failed
+    return tuple(RuntimeMeasurement(i, blocks[i], authenticated) for i in sorted(blocks))
+
+
+def measurements_to_dict(measurements: tuple[RuntimeMeasurement, ...]) -> dict[str, Any]:
+    """The two JSON lists: ``runtime_measurements`` holds only authenticated values,
+    ``unverified_runtime_measurements`` those of a report that did not authenticate,
+    so a reader of the first can never take an unverified value for a verified one."""
+    return {
+        "runtime_measurements": [m.to_dict() for m in measurements if m.authenticated],
+        "unverified_runtime_measurements": [
+            m.to_dict() for m in measurements if not m.authenticated
+        ],
+    }
+
+
+@dataclass(frozen=True)
 class GpuResult:
     """Everything verified about one GPU."""
 
@@ -101,6 +148,8 @@ class GpuResult:
     vbios_rim_id: str
     verdict: Verdict
     claim_notes: dict[str, str] = field(default_factory=dict, repr=False)
+    #: Every measurement block of the report, ordered by index (see RuntimeMeasurement).
+    runtime_measurements: tuple[RuntimeMeasurement, ...] = ()
 
     def check(self, check_id: str) -> Check:
         """The check with this id.
@@ -133,6 +182,7 @@ class GpuResult:
             "mismatches": [m.to_dict() for m in self.measurements.mismatches]
             if self.measurements
             else [],
+            **measurements_to_dict(self.runtime_measurements),
             "reasons": list(self.reasons),
         }
 

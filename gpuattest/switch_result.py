@@ -6,7 +6,7 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .result import Check, Verdict, check_reasons
+from .result import Check, RuntimeMeasurement, Verdict, check_reasons, measurements_to_dict
 
 if TYPE_CHECKING:
     from .measurements import MeasurementResult
@@ -35,6 +35,8 @@ class SwitchResult:
     gpu_pdis: tuple[bytes, ...]
     verdict: Verdict
     claim_notes: dict[str, str] = field(default_factory=dict, repr=False)
+    #: Every measurement block of the report, ordered by index (see RuntimeMeasurement).
+    runtime_measurements: tuple[RuntimeMeasurement, ...] = ()
 
     def check(self, check_id: str) -> Check:
         """The check with this id.
@@ -68,6 +70,7 @@ class SwitchResult:
             "mismatches": [m.to_dict() for m in self.measurements.mismatches]
             if self.measurements
             else [],
+            **measurements_to_dict(self.runtime_measurements),
             "reasons": list(self.reasons),
         }
 

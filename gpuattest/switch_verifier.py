@@ -37,7 +37,14 @@ from .collateral import OcspChecker, RimSource
 from .evidence import SWITCH_ARCHITECTURES, EvidenceSet, GpuEvidence, is_switch_arch
 from .measurements import compare_switch_measurements
 from .policy import Policy
-from .result import CLAIMS_VERSION, Check, CheckStatus, Verdict, combine_verdicts
+from .result import (
+    CLAIMS_VERSION,
+    Check,
+    CheckStatus,
+    Verdict,
+    combine_verdicts,
+    runtime_measurements_of,
+)
 from .rim_step import verify_rim
 from .switch_report import SwitchReport
 from .switch_result import SwitchAttestationResult, SwitchResult
@@ -170,6 +177,7 @@ def _verify_switch(index: int, ev: GpuEvidence, ctx: _Context) -> SwitchResult:
         device_pdi=report.device_pdi,
         gpu_pdis=report.gpu_pdis,
         verdict=combine_verdicts([_verdict_of(c.decision) for c in decided]),
+        runtime_measurements=runtime_measurements_of(report.runtime_measurements(), decided),
     )
 
 

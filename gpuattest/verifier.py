@@ -64,6 +64,7 @@ from .result import (
     GpuResult,
     Verdict,
     combine_verdicts,
+    runtime_measurements_of,
 )
 from .revocation import chain_claim, check_chain_revocation
 from .rim_step import RimOutcome, verify_rim
@@ -459,6 +460,7 @@ def _verify_gpu(index: int, gpu: GpuEvidence, evidence: EvidenceSet, ctx: _Conte
         driver_rim_id=report.driver_rim_id(arch or Architecture.HOPPER),
         vbios_rim_id=report.vbios_rim_id(),
         verdict=combine_verdicts([_verdict_of(c.decision) for c in decided]),
+        runtime_measurements=runtime_measurements_of(report.runtime_measurements(), decided),
     )
 
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from tests.support.cli import gpucc
+from tests.support.paths import ROOT
 from tests.support.samples import (
     HEAD_CHAIN,
     HEAD_NONCE,
@@ -19,7 +21,9 @@ from tests.support.samples import (
     SET_A_PROD_VBIOS_RIM,
     SET_A_REPORT,
     SET_A_VBIOS_RIM,
+    report_bytes,
 )
+from tests.support.spdm import spdm_measurement_blocks
 
 
 def no_traceback(proc: subprocess.CompletedProcess[str]) -> None:
@@ -162,3 +166,50 @@ def test_a_piped_report_keeps_each_check_on_one_line() -> None:
     assert not any(
         line.startswith("| Device certificate OCSP ") for line in narrow.stdout.splitlines()
     )
+
+
+SAMPLE_ARGS = ("attest", "--sample", "--offline", "--at", "2024-01-01T00:00:00Z")
+MEASUREMENT_LINE = re.compile(r"^(unverified )?measurement \d")
+
+
+def test_the_bundled_sample_reports_every_runtime_measurement_in_full() -> None:
+    blocks = spdm_measurement_blocks(
+        report_bytes(ROOT / "gpuattest/_samples/attestation-report.hex")
+    )
+    assert len(blocks) == 64
+    proc = gpucc(*SAMPLE_ARGS, "-f", "json")
+    assert proc.returncode == 0, proc.stderr
+    gpu = json.loads(proc.stdout)["gpus"][0]
+    assert gpu["runtime_measurements"] == [
+        {"index": i, "value": blocks[i].hex()} for i in sorted(blocks)
+    ]
+    assert gpu["unverified_runtime_measurements"] == []
+    text = gpucc(*SAMPLE_ARGS, "-v")  # piped: the plain writer
+    assert text.returncode == 0, text.stderr
+    shown = [line for line in text.stdout.splitlines() if MEASUREMENT_LINE.match(line)]
+    assert shown == [f"measurement {i:<2}  {blocks[i].hex()}" for i in sorted(blocks)]
+    quiet = gpucc(*SAMPLE_ARGS)
+    assert not [line for line in quiet.stdout.splitlines() if MEASUREMENT_LINE.match(line)]
+
+
+def test_a_report_with_a_bad_signature_reports_its_measurements_as_unverified(
+    tmp_path: Path, ocsp_optional: Path
+) -> None:
+    data = bytearray(report_bytes(SET_A_REPORT))
+    data[-5] ^= 0x10  # inside the signature
+    bad = tmp_path / "r.hex"
+    bad.write_text(data.hex())
+    blocks = spdm_measurement_blocks(bytes(data))
+    args = set_a_args(ocsp_optional)
+    args[2] = str(bad)
+    proc = gpucc(*args, "--at", "2024-01-01T00:00:00Z", "-f", "json")
+    no_traceback(proc)
+    assert proc.returncode == 1
+    gpu = json.loads(proc.stdout)["gpus"][0]
+    assert gpu["runtime_measurements"] == []
+    assert gpu["unverified_runtime_measurements"] == [
+        {"index": i, "value": blocks[i].hex()} for i in sorted(blocks)
+    ]
+    text = gpucc(*args, "--at", "2024-01-01T00:00:00Z", "-v")
+    shown = [line for line in text.stdout.splitlines() if MEASUREMENT_LINE.match(line)]
+    assert shown == [f"unverified measurement {i:<2}  {blocks[i].hex()}" for i in sorted(blocks)]

@@ -14,7 +14,15 @@ from gpucc.cli.schemas import load_schema
 from gpucc.gpuattest.evidence import dump_evidence_json
 from gpucc.gpuattest.simulate_board import SimulatedBoard
 from tests.conftest import GpuccRunner
-from tests.support.samples import SWITCH, SWITCH_CHAIN, SWITCH_JSON, SWITCH_NONCE, SWITCH_REPORT
+from tests.support.samples import (
+    SWITCH,
+    SWITCH_CHAIN,
+    SWITCH_JSON,
+    SWITCH_NONCE,
+    SWITCH_REPORT,
+    report_bytes,
+)
+from tests.support.spdm import spdm_measurement_blocks
 from tests.unit.assembly.test_ppcie import write_board
 
 NOW = dt.datetime(2026, 11, 27, tzinfo=dt.UTC)
@@ -140,3 +148,19 @@ def test_ppcie_board_from_files(run_gpucc: GpuccRunner, tmp_path: Path) -> None:
     )
     assert text.returncode == 1 and "Protected PCIe topology" in text.stdout
     assert "NVSwitch count" in text.stdout
+
+
+def test_the_switch_reports_its_31_measurements_in_full(
+    run_gpucc: GpuccRunner, tmp_path: Path
+) -> None:
+    blocks = spdm_measurement_blocks(report_bytes(SWITCH_REPORT))
+    args = ("--evidence", SWITCH_JSON, "--at", "2026-12-01T00:00:00Z")
+    code, doc = _switch(run_gpucc, tmp_path, *args)
+    assert code == 0
+    expected = [{"index": i, "value": blocks[i].hex()} for i in sorted(blocks)]
+    assert len(expected) == 31 and doc["switches"][0]["runtime_measurements"] == expected
+    assert doc["switches"][0]["unverified_runtime_measurements"] == []
+    base = ["attest", "--device", "nvswitch", "--nonce", SWITCH_NONCE, "--rim-dir", SWITCH]
+    text = run_gpucc(*base, "--offline", "--policy", _policy(tmp_path), "-v", *args, cwd=tmp_path)
+    shown = [line for line in text.stdout.splitlines() if line.startswith("measurement ")]
+    assert shown == [f"measurement {i:<2}  {blocks[i].hex()}" for i in sorted(blocks)]

@@ -10,12 +10,18 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import re
 
 import pytest
 
 from gpucc.assembly import PlatformResult
 from gpucc.cli.plain import UNBOUNDED, is_terminal, pipe_width, render_plain
+from gpucc.gpuattest.result import AttestationResult
+from tests.support.samples import SET_A_REPORT, report_bytes
+from tests.support.spdm import spdm_measurement_blocks
 from tests.unit.cli.test_render import RESULTS, render
+from tests.unit.gpuattest.test_verifier import run_set_a
+from tests.unit.gpuattest.test_verifier import set_a as evidence_of_set_a
 
 
 @pytest.mark.parametrize("kind", sorted(RESULTS))
@@ -86,3 +92,28 @@ def test_cell_wrapping_breaks_where_rich_breaks() -> None:
         line = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 12)))
         for width in (1, 2, 3, 5, 8, 13, 24):
             assert _breaks(line, width) == divide_line(line, width, fold=True), (line, width)
+
+
+MEASUREMENT_LINE = re.compile(r"^(unverified )?measurement \d")
+
+
+def _bad_signature() -> AttestationResult:
+    data = bytearray(report_bytes(SET_A_REPORT))
+    data[-5] ^= 0x10  # inside the signature: the blocks stay as they were
+    return run_set_a(evidence=evidence_of_set_a(bytes(data)))
+
+
+@pytest.mark.parametrize("unverified", [False, True])
+def test_verbose_prints_every_runtime_measurement_in_full(unverified: bool) -> None:
+    result = _bad_signature() if unverified else RESULTS["trusted"]()
+    blocks = spdm_measurement_blocks(report_bytes(SET_A_REPORT))
+    prefix = "unverified measurement" if unverified else "measurement"
+    expected = [f"{prefix} {i:<2}  {blocks[i].hex()}" for i in sorted(blocks)]
+    out = io.StringIO()
+    assert render_plain(PlatformResult.of_gpus(result), out, width=132, verbose=True)
+    rich = render(result, 132, verbose=True)
+    assert out.getvalue() == rich
+    assert [line for line in rich.splitlines() if MEASUREMENT_LINE.match(line)] == expected
+    assert len(expected) == 64 and all(len(line.split()[-1]) == 96 for line in expected)
+    quiet = render(result, 132)  # without -v: nothing of it
+    assert not [line for line in quiet.splitlines() if MEASUREMENT_LINE.match(line)]
