@@ -18,7 +18,7 @@ from typing import Annotated, Any
 import typer
 
 from .command import App
-from .holder import write_key_pair
+from .holder_setup import write_key_pair
 from .options import FormatOption, OutputFormat
 from .output import emit, note, out, warn
 from .safety_options import ForceOption

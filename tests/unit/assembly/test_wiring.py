@@ -159,7 +159,7 @@ def test_travel_run_offers_evidence_from_the_source(
 def test_the_holder_service_verifies_offers_through_the_platform_verifier(
     wiring: Wiring, tmp_path: Path
 ) -> None:
-    from gpucc.cli.holder import _verifier
+    from gpucc.cli.holder_config import platform_verifier
     from gpucc.travel.decide import answer_offer
     from gpucc.travel.holder import HolderConfig, load_datasets
     from gpucc.travel.signing import generate_signing_key
@@ -169,7 +169,7 @@ def test_the_holder_service_verifies_offers_through_the_platform_verifier(
     config = HolderConfig(
         datasets=load_datasets(sealed.parent, key_file),
         signing_key=generate_signing_key(),
-        verifier=_verifier(
+        verifier=platform_verifier(
             {
                 "simulate_roots": wiring.directory,
                 "service_key_file": None,
