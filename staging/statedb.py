@@ -10,46 +10,18 @@ Two backends with one interface (a :class:`~gpucc.staging.replay.ReplayStore` an
   (``psycopg``, the ``state-postgres`` extra). The replay check is the primary key of
   ``gpucc_answered``: of two processes inserting one challenge exactly one succeeds.
 
-Tables: ``gpucc_answered`` (a hash of each answered challenge and when its record expires),
-``gpucc_challenges`` (challenges issued and not yet used, so that an offer may reach another
-process than the one that issued its challenge, or the same one after a restart), and
-``gpucc_records`` (documents by kind and key, each kept once: receipts), ``gpucc_audit`` (one
-record per release decision, released or refused: when, for which client and requester, the
-JSON document; :mod:`gpucc.travel.audit` reads them) and ``gpucc_meta`` (the schema version).
-Challenges are stored as labelled SHA-256 hashes, never as issued. The clock (seconds since
-the epoch) is an argument.
+Tables: answered challenges, issued challenges, records (receipts), audit records (one per
+release decision, which :mod:`gpucc.travel.audit` reads) and the schema version; they, and
+the migration of an older database when it is opened, are in
+:mod:`gpucc.staging.statedb_schema`. A database of a newer schema than this code knows is
+refused (:class:`StateUnavailableError`), never written. Challenges are stored as labelled
+SHA-256 hashes, never as issued. The clock (seconds since the epoch) is an argument.
 
-Retention. Rows that only serve the replay check are deleted by :meth:`housekeep
-<SqliteState.housekeep>`, in batches of at most ``batch`` rows per table and transaction
-(the holder service runs it in the background; ``gpucc session answer`` runs one batch
-after it answers), never inside a claim. A row goes only when it expired more than
-:data:`HOUSEKEEPING_MARGIN_S` ago by the clock of the process deleting it. This is sound:
-
-* An answered challenge can be presented again only while an issued copy of it is valid
-  somewhere. The shared copy (``gpucc_challenges``) is taken once (a ``DELETE ...
-  RETURNING``: of two processes one gets it); the issuing process's own copy, in memory,
-  lives at most the challenge TTL (``--challenge-ttl``, at most an hour). The claim lives
-  ``ttl_s`` (30 days) from the clock of the process that made it, and the holder service
-  refuses a state whose ``ttl_s`` is not longer than the challenge TTL plus the margin.
-  The margin absorbs clock skew between processes sharing PostgreSQL: a deleting process
-  whose clock is ahead of the claiming one's by less than an hour deletes nothing early.
-* A claim is never replaced by a new one while its row exists, expired or not (the
-  primary key refuses the insert), so a claim is only ever re-made after housekeeping
-  removed a row more than 30 days old.
-* ``gpucc session answer --challenge C`` has no issued copy: the challenge is the
-  holder's own, and a holder must never reuse one; a claim is remembered for 30 days
-  (plus the margin), as the file store does (docs/PROTOCOL.md, "Replay store").
-* Deleting an issued challenge (``gpucc_challenges``) past its expiry can only refuse an
-  offer ("unknown challenge"), never answer one; the margin keeps a skewed clock from
-  refusing an honest one.
-
-Audit records and receipts are kept until :meth:`prune <SqliteState.prune>` deletes those
-older than a time the operator chooses (``gpucc holder prune``); nothing else deletes them.
-
-An older database (schema 1: decisions kept in ``gpucc_records`` under kind ``decision``) is
-migrated when it is opened, in one transaction: it gains ``gpucc_audit`` and ``gpucc_meta``,
-and its decisions move into ``gpucc_audit``. A database of a newer schema than this code
-knows is refused (:class:`StateUnavailableError`), never written.
+Retention (:mod:`gpucc.staging.statedb_retention`, which says why it is sound):
+:meth:`housekeep <SqliteState.housekeep>` deletes, in batches, the replay rows that expired
+more than :data:`HOUSEKEEPING_MARGIN_S` ago, never inside a claim; audit records and receipts
+are kept until :meth:`prune <SqliteState.prune>` deletes those older than a time the operator
+chooses (``gpucc holder prune``); nothing else deletes them.
 """
 
 from __future__ import annotations
@@ -62,13 +34,28 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from gpucc.core.errors import EnvironmentProblemError, FileAccessError
 
 from .replay import DEFAULT_REPLAY_TTL, _replay_error
+from .statedb_retention import (
+    EXPIRED_BATCHES,
+    EXPIRED_BATCHES_SKIP_LOCKED,
+    HOUSEKEEPING_MARGIN_S,
+    Housekeeping,
+    PruneCounts,
+    delete_expired,
+    prune_records,
+)
+from .statedb_schema import (
+    SCHEMA_VERSION,
+    create_tables,
+    insert_audit,
+    migrate,
+    stored_version,
+)
 
 __all__ = [
     "HOUSEKEEPING_MARGIN_S",
@@ -82,40 +69,6 @@ __all__ = [
 
 _ANSWERED = b"gpucc/session/v1/answered-challenge"
 _ISSUED = b"gpucc/session/v1/issued-challenge"
-#: the schema this code writes (1: before the audit table)
-SCHEMA_VERSION = 2
-#: seconds past its expiry before housekeeping deletes a replay row (clock skew between
-#: processes sharing one database stays well under it)
-HOUSEKEEPING_MARGIN_S = 3600.0
-
-
-@dataclass(frozen=True)
-class Housekeeping:
-    """What one housekeeping batch deleted.
-
-    Attributes:
-        challenges: issued challenges, never taken, expired past the margin.
-        answered: answered-challenge claims expired past the margin.
-        batch: the most rows a table could lose in this batch (a table that lost as many
-            may have more to lose: :attr:`more`).
-    """
-
-    challenges: int
-    answered: int
-    batch: int
-
-    @property
-    def more(self) -> bool:
-        """Whether a table lost a full batch (another batch may find more)."""
-        return max(self.challenges, self.answered) >= self.batch
-
-
-@dataclass(frozen=True)
-class PruneCounts:
-    """Audit records and stored receipts kept before a time: deleted, or counted only."""
-
-    audit: int
-    receipts: int
 
 
 class StateUnavailableError(EnvironmentProblemError):
@@ -134,12 +87,7 @@ class _State:
     serial = "INTEGER PRIMARY KEY AUTOINCREMENT"
     backend = ""
     #: one housekeeping batch of each table: its expired rows (``?``: before, batch size)
-    expired_batches = (
-        "DELETE FROM gpucc_challenges WHERE digest IN (SELECT digest FROM gpucc_challenges "
-        "WHERE expires <= ? ORDER BY expires LIMIT ?)",
-        "DELETE FROM gpucc_answered WHERE digest IN (SELECT digest FROM gpucc_answered "
-        "WHERE expires <= ? ORDER BY expires LIMIT ?)",
-    )
+    expired_batches = EXPIRED_BATCHES
 
     def __init__(self, *, ttl_s: float, clock: Callable[[], float]) -> None:
         self.ttl_s = ttl_s
@@ -154,47 +102,16 @@ class _State:
     def _is_unique_violation(self, exc: Exception) -> bool:  # pragma: no cover
         raise NotImplementedError
 
-    def _schema(self) -> list[str]:
-        return [
-            f"CREATE TABLE IF NOT EXISTS gpucc_answered (digest {self.blob} PRIMARY KEY, "
-            f"expires {self.real} NOT NULL)",
-            "CREATE INDEX IF NOT EXISTS gpucc_answered_expires ON gpucc_answered (expires)",
-            f"CREATE TABLE IF NOT EXISTS gpucc_challenges (digest {self.blob} PRIMARY KEY, "
-            f"expires {self.real} NOT NULL)",
-            "CREATE INDEX IF NOT EXISTS gpucc_challenges_expires ON gpucc_challenges (expires)",
-            f"CREATE TABLE IF NOT EXISTS gpucc_records (id {self.serial}, kind TEXT NOT NULL, "
-            f"key TEXT NOT NULL, at {self.real} NOT NULL, body TEXT NOT NULL, "
-            "UNIQUE (kind, key))",
-            f"CREATE TABLE IF NOT EXISTS gpucc_audit (id {self.serial}, at {self.real} NOT NULL, "
-            "decision TEXT NOT NULL, client TEXT NOT NULL, requester TEXT, transcript TEXT, "
-            "body TEXT NOT NULL)",
-            "CREATE INDEX IF NOT EXISTS gpucc_audit_at ON gpucc_audit (at)",
-            "CREATE INDEX IF NOT EXISTS gpucc_audit_transcript ON gpucc_audit (transcript)",
-            "CREATE TABLE IF NOT EXISTS gpucc_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)",
-        ]
-
     def _create(self, cur: Any) -> None:
         """The tables, and an older schema migrated (inside the caller's transaction)."""
-        for statement in self._schema():
-            cur.execute(statement)
-        cur.execute("SELECT value FROM gpucc_meta WHERE name = 'schema'")
-        row = cur.fetchone()
-        version = int(row[0]) if row is not None else 1
+        create_tables(cur, blob=self.blob, real=self.real, serial=self.serial)
+        version = stored_version(cur)
         if version > SCHEMA_VERSION:
             raise StateUnavailableError(
                 f"the {self.backend} state has schema {version}, newer than this gpucc "
                 f"({SCHEMA_VERSION}): upgrade gpucc, or give --state another database"
             )
-        if version < 2:
-            cur.execute(
-                "SELECT at, key, body FROM gpucc_records WHERE kind = 'decision' ORDER BY id"
-            )
-            for at, key, body in cur.fetchall():
-                self._insert_audit(cur, float(at), _from_schema_1(str(key), json.loads(body)))
-            cur.execute("DELETE FROM gpucc_records WHERE kind = 'decision'")
-            cur.execute(
-                "INSERT INTO gpucc_meta (name, value) VALUES ('schema', ?)", (str(SCHEMA_VERSION),)
-            )
+        migrate(cur, version)
 
     # --- the replay store ------------------------------------------------------------------
 
@@ -253,23 +170,20 @@ class _State:
     def housekeep(self, *, batch: int = 500) -> Housekeeping:
         """Delete one batch (at most ``batch`` rows per table) of issued challenges and
         answered-challenge claims that expired more than :data:`HOUSEKEEPING_MARGIN_S` ago
-        (see the module docstring), in one transaction.
+        (why that is sound: :mod:`gpucc.staging.statedb_retention`), in one transaction.
 
         Raises:
             StateUnavailableError: the database cannot be used.
         """
         before = self.clock() - HOUSEKEEPING_MARGIN_S
-        deleted = []
         try:
             with self._tx() as cur:
-                for statement in self.expired_batches:
-                    cur.execute(statement, (before, batch))
-                    deleted.append(max(cur.rowcount, 0))
+                done = delete_expired(cur, self.expired_batches, before=before, batch=batch)
         except StateUnavailableError:
             raise
         except Exception as exc:
             raise self._unavailable(exc) from None
-        return Housekeeping(challenges=deleted[0], answered=deleted[1], batch=batch)
+        return done
 
     def prune(self, before: float, *, dry_run: bool = False) -> PruneCounts:
         """Delete the audit records and stored receipts kept before ``before`` (seconds
@@ -278,31 +192,14 @@ class _State:
         Raises:
             StateUnavailableError: the database cannot be used.
         """
-        statements = {
-            "audit": (
-                "SELECT COUNT(*) FROM gpucc_audit WHERE at < ?",
-                "DELETE FROM gpucc_audit WHERE at < ?",
-            ),
-            "receipts": (
-                "SELECT COUNT(*) FROM gpucc_records WHERE kind = 'receipt' AND at < ?",
-                "DELETE FROM gpucc_records WHERE kind = 'receipt' AND at < ?",
-            ),
-        }
-        counts: dict[str, int] = {}
         try:
             with self._tx() as cur:
-                for name, (count, delete) in statements.items():
-                    if dry_run:
-                        cur.execute(count, (before,))
-                        counts[name] = int(cur.fetchone()[0])
-                    else:
-                        cur.execute(delete, (before,))
-                        counts[name] = max(cur.rowcount, 0)
+                counts = prune_records(cur, before, dry_run=dry_run)
         except StateUnavailableError:
             raise
         except Exception as exc:
             raise self._unavailable(exc) from None
-        return PruneCounts(**counts)
+        return counts
 
     # --- records ---------------------------------------------------------------------------
 
@@ -345,21 +242,6 @@ class _State:
 
     # --- audit records ---------------------------------------------------------------------
 
-    @staticmethod
-    def _insert_audit(cur: Any, at: float, doc: dict[str, Any]) -> None:
-        cur.execute(
-            "INSERT INTO gpucc_audit (at, decision, client, requester, transcript, body) "
-            "VALUES (?, ?, ?, ?, ?, ?)",
-            (
-                at,
-                str(doc.get("decision", "")),
-                str(doc.get("client", "")),
-                doc.get("requester"),
-                doc.get("transcript_hash"),
-                json.dumps(doc, sort_keys=True),
-            ),
-        )
-
     def put_audit(self, doc: dict[str, Any]) -> float:
         """Keep one decision's audit record (``decision``, ``client``, ``requester``,
         ``transcript_hash`` are its indexed fields); the time it is kept under.
@@ -370,7 +252,7 @@ class _State:
         at = self.clock()
         try:
             with self._tx() as cur:
-                self._insert_audit(cur, at, doc)
+                insert_audit(cur, at, doc)
         except StateUnavailableError:
             raise
         except Exception as exc:
@@ -477,12 +359,7 @@ class PostgresState(_State):
     serial = "BIGSERIAL PRIMARY KEY"
     backend = "PostgreSQL"
     # rows another process is deleting are skipped, not waited on (no deadlock between two)
-    expired_batches = (
-        "DELETE FROM gpucc_challenges WHERE digest IN (SELECT digest FROM gpucc_challenges "
-        "WHERE expires <= ? ORDER BY expires LIMIT ? FOR UPDATE SKIP LOCKED)",
-        "DELETE FROM gpucc_answered WHERE digest IN (SELECT digest FROM gpucc_answered "
-        "WHERE expires <= ? ORDER BY expires LIMIT ? FOR UPDATE SKIP LOCKED)",
-    )
+    expired_batches = EXPIRED_BATCHES_SKIP_LOCKED
 
     def __init__(
         self,
@@ -561,38 +438,6 @@ class _Placeholders:
     @property
     def rowcount(self) -> int:
         return int(self._cur.rowcount)
-
-
-def _from_schema_1(key: str, old: dict[str, Any]) -> dict[str, Any]:
-    """A decision kept by schema 1 (``release:<transcript>`` or ``refusal:<random>``) as an
-    audit record; what schema 1 did not keep (challenge, requester) is null."""
-    released = key.startswith("release:")
-    datasets: list[dict[str, Any]] = [
-        {"name": str(n), "decision": "released", "policy": None, "rule": None, "detail": None}
-        for n in old.get("released") or []
-    ]
-    for reason in old.get("withheld") or old.get("reasons") or []:
-        datasets.append(
-            {
-                "name": reason.get("dataset"),
-                "decision": "refused",
-                "policy": reason.get("policy"),
-                "rule": reason.get("check"),
-                "detail": reason.get("detail"),
-            }
-        )
-    relaxations = (old.get("trusted_with") or {}).get("relaxations") or []
-    return {
-        "decision": "released" if released else "refused",
-        "client": str(old.get("client", "")),
-        "requester": None,
-        "challenge_id": None,
-        "transcript_hash": key.removeprefix("release:") if released else None,
-        "datasets": datasets,
-        "relaxations": sorted({str(r.get("item")) for r in relaxations if isinstance(r, dict)}),
-        "simulated": bool((old.get("trusted_with") or {}).get("simulated", False)),
-        "migrated_from_schema": 1,
-    }
 
 
 def open_state(

@@ -291,7 +291,7 @@ def build_app(config: HolderConfig, live: LiveConfig | None = None) -> Any:
 
     state = config.state
     if state is not None and state.ttl_s <= config.challenge_ttl + HOUSEKEEPING_MARGIN_S:
-        # a claim must outlive every copy of its challenge (gpucc.staging.statedb, retention)
+        # a claim must outlive every copy of its challenge (gpucc.staging.statedb_retention)
         raise UsageError(
             f"the state remembers answered challenges for {state.ttl_s:g} s: not longer than "
             f"the challenge TTL ({config.challenge_ttl:g} s) and {HOUSEKEEPING_MARGIN_S:g} s"

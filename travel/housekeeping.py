@@ -3,10 +3,11 @@
 :class:`Housekeeper` runs :meth:`~gpucc.staging.statedb.SqliteState.housekeep` on a thread of
 its own, off the request path: once at start, then every ``interval_s`` seconds, batch after
 batch while batches come back full (a short pause between them lets requests use the
-state). Why deleting these rows cannot re-open a replay is in :mod:`gpucc.staging.statedb`.
-Each round that deleted something is one ``housekeeping`` log record; a round that failed
-(the database unreachable) is one ``housekeeping-failed`` record, and the next round tries
-again. Audit records and receipts are never touched here (``gpucc holder prune``).
+state). Why deleting these rows cannot re-open a replay is in
+:mod:`gpucc.staging.statedb_retention`. Each round that deleted something is one
+``housekeeping`` log record; a round that failed (the database unreachable) is one
+``housekeeping-failed`` record, and the next round tries again. Audit records and receipts
+are never touched here (``gpucc holder prune``).
 """
 
 from __future__ import annotations
