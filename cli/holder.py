@@ -360,6 +360,7 @@ def serve(
         signal.raise_signal(stopped_by)
 
 
+# the group's other commands (they live beside this module), in the order --help lists them
 holder_app.command("keygen")(keygen)
 holder_app.command("datasets")(datasets_cmd)
 holder_app.command("receipts")(receipts_cmd)

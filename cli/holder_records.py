@@ -3,7 +3,7 @@
 ``receipts`` shows the orchestrator's signed receipts kept in ``--receipt-dir``, or the audit
 records of a state database (``--state``: every release decision, filtered by dataset, time,
 decision or requester); ``prune`` deletes the audit records and stored receipts kept before a
-time. Both open an existing state only (a query never creates a database).
+time. With ``--state`` both open an existing database only (neither creates one).
 :mod:`gpucc.cli.holder` registers both commands on its group.
 """
 
