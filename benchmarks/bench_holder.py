@@ -267,7 +267,7 @@ def _backends(count: int, rounds: int, timeout: float, as_json: bool) -> int:
         if not not_run:
             from tests.support.postgres import postgres_server
 
-            dsn = stack.enter_context(postgres_server())
+            dsn = stack.enter_context(postgres_server(durable=True))
         for round_ in range(rounds):
             for name, states in _ROWS:
                 if name in not_run:
@@ -320,7 +320,7 @@ def _backends(count: int, rounds: int, timeout: float, as_json: bool) -> int:
         print(f"\n{count} concurrent offers per row, median of {rounds} round(s), rows in turn,")
         print(f"{os.cpu_count()} CPUs (client and servers share them); ratios to the first row")
         if "PostgreSQL, 2 processes" not in not_run:
-            print("PostgreSQL: a throw-away server as the tests start it (fsync=off)")
+            print("PostgreSQL: a throw-away server with fsync=on (durable commits, as SQLite's)")
         print(f"{'':26s} {'releases/s':>10s} {'p50 ms':>8s} {'p99 ms':>8s} {'errors':>6s}"
               f" {'x rel/s':>7s} {'x p50':>6s} {'x p99':>6s}")  # fmt: skip
         for row in rows:

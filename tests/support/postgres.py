@@ -36,9 +36,13 @@ def require_postgres() -> Path:
 
 
 @contextmanager
-def postgres_server() -> Iterator[str]:
+def postgres_server(*, durable: bool = False) -> Iterator[str]:
     """A running server; its DSN. Stopped (fast) and removed afterwards. Its directory is a
-    fresh one under the system's temporary directory (the server's user must reach it)."""
+    fresh one under the system's temporary directory (the server's user must reach it).
+
+    Tests run it with ``fsync=off`` (a crash of the machine is not what they test);
+    ``durable`` keeps PostgreSQL's default, a flushed write-ahead log at every commit, for
+    measurements that compare it with SQLite's durable commits."""
     bindir = require_postgres()
     tmp = Path(tempfile.mkdtemp(prefix="gpucc-pg-"))
     data = tmp / "pgdata"
@@ -55,8 +59,8 @@ def postgres_server() -> Iterator[str]:
     log = tmp / "postgres.log"
     subprocess.run(
         [*run_as, str(bindir / "pg_ctl"), "-D", str(data), "-l", str(log), "-w", "-t", "60",
-         "-o", f"-c listen_addresses=127.0.0.1 -p {port} -k {tmp} -c fsync=off "
-         "-c max_connections=100", "start"],
+         "-o", f"-c listen_addresses=127.0.0.1 -p {port} -k {tmp} "
+         f"-c fsync={'on' if durable else 'off'} -c max_connections=100", "start"],
         check=True, capture_output=True, timeout=90,
     )  # fmt: skip
     try:
