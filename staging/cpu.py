@@ -90,8 +90,8 @@ def _destination(length: int, out: Buffer | None, arena: HostArena | None) -> Bu
 
 
 def _decrypt_all(
-    cipher: ChunkCipher,
-    fill: Callable[[int, int, int], memoryview],
+    header: Header,
+    decrypt: Callable[[int, int, memoryview], None],
     dst: Buffer,
     *,
     threads: int,
@@ -100,16 +100,19 @@ def _decrypt_all(
 ) -> None:
     """Verify every chunk into ``dst``; on failure zero all unverified bytes and raise.
 
-    ``fill(index, slot, length)`` returns ``ct_i || tag_i`` in the slot's scratch buffer.
+    ``decrypt(index, slot, out)`` leaves chunk ``index``'s verified plaintext in ``out``
+    (its place in ``dst``) or raises; ``slot`` names the worker's scratch memory, which no
+    other chunk uses meanwhile (:func:`~staging._pipeline.run_chunks`). Progress is
+    reported in chunk order. When chunks fail, the lowest one's error is raised once the
+    chunks in flight have finished, with ``dst`` zero from that chunk on (entirely if
+    ``owned``: staging allocated it). Anything else raised (an interrupt, a failing
+    ``progress``) zeroes all of ``dst``.
     """
-    header = cipher.header
     size = header.chunk_size
     view = dst.data.cast("B")
 
     def work(index: int, slot: int) -> None:
-        length = header.chunk_length(index)
-        sealed = fill(index, slot, length)
-        cipher.decrypt_into(index, sealed, view[index * size : index * size + length])
+        decrypt(index, slot, view[index * size : index * size + header.chunk_length(index)])
 
     try:
         run_chunks(
@@ -240,13 +243,15 @@ def stage_cpu(
     try:
         slots = scratch_buffers(header, window_for(threads, header.chunk_count), arena)
 
-        def fill(index: int, slot: int, length: int) -> memoryview:
-            buf = slots[slot][: length + TAG_SIZE]
-            read_chunk(dataset, fd, index, buf)
-            return buf
+        def decrypt(index: int, slot: int, plain: memoryview) -> None:
+            sealed = slots[slot][: len(plain) + TAG_SIZE]
+            read_chunk(dataset, fd, index, sealed)
+            cipher.decrypt_into(index, sealed, plain)
 
         try:
-            _decrypt_all(cipher, fill, dst, threads=threads, progress=progress, owned=out is None)
+            _decrypt_all(
+                header, decrypt, dst, threads=threads, progress=progress, owned=out is None
+            )
         finally:
             for buf in slots:  # ciphertext only, but nothing of the call outlives it
                 zero(buf)
@@ -292,11 +297,11 @@ def stage_bytes(
     cipher.verify_header(bytes(view[HEADER_SIZE:PREFIX_SIZE]))
     dst = _destination(header.plaintext_length, out, arena)
 
-    def fill(index: int, _slot: int, length: int) -> memoryview:
+    def decrypt(index: int, _slot: int, plain: memoryview) -> None:
         start = header.chunk_offset(index)
-        return view[start : start + length + TAG_SIZE]
+        cipher.decrypt_into(index, view[start : start + len(plain) + TAG_SIZE], plain)
 
-    _decrypt_all(cipher, fill, dst, threads=threads, progress=progress, owned=out is None)
+    _decrypt_all(header, decrypt, dst, threads=threads, progress=progress, owned=out is None)
     return dst
 
 
@@ -329,16 +334,19 @@ def stage_plaintext_cpu(
         dst = _destination(header.plaintext_length, out, arena)
         sealed = scratch_buffers(header, window_for(threads, header.chunk_count), arena)
 
-        def fill(index: int, slot: int, length: int) -> memoryview:
+        def decrypt(index: int, slot: int, plain: memoryview) -> None:
             # Read into the slot and encrypt there, in place (as verify_plaintext_cpu does):
             # the plaintext is read once into memory that is zeroed at the end.
+            length = len(plain)
             ct = sealed[slot][: length + TAG_SIZE]
             read_plaintext(fd, path, index * chunk_size, ct[:length])
             cipher.encrypt_into(index, ct[:length], ct)
-            return ct
+            cipher.decrypt_into(index, ct, plain)
 
         try:
-            _decrypt_all(cipher, fill, dst, threads=threads, progress=progress, owned=out is None)
+            _decrypt_all(
+                header, decrypt, dst, threads=threads, progress=progress, owned=out is None
+            )
         finally:
             for buf in sealed:
                 zero(buf)

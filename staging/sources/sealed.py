@@ -16,9 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .._pipeline import ChunkFailure, run_chunks
 from ..chunks import ChunkCipher
-from ..cpu import Buffer, _destination, chunk_progress
+from ..cpu import Buffer, _decrypt_all, _destination
 from ..dataset import SealedDataset, describe_unsealed
 from ..errors import ChunkAuthenticationError, MalformedDatasetError
 from ..format import HEADER_SIZE, MAGIC, PREFIX_SIZE, TAG_SIZE, Header, parse_wrap_section
@@ -230,27 +229,19 @@ def stage_source(
     header = dataset.header
     cipher = dataset.check_key(dataset_key)
     dst = _destination(header.plaintext_length, out, arena)
-    view = dst.data.cast("B")
-    size = header.chunk_size
     pf = Prefetcher(dataset.source, header, settings or dataset.source.settings)
 
-    def work(index: int, _slot: int) -> None:
-        start = index * size
-        _decrypt(cipher, pf, index, view[start : start + header.chunk_length(index)])
+    def decrypt(index: int, _slot: int, plain: memoryview) -> None:
+        _decrypt(cipher, pf, index, plain)
 
     try:
-        run_chunks(
-            header.chunk_count, work, threads=threads, on_done=chunk_progress(header, progress)
-        )
-        dataset.source.finish()
-    except ChunkFailure as failure:
-        dst[0 if out is None else failure.index * size :] = 0
-        raise failure.cause from None
-    except BaseException:
-        dst[:] = 0
-        raise
+        _decrypt_all(header, decrypt, dst, threads=threads, progress=progress, owned=out is None)
+        try:
+            dataset.source.finish()
+        except BaseException:  # e.g. bytes after the final chunk: none of it is returned
+            dst[:] = 0
+            raise
     finally:
-        view.release()
         pf.close()
     return dst
 
