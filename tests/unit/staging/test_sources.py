@@ -138,6 +138,40 @@ def test_a_tampered_chunk_names_the_source_and_zeroes_from_it(tmp_path: Path) ->
     assert not out[9 * CS :].any()  # from the failed chunk on, nothing survives
 
 
+@pytest.mark.parametrize("threads", [1, 4])
+@pytest.mark.parametrize("run", ["stage", "verify"])
+def test_the_lowest_bad_chunk_wins_and_progress_is_in_order(
+    tmp_path: Path, threads: int, run: str
+) -> None:
+    path, data, key = _sealed(tmp_path)
+    total = len(data)
+    seen: list[tuple[int, int]] = []
+    settings = SourceSettings(parallelism=3, part_size=SLOT)
+    call = stage_source if run == "stage" else verify_source
+    call(open_sealed_source(LocalSource(str(path))), key, threads=threads, settings=settings,
+         progress=lambda d, t: seen.append((d, t)))  # fmt: skip
+    assert seen == [(min(total, (i + 1) * CS), total) for i in range(38)]
+    raw = bytearray(path.read_bytes())
+    header = open_sealed(path).header
+    for index in (30, 10, 9):  # 9 and 10 fail in flight together: 9 is named, always
+        raw[header.chunk_offset(index) + 3] ^= 1
+    path.write_bytes(bytes(raw))
+    seen.clear()
+    out = np.full(total, 7, dtype=np.uint8)
+    dataset = open_sealed_source(LocalSource(str(path)))
+    with pytest.raises(ChunkAuthenticationError, match=f"chunk 9 .*{path} served") as info:
+        if run == "stage":
+            stage_source(dataset, key, threads=threads, out=out, settings=settings,
+                         progress=lambda d, t: seen.append((d, t)))  # fmt: skip
+        else:
+            verify_source(dataset, key, threads=threads, settings=settings,
+                          progress=lambda d, t: seen.append((d, t)))  # fmt: skip
+    assert info.value.chunk_index == 9
+    assert seen == [((i + 1) * CS, total) for i in range(len(seen))] and len(seen) <= 9
+    if run == "stage":  # verified chunks stay; from the lowest bad one on, nothing survives
+        assert out[: 9 * CS].tobytes() == data[: 9 * CS] and not out[9 * CS :].any()
+
+
 def test_a_stream_is_read_once_in_order(tmp_path: Path) -> None:
     path, data, key = _sealed(tmp_path)
     raw = path.read_bytes()
