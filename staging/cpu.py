@@ -352,7 +352,7 @@ def stage_plaintext_cpu(
                 zero(buf)
         try:
             check_plaintext_unchanged(fd, path, header)
-        except MalformedInputError:
+        except BaseException:  # a changed file, an unreadable one, an interrupt: keep nothing
             dst[:] = 0
             raise
     finally:
@@ -398,6 +398,11 @@ def read_plaintext(fd: int, path: StrPath, offset: int, buf: memoryview) -> None
 
 
 def check_plaintext_unchanged(fd: int, path: StrPath, header: Header) -> None:
-    """Raises MalformedInputError if the file's size is no longer the one it was framed at."""
-    if os.fstat(fd).st_size != header.plaintext_length:
+    """Raises MalformedInputError if the file's size is no longer the one it was framed at,
+    StagingIOError if it cannot be looked at."""
+    try:
+        size = os.fstat(fd).st_size
+    except OSError as exc:
+        raise io_error("examine", path, exc) from None
+    if size != header.plaintext_length:
         raise MalformedInputError(f"{path} changed size while it was staged")

@@ -8,6 +8,7 @@ from it on, and never a byte of an unverified chunk.
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 from pathlib import Path
@@ -37,6 +38,7 @@ from gpucc.staging.errors import (
     KeyUnwrapError,
     MalformedDatasetError,
     StageKeyArgumentsError,
+    StagingIOError,
 )
 from gpucc.staging.seal import WrapSpec, rewrap, seal_bytes, seal_file
 
@@ -127,6 +129,31 @@ def test_plaintext_path_round_trip(tmp_path: Path, size: int, threads: int) -> N
     (tmp_path / "p.bin").write_bytes(data)
     buf = stage_plaintext_cpu(tmp_path / "p.bin", chunk_size=CS, threads=threads)
     assert buf.tobytes() == data
+
+
+def test_plaintext_staging_keeps_nothing_when_the_final_check_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The final look at the plaintext file (has it changed size?) failing in any way leaves
+    the caller's buffer zeroed: an unreadable file is a typed error, not a bare OSError."""
+    import gpucc.staging.cpu as cpu
+
+    data = _data(3 * CS + 1, seed=5)
+    (tmp_path / "p.bin").write_bytes(data)
+    out = np.empty(len(data), dtype=np.uint8)
+
+    real, calls = os.fstat, []
+
+    def broken(fd: int) -> os.stat_result:  # the open's look succeeds, the final one fails
+        if sys._getframe(1).f_code.co_name == "check_plaintext_unchanged":
+            calls.append(fd)
+            raise OSError(5, "Input/output error")
+        return real(fd)
+
+    monkeypatch.setattr(cpu.os, "fstat", broken)
+    with pytest.raises(StagingIOError, match="cannot examine .*Input/output error"):
+        stage_plaintext_cpu(tmp_path / "p.bin", chunk_size=CS, out=out)
+    assert len(calls) == 1 and not out.any()
 
 
 def test_progress_reports_every_byte_in_order(tmp_path: Path) -> None:
