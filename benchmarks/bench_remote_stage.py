@@ -128,7 +128,7 @@ def main() -> None:
     if opts.smoke:
         variants = [(1, size * 2), (2, 4 * mib)]
 
-    from tests.support.stores import NGINX, make_tls, moto_server, nginx_https
+    from tests.support.stores import NGINX, bucket, make_tls, moto_server, nginx_https
 
     with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
         work = Path(tmp)
@@ -141,12 +141,7 @@ def main() -> None:
         (work / "d.bin").unlink()
         s3 = stack.enter_context(moto_server(work))
         env = {**os.environ, **s3, "PYTHONPATH": str(ROOT)}
-        import boto3
-
-        client = boto3.client("s3", endpoint_url=s3["AWS_ENDPOINT_URL"],
-                              aws_access_key_id="testing", aws_secret_access_key="testing",
-                              region_name="us-east-1")  # fmt: skip
-        client.create_bucket(Bucket="bench")
+        client = bucket(s3, "bench")
         client.upload_file(str(work / "d.gcc"), "bench", "d.gcc")
         sources = {"s3": "s3://bench/d.gcc"}
         if NGINX is not None:

@@ -15,7 +15,7 @@ import pytest
 from gpucc.staging.format import read_key_file
 from gpucc.staging.shards import open_shard_set, seal_shards
 from tests.support.cli import run_cli
-from tests.support.stores import moto_server
+from tests.support.stores import bucket, moto_server
 
 CS = 4096
 LENGTH = 30 * CS + 77
@@ -55,17 +55,8 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def s3(work: Path) -> Iterator[dict[str, str]]:
-    import boto3
-
     with moto_server(work) as env:
-        client = boto3.client(
-            "s3",
-            endpoint_url=env["AWS_ENDPOINT_URL"],
-            aws_access_key_id="testing",
-            aws_secret_access_key="testing",
-            region_name="us-east-1",
-        )
-        client.create_bucket(Bucket="data")
+        client = bucket(env, "data")
         for prefix in LAYOUTS:
             for shard in sorted((work / prefix).iterdir()):
                 client.put_object(

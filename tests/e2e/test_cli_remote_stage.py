@@ -13,7 +13,15 @@ from pathlib import Path
 import pytest
 
 from tests.support.cli import ENV, run_cli
-from tests.support.stores import NGINX, Tls, hostile_origin, make_tls, moto_server, nginx_https
+from tests.support.stores import (
+    NGINX,
+    Tls,
+    bucket,
+    hostile_origin,
+    make_tls,
+    moto_server,
+    nginx_https,
+)
 
 CS = 4096
 REMOTE = ("--part-size", "8KiB", "--parallelism", "2")
@@ -51,17 +59,8 @@ def tls(sealed: Path) -> Tls:
 
 @pytest.fixture(scope="module")
 def s3(sealed: Path) -> Iterator[dict[str, str]]:
-    import boto3
-
     with moto_server(sealed) as env:
-        client = boto3.client(
-            "s3",
-            endpoint_url=env["AWS_ENDPOINT_URL"],
-            aws_access_key_id="testing",
-            aws_secret_access_key="testing",
-            region_name="us-east-1",
-        )
-        client.create_bucket(Bucket="data")
+        client = bucket(env, "data")
         client.put_object(Bucket="data", Key="train/d.gcc", Body=(sealed / "d.gcc").read_bytes())
         client.put_object(Bucket="data", Key="k.key", Body=(sealed / "k.key").read_bytes())
         shard = sorted((sealed / "shards").glob("*.gcc"))[0]

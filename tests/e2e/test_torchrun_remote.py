@@ -19,7 +19,7 @@ from gpucc.staging.format import PREFIX_SIZE, TAG_SIZE
 from gpucc.staging.shards import ShardSet, open_shard_set, seal_shards
 from tests.support import torch_records as tr
 from tests.support.paths import ROOT as REPO_ROOT
-from tests.support.stores import moto_server
+from tests.support.stores import bucket, moto_server
 
 KEY = bytes(range(32))
 CHUNK = 4096
@@ -41,17 +41,8 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def s3(work: Path) -> Iterator[dict[str, str]]:
-    import boto3
-
     with moto_server(work) as env:
-        client = boto3.client(
-            "s3",
-            endpoint_url=env["AWS_ENDPOINT_URL"],
-            aws_access_key_id="testing",
-            aws_secret_access_key="testing",
-            region_name="us-east-1",
-        )
-        client.create_bucket(Bucket="data")
+        client = bucket(env, "data")
         for shard in sorted((work / "set").iterdir()):
             client.put_object(Bucket="data", Key=f"train/{shard.name}", Body=shard.read_bytes())
         yield env

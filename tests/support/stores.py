@@ -11,10 +11,11 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -132,6 +133,22 @@ def moto_server(home: Path) -> Iterator[dict[str, str]]:
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def bucket(env: Mapping[str, str], name: str) -> Any:
+    """A boto3 S3 client for the server ``env`` (from :func:`moto_server`) with the bucket
+    ``name`` created in it."""
+    import boto3
+
+    client = boto3.client(
+        "s3",
+        endpoint_url=env["AWS_ENDPOINT_URL"],
+        aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
+        region_name=env["AWS_DEFAULT_REGION"],
+    )
+    client.create_bucket(Bucket=name)
+    return client
 
 
 @contextmanager
