@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from gpucc.gpuattest.switch_result import SwitchAttestationResult
     from gpucc.gpuattest.topology import TopologyResult
     from gpucc.gpuattest.trust import TrustRoots
-    from gpucc.staging.release import GpuOutcome
+    from gpucc.keyrelease.protocol import GpuOutcome
 
 __all__ = [
     "PlatformOutcome",

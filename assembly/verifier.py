@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from gpucc.gpuattest.cvm.snp_roots import SnpRoots
     from gpucc.gpuattest.evidence import EvidenceSet
     from gpucc.gpuattest.trust import TrustRoots
-    from gpucc.staging.release import AttestationOutcome, Attester, CvmAttester, GpuOutcome
+    from gpucc.keyrelease.protocol import AttestationOutcome, Attester, CvmAttester, GpuOutcome
 
 __all__ = ["PlatformEvidence", "PlatformResult", "PlatformVerifier"]
 

@@ -39,9 +39,9 @@ def demo(
     from gpucc.gpuattest.simulate import SimulatedGpu
     from gpucc.gpuattest.trust import TrustRoots
     from gpucc.gpuattest.verifier import verify
+    from gpucc.keyrelease.protocol import CollectedEvidence, DatasetKey, local_session
     from gpucc.staging import open_sealed, seal_file, stage
     from gpucc.staging.errors import ChunkAuthenticationError
-    from gpucc.staging.release import CollectedEvidence, DatasetKey, local_session
 
     from .output import console
 
@@ -206,7 +206,7 @@ def _simulated_cvm(now: dt.datetime) -> tuple[Any, Any]:
     from gpucc.gpuattest.cvm.appraise import verify_cvm_evidence
     from gpucc.gpuattest.cvm.policy import parse_cvm_policy
     from gpucc.gpuattest.cvm.tdx_sim import SIMULATED_MRTD, simulated_tdx
-    from gpucc.staging.release import CollectedCvmEvidence
+    from gpucc.keyrelease.protocol import CollectedCvmEvidence
 
     tdx = simulated_tdx(now)
     collateral = tdx.collateral(issued=now - dt.timedelta(minutes=5)).to_json()

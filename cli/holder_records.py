@@ -23,7 +23,7 @@ from .output import emit, note, out, write_stdout
 from .terminal import safe_text
 
 if TYPE_CHECKING:
-    from gpucc.staging.statedb import PostgresState, SqliteState
+    from gpucc.holder.state import PostgresState, SqliteState
 
     HolderState = SqliteState | PostgresState
 
@@ -122,7 +122,7 @@ def _time(option: str, text: str) -> dt.datetime:
 def _open_existing_state(url: str) -> HolderState:
     """The state named by ``url``; a SQLite file must exist (a query never creates one)."""
     from gpucc.core.errors import FileAccessError
-    from gpucc.staging.statedb import open_state
+    from gpucc.holder.state import open_state
 
     if url == "memory":
         raise UsageError("--state memory keeps no audit records: give the service's database")
@@ -136,7 +136,7 @@ def _open_existing_state(url: str) -> HolderState:
 
 
 def _audit_records(url: str, fmt: OutputFormat, **filters: Any) -> None:
-    from gpucc.travel.audit import query_audit
+    from gpucc.holder.audit import query_audit
 
     holder_state = _open_existing_state(url)
     try:
@@ -201,7 +201,7 @@ def prune_cmd(
     """Delete the audit records (and the receipts the state keeps) older than --before, in one
     transaction, and say how many. Expired answered challenges need no pruning: the service
     deletes them itself, once no challenge they protect can be answered."""
-    from gpucc.travel.audit import PruneFloorError, prune_audit
+    from gpucc.holder.audit import PruneFloorError, prune_audit
 
     if not before.strip():
         raise UsageError("--before needs a time (ISO 8601 or Unix seconds)")

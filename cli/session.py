@@ -47,7 +47,7 @@ from .session_cvm import CvmCollateralOption, GpuOnlyOption
 if TYPE_CHECKING:
     from gpucc.assembly import PlatformResult, PlatformVerifier, Settings
     from gpucc.assembly.record import TrustRecord
-    from gpucc.staging.release import DatasetKey, Offer
+    from gpucc.keyrelease.protocol import DatasetKey, Offer
 
 __all__ = ["session_app"]
 
@@ -240,9 +240,9 @@ def _audit(
     (client ``session answer``), then one housekeeping batch; what cannot be done is a
     warning."""
     from gpucc.core.errors import GpuccError
-    from gpucc.staging.requester import RequesterSignatureError, requester_key_id
-    from gpucc.staging.statedb import PostgresState, SqliteState
-    from gpucc.travel.audit import audit_document
+    from gpucc.holder.audit import audit_document
+    from gpucc.holder.state import PostgresState, SqliteState
+    from gpucc.keyrelease.requester import RequesterSignatureError, requester_key_id
 
     if not isinstance(state, SqliteState | PostgresState):
         return
@@ -276,8 +276,8 @@ def _audit(
 
 
 def _grants(datasets: list[Path], key_file: Path) -> list[DatasetKey]:
+    from gpucc.keyrelease.protocol import DatasetKey
     from gpucc.staging import open_sealed, read_key_file
-    from gpucc.staging.release import DatasetKey
 
     kek = read_key_file(key_file)
     grants = []
@@ -322,7 +322,7 @@ HostKeyOutOption = Annotated[
 @session_app.command("challenge")
 def challenge(fmt: FormatOption = OutputFormat.TEXT) -> None:
     """Data holder: print a fresh 32-byte challenge (hex) for one host."""
-    from gpucc.staging.release import new_challenge
+    from gpucc.keyrelease.protocol import new_challenge
 
     value = new_challenge().hex()
     if fmt is OutputFormat.JSON:
@@ -361,7 +361,7 @@ def offer(
 
     The offer replaces an existing file only with --force; the host key file is always new.
     """
-    from gpucc.staging.release import create_offer
+    from gpucc.keyrelease.protocol import create_offer
 
     signer = None
     if requester_key is not None:  # read before any evidence is collected: fail early
@@ -384,7 +384,7 @@ def offer(
     made, secret = create_offer(value, platform.collect(), collect_cvm=platform.collect_cvm())
     requester = None
     if signer is not None:
-        from gpucc.staging.requester import sign_offer
+        from gpucc.keyrelease.requester import sign_offer
         from gpucc.travel.signing import key_id
 
         made, requester = sign_offer(made, signer), key_id(signer)
@@ -464,8 +464,8 @@ def answer(
     Each challenge is answered at most once (docs/PROTOCOL.md, "Replay store").
     """
     from gpucc.core.files import read_capped
-    from gpucc.staging.release import MAX_OFFER_BYTES, FileReplayStore, Offer, accept_offer
-    from gpucc.staging.replay import ReplayStore
+    from gpucc.keyrelease.protocol import MAX_OFFER_BYTES, FileReplayStore, Offer, accept_offer
+    from gpucc.keyrelease.replay import ReplayStore
 
     if not datasets:
         raise UsageError("name at least one --dataset whose key to release")
@@ -493,7 +493,7 @@ def answer(
     verdicts: list[PlatformResult] = []
     replay: ReplayStore
     if state is not None:
-        from gpucc.staging.statedb import open_state
+        from gpucc.holder.state import open_state
 
         replay = open_state(state)
     else:
@@ -561,8 +561,8 @@ def accept(
     command only verifies, without reading the chunks.
     """
     from gpucc.core.files import read_capped
+    from gpucc.keyrelease.protocol import MAX_ANSWER_BYTES, Answer, HostKey, open_answer
     from gpucc.staging import open_sealed
-    from gpucc.staging.release import MAX_ANSWER_BYTES, Answer, HostKey, open_answer
 
     secret = HostKey.read(host_key)  # the secret's own checks (owner, mode) come first
     answer_bytes = read_capped(answer_file, MAX_ANSWER_BYTES, what="session answer")
@@ -624,7 +624,7 @@ def local(
     Then stage with ``gpucc stage DATASET --session ANSWER --host-key HOST_KEY``. The answer
     replaces an existing file only with --force; the host key file is always new.
     """
-    from gpucc.staging.release import local_session
+    from gpucc.keyrelease.protocol import local_session
 
     _fresh_host_key(host_key)
     check_output(output, key_file, policy, collateral, *datasets, also=(host_key,))

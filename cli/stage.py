@@ -39,7 +39,7 @@ _DEVICE_NAMES: dict[Device, Literal["cpu", "gpu", "auto"]] = {
 
 def _session_key(answer_path: Path, host_key_path: Path, header_digest: bytes) -> bytes:
     from gpucc.core.files import read_capped
-    from gpucc.staging.release import MAX_ANSWER_BYTES, Answer, HostKey, open_answer
+    from gpucc.keyrelease.protocol import MAX_ANSWER_BYTES, Answer, HostKey, open_answer
 
     answer = Answer.from_json(read_capped(answer_path, MAX_ANSWER_BYTES))
     session = open_answer(answer, HostKey.read(host_key_path))

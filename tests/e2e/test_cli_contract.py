@@ -641,7 +641,7 @@ def test_documents_of_model_holder_keygen_and_shards_match_their_schemas(tmp_pat
     (tmp_path / "d.bin").write_bytes(b"d" * 9000)
     seal_file(tmp_path / "d.bin", tmp_path / "data" / "d.gcc", kek=kek, chunk_size=4096)
     (tmp_path / "shards").mkdir()
-    from gpucc.staging.statedb import SqliteState
+    from gpucc.holder.state import SqliteState
 
     SqliteState(tmp_path / "state.sqlite3").close()  # a holder's state, no decision yet
     runs = {

@@ -38,7 +38,7 @@ from gpucc.core.files import (
 from gpucc.core.jsonio import loads_untrusted
 from gpucc.gpuattest.bundle import BUNDLE_FORMAT
 from gpucc.gpuattest.ocsp_response import CertId
-from gpucc.staging import release
+from gpucc.keyrelease import protocol as release
 from tests.support.cli import ENV, GPUCC, run_cli
 
 

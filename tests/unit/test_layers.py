@@ -3,7 +3,8 @@ that imports the command line.
 
 Every import is counted, deferred and type-only ones included, as a reader sees them::
 
-    core  <-  gpuattest  <-  staging  <-  assembly  <-  travel, ddp  <-  cli
+    core  <-  gpuattest  <-  staging  <-  keyrelease  <-  assembly  <-  travel, ddp
+          <-  holder  <-  cli
 
 (``gpucc/__init__.py`` is the lazy public facade over all of them.)
 """
@@ -17,7 +18,17 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Each package's layer: a module may import its own layer and those below it.
-LAYERS = {"core": 0, "gpuattest": 1, "staging": 2, "assembly": 3, "travel": 4, "ddp": 4, "cli": 5}
+LAYERS = {
+    "core": 0,
+    "gpuattest": 1,
+    "staging": 2,
+    "keyrelease": 3,
+    "assembly": 4,
+    "travel": 5,
+    "ddp": 5,
+    "holder": 6,
+    "cli": 7,
+}
 
 
 def _module_of(path: Path) -> str:

@@ -1,7 +1,7 @@
 """Answering each challenge at most once: where a data holder records what it answered.
 
 An offer is single-use: a data holder that answered a challenge refuses a second offer to
-it (``staging.release.accept_offer`` claims the challenge before it releases anything).
+it (``keyrelease.protocol.accept_offer`` claims the challenge before it releases anything).
 :class:`MemoryReplayStore` serves one long-running process; :class:`FileReplayStore` keeps
 the record on disk, so that separate command-line runs share it. Both take the clock as an
 argument (``clock``: seconds since the epoch, :func:`time.time` by default).
@@ -22,9 +22,8 @@ from typing import Protocol
 
 from gpucc.core.errors import FileAccessError, GpuccError
 from gpucc.core.files import read_capped, write_all
-
-from .errors import ProtocolError
-from .format import StrPath
+from gpucc.staging.errors import ProtocolError
+from gpucc.staging.format import StrPath
 
 __all__ = [
     "DEFAULT_REPLAY_TTL",

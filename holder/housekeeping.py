@@ -1,10 +1,10 @@
 """The holder service's housekeeping: expired replay rows deleted in the background.
 
-:class:`Housekeeper` runs :meth:`~gpucc.staging.statedb.SqliteState.housekeep` on a thread of
+:class:`Housekeeper` runs :meth:`~gpucc.holder.state.SqliteState.housekeep` on a thread of
 its own, off the request path: once at start, then every ``interval_s`` seconds, batch after
 batch while batches come back full (a short pause between them lets requests use the
 state). Why deleting these rows cannot re-open a replay is in
-:mod:`gpucc.staging.statedb_retention`. Each round that deleted something is one
+:mod:`gpucc.holder.state_retention`. Each round that deleted something is one
 ``housekeeping`` log record; a round that failed (the database unreachable) is one
 ``housekeeping-failed`` record, and the next round tries again. Audit records and receipts
 are never touched here (``gpucc holder prune``).
@@ -33,7 +33,7 @@ class _Batch(Protocol):
 
 
 class HousekeepingState(Protocol):
-    """A state that deletes its expired replay rows (:class:`~gpucc.staging.statedb.SqliteState`,
+    """A state that deletes its expired replay rows (:class:`~gpucc.holder.state.SqliteState`,
     ``PostgresState``)."""
 
     def housekeep(self, *, batch: int = 500) -> _Batch: ...

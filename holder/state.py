@@ -1,6 +1,6 @@
 """A data holder's durable state in a database: answered challenges, issued challenges, records.
 
-Two backends with one interface (a :class:`~gpucc.staging.replay.ReplayStore` and more):
+Two backends with one interface (a :class:`~gpucc.keyrelease.replay.ReplayStore` and more):
 
 * :class:`SqliteState` (the default): one file, WAL journal, ``synchronous=FULL``; each claim
   is committed before it returns, so a holder killed mid-release (``kill -9``) has the
@@ -11,13 +11,13 @@ Two backends with one interface (a :class:`~gpucc.staging.replay.ReplayStore` an
   ``gpucc_answered``: of two processes inserting one challenge exactly one succeeds.
 
 Tables: answered challenges, issued challenges, records (receipts), audit records (one per
-release decision, which :mod:`gpucc.travel.audit` reads) and the schema version; they, and
+release decision, which :mod:`gpucc.holder.audit` reads) and the schema version; they, and
 the migration of an older database when it is opened, are in
-:mod:`gpucc.staging.statedb_schema`. A database of a newer schema than this code knows is
+:mod:`gpucc.holder.state_schema`. A database of a newer schema than this code knows is
 refused (:class:`StateUnavailableError`), never written. Challenges are stored as labelled
 SHA-256 hashes, never as issued. The clock (seconds since the epoch) is an argument.
 
-Retention (:mod:`gpucc.staging.statedb_retention`, which says why it is sound):
+Retention (:mod:`gpucc.holder.state_retention`, which says why it is sound):
 :meth:`housekeep <SqliteState.housekeep>` deletes, in batches, the replay rows that expired
 more than :data:`HOUSEKEEPING_MARGIN_S` ago, never inside a claim; audit records and receipts
 are kept until :meth:`prune <SqliteState.prune>` deletes those older than a time the operator
@@ -38,9 +38,9 @@ from pathlib import Path
 from typing import Any
 
 from gpucc.core.errors import EnvironmentProblemError, FileAccessError
+from gpucc.keyrelease.replay import DEFAULT_REPLAY_TTL, _replay_error
 
-from .replay import DEFAULT_REPLAY_TTL, _replay_error
-from .statedb_retention import (
+from .state_retention import (
     EXPIRED_BATCHES,
     EXPIRED_BATCHES_SKIP_LOCKED,
     HOUSEKEEPING_MARGIN_S,
@@ -49,7 +49,7 @@ from .statedb_retention import (
     delete_expired,
     prune_records,
 )
-from .statedb_schema import (
+from .state_schema import (
     SCHEMA_VERSION,
     create_tables,
     insert_audit,
@@ -170,7 +170,7 @@ class _State:
     def housekeep(self, *, batch: int = 500) -> Housekeeping:
         """Delete one batch (at most ``batch`` rows per table) of issued challenges and
         answered-challenge claims that expired more than :data:`HOUSEKEEPING_MARGIN_S` ago
-        (why that is sound: :mod:`gpucc.staging.statedb_retention`), in one transaction.
+        (why that is sound: :mod:`gpucc.holder.state_retention`), in one transaction.
 
         Raises:
             StateUnavailableError: the database cannot be used.

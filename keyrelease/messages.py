@@ -4,9 +4,9 @@ Version 1 binds the session to GPU evidence only. Version 2 adds the confidentia
 evidence: its report data commits to the session (:func:`cvm_report_data`) and the
 transcript carries the evidence's digest. A version-1 offer is a GPU-only offer.
 
-The pure parts of :mod:`staging.release`: the nonce, transcript and session-key
+The pure parts of :mod:`keyrelease.protocol`: the nonce, transcript and session-key
 derivations, and the offer, answer and host key file with their strict parsers. Nothing
-here verifies evidence; :mod:`staging.release` runs the protocol steps.
+here verifies evidence; :mod:`keyrelease.protocol` runs the protocol steps.
 """
 
 from __future__ import annotations
@@ -26,9 +26,8 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from gpucc.core.errors import MalformedInputError
 from gpucc.core.jsonio import loads_untrusted
-
-from .errors import KeyFileError, MalformedSessionMessageError, ProtocolError
-from .format import KEY_SIZE, StrPath, WrapRecord, read_secret_file, write_secret_file
+from gpucc.staging.errors import KeyFileError, MalformedSessionMessageError, ProtocolError
+from gpucc.staging.format import KEY_SIZE, StrPath, WrapRecord, read_secret_file, write_secret_file
 
 __all__ = [
     "ANSWER_SCHEMA",
@@ -275,7 +274,7 @@ class Offer:
             CVM's CC event log, which the holder replays against the quote's RTMRs.
         requester_public_key, requester_signature: optional (key ``requester``, absent when
             None): the requester's SPKI DER and its signature over the offer's session
-            (:mod:`gpucc.staging.requester`); checked by a holder whose release policy names
+            (:mod:`gpucc.keyrelease.requester`); checked by a holder whose release policy names
             requesters.
     """
 

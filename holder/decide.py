@@ -3,7 +3,7 @@
 :func:`answer_offer` verifies an offer through each release policy that governs a dataset
 (its attestation policy's verifier, and the requester identity it names), wraps the keys
 of the datasets whose policy it meets to the offer's session and signs the answer; the
-others are withheld, each with its policy and unmet rule. :mod:`gpucc.travel.holder`
+others are withheld, each with its policy and unmet rule. :mod:`gpucc.holder.service`
 serves it.
 """
 
@@ -18,12 +18,12 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from gpucc.assembly import PlatformResult, PlatformVerifier
 from gpucc.assembly.record import TrustRecord, release_record
 from gpucc.core.errors import GpuccError
+from gpucc.keyrelease.protocol import DatasetKey, Offer, accept_offer
+from gpucc.keyrelease.requester import RequesterSignatureError, requester_key_id
 from gpucc.staging.errors import ProtocolError
-from gpucc.staging.release import DatasetKey, Offer, accept_offer
-from gpucc.staging.requester import RequesterSignatureError, requester_key_id
-from gpucc.staging.statedb import PostgresState, SqliteState
+from gpucc.travel.signing import sign_answer
 
-from .signing import sign_answer
+from .state import PostgresState, SqliteState
 
 __all__ = [
     "DatasetsRefused",
@@ -42,7 +42,7 @@ class ReleasePolicy:
     """A group of datasets and what their requester must meet (as a key broker's resource
     policy): ``verifier`` is built once from that group's attestation policy (None: the
     holder's own), and ``requesters``, when not empty, are the key ids of which one must have
-    signed the offer (:mod:`gpucc.staging.requester`)."""
+    signed the offer (:mod:`gpucc.keyrelease.requester`)."""
 
     name: str
     datasets: tuple[str, ...]
@@ -70,7 +70,7 @@ class HolderConfig:
         dataset_names: each dataset's name (the sealed file's stem), in ``datasets``' order.
         releases: per-dataset release policies: a dataset named in one is released only to
             offers that pass that policy's verifier; the others under ``verifier``.
-        state: the durable state (:mod:`gpucc.staging.statedb`): answered and issued
+        state: the durable state (:mod:`gpucc.holder.state`): answered and issued
             challenges, receipts and an audit record per decision (``None``: memory only).
         orchestrator_key: receipts are accepted only when signed by this key (``None``:
             by any key, a few per session).

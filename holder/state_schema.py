@@ -1,4 +1,4 @@
-"""The tables of a holder's state (:mod:`gpucc.staging.statedb`) and the migration of an older
+"""The tables of a holder's state (:mod:`gpucc.holder.state`) and the migration of an older
 schema.
 
 Tables: ``gpucc_answered`` (a hash of each answered challenge and when its record expires),
@@ -6,7 +6,7 @@ Tables: ``gpucc_answered`` (a hash of each answered challenge and when its recor
 process than the one that issued its challenge, or the same one after a restart), and
 ``gpucc_records`` (documents by kind and key, each kept once: receipts), ``gpucc_audit`` (one
 record per release decision, released or refused: when, for which client and requester, the
-JSON document; :mod:`gpucc.travel.audit` reads them) and ``gpucc_meta`` (the schema version).
+JSON document; :mod:`gpucc.holder.audit` reads them) and ``gpucc_meta`` (the schema version).
 
 An older database (schema 1: decisions kept in ``gpucc_records`` under kind ``decision``) is
 migrated when it is opened, in one transaction: it gains ``gpucc_audit`` and ``gpucc_meta``,

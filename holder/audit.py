@@ -163,7 +163,7 @@ def audit_document(
 
 
 class AuditSource(Protocol):
-    """Where audit records are kept (:class:`gpucc.staging.statedb.SqliteState`, …)."""
+    """Where audit records are kept (:class:`gpucc.holder.state.SqliteState`, …)."""
 
     def audit(
         self, *, since: float | None = None, until: float | None = None, limit: int = 100_000
@@ -265,7 +265,7 @@ class _Counts(Protocol):
 
 
 class PruneSource(Protocol):
-    """A state whose audit records can be pruned (:class:`gpucc.staging.statedb.SqliteState`,
+    """A state whose audit records can be pruned (:class:`gpucc.holder.state.SqliteState`,
     …)."""
 
     def prune(self, before: float, *, dry_run: bool = False) -> _Counts: ...

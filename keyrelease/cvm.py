@@ -15,9 +15,9 @@ from typing import Protocol
 
 from gpucc.core.errors import CollateralUnavailableError
 from gpucc.gpuattest.cvm.vtpm_evidence import looks_like_vtpm_evidence, vtpm_qualifying_data
+from gpucc.staging.errors import ProtocolError
 
-from .errors import ProtocolError
-from .release_messages import GPU_ONLY_VERSION, Offer, cvm_report_data
+from .messages import GPU_ONLY_VERSION, Offer, cvm_report_data
 
 __all__ = ["CollectedCvmEvidence", "CvmAttester", "CvmOutcome", "check_cvm"]
 

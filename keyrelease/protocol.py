@@ -33,8 +33,8 @@ what ties the offered public key to the GPU.
 What it does not do: it does not authenticate the data holder to the host (anyone can
 answer an offer), and GPU attestation alone does not prove which process holds the host's
 private key: see PROTOCOL.md, "Security model". The derivations and the message formats
-live in :mod:`staging.release_messages`, the record of answered challenges in
-:mod:`staging.replay`; their names are re-exported here.
+live in :mod:`keyrelease.messages`, the record of answered challenges in
+:mod:`keyrelease.replay`; their names are re-exported here.
 """
 
 from __future__ import annotations
@@ -48,10 +48,15 @@ from typing import Any, Protocol
 
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from .errors import DatasetKeyMismatchError, MalformedSessionMessageError, ProtocolError
-from .format import WrapKind, unwrap_key, wrap_key
-from .release_cvm import CollectedCvmEvidence, CvmAttester, CvmOutcome, check_cvm
-from .release_messages import (
+from gpucc.staging.errors import (
+    DatasetKeyMismatchError,
+    MalformedSessionMessageError,
+    ProtocolError,
+)
+from gpucc.staging.format import WrapKind, unwrap_key, wrap_key
+
+from .cvm import CollectedCvmEvidence, CvmAttester, CvmOutcome, check_cvm
+from .messages import (
     CHALLENGE_SIZE,
     CURVE,
     GPU_ONLY_VERSION,

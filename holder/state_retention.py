@@ -1,8 +1,8 @@
-"""Retention of a holder's state (:mod:`gpucc.staging.statedb`): what is deleted, when, and why
+"""Retention of a holder's state (:mod:`gpucc.holder.state`): what is deleted, when, and why
 that is sound; the value objects of a housekeeping batch and of a prune.
 
 Rows that only serve the replay check are deleted by :meth:`housekeep
-<gpucc.staging.statedb.SqliteState.housekeep>`, in batches of at most ``batch`` rows per
+<gpucc.holder.state.SqliteState.housekeep>`, in batches of at most ``batch`` rows per
 table and transaction (the holder service runs it in the background; ``gpucc session
 answer`` runs one batch after it answers), never inside a claim. A row goes only when it
 expired more than :data:`HOUSEKEEPING_MARGIN_S` ago by the clock of the process deleting it.
@@ -26,13 +26,13 @@ This is sound:
   offer ("unknown challenge"), never answer one; the margin keeps a skewed clock from
   refusing an honest one.
 
-Audit records and receipts are kept until :meth:`prune <gpucc.staging.statedb.SqliteState.prune>`
+Audit records and receipts are kept until :meth:`prune <gpucc.holder.state.SqliteState.prune>`
 deletes those older than a time the operator chooses (``gpucc holder prune``); nothing else
 deletes them.
 
 The functions here run their SQL on a cursor inside the caller's transaction (``?``
 placeholders); the state classes open it and turn a database's failure into
-:class:`~gpucc.staging.statedb.StateUnavailableError`.
+:class:`~gpucc.holder.state.StateUnavailableError`.
 """
 
 from __future__ import annotations

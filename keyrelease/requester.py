@@ -6,7 +6,7 @@ requester signs, with its P-384 key (ECDSA, SHA-384)::
     "gpucc/session/v1/requester" || 0x00 || version (1 byte) || nonce
 
 where ``nonce = SHA-256(label || challenge || SHA-256(Q_H))`` is the offer's session nonce
-(:func:`~gpucc.staging.release_messages.session_nonce`): the signature covers the holder's
+(:func:`~gpucc.keyrelease.messages.session_nonce`): the signature covers the holder's
 one-time challenge and the host key the dataset keys are wrapped to. It cannot be moved to
 another offer (another challenge or host key) and the challenge it covers is answered at most
 once, so a signed offer cannot be replayed; a stolen one releases keys only to the attested
@@ -23,8 +23,9 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from .errors import ProtocolError
-from .release_messages import Offer, session_nonce
+from gpucc.staging.errors import ProtocolError
+
+from .messages import Offer, session_nonce
 
 __all__ = [
     "REQUESTER_LABEL",

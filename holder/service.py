@@ -1,6 +1,6 @@
 """The data holder's key-release service: challenges, verified offers, signed answers.
 
-An ASGI application (Starlette) served by :mod:`gpucc.travel.httpserver`. Endpoints:
+An ASGI application (Starlette) served by :mod:`gpucc.holder.httpserver`. Endpoints:
 
 * ``POST /v1/challenge``: a fresh one-time challenge with its expiry, kept server-side.
 * ``POST /v1/offer``: a host's offer (``gpucc.session-offer/v1``) for one of those
@@ -40,15 +40,11 @@ from gpucc.core.errors import (
     UsageError,
 )
 from gpucc.core.files import write_atomic
+from gpucc.keyrelease.protocol import CHALLENGE_SIZE, DatasetKey, Offer
+from gpucc.keyrelease.replay import ChallengeReplayError, MemoryReplayStore, ReplayStore
 from gpucc.staging.errors import ProtocolError
-from gpucc.staging.release import CHALLENGE_SIZE, DatasetKey, Offer
-from gpucc.staging.replay import ChallengeReplayError, MemoryReplayStore, ReplayStore
-from gpucc.staging.statedb import (
-    HOUSEKEEPING_MARGIN_S,
-    PostgresState,
-    SqliteState,
-    StateUnavailableError,
-)
+from gpucc.travel.receipt import Receipt
+from gpucc.travel.signing import key_id
 
 from .audit import audit_document
 from .decide import (
@@ -62,8 +58,12 @@ from .decide import (
 )
 from .housekeeping import Housekeeper
 from .httpserver import ServerLimits, run_server
-from .receipt import Receipt
-from .signing import key_id
+from .state import (
+    HOUSEKEEPING_MARGIN_S,
+    PostgresState,
+    SqliteState,
+    StateUnavailableError,
+)
 
 __all__ = [
     "ChallengeStore",
@@ -91,7 +91,7 @@ class ChallengeRefused(Exception):  # noqa: N818 - an outcome, mapped to HTTP 40
 
 class SharedChallenges(Protocol):
     """Issued challenges kept where every holder process sharing the state can take them
-    (:class:`gpucc.staging.statedb.SqliteState`, ``PostgresState``)."""
+    (:class:`gpucc.holder.state.SqliteState`, ``PostgresState``)."""
 
     def issue(self, challenge: bytes, ttl_s: float) -> None: ...
 
@@ -100,7 +100,7 @@ class SharedChallenges(Protocol):
 
 class ChallengeStore:
     """One-time challenges with expiry; the ones used are claimed in the key-release
-    protocol's replay store (:mod:`gpucc.staging.replay`), the one record of answered
+    protocol's replay store (:mod:`gpucc.keyrelease.replay`), the one record of answered
     challenges.
 
     Thread-safe; open challenges are bounded (``limit``), oldest first out, and one client
@@ -291,7 +291,7 @@ def build_app(config: HolderConfig, live: LiveConfig | None = None) -> Any:
 
     state = config.state
     if state is not None and state.ttl_s <= config.challenge_ttl + HOUSEKEEPING_MARGIN_S:
-        # a claim must outlive every copy of its challenge (gpucc.staging.statedb_retention)
+        # a claim must outlive every copy of its challenge (gpucc.holder.state_retention)
         raise UsageError(
             f"the state remembers answered challenges for {state.ttl_s:g} s: not longer than "
             f"the challenge TTL ({config.challenge_ttl:g} s) and {HOUSEKEEPING_MARGIN_S:g} s"
@@ -605,7 +605,7 @@ def serve(
     address listened on, and ``address_file`` (when given, and not existing) receives it as
     ``HOST:PORT`` once connections are accepted, for scripts to wait on.
 
-    ``limits`` is the connection policy (:class:`gpucc.travel.httpserver.ServerLimits`):
+    ``limits`` is the connection policy (:class:`gpucc.holder.httpserver.ServerLimits`):
     deadlines, per-client and total connection caps, trusted proxies. On SIGHUP ``reload``
     (when given) makes the configuration later requests are answered with (datasets, release
     policies, receipts); when it raises, the service goes on with the one it has.
