@@ -28,11 +28,10 @@ import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gpucc.assembly import PlatformResult, PlatformVerifier
 from gpucc.core.errors import (
-    CollateralUnavailableError,
     EnvironmentProblemError,
     FileAccessError,
     GpuccError,
@@ -50,6 +49,7 @@ from .audit import audit_document
 from .decide import (
     DatasetsRefused,
     HolderConfig,
+    Released,
     ReleasePolicy,
     answer_offer,
     failed_checks,
@@ -58,6 +58,20 @@ from .decide import (
 )
 from .housekeeping import Housekeeper
 from .httpserver import ServerLimits, run_server
+from .refusals import (
+    BAD_OFFER,
+    BAD_RECEIPT,
+    BODY_TIMEOUT,
+    CHALLENGE_REFUSED,
+    HOLDER_OUTCOMES,
+    INTERNAL,
+    NOT_KEPT,
+    NOT_STORED,
+    RATE_LIMITED,
+    TOO_LARGE,
+    UNKNOWN_SESSION,
+    http_error_for_status,
+)
 from .state import (
     HOUSEKEEPING_MARGIN_S,
     PostgresState,
@@ -65,12 +79,19 @@ from .state import (
     StateUnavailableError,
 )
 
+if TYPE_CHECKING:
+    from starlette.requests import Request
+    from starlette.responses import Response
+
+    from gpucc.core.outcomes import HttpAnswer
+
 __all__ = [
     "ChallengeStore",
     "HolderConfig",
     "LiveConfig",
     "ReleasePolicy",
     "RateLimiter",
+    "RequestHandlers",
     "build_app",
     "load_datasets",
     "load_named_datasets",
@@ -272,210 +293,154 @@ class LiveConfig:
 
 
 def build_app(config: HolderConfig, live: LiveConfig | None = None) -> Any:
-    """The Starlette application for ``config``.
+    """The Starlette application for ``config``: the routes of :class:`RequestHandlers`.
 
     Every answer other than a success is ``{"error": kind, "message": one line}`` (404 and
-    405 included). The outcome of each request is left in ``scope["state"]["outcome"]``
-    for the access log.
+    405 included; :mod:`gpucc.holder.refusals`). The outcome of each request is left in
+    ``scope["state"]["outcome"]`` for the access log.
 
     Raises:
         EnvironmentProblemError: Starlette is not installed (the ``holder`` extra).
+        UsageError: the state forgets answered challenges before their challenges expire.
     """
     _require_web_stack()
     from starlette.applications import Starlette
-    from starlette.concurrency import run_in_threadpool
     from starlette.exceptions import HTTPException
-    from starlette.requests import Request
-    from starlette.responses import JSONResponse, Response
     from starlette.routing import Route
 
-    state = config.state
-    if state is not None and state.ttl_s <= config.challenge_ttl + HOUSEKEEPING_MARGIN_S:
-        # a claim must outlive every copy of its challenge (gpucc.holder.state_retention)
-        raise UsageError(
-            f"the state remembers answered challenges for {state.ttl_s:g} s: not longer than "
-            f"the challenge TTL ({config.challenge_ttl:g} s) and {HOUSEKEEPING_MARGIN_S:g} s"
-        )
-    store = ChallengeStore(
-        config.challenge_ttl,
-        config.max_outstanding,
-        per_client=config.max_challenges_per_client,
-        replay=state,
-        shared=state,
+    handlers = RequestHandlers(config, live or LiveConfig(config))
+    return Starlette(
+        routes=[
+            Route("/healthz", handlers.healthz, methods=["GET"]),
+            Route("/v1/challenge", handlers.challenge, methods=["POST"]),
+            Route("/v1/offer", handlers.offer, methods=["POST"]),
+            Route("/v1/receipt", handlers.receipt, methods=["POST"]),
+        ],
+        exception_handlers={HTTPException: handlers.http_error, Exception: handlers.internal},
     )
-    limiter = RateLimiter(config.rate_per_s, config.burst)
-    holder_key_id = key_id(config.signing_key)
-    # transcript hashes answered (bounded) -> receipts still accepted for that session
-    answered: OrderedDict[str, int] = OrderedDict()
-    answered_lock = threading.Lock()
 
-    def refuse(
-        request: Request,
-        status: int,
-        kind: str,
-        message: str,
-        reasons: list[dict[str, str]] | None = None,
-    ) -> Response:
-        request.state.outcome = kind
-        body: dict[str, Any] = {"error": kind, "message": message}
-        if reasons:
-            body["reasons"] = reasons
-        return JSONResponse(body, status_code=status)
 
-    async def read_body(request: Request) -> bytes | None:
-        chunks: list[bytes] = []
-        size = 0
-        async with asyncio.timeout(config.body_timeout_s):
-            async for chunk in request.stream():
-                size += len(chunk)
-                if size > config.max_request_bytes:
-                    return None
-                chunks.append(chunk)
-        return b"".join(chunks)
+class RequestHandlers:
+    """The service's request handlers, one method per endpoint, and what they share.
 
-    def client_of(request: Request) -> str:
-        return request.client.host if request.client else "?"
+    What a reload replaces (datasets, policies, keys) is read from ``live`` once per
+    request; issued challenges, the rate limiter and the sessions answered are the
+    service's and outlive a reload. Needs Starlette (the ``holder`` extra).
+    """
 
-    def limited(request: Request) -> bool:
-        return not limiter.allow(client_of(request))
+    def __init__(self, config: HolderConfig, live: LiveConfig) -> None:
+        state = config.state
+        if state is not None and state.ttl_s <= config.challenge_ttl + HOUSEKEEPING_MARGIN_S:
+            # a claim must outlive every copy of its challenge (gpucc.holder.state_retention)
+            raise UsageError(
+                f"the state remembers answered challenges for {state.ttl_s:g} s: not longer "
+                f"than the challenge TTL ({config.challenge_ttl:g} s) and "
+                f"{HOUSEKEEPING_MARGIN_S:g} s"
+            )
+        self.live = live
+        self.state = state
+        self.store = ChallengeStore(
+            config.challenge_ttl,
+            config.max_outstanding,
+            per_client=config.max_challenges_per_client,
+            replay=state,
+            shared=state,
+        )
+        self.limiter = RateLimiter(config.rate_per_s, config.burst)
+        self.holder_key_id = key_id(config.signing_key)
+        # transcript hashes answered (bounded) -> receipts still accepted for that session
+        self.answered: OrderedDict[str, int] = OrderedDict()
+        self.answered_lock = threading.Lock()
+        # the request-independent parts of the server's reply limits
+        self.body_timeout_s = config.body_timeout_s
+        self.max_request_bytes = config.max_request_bytes
 
-    async def healthz(request: Request) -> Response:
+    # --- endpoints ----------------------------------------------------------------------
+
+    async def healthz(self, request: Request) -> Response:
+        from starlette.responses import JSONResponse
+
         request.state.outcome = "ok"
-        return JSONResponse({"status": "ok", "holder_key_id": holder_key_id})
+        return JSONResponse({"status": "ok", "holder_key_id": self.holder_key_id})
 
-    async def challenge(request: Request) -> Response:
-        if limited(request):
-            return refuse(request, 429, "rate-limited", "too many requests")
+    async def challenge(self, request: Request) -> Response:
+        """``POST /v1/challenge``: a fresh challenge for this client, kept server-side."""
+        from starlette.concurrency import run_in_threadpool
+        from starlette.responses import JSONResponse
+
+        if self._limited(request):
+            return _refuse(request, RATE_LIMITED, "too many requests")
         try:
-            value, ttl = await run_in_threadpool(store.issue, client_of(request))
+            value, ttl = await run_in_threadpool(self.store.issue, _client_of(request))
         except ChallengeRefused as exc:
-            return refuse(request, 429, "rate-limited", str(exc))
+            return _refuse(request, RATE_LIMITED, str(exc))
         except StateUnavailableError as exc:
-            return refuse(request, 503, "state-unavailable", one_line(exc))
+            return _refuse_for(request, exc)
         request.state.outcome = "issued"
         return JSONResponse({"challenge": value.hex(), "expires_in": ttl})
 
-    async def body_or_refusal(request: Request) -> bytes | Response:
-        if limited(request):
-            return refuse(request, 429, "rate-limited", "too many requests")
-        try:
-            body = await read_body(request)
-        except TimeoutError:
-            return refuse(request, 408, "timeout", "the request body did not arrive in time")
-        if body is None:
-            return refuse(request, 413, "too-large", "the request body is too large")
-        return body
+    async def offer(self, request: Request) -> Response:
+        """``POST /v1/offer``: the challenge consumed, then the release decision, signed."""
+        from starlette.concurrency import run_in_threadpool
+        from starlette.responses import Response
 
-    live = live or LiveConfig(config)
-
-    async def offer(request: Request) -> Response:
-        config = live.current  # the datasets and policies as of this request
-        body = await body_or_refusal(request)
+        config = self.live.current  # the datasets and policies as of this request
+        body = await self._body_or_refusal(request)
         if isinstance(body, Response):
             return body
         try:
             parsed = Offer.from_json(body)
         except (MalformedInputError, ProtocolError) as exc:
-            return refuse(request, 400, "malformed", one_line(exc))
+            return _refuse(request, BAD_OFFER, one_line(exc))
         try:
-            await run_in_threadpool(store.consume, parsed.challenge)
+            await run_in_threadpool(self.store.consume, parsed.challenge)
         except ChallengeRefused as exc:
-            await audit_whole(request, parsed, "challenge", str(exc))
-            return refuse(request, 409, "challenge-refused", str(exc))
+            await self._audit_whole(request, parsed, "challenge", str(exc))
+            return _refuse(request, CHALLENGE_REFUSED, str(exc))
         except StateUnavailableError as exc:  # nothing is answered without its record
-            return refuse(request, 503, "state-unavailable", one_line(exc))
+            return _refuse_for(request, exc)
         results: list[PlatformResult] = []
         try:
             done = await run_in_threadpool(answer_offer, config, parsed, results)
         except ProtocolError as exc:
-            reasons = exc.reasons if isinstance(exc, DatasetsRefused) else failed_checks(results)
-            decision: dict[str, Any] = {
-                "event": "refusal",
-                "client": client_of(request),
-                "reasons": reasons,
-            }
-            _decisions.info(json.dumps(decision, sort_keys=True))
-            refused = (
-                reasons if isinstance(exc, DatasetsRefused) else whole_refusal(config, exc, reasons)
-            )
-            requester = exc.requester if isinstance(exc, DatasetsRefused) else None
-            request.state.withheld = refused
-            await audit(
-                audit_document(
-                    client=client_of(request),
-                    requester=requester,
-                    challenge=parsed.challenge,
-                    released=[],
-                    refused=refused,
-                )
-            )
-            return refuse(request, 403, "not-trusted", one_line(exc), reasons)
-        except MalformedInputError as exc:
-            return refuse(request, 400, "malformed", one_line(exc))
-        except CollateralUnavailableError as exc:
-            return refuse(request, 503, "collateral-unavailable", one_line(exc))
+            return await self._not_trusted(request, config, parsed, exc, results)
         except GpuccError as exc:
-            await audit_whole(request, parsed, "offer", one_line(exc))
-            return refuse(request, 403, "refused", one_line(exc))
-        transcript = done.transcript_hash
-        with answered_lock:
-            answered[transcript.hex()] = _RECEIPTS_PER_SESSION
-            while len(answered) > config.max_outstanding:
-                answered.popitem(last=False)
-        decision = {
-            "event": "release",
-            "client": client_of(request),
-            "transcript_hash": transcript.hex(),
-            "datasets": len(done.released),
-            "released": [name for name, _ in done.released],
-            "trusted_with": done.record.to_dict(),
-        }
-        if done.requester is not None:
-            decision["requester"] = done.requester
-        if done.withheld:
-            decision["withheld"] = done.withheld
-        _decisions.info(json.dumps(decision, sort_keys=True))
-        await audit(
-            audit_document(
-                client=client_of(request),
-                requester=done.requester,
-                challenge=parsed.challenge,
-                released=done.released,
-                refused=done.withheld,
-                trusted_with=done.record.to_dict(),
-                transcript_hash=transcript.hex(),
-            )
-        )
-        request.state.outcome = "answered"
-        request.state.withheld = done.withheld
+            answer = HOLDER_OUTCOMES.http_for(exc)
+            if answer.decided:  # a decision is recorded; a 400 or a 503 decided nothing
+                await self._audit_whole(request, parsed, "offer", one_line(exc))
+            return _refuse(request, answer, one_line(exc))
+        await self._released(request, parsed, done)
         return Response(done.envelope, media_type="application/json")
 
-    async def receipt(request: Request) -> Response:
-        config = live.current
-        body = await body_or_refusal(request)
+    async def receipt(self, request: Request) -> Response:
+        """``POST /v1/receipt``: the orchestrator's receipt for a session answered here."""
+        from starlette.concurrency import run_in_threadpool
+        from starlette.responses import JSONResponse, Response
+
+        config = self.live.current
+        state = self.state
+        body = await self._body_or_refusal(request)
         if isinstance(body, Response):
             return body
         if config.receipt_dir is None and state is None:
-            return refuse(request, 404, "not-kept", "this holder keeps no receipts")
+            return _refuse(request, NOT_KEPT, "this holder keeps no receipts")
         try:
             parsed = Receipt.from_json(body)
             parsed.verify(config.orchestrator_key)
         except GpuccError as exc:
-            return refuse(request, 400, "malformed", one_line(exc))
+            return _refuse(request, BAD_RECEIPT, one_line(exc))
         # Anyone who saw the transcript hash could post a receipt first; without a pinned
         # orchestrator key a few are kept per session (by signer), so none can crowd out
         # the orchestrator's own.
-        with answered_lock:
-            left = answered.get(parsed.transcript_hash, 0)
+        with self.answered_lock:
+            left = self.answered.get(parsed.transcript_hash, 0)
             if left > 0:
-                answered[parsed.transcript_hash] = left - 1
+                self.answered[parsed.transcript_hash] = left - 1
         try:
             if left <= 0 and state is not None:  # answered by another process sharing it
                 left = await run_in_threadpool(_receipts_left, state, parsed.transcript_hash)
             if left <= 0:
-                return refuse(
-                    request, 409, "unknown-session", "no answered session awaits this receipt"
-                )
+                return _refuse(request, UNKNOWN_SESSION, "no answered session awaits this receipt")
             if state is not None:
                 await run_in_threadpool(
                     state.put_record,
@@ -486,28 +451,141 @@ def build_app(config: HolderConfig, live: LiveConfig | None = None) -> Any:
             if config.receipt_dir is not None:
                 await run_in_threadpool(store_receipt, config.receipt_dir, parsed)
         except GpuccError as exc:
-            return refuse(request, 503, "not-stored", one_line(exc))
+            return _refuse(request, NOT_STORED, one_line(exc))
         request.state.outcome = "receipt-stored"
         return JSONResponse({"stored": True})
 
-    async def audit(doc: dict[str, Any]) -> None:
+    async def http_error(self, request: Request, exc: Exception) -> Response:
+        """A path or method the router does not serve (404, 405, ...)."""
+        from starlette.exceptions import HTTPException
+        from starlette.responses import JSONResponse
+
+        assert isinstance(exc, HTTPException)
+        answer = http_error_for_status(exc.status_code)
+        request.state.outcome = answer.error
+        return JSONResponse(
+            {"error": answer.error, "message": " ".join(str(exc.detail).split())[:200]},
+            status_code=answer.status,
+            headers=exc.headers,
+        )
+
+    async def internal(self, request: Request, exc: Exception) -> Response:
+        """A bug: the error's type and nothing of its message."""
+        return _refuse(request, INTERNAL, f"internal error ({type(exc).__name__})")
+
+    # --- what the endpoints share ---------------------------------------------------------
+
+    def _limited(self, request: Request) -> bool:
+        return not self.limiter.allow(_client_of(request))
+
+    async def _body_or_refusal(self, request: Request) -> bytes | Response:
+        if self._limited(request):
+            return _refuse(request, RATE_LIMITED, "too many requests")
+        try:
+            body = await self._read_body(request)
+        except TimeoutError:
+            return _refuse(request, BODY_TIMEOUT, "the request body did not arrive in time")
+        if body is None:
+            return _refuse(request, TOO_LARGE, "the request body is too large")
+        return body
+
+    async def _read_body(self, request: Request) -> bytes | None:
+        chunks: list[bytes] = []
+        size = 0
+        async with asyncio.timeout(self.body_timeout_s):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > self.max_request_bytes:
+                    return None
+                chunks.append(chunk)
+        return b"".join(chunks)
+
+    async def _not_trusted(
+        self,
+        request: Request,
+        config: HolderConfig,
+        offer: Offer,
+        exc: ProtocolError,
+        results: list[PlatformResult],
+    ) -> Response:
+        """An offer the release policies refused: logged, audited, answered with reasons."""
+        reasons = exc.reasons if isinstance(exc, DatasetsRefused) else failed_checks(results)
+        decision: dict[str, Any] = {
+            "event": "refusal",
+            "client": _client_of(request),
+            "reasons": reasons,
+        }
+        _decisions.info(json.dumps(decision, sort_keys=True))
+        refused = (
+            reasons if isinstance(exc, DatasetsRefused) else whole_refusal(config, exc, reasons)
+        )
+        requester = exc.requester if isinstance(exc, DatasetsRefused) else None
+        request.state.withheld = refused
+        await self._audit(
+            audit_document(
+                client=_client_of(request),
+                requester=requester,
+                challenge=offer.challenge,
+                released=[],
+                refused=refused,
+            )
+        )
+        return _refuse_for(request, exc, reasons)
+
+    async def _released(self, request: Request, offer: Offer, done: Released) -> None:
+        """An answered offer: its session remembered for receipts, logged, audited."""
+        transcript = done.transcript_hash
+        with self.answered_lock:
+            self.answered[transcript.hex()] = _RECEIPTS_PER_SESSION
+            while len(self.answered) > self.live.current.max_outstanding:
+                self.answered.popitem(last=False)
+        decision = {
+            "event": "release",
+            "client": _client_of(request),
+            "transcript_hash": transcript.hex(),
+            "datasets": len(done.released),
+            "released": [name for name, _ in done.released],
+            "trusted_with": done.record.to_dict(),
+        }
+        if done.requester is not None:
+            decision["requester"] = done.requester
+        if done.withheld:
+            decision["withheld"] = done.withheld
+        _decisions.info(json.dumps(decision, sort_keys=True))
+        await self._audit(
+            audit_document(
+                client=_client_of(request),
+                requester=done.requester,
+                challenge=offer.challenge,
+                released=done.released,
+                refused=done.withheld,
+                trusted_with=done.record.to_dict(),
+                transcript_hash=transcript.hex(),
+            )
+        )
+        request.state.outcome = "answered"
+        request.state.withheld = done.withheld
+
+    async def _audit(self, doc: dict[str, Any]) -> None:
         """The decision's audit record in the state (a log line says when it cannot be kept:
         the decision is made and answered either way)."""
-        if state is None:
+        from starlette.concurrency import run_in_threadpool
+
+        if self.state is None:
             return
         try:
-            await run_in_threadpool(state.put_audit, doc)
+            await run_in_threadpool(self.state.put_audit, doc)
         except GpuccError as exc:
             _decisions.warning(
                 json.dumps({"event": "audit-not-kept", "error": one_line(exc)}, sort_keys=True)
             )
 
-    async def audit_whole(request: Request, offer: Offer, rule: str, detail: str) -> None:
+    async def _audit_whole(self, request: Request, offer: Offer, rule: str, detail: str) -> None:
         """A refusal of the whole offer before any dataset was considered."""
         reasons = [{"dataset": "*", "policy": "", "check": rule, "detail": detail}]
-        await audit(
+        await self._audit(
             audit_document(
-                client=client_of(request),
+                client=_client_of(request),
                 requester=None,
                 challenge=offer.challenge,
                 released=[],
@@ -515,30 +593,32 @@ def build_app(config: HolderConfig, live: LiveConfig | None = None) -> Any:
             )
         )
 
-    async def http_error(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, HTTPException)
-        kind = {404: "not-found", 405: "method-not-allowed"}.get(exc.status_code, "refused")
-        request.state.outcome = kind
-        return JSONResponse(
-            {"error": kind, "message": " ".join(str(exc.detail).split())[:200]},
-            status_code=exc.status_code,
-            headers=exc.headers,
-        )
 
-    async def internal_error(request: Request, exc: Exception) -> Response:
-        request.state.outcome = "internal"
-        message = f"internal error ({type(exc).__name__})"
-        return JSONResponse({"error": "internal", "message": message}, status_code=500)
+def _client_of(request: Request) -> str:
+    return request.client.host if request.client else "?"
 
-    return Starlette(
-        routes=[
-            Route("/healthz", healthz, methods=["GET"]),
-            Route("/v1/challenge", challenge, methods=["POST"]),
-            Route("/v1/offer", offer, methods=["POST"]),
-            Route("/v1/receipt", receipt, methods=["POST"]),
-        ],
-        exception_handlers={HTTPException: http_error, Exception: internal_error},
-    )
+
+def _refuse(
+    request: Request,
+    answer: HttpAnswer,
+    message: str,
+    reasons: list[dict[str, str]] | None = None,
+) -> Response:
+    """The refusal ``answer`` with its one-line ``message``; its name is the outcome logged."""
+    from starlette.responses import JSONResponse
+
+    request.state.outcome = answer.error
+    body: dict[str, Any] = {"error": answer.error, "message": message}
+    if reasons:
+        body["reasons"] = reasons
+    return JSONResponse(body, status_code=answer.status)
+
+
+def _refuse_for(
+    request: Request, exc: GpuccError, reasons: list[dict[str, str]] | None = None
+) -> Response:
+    """The refusal the outcome table gives ``exc``."""
+    return _refuse(request, HOLDER_OUTCOMES.http_for(exc), one_line(exc), reasons)
 
 
 def _receipts_left(state: SqliteState | PostgresState, transcript_hash: str) -> int:
