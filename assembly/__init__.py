@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from . import sources
     from .platform import Platform, assemble
     from .result import PlatformEvidence, PlatformResult
-    from .settings import Settings, TimeSource, simulation_policy, utc_now
+    from .settings import Settings, TimeSource, select_policy, simulation_policy, utc_now
     from .sources import EvidenceSource, FileSource, LocalSource, SimulatedSource
     from .verifier import PlatformVerifier
 
@@ -33,7 +33,9 @@ if TYPE_CHECKING:
 #: does) costs only what the command then uses.
 _HOME = {
     **dict.fromkeys(("Platform", "assemble"), "platform"),
-    **dict.fromkeys(("Settings", "TimeSource", "simulation_policy", "utc_now"), "settings"),
+    **dict.fromkeys(
+        ("Settings", "TimeSource", "select_policy", "simulation_policy", "utc_now"), "settings"
+    ),
     **dict.fromkeys(("EvidenceSource", "FileSource", "LocalSource", "SimulatedSource"), "sources"),
     **dict.fromkeys(("PlatformEvidence", "PlatformResult"), "result"),
     "PlatformVerifier": "verifier",
@@ -51,6 +53,7 @@ __all__ = [
     "SimulatedSource",
     "TimeSource",
     "assemble",
+    "select_policy",
     "simulation_policy",
     "sources",
     "utc_now",

@@ -288,9 +288,8 @@ def attest(
     Exit codes: 0 trusted, 1 not trusted, 2 usage, 3 collateral missing,
     4 malformed input, 5 environment (no GPU/NVML, CC off).
     """
-    from gpucc.assembly import PlatformEvidence, PlatformVerifier, Settings
+    from gpucc.assembly import PlatformEvidence, PlatformVerifier, Settings, select_policy
     from gpucc.core.errors import UsageError
-    from gpucc.gpuattest.policy import Policy, load_policy
 
     from .invocation import current
     from .render import verdict_exit_code
@@ -312,7 +311,7 @@ def attest(
         if at is None:
             at, at_origin = cvm_bundle.at, f"the bundled CVM sample's time ({cvm_sample.value})"
     now = parse_time(at)
-    pol: Policy = load_policy(policy) if policy else Policy()
+    sample_pol: Policy | None = None  # NVIDIA's sample is verified under its own policy
     ev: EvidenceSet | None = None
     if (sign_eat is None) != (token_output is None):
         raise UsageError("--sign-eat KEY and -o FILE go together")
@@ -360,8 +359,7 @@ def attest(
         driver_rim = driver_rim or bundled.driver_rim_path
         vbios_rim = vbios_rim or bundled.vbios_rim_path
         nonce = nonce or bundled.nonce.hex()
-        if policy is None:
-            pol = sample_policy()
+        sample_pol = sample_policy()
     elif evidence is not None:
         ev = load_evidence(evidence, cert_chain)
     elif device is Device.NVSWITCH or ppcie:
@@ -381,15 +379,12 @@ def attest(
         nonce = fresh.hex()
     expected = parse_nonce(nonce) if nonce and not cvm_only_ else None
     ev, switches = _devices(ev, switch_evidence, device=device, ppcie=ppcie)
+    pol = select_policy(policy, simulation=simulate is not None, default=sample_pol)
     if ppcie:
         from gpucc.gpuattest.topology import TopologyPolicy
 
         topo = pol.topology
         pol = dataclasses.replace(pol, topology=TopologyPolicy(True, topo.gpus, topo.switches))
-    if simulate is not None and policy is None:
-        from gpucc.assembly import simulation_policy
-
-        pol = dataclasses.replace(simulation_policy(), topology=pol.topology)
     if switches is not None and (verifier is Verifier.REMOTE or sign_eat is not None):
         raise UsageError("NVSwitch evidence is verified locally only: drop --sign-eat/--verifier")
     if verifier is Verifier.REMOTE and ev is not None:

@@ -192,18 +192,12 @@ def platform_verifier(p: dict[str, Any], policy: Path | None) -> PlatformVerifie
     clock at each offer."""
     import os
 
-    from gpucc.assembly import PlatformVerifier, Settings, simulation_policy
+    from gpucc.assembly import PlatformVerifier, Settings, select_policy
     from gpucc.gpuattest.netconfig import NetworkSettings
-    from gpucc.gpuattest.policy import Policy, load_policy
     from gpucc.staging.format import read_secret_file
 
     simulate_roots = p["simulate_roots"]
-    if policy is not None:
-        pol = load_policy(policy)
-    elif simulate_roots is not None:
-        pol = simulation_policy()
-    else:
-        pol = Policy()
+    pol = select_policy(policy, simulation=simulate_roots is not None)
     service_key = os.environ.get("NV_ATTESTATION_SERVICE_KEY")
     if p["service_key_file"] is not None:
         raw = read_secret_file(p["service_key_file"], 4096, what="service key")

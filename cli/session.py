@@ -154,18 +154,11 @@ def _settings(
 ) -> Settings:
     """The options as the platform verifier's settings (the simulation's default policy
     when simulating without a policy file)."""
-    from gpucc.assembly import Settings, simulation_policy
+    from gpucc.assembly import Settings, select_policy
     from gpucc.gpuattest.netconfig import NetworkSettings
-    from gpucc.gpuattest.policy import Policy, load_policy
 
-    if policy is not None:
-        pol = load_policy(policy)
-    elif simulate is not None:
-        pol = simulation_policy()
-    else:
-        pol = Policy()
     return Settings(
-        policy=pol,
+        policy=select_policy(policy, simulation=simulate is not None),
         network=NetworkSettings(bundle=collateral, offline=offline),
         rim_dir=rim_dir,
         simulation=simulate,
