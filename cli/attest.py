@@ -524,7 +524,7 @@ def _attest_remote(
     """NRAS judges; gpucc checks its answer; the same document and exit codes."""
     from gpucc.core.errors import GpuccError, UsageError
 
-    from .attest_remote import remote_document, remote_text, verify_remote
+    from .attest_remote import remote_text, verify_remote
     from .output import emit, out
 
     if expected is None:
@@ -534,7 +534,7 @@ def _attest_remote(
     except GpuccError as exc:
         exc.subject = exc.subject or "remote"  # its remedies are NRAS's, not collateral's
         raise
-    document = remote_document(verdict, ev)
+    document = verdict.attest_document(ev)
     if output is OutputFormat.JSON:
         emit(document)
     else:
@@ -682,13 +682,13 @@ def collect(
     if quote is not None:
         note(f"the CVM's evidence commits to report data {report_data.hex()}")
     if fmt is OutputFormat.JSON:
-        emit(
-            {
-                "schema": "gpucc.evidence/v1",
-                "output": str(output) if output is not None else None,
-                "gpus": len(ev.gpus) - switches if ev is not None else 0,
-                "switches": switches,
-                "nonce": value.hex(),
-                "cvm_report_data": report_data.hex() if quote is not None else None,
-            }
+        from gpucc.assembly.reports import EvidenceWritten
+
+        written = EvidenceWritten(
+            output=output,
+            gpus=len(ev.gpus) - switches if ev is not None else 0,
+            switches=switches,
+            nonce=value,
+            cvm_report_data=report_data if quote is not None else None,
         )
+        emit(written.to_dict())

@@ -32,6 +32,7 @@ def demo(
     every chunk; (5) show that a tampered chunk is caught and named. With --format json
     the steps are one document on stdout and the narration goes to stderr.
     """
+    from gpucc.assembly.reports import DemoRun
     from gpucc.core.errors import NotTrustedError
     from gpucc.gpuattest.collateral import NoOcsp, rim_sources_from_mapping
     from gpucc.gpuattest.policy import parse_policy
@@ -46,10 +47,8 @@ def demo(
     from .output import console
 
     out = console(stderr=fmt is OutputFormat.JSON)
-    steps: list[dict[str, Any]] = []
-
-    def step(name: str, ok: bool, **detail: Any) -> None:
-        steps.append({"step": len(steps) + 1, "name": name, "ok": ok, **detail})
+    run = DemoRun()
+    step = run.step
 
     no_ocsp = parse_policy({"ocsp": {"require": False}}, source="demo")
 
@@ -198,7 +197,7 @@ def demo(
         "[bold green]demo complete: attestation verified, data staged and verified[/bold green]"
     )
     if fmt is OutputFormat.JSON:
-        emit({"schema": "gpucc.demo/v1", "ok": True, "steps": steps})
+        emit(run.to_dict())
 
 
 def _simulated_cvm(now: dt.datetime) -> tuple[Any, Any]:

@@ -144,7 +144,9 @@ def _audit_records(url: str, fmt: OutputFormat, **filters: Any) -> None:
     finally:
         holder_state.close()
     if fmt is OutputFormat.JSON:
-        emit({"schema": "gpucc.holder.audit/v1", "records": [r.to_dict() for r in found]})
+        from gpucc.holder.audit import AuditRecords
+
+        emit(AuditRecords(tuple(found)).to_dict())
         return
     headers = ("TIME", "DECISION", "DATASET", "RULE", "REQUESTER", "CLIENT", "CHALLENGE")
     rows = [
@@ -218,7 +220,7 @@ def prune_cmd(
     finally:
         holder_state.close()
     if fmt is OutputFormat.JSON:
-        emit({"schema": "gpucc.holder.prune/v1", **done.to_dict()})
+        emit(done.to_dict())
         return
     verb = "would delete" if done.dry_run else "deleted"
     out(
@@ -230,32 +232,12 @@ def prune_cmd(
 
 
 def _receipt_files(receipt_dir: Path, fmt: OutputFormat) -> None:
-    from gpucc.core.files import read_capped
-    from gpucc.travel.receipt import MAX_RECEIPT_BYTES, Receipt
+    from gpucc.holder.receipts import KeptReceipts
 
-    found = []
-    for path in sorted(receipt_dir.glob("receipt-*.json")):
-        r = Receipt.from_json(read_capped(path, MAX_RECEIPT_BYTES, what="receipt"))
-        r.verify()
-        found.append((path, r))
+    kept = KeptReceipts.read(receipt_dir)
+    found = kept.receipts
     if fmt is OutputFormat.JSON:
-        emit(
-            {
-                "schema": "gpucc.holder.receipts/v1",
-                "receipts": [
-                    {
-                        "file": str(p),
-                        "holder_id": r.holder_id,
-                        "seq": r.seq,
-                        "entry_hash": r.entry_hash,
-                        "transcript_hash": r.transcript_hash,
-                        "orchestrator_key_id": r.orchestrator_key_id,
-                        "holder_trusted_with": r.trusted_with,
-                    }
-                    for p, r in found
-                ],
-            }
-        )
+        emit(kept.to_dict())
         return
     out(
         *(

@@ -316,12 +316,13 @@ HostKeyOutOption = Annotated[
 def challenge(fmt: FormatOption = OutputFormat.TEXT) -> None:
     """Data holder: print a fresh 32-byte challenge (hex) for one host."""
     from gpucc.keyrelease.protocol import new_challenge
+    from gpucc.keyrelease.reports import ChallengeIssued
 
-    value = new_challenge().hex()
+    issued = ChallengeIssued(new_challenge())
     if fmt is OutputFormat.JSON:
-        emit({"schema": "gpucc.session.challenge/v1", "challenge": value})
+        emit(issued.to_dict())
         return
-    out(value)
+    out(issued.challenge.hex())
 
 
 @session_app.command("offer")
@@ -394,17 +395,18 @@ def offer(
     if requester is not None:
         note(f"signed by requester key sha256:{requester}")
     if fmt is OutputFormat.JSON:
+        from gpucc.keyrelease.reports import OfferWritten
+
         emit(
-            {
-                "schema": "gpucc.session.offer/v1",
-                "offer": str(output),
-                "host_key": str(host_key),
-                "gpus": len(secret.report_digests),
-                "nonce": made.nonce.hex(),
-                "simulated": simulate is not None,
-                "protocol_version": made.version,
-                "requester_key_id": requester,
-            }
+            OfferWritten(
+                offer=output,
+                host_key=host_key,
+                gpus=len(secret.report_digests),
+                nonce=made.nonce,
+                simulated=simulate is not None,
+                protocol_version=made.version,
+                requester_key_id=requester,
+            ).to_dict()
         )
 
 
@@ -514,17 +516,18 @@ def answer(
         f"(transcript {holder.transcript_hash.hex()[:16]}…)"
     )
     if fmt is OutputFormat.JSON:
+        from gpucc.keyrelease.reports import AnswerWritten
+
         emit(
-            {
-                "schema": "gpucc.session.answer/v1",
-                "answer": str(output),
-                "gpus": len(holder.report_digests),
-                "dataset_ids": [g.dataset_id.hex() for g in grants],
-                "transcript_hash": holder.transcript_hash.hex(),
-                "simulated": simulate is not None,
-                "protocol_version": holder.version,
-                "trusted_with": record.to_dict(),
-            }
+            AnswerWritten(
+                answer=output,
+                gpus=len(holder.report_digests),
+                dataset_ids=[g.dataset_id for g in grants],
+                transcript_hash=holder.transcript_hash,
+                simulated=simulate is not None,
+                protocol_version=holder.version,
+                trusted_with=record.to_dict(),
+            ).to_dict()
         )
 
 
@@ -571,13 +574,14 @@ def accept(
         session.dataset_key(wrap.header_digest)
     digests = [w.header_digest.hex() for w in session.wraps]
     if fmt is OutputFormat.JSON:
+        from gpucc.keyrelease.reports import AnswerAccepted
+
         emit(
-            {
-                "schema": "gpucc.session.accept/v1",
-                "answer": str(answer_file),
-                "header_digests": digests,
-                "checked": [str(p) for p in datasets or []],
-            }
+            AnswerAccepted(
+                answer=answer_file,
+                header_digests=[w.header_digest for w in session.wraps],
+                checked=list(datasets or []),
+            ).to_dict()
         )
         return
     out(
@@ -664,14 +668,15 @@ def local(
         f"host key {host_key} (mode 0600)"
     )
     if fmt is OutputFormat.JSON:
+        from gpucc.keyrelease.reports import LocalRelease
+
         emit(
-            {
-                "schema": "gpucc.session.local/v1",
-                "answer": str(output),
-                "host_key": str(host_key),
-                "dataset_ids": [g.dataset_id.hex() for g in grants],
-                "simulated": simulate is not None,
-                "protocol_version": result.answer.version,
-                "trusted_with": record.to_dict(),
-            }
+            LocalRelease(
+                answer=output,
+                host_key=host_key,
+                dataset_ids=[g.dataset_id for g in grants],
+                simulated=simulate is not None,
+                protocol_version=result.answer.version,
+                trusted_with=record.to_dict(),
+            ).to_dict()
         )

@@ -95,16 +95,8 @@ def verify(
         raise MalformedTokenError(f"{result} is larger than {MAX_EAT_BYTES} bytes")
     verified = verify_eat(data, public, nonce=expected, now=now, issuer=issuer)
     trusted = verified.overall_result
-    freshness = "nonce-checked" if expected is not None else "not-checked"
     if as_json:
-        doc = {
-            "schema": "gpucc.token.verify/v1",
-            "valid": True,
-            "trusted": trusted,
-            "freshness": freshness,
-            **verified.to_dict(),
-        }
-        emit(doc)
+        emit(verified.verify_document(nonce_checked=expected is not None))
     else:
         n = len(verified.devices)
         state = "TRUSTED" if trusted else "NOT TRUSTED"

@@ -15,6 +15,7 @@ so the exit status of a more specific family never changes unless its row says s
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from . import errors
 
@@ -33,6 +34,7 @@ __all__ = [
     "TABLE",
     "USAGE",
     "WRONG_KEY",
+    "Failure",
     "FamilyOutcome",
     "HttpAnswer",
     "Outcome",
@@ -124,6 +126,31 @@ TABLE: tuple[Outcome, ...] = (
     INTERRUPTED,
     BROKEN_PIPE,
 )
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A command that failed: its outcome, one line saying why, a hint, and (for a refused
+    release) the reasons; the ``gpucc.error/v1`` document."""
+
+    SCHEMA: ClassVar[str] = "gpucc.error/v1"
+
+    outcome: Outcome
+    message: str
+    hint: str = ""
+    reasons: tuple[dict[str, str], ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        error: dict[str, Any] = {
+            "code": self.outcome.code,
+            "kind": self.outcome.kind,
+            "message": self.message,
+            "hint": self.hint,
+        }
+        if self.reasons:
+            error["reasons"] = list(self.reasons)
+        return {"schema": self.SCHEMA, "error": error}
+
 
 _REFUSED = HttpAnswer(403, "refused")
 

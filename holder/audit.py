@@ -21,12 +21,13 @@ import datetime as dt
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, ClassVar, Literal, Protocol
 
 from gpucc.core.errors import UsageError
 
 __all__ = [
     "AuditRecord",
+    "AuditRecords",
     "AuditSource",
     "DatasetDecision",
     "PRUNE_FLOOR",
@@ -199,6 +200,19 @@ def _record(at: float, doc: dict[str, Any]) -> AuditRecord:
     )
 
 
+@dataclass(frozen=True)
+class AuditRecords:
+    """Audit records found by :func:`query_audit`, oldest first."""
+
+    SCHEMA: ClassVar[str] = "gpucc.holder.audit/v1"
+
+    records: tuple[AuditRecord, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``gpucc.holder.audit/v1`` document (``gpucc holder audit -f json``)."""
+        return {"schema": self.SCHEMA, "records": [r.to_dict() for r in self.records]}
+
+
 def query_audit(
     state: AuditSource,
     *,
@@ -287,8 +301,12 @@ class Pruned:
     receipts: int
     dry_run: bool
 
+    SCHEMA: ClassVar[str] = "gpucc.holder.prune/v1"
+
     def to_dict(self) -> dict[str, Any]:
+        """The ``gpucc.holder.prune/v1`` document (``gpucc holder prune -f json``)."""
         return {
+            "schema": self.SCHEMA,
             "before": self.before.isoformat(timespec="seconds").replace("+00:00", "Z"),
             "audit_records": self.audit,
             "receipts": self.receipts,

@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, ClassVar
 
 from gpucc.core.errors import MalformedInputError
 from gpucc.core.files import (
@@ -126,6 +127,31 @@ class SealResult:
     wrap: WrapRecord | None
     dataset_key: bytes = field(repr=False)
     seconds: float
+
+    #: the schema of :meth:`to_dict`'s document
+    SCHEMA: ClassVar[str] = "gpucc.seal/v1"
+
+    def to_dict(
+        self, src: StrPath, dst: StrPath, *, key_id: bytes, seconds: float | None = None
+    ) -> dict[str, Any]:
+        """The ``gpucc.seal/v1`` document (``gpucc seal -f json``): ``src`` sealed into
+        ``dst`` for the key-file key of id ``key_id``, in ``seconds`` (this result's own
+        time when not given)."""
+        seconds = self.seconds if seconds is None else seconds
+        header = self.header
+        return {
+            "schema": self.SCHEMA,
+            "input": str(src),
+            "output": str(dst),
+            "dataset_id": header.dataset_id.hex(),
+            "bytes": header.plaintext_length,
+            "sealed_bytes": header.file_size,
+            "chunks": header.chunk_count,
+            "chunk_size": header.chunk_size,
+            "key_id": key_id.hex(),
+            "seconds": round(seconds, 6),
+            "gb_per_s": round(header.plaintext_length / seconds / 1e9, 3) if seconds > 0 else None,
+        }
 
 
 def plan_seal(

@@ -34,7 +34,7 @@ import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from gpucc.core.errors import IntegrityError, MalformedInputError, UsageError
 from gpucc.core.files import fsync_dir, refuse_existing, write_all
@@ -140,6 +140,23 @@ class ShardSetResult:
     plaintext_length: int
     chunk_counts: tuple[int, ...]
     dataset_key: bytes = field(repr=False)
+
+    #: the schema of :meth:`to_dict`'s document
+    SCHEMA: ClassVar[str] = "gpucc.seal.shards/v1"
+
+    def to_dict(self, src: StrPath, *, key_id: bytes, seconds: float) -> dict[str, Any]:
+        """The ``gpucc.seal.shards/v1`` document (``gpucc seal --shards N -f json``)."""
+        return {
+            "schema": self.SCHEMA,
+            "input": str(src),
+            "set_id": self.set_id.hex(),
+            "shards": [str(p) for p in self.paths],
+            "chunks": list(self.chunk_counts),
+            "chunk_size": self.chunk_size,
+            "bytes": self.plaintext_length,
+            "key_id": key_id.hex(),
+            "seconds": round(seconds, 6),
+        }
 
 
 def _split(chunks: int, n: int) -> list[tuple[int, int]]:

@@ -34,7 +34,7 @@ import importlib
 from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from cryptography.hazmat.primitives.asymmetric import ec
 
@@ -92,6 +92,28 @@ class TravelResult:
     head: str | None = None
     #: holder id -> SHA-256 of the image policy this CVM was checked against before leaving
     cvm_policies: dict[str, str] = field(default_factory=dict)
+
+    SCHEMA: ClassVar[str] = "gpucc.travel.run/v2"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``gpucc.travel.run/v2`` document (``gpucc travel run -f json``)."""
+        return {
+            "schema": self.SCHEMA,
+            "visits": [
+                {
+                    "holder_id": v.holder_id,
+                    "bytes_staged": v.bytes_staged,
+                    "transcript_hash": v.transcript_hash,
+                    "evidence_digest": v.evidence_digest,
+                    "receipt_kept": v.receipt_kept,
+                    "trusted_with": v.trusted_with,
+                }
+                for v in self.visits
+            ],
+            "model_digest": self.model_digest,
+            "log": None if self.log_path is None else str(self.log_path),
+            "head": self.head,
+        }
 
 
 def load_training_step(spec: str) -> TrainingStep:
