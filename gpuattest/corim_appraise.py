@@ -71,10 +71,13 @@ __all__ = [
     "EvidenceEntry",
     "EvidenceValues",
     "MalformedTocError",
+    "SPDM_BLOCK_LAYER",
+    "TOC_BLOCK",
     "SpdmBlock",
     "appraise",
     "appraise_corim_files",
     "block_evidence",
+    "device_evidence",
     "merge_evidence",
     "tcbinfo_evidence",
     "toc_evidence",
@@ -95,6 +98,25 @@ _HASH_OIDS = {
     bytes.fromhex("608648016503040203"): 8,
 }
 _RAW_BIT = 0x80
+#: DICE TcbInfo's fields (TCG DICE Attestation Architecture): IMPLICIT context tags.
+_TCBINFO_FIELDS = {
+    0x80: "vendor",
+    0x81: "model",
+    0x82: "version",
+    0x83: "svn",
+    0x84: "layer",
+    0x85: "index",
+    0xA6: "fwids",
+    0x87: "flags",
+    0x88: "vendorInfo",
+    0x89: "type",
+    0x8A: "flagsMask",
+    0xAB: "integrityRegisters",
+}
+#: The SPDM measurement block that holds the table of contents, where a device has one.
+TOC_BLOCK = 0xFD
+#: The layer of NVIDIA's CoRIM environments for SPDM measurement blocks (the FSP's CoRIM).
+SPDM_BLOCK_LAYER = 1
 _TOC_LIMITS = CborLimits(max_bytes=64 * 1024, max_depth=16, max_items=512, max_string=4096)
 _MAX_ENTRIES = 4096
 
@@ -306,7 +328,12 @@ def tcbinfo_evidence(leaf: x509.Certificate) -> EvidenceValues:
 
 
 def _tcbinfo(raw: bytes) -> EvidenceValues:
-    fields = {t.tag: t.content for t in der.read_all(der.read_one(raw, der.SEQUENCE))}
+    items = der.read_all(der.read_one(raw, der.SEQUENCE))
+    fields = {t.tag: t.content for t in items}
+    if len(fields) != len(items) or not fields.keys() <= _TCBINFO_FIELDS.keys() or not fields:
+        raise MalformedTocError(
+            "the extension is not a DICE TcbInfo (fields other than [0]..[11], or repeated)"
+        )
     try:
         vendor = fields[0x80].decode("utf-8") if 0x80 in fields else None
         model = fields[0x81].decode("utf-8") if 0x81 in fields else None
@@ -331,6 +358,27 @@ def _tcbinfo(raw: bytes) -> EvidenceValues:
     )
     env = Environment(vendor=vendor, model=model, layer=layer)
     return EvidenceValues((EvidenceEntry(env, None, values, "tcbinfo"),))
+
+
+def device_evidence(
+    blocks: Mapping[int, SpdmBlock], leaf: x509.Certificate, *, digest_alg: int = DIGEST_SHA384
+) -> EvidenceValues:
+    """A device's evidence values: its leaf's TcbInfo, and its table of contents (block
+    0xFD) where it has one, else its measurement blocks keyed by SPDM index.
+
+    Without a table, the blocks' environment is the TcbInfo's vendor and model at
+    :data:`SPDM_BLOCK_LAYER` (as NVIDIA's Blackwell FSP CoRIM names it).
+
+    Raises:
+        MalformedTocError: no TcbInfo, a table that cannot be read or names a missing block.
+    """
+    tcb = tcbinfo_evidence(leaf)
+    toc = blocks.get(TOC_BLOCK)
+    if toc is not None:
+        return merge_evidence(toc_evidence(bytes(toc.value), blocks, digest_alg=digest_alg), tcb)
+    env = tcb.entries[0].environment
+    layer = Environment(vendor=env.vendor, model=env.model, layer=SPDM_BLOCK_LAYER)
+    return merge_evidence(tcb, block_evidence(layer, blocks, digest_alg=digest_alg))
 
 
 # --- appraisal -----------------------------------------------------------------------------

@@ -53,7 +53,7 @@ __all__ = [
 
 COSE_SIGN1_TAG = 18
 ALG_ES384 = -35
-_ALG, _CRIT, _CONTENT_TYPE, _KID, _X5CHAIN, _X5T = 1, 2, 3, 4, 33, 34
+_ALG, _CRIT, _KID, _X5CHAIN, _X5T = 1, 2, 4, 33, 34
 _X5T_HASHES = {-16: hashlib.sha256, -43: hashlib.sha384, -44: hashlib.sha512}
 _UNPROTECTED_ALLOWED = frozenset({_KID, _X5CHAIN})
 _P384 = 48

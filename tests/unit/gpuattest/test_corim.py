@@ -28,6 +28,7 @@ from gpucc.gpuattest.corim_appraise import (
     MalformedTocError,
     appraise_corim_files,
     block_evidence,
+    device_evidence,
     merge_evidence,
     tcbinfo_evidence,
     toc_evidence,
@@ -66,16 +67,42 @@ def rubin_blocks() -> dict[int, Block]:
 
 def rubin_evidence(blocks: dict[int, Block]) -> EvidenceValues:
     leaf = read_pem_chain(DATA / "rubin-gr100-620.54" / "cert-chain.pem")[0]
-    return merge_evidence(toc_evidence(blocks[0xFD].value, blocks), tcbinfo_evidence(leaf))
+    return device_evidence(blocks, leaf)
 
 
 def fsp_evidence(blocks: dict[int, Block] | None = None) -> EvidenceValues:
     base = DATA / "blackwell-gb100-fsp"
     blocks = blocks or read_blocks(read_report_hex(base / "attestation-report.hex"))
+    return device_evidence(blocks, read_pem_chain(base / "cert-chain.pem")[0])
+
+
+def test_device_evidence_takes_the_table_where_there_is_one(
+    rubin_blocks: dict[int, Block],
+) -> None:
+    leaf = read_pem_chain(DATA / "rubin-gr100-620.54" / "cert-chain.pem")[0]
+    by_hand = merge_evidence(
+        toc_evidence(rubin_blocks[0xFD].value, rubin_blocks), tcbinfo_evidence(leaf)
+    )
+    assert rubin_evidence(rubin_blocks) == by_hand
+    assert by_hand.purpose is not None and by_hand.purpose[1] == "CC MPT"
+    assert by_hand.locators[1].endswith("NV_GPU_DRIVER_GR100_620.54")
+    sources = {e.source for e in by_hand.entries}
+    assert "spdm-block-54" in sources and "tcbinfo" in sources and "spdm-toc" in sources
+    fsp = fsp_evidence()
+    base = DATA / "blackwell-gb100-fsp"
     tcb = tcbinfo_evidence(read_pem_chain(base / "cert-chain.pem")[0])
-    env = tcb.entries[0].environment
-    layer1 = Environment(vendor=env.vendor, model=env.model, layer=1)
-    return merge_evidence(tcb, block_evidence(layer1, blocks))
+    layer1 = Environment(vendor="NVIDIA", model="GB100 A01 FSP", layer=1)
+    blocks = read_blocks(read_report_hex(base / "attestation-report.hex"))
+    assert fsp == merge_evidence(tcb, block_evidence(layer1, blocks))
+    assert len(fsp.entries) == 53 and fsp.purpose is None
+
+
+def test_a_hopper_fwid_extension_is_not_a_tcbinfo() -> None:
+    from gpucc.gpuattest.samples import nvidia_h100_sample
+
+    leaf = read_pem_chain(nvidia_h100_sample().cert_chain_path)[0]
+    with pytest.raises(MalformedTocError, match="not a DICE TcbInfo"):
+        tcbinfo_evidence(leaf)
 
 
 def appraise_signed(
