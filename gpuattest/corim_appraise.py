@@ -33,7 +33,7 @@ from __future__ import annotations
 import datetime as dt
 import hmac
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from cbor2 import CBORTag
@@ -65,6 +65,7 @@ from .corim import (
 __all__ = [
     "DIGEST_SHA384",
     "PURPOSE_KEY",
+    "REVOCATION_CHECK",
     "TCBINFO_OIDS",
     "CorimAppraisal",
     "CorimMismatch",
@@ -83,6 +84,8 @@ __all__ = [
     "toc_evidence",
 ]
 
+#: The check :func:`appraise` leaves to the verifier (reported in ``skipped``).
+REVOCATION_CHECK = "corim-signer-revocation"
 #: The measurement key under which a root environment names its purpose.
 PURPOSE_KEY = "purpose"
 #: IANA named-information SHA-384.
@@ -410,6 +413,9 @@ class CorimAppraisal:
         matched: the (environment, key) pairs that matched, as text.
         corims: (id, signer or "unsigned") of each CoRIM used.
         relaxations: the named relaxations the CoRIMs were accepted under.
+        skipped: (check, reason) of each check this appraisal did not make: the
+            revocation status of the signers' chains is the verifier's OCSP step.
+        signer_chains: each signed CoRIM's validated chain (leaf first), for that step.
     """
 
     trusted: bool
@@ -418,6 +424,8 @@ class CorimAppraisal:
     matched: tuple[str, ...]
     corims: tuple[tuple[str, str], ...]
     relaxations: tuple[str, ...]
+    skipped: tuple[tuple[str, str], ...] = ()
+    signer_chains: tuple[tuple[x509.Certificate, ...], ...] = field(default=(), repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready view."""
@@ -436,6 +444,7 @@ class CorimAppraisal:
             "matched": list(self.matched),
             "corims": [{"id": i, "signer": s} for i, s in self.corims],
             "relaxations": list(self.relaxations),
+            "skipped": [{"check": c, "reason": r} for c, r in self.skipped],
         }
 
 
@@ -608,6 +617,17 @@ def appraise(
     if not matched and not problems:
         problems.append(CorimMismatch("device", "-", "reference values", "nothing corroborated"))
     relaxations = tuple(sorted({r for c in corims for r in c.relaxations}))
+    chains = tuple(c.chain for c in corims if c.signed)
+    skipped = (
+        (
+            (
+                REVOCATION_CHECK,
+                "not checked by the appraisal: the verifier's OCSP step checks signer_chains",
+            ),
+        )
+        if chains
+        else ()
+    )
     return CorimAppraisal(
         trusted=not problems,
         purpose=purpose,
@@ -615,6 +635,8 @@ def appraise(
         matched=tuple(matched),
         corims=tuple((c.corim_id, c.signer or "unsigned") for c in corims),
         relaxations=relaxations,
+        skipped=skipped,
+        signer_chains=chains,
     )
 
 

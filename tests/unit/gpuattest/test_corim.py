@@ -133,6 +133,8 @@ def test_rubin_with_its_signed_corims_is_trusted_on_cc_mpt(
     assert result.trusted, [str(m) for m in result.mismatches]
     assert result.purpose == "CC MPT"
     assert result.relaxations == ()
+    assert [c for c, _ in result.skipped] == ["corim-signer-revocation"]
+    assert [len(chain) for chain in result.signer_chains] == [4, 4]
     assert [signer for _, signer in result.corims] == ["gpucc test RIM L4 Signer"] * 2
     # The CC MPT subtree: the GSP's layer 0, 20 driver and 8 VBIOS measurements, the root.
     assert len(result.matched) == 30
@@ -340,6 +342,7 @@ def test_unsigned_corims_under_the_relaxation_show_it(
     assert result.trusted
     assert result.relaxations == (RELAXATION_UNSIGNED,)
     assert result.to_dict()["relaxations"] == [RELAXATION_UNSIGNED]
+    assert result.skipped == () and result.signer_chains == ()
     assert {s for _, s in result.corims} == {"unsigned"}
     mixed = [sign_corim(corim_bytes(RUBIN[0]), pki=pki), corim_bytes(RUBIN[1])]
     result = appraise_corim_files(
