@@ -24,7 +24,7 @@ import enum
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from cryptography.hazmat.primitives.asymmetric import ec
 
@@ -49,6 +49,7 @@ __all__ = [
     "EarSubmodule",
     "Outcome",
     "VerifiedEar",
+    "part_of",
     "sign_ear",
     "verify_ear",
 ]
@@ -121,6 +122,45 @@ class EarSubmodule:
             "ear.gpucc.reasons": list(self.reasons),
             "ear.gpucc.relaxations": list(self.relaxations),
         }
+
+
+class _CheckLike(Protocol):
+    @property
+    def relaxation(self) -> str: ...
+
+
+class _PartLike(Protocol):
+    """A GPU's or the CVM's result (``GpuResult``, ``CvmResult``)."""
+
+    @property
+    def verdict(self) -> str: ...
+
+    @property
+    def claims(self) -> Mapping[str, Any]: ...
+
+    @property
+    def reasons(self) -> tuple[str, ...]: ...
+
+    @property
+    def checks(self) -> Sequence[_CheckLike]: ...
+
+
+def part_of(name: str, result: _PartLike, *, relaxations: Sequence[str] = ()) -> EarSubmodule:
+    """The submodule of one part's result: its verdict, claims and reasons, and the
+    relaxations its checks were accepted under plus ``relaxations`` (e.g. a CoRIM
+    appraisal's ``allow_unsigned_corim``), each named once.
+
+    Raises:
+        ValueError: a verdict that is not one of gpucc's three outcomes.
+    """
+    used = [c.relaxation for c in result.checks if c.relaxation] + list(relaxations)
+    return EarSubmodule(
+        name=name,
+        outcome=Outcome(str(result.verdict)),
+        claims=dict(result.claims),
+        reasons=tuple(result.reasons),
+        relaxations=tuple(dict.fromkeys(used)),
+    )
 
 
 def sign_ear(

@@ -17,6 +17,7 @@ from gpucc.gpuattest.ear import (
     EarStatus,
     EarSubmodule,
     Outcome,
+    part_of,
     sign_ear,
     verify_ear,
 )
@@ -150,3 +151,41 @@ def test_sign_ear_refuses_what_it_cannot_sign(key: ec.EllipticCurvePrivateKey) -
     with pytest.raises(ValueError, match="P-384"):
         p256 = ec.generate_private_key(ec.SECP256R1())
         sign_ear(parts(Outcome.TRUSTED), private_key=p256, nonce=NONCE, now=NOW)
+
+
+def test_part_of_a_gpu_result(key: ec.EllipticCurvePrivateKey) -> None:
+    from gpucc.gpuattest.result import Check, CheckStatus, Decision, GpuResult, Verdict
+
+    checks = (
+        Check("signature", "report signature", CheckStatus.PASS, decision=Decision.ACCEPT),
+        Check(
+            "ocsp",
+            "OCSP",
+            CheckStatus.NOT_CHECKED,
+            reason="offline",
+            decision=Decision.ACCEPT,
+            relaxation="ocsp.require: false",
+        ),
+        Check("measurements", "CoRIM", CheckStatus.NOT_CHECKED, reason="no CoRIM",
+              collateral_missing=True, decision=Decision.UNDECIDED),
+    )  # fmt: skip
+    gpu = GpuResult(
+        index=0,
+        uuid=None,
+        arch="RUBIN",
+        checks=checks,
+        claims={"hwmodel": "GR100 A01 GSP"},
+        measurements=None,
+        report_digest=b"\0" * 32,
+        driver_rim_id="",
+        vbios_rim_id="",
+        verdict=Verdict.UNDECIDED,
+    )
+    part = part_of("GPU-0", gpu, relaxations=[RELAXATION_UNSIGNED, "ocsp.require: false"])
+    assert part.status is EarStatus.NONE and part.outcome is Outcome.UNDECIDED
+    assert part.relaxations == ("ocsp.require: false", RELAXATION_UNSIGNED)
+    assert part.reasons == gpu.reasons and part.reasons
+    token = sign_ear([part], private_key=key, nonce=NONCE, now=NOW)
+    sub = jose_jwt.decode(token, ECKey.import_key(key.public_key()), algorithms=["ES384"])
+    assert sub.claims["submods"]["GPU-0"]["ear.gpucc.claims"] == {"hwmodel": "GR100 A01 GSP"}
+    assert sub.claims["ear.status"] == "none"
