@@ -59,6 +59,7 @@ __all__ = [
     "Svn",
     "Values",
     "environment_of",
+    "looks_like_corim",
     "measurement_key_of",
     "measurements_of",
     "oid_text",
@@ -662,6 +663,14 @@ def _corim_map(
     if not_after is not None and now > not_after:
         raise CorimNotAcceptedError("expired", f"expired on {not_after.isoformat()}")
     return corim_id, tuple(comids), profile, not_before, not_after, skipped
+
+
+def looks_like_corim(data: bytes) -> bool:
+    """Whether a file is a CoRIM by content (for ``--rim-dir``, ``--driver-rim``...): it
+    starts with tag 501 (unsigned) or tag 18 (COSE_Sign1), where an XML RIM starts with
+    text. Only a hint for choosing the reader: :func:`read_corim` decides.
+    """
+    return data[:3] == b"\xd9\x01\xf5" or data[:1] == b"\xd2"
 
 
 def read_corim(

@@ -540,6 +540,17 @@ def test_strict_cbor_bounds() -> None:
     assert decode_strict(bytes(cbor2.dumps({1: [True, None]})), what="x") == {1: (True, None)}
 
 
+def test_corims_are_recognised_by_content(pki: RimPki) -> None:
+    from gpucc.gpuattest.corim import looks_like_corim
+    from gpucc.gpuattest.samples import nvidia_h100_sample
+
+    unsigned = corim_bytes("blackwell_fsp_real")
+    assert looks_like_corim(unsigned)
+    assert looks_like_corim(sign_corim(unsigned, pki=pki))
+    assert not looks_like_corim(nvidia_h100_sample().driver_rim_path.read_bytes())
+    assert not looks_like_corim(b"")
+
+
 def test_read_corim_needs_an_aware_time(pki: RimPki) -> None:
     with pytest.raises(ValueError, match="timezone-aware"):
         read_corim(corim_bytes("blackwell_fsp_real"), anchor=pki.root, now=dt.datetime(2026, 1, 1))
