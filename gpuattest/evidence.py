@@ -232,7 +232,13 @@ def _decode_report(data: bytes) -> bytes:
 
 
 # The chip in the leaf certificate's common name, and the architecture it belongs to.
-_LEAF_CHIPS = (("GB1", "BLACKWELL"), ("GB2", "BLACKWELL"), ("GH1", "HOPPER"), ("LS_10", "LS10"))
+_LEAF_CHIPS = (
+    ("GB1", "BLACKWELL"),
+    ("GB2", "BLACKWELL"),
+    ("GH1", "HOPPER"),
+    ("GR1", "RUBIN"),
+    ("LS_10", "LS10"),
+)
 
 
 def arch_of_chain(chain_pem: bytes) -> str:

@@ -38,6 +38,7 @@ __all__ = [
     "MeasurementStatus",
     "MismatchRecord",
     "compare_measurements",
+    "compare_roles",
     "compare_switch_measurements",
 ]
 
@@ -206,6 +207,16 @@ def compare_measurements(
         results, never exceptions; this function does not raise.
     """
     rims = {"driver": driver, "vbios": vbios}
+    return _compare(rims, runtime, nvdec0_disabled)
+
+
+def compare_roles(
+    rims: Mapping[str, ReferenceManifest | None],
+    runtime: Mapping[int, bytes],
+    nvdec0_disabled: bool | None = None,
+) -> MeasurementResult:
+    """Compare ``runtime`` with the RIMs of a device profile's roles (role name to the
+    RIM, None when it could not be obtained); mismatch records name the role."""
     return _compare(rims, runtime, nvdec0_disabled)
 
 

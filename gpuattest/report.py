@@ -37,6 +37,7 @@ __all__ = [
     "REQUEST_LENGTH",
     "SIGNATURE_LENGTH",
     "Architecture",
+    "EnvelopeReport",
     "AttestationReport",
     "MeasurementBlock",
     "OpaqueData",
@@ -520,3 +521,67 @@ def _opaque(
         version=version,
         unknown_types=unknown,
     )
+
+
+@dataclass(frozen=True)
+class EnvelopeReport:
+    """A device report read by its SPDM layer alone: for responders whose opaque data holds
+    none of the fields a GPU's RIM IDs are derived from (Blackwell's FSP sends none at all).
+
+    Construct only with :meth:`parse`. The signature is *not* verified here.
+    """
+
+    raw: bytes = field(repr=False)
+    nonce: bytes
+    responder_nonce: bytes
+    blocks: Mapping[int, MeasurementBlock] = field(repr=False)
+    opaque: Mapping[int, bytes] = field(repr=False)
+    unknown_types: tuple[int, ...]
+    opaque_data: OpaqueData = field(repr=False)
+
+    @property
+    def signed_bytes(self) -> bytes:
+        """The bytes the signature covers: everything but the last 96."""
+        return self.raw[:-SIGNATURE_LENGTH]
+
+    @property
+    def signature(self) -> bytes:
+        """Raw r||s, 48 + 48 bytes big-endian."""
+        return self.raw[-SIGNATURE_LENGTH:]
+
+    @property
+    def fwid(self) -> bytes | None:
+        """The opaque FWID (type 20) when the report has one."""
+        fwid = self.opaque.get(OpaqueType.FWID)
+        if fwid is not None and len(fwid) != 48:
+            raise MalformedReportError(f"FWID field is {len(fwid)} bytes, expected 48")
+        return fwid
+
+    @property
+    def nvdec0_disabled(self) -> bool | None:
+        """Such reports do not say."""
+        return None
+
+    def runtime_measurements(self) -> dict[int, bytes]:
+        """Block Index (1-based) → measurement value."""
+        return {i: b.value for i, b in self.blocks.items()}
+
+    @classmethod
+    def parse(cls, data: bytes) -> EnvelopeReport:
+        """Parse the SPDM layer (see :class:`SpdmEnvelope`).
+
+        Raises:
+            MalformedReportError: any layout violation.
+        """
+        env = SpdmEnvelope.parse(data)
+        report = cls(
+            raw=env.raw,
+            nonce=env.nonce,
+            responder_nonce=env.responder_nonce,
+            blocks=env.blocks,
+            opaque=env.opaque,
+            unknown_types=env.unknown_types,
+            opaque_data=env.opaque_data,
+        )
+        _ = report.fwid  # its length is checked at parse time, as for every report
+        return report
