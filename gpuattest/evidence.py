@@ -7,6 +7,8 @@ Formats read:
   report, "certificate": base64 PEM chain}``; also the ``{"evidences": [...]}``
   wrapper ``nvattest --format json`` prints. Unknown keys are ignored; gpucc adds
   optional ``uuid``, ``driver_version``, ``vbios_version`` and ``cc_state``.
+* NVIDIA's CMW evidence files (a JSON object with ``"__cmwc_t"``), recognised by
+  content wherever evidence JSON is read (:mod:`gpuattest.cmw`).
 * A raw report (lower-case hex text, as NVIDIA's samples come, or binary) with a
   separate PEM chain file.
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -100,6 +103,9 @@ class GpuEvidence:
     uuid: str | None = None
     driver_version: str | None = None
     vbios_version: str | None = None
+    #: Unsigned hints that came with the evidence (a CMW file's ``hints``): used only to
+    #: choose which reference values to look up, never to decide.
+    hints: Mapping[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -138,6 +144,10 @@ def load_evidence_json(data: bytes) -> EvidenceSet:
     if len(data) > MAX_EVIDENCE_FILE_BYTES:
         raise MalformedEvidenceError(f"evidence is larger than {MAX_EVIDENCE_FILE_BYTES} bytes")
     doc = loads_untrusted(data, what="evidence", error=MalformedEvidenceError)
+    from .cmw import is_cmw, load_cmw
+
+    if is_cmw(doc):
+        return load_cmw(doc)
     source = "file"
     cc: CcState | None = None
     if isinstance(doc, dict) and isinstance(doc.get("evidences"), list):

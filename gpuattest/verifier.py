@@ -572,6 +572,7 @@ def verify_device(
     if profile.gpu_steps:
         _gpu_mode(report, toc, evidence, rec)
     rec.claims[rec.claim("claims-version")] = CLAIMS_VERSION
+    _note_hints(ev, rec)
     manifest = next(iter(rims.values())).manifest if rims else None
     rec.claims["oemid"] = manifest.platform_manufacturer_id if manifest is not None else None
     return DeviceOutcome(
@@ -587,6 +588,18 @@ def verify_device(
         measurements=measurements,
         rims=MappingProxyType(rims),
         verdict=combine_verdicts([_verdict_of(c.decision) for c in decided]),
+    )
+
+
+def _note_hints(ev: GpuEvidence, rec: _Record) -> None:
+    """Unsigned hints (a CMW file's) are shown as such; no check reads them."""
+    if not ev.hints:
+        return
+    claim = "x-nvidia-unsigned-hints"
+    rec.claims[claim] = dict(ev.hints)
+    rec.notes[claim] = (
+        "unsigned hints from the evidence file: they may only choose which reference values "
+        "to look up, never decide anything; no reference value was chosen by them here"
     )
 
 

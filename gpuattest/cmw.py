@@ -1,0 +1,196 @@
+"""NVIDIA's CMW evidence files (the verifier-input profile of a Conceptual Message Wrapper
+collection, RFC 9781's JSON form).
+
+A CMW evidence file is a JSON object whose ``"__cmwc_t"`` names NVIDIA's verifier-input
+profile (``tag:nvidia.com,2026:verifier-input/...``). Its other keys are items: an
+optional top-level ``nonce``, and one evidence item per device (``gpu_0``,
+``switch_0``...), itself a collection (``"__cmwc_t": "tag:nvidia.com,2026:evidence-item/v1"``)
+of ``[media type, base64url value]`` records:
+
+* ``evidence``: ``application/vnd.nvidia.spdm-measurement-transcript`` (the report);
+* ``certificate``: ``application/vnd.nvidia.pem-cert-chain``;
+* ``nonce``: ``application/octet-stream``, 32 bytes;
+* ``hints``: ``application/json``, unsigned hints (``{"fwversion": ...}``).
+
+Hints are not signed: gpucc keeps them only to choose which reference values to look up,
+never to decide anything, and the result says so. The device's architecture is read from
+its leaf certificate's common name, as for a raw report.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
+
+from gpucc.core.errors import MalformedEvidenceError, UnsupportedFormatError
+from gpucc.core.jsonio import loads_untrusted
+
+from .evidence import MAX_GPUS, EvidenceSet, GpuEvidence, arch_of_chain, is_switch_arch
+
+__all__ = [
+    "CMW_PROFILE",
+    "dump_cmw",
+    "is_cmw",
+    "load_cmw",
+]
+
+#: The collection type of NVIDIA's verifier input, and of one device's evidence item.
+CMW_PROFILE = "tag:nvidia.com,2026:verifier-input/profiles/base/pre-1.0.0"
+_PROFILE_PREFIX = "tag:nvidia.com,2026:verifier-input/"
+ITEM_TYPE = "tag:nvidia.com,2026:evidence-item/v1"
+REPORT_MEDIA = "application/vnd.nvidia.spdm-measurement-transcript"
+CHAIN_MEDIA = "application/vnd.nvidia.pem-cert-chain"
+NONCE_MEDIA = "application/octet-stream"
+HINTS_MEDIA = "application/json"
+_MAX_HINTS = 4096
+_RECORDS = {
+    "evidence": REPORT_MEDIA,
+    "certificate": CHAIN_MEDIA,
+    "nonce": NONCE_MEDIA,
+    "hints": HINTS_MEDIA,
+}
+
+
+def is_cmw(doc: Any) -> bool:
+    """True for a JSON value that is a CMW collection (has ``"__cmwc_t"``)."""
+    return isinstance(doc, dict) and "__cmwc_t" in doc
+
+
+def _b64url(text: Any, what: str) -> bytes:
+    if not isinstance(text, str) or not text.isascii():
+        raise MalformedEvidenceError(f"CMW {what}: the value is not base64url text")
+    stripped = text.rstrip("=")
+    if any(c in "+/" for c in stripped):
+        raise MalformedEvidenceError(f"CMW {what}: the value is base64, not base64url")
+    try:
+        return base64.urlsafe_b64decode(stripped + "=" * (-len(stripped) % 4))
+    except (binascii.Error, ValueError):
+        raise MalformedEvidenceError(f"CMW {what}: the value is not valid base64url") from None
+
+
+def _record(item: Mapping[str, Any], key: str, where: str) -> bytes | None:
+    value = item.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, list) or len(value) != 2 or not isinstance(value[0], str):
+        raise MalformedEvidenceError(f"CMW {where}.{key} is not a [media type, value] record")
+    media = value[0].split(";", 1)[0].strip().lower()
+    if media != _RECORDS[key]:
+        raise UnsupportedFormatError(
+            f"CMW {where}.{key} has media type {value[0]!r}; gpucc reads {_RECORDS[key]!r}"
+        )
+    return _b64url(value[1], f"{where}.{key}")
+
+
+def _nonce(raw: bytes | None, where: str) -> bytes | None:
+    if raw is not None and len(raw) != 32:
+        raise MalformedEvidenceError(f"CMW {where}.nonce is {len(raw)} bytes, not 32")
+    return raw
+
+
+def _hints(raw: bytes | None, where: str) -> Mapping[str, str] | None:
+    if raw is None:
+        return None
+    if len(raw) > _MAX_HINTS:
+        raise MalformedEvidenceError(f"CMW {where}.hints is larger than {_MAX_HINTS} bytes")
+    doc = loads_untrusted(raw, what=f"CMW {where}.hints", error=MalformedEvidenceError)
+    if not isinstance(doc, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in doc.items()
+    ):
+        raise MalformedEvidenceError(f"CMW {where}.hints is not an object of strings")
+    return MappingProxyType(dict(doc))
+
+
+def load_cmw(doc: Any) -> EvidenceSet:
+    """The evidence in a parsed CMW collection.
+
+    Raises:
+        UnsupportedFormatError: a collection type or media type gpucc does not read.
+        MalformedEvidenceError: a record that breaks the shape, bad base64url, a nonce
+            that is not 32 bytes, no device item, or an item without a report or chain.
+    """
+    if not is_cmw(doc):
+        raise MalformedEvidenceError("not a CMW collection (no __cmwc_t)")
+    kind = doc["__cmwc_t"]
+    if not isinstance(kind, str) or not kind.startswith(_PROFILE_PREFIX):
+        raise UnsupportedFormatError(
+            f"CMW collection type {kind!r} is not NVIDIA's verifier input ({CMW_PROFILE})"
+        )
+    top_nonce = _nonce(_record(doc, "nonce", "collection"), "collection")
+    devices: list[GpuEvidence] = []
+    for key, item in doc.items():
+        if key in ("__cmwc_t", "nonce"):
+            continue
+        if not isinstance(item, dict) or item.get("__cmwc_t") != ITEM_TYPE:
+            raise UnsupportedFormatError(
+                f"CMW item {key!r} is not an evidence item of type {ITEM_TYPE}"
+            )
+        if len(devices) >= MAX_GPUS:
+            raise MalformedEvidenceError(f"CMW evidence holds more than {MAX_GPUS} items")
+        unknown = sorted(set(item) - set(_RECORDS) - {"__cmwc_t"})
+        if unknown:
+            raise UnsupportedFormatError(
+                f"CMW item {key!r} has records gpucc does not read: {unknown}"
+            )
+        report = _record(item, "evidence", key)
+        chain = _record(item, "certificate", key)
+        if report is None or chain is None:
+            raise MalformedEvidenceError(f"CMW item {key!r} lacks its evidence or certificate")
+        nonce = _nonce(_record(item, "nonce", key), key) or top_nonce
+        if top_nonce is not None and nonce != top_nonce:
+            raise MalformedEvidenceError(
+                f"CMW item {key!r} carries a nonce other than the collection's"
+            )
+        devices.append(
+            GpuEvidence(
+                report=report,
+                cert_chain_pem=chain,
+                arch=arch_of_chain(chain),
+                nonce=nonce,
+                hints=_hints(_record(item, "hints", key), key),
+            )
+        )
+    if not devices:
+        raise MalformedEvidenceError("CMW evidence holds no device item")
+    return EvidenceSet(gpus=tuple(devices), source="file")
+
+
+def load_cmw_bytes(data: bytes) -> EvidenceSet:
+    """:func:`load_cmw` of JSON text.
+
+    Raises:
+        MalformedEvidenceError: not JSON; as :func:`load_cmw`.
+    """
+    return load_cmw(loads_untrusted(data, what="CMW evidence", error=MalformedEvidenceError))
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def dump_cmw(evidence: EvidenceSet) -> bytes:
+    """Serialise evidence as NVIDIA's CMW verifier input (``gpu_N`` or ``switch_N`` items,
+    each with its report, chain and nonce; the collection's nonce when all agree)."""
+    doc: dict[str, Any] = {"__cmwc_t": CMW_PROFILE}
+    nonces = {gpu.nonce for gpu in evidence.gpus}
+    counts = {"gpu": 0, "switch": 0}
+    for gpu in evidence.gpus:
+        prefix = "switch" if is_switch_arch(gpu.arch) else "gpu"
+        item: dict[str, Any] = {
+            "__cmwc_t": ITEM_TYPE,
+            "evidence": [REPORT_MEDIA, _b64(gpu.report)],
+            "certificate": [CHAIN_MEDIA, _b64(gpu.cert_chain_pem)],
+        }
+        if gpu.nonce is not None:
+            item["nonce"] = [NONCE_MEDIA, _b64(gpu.nonce)]
+        doc[f"{prefix}_{counts[prefix]}"] = item
+        counts[prefix] += 1
+    if len(nonces) == 1 and None not in nonces:
+        (nonce,) = nonces
+        assert nonce is not None
+        doc["nonce"] = [NONCE_MEDIA, _b64(nonce)]
+    return (json.dumps(doc, indent=2) + "\n").encode()
