@@ -32,6 +32,7 @@ from gpucc.core.errors import MalformedReportError, UnsupportedFormatError
 
 __all__ = [
     "MAX_REPORT_BYTES",
+    "OPAQUE_INDEX_BASE",
     "OPAQUE_MAJOR_VERSION",
     "SVN_VALUE_TYPE",
     "REQUEST_LENGTH",
@@ -132,6 +133,8 @@ OPAQUE_HEADER_LENGTH = 12
 OPAQUE_MAJOR_VERSION = 2
 #: The versioned layout's value type of a security version number (little-endian).
 SVN_VALUE_TYPE = 0x87
+#: Reference-value indices from 0x1000 name an opaque type (index - 0x1000), not a block.
+OPAQUE_INDEX_BASE = 0x1000
 #: DMTF measurement value types with bit 7 set hold a raw value, not a digest.
 RAW_VALUE_BIT = 0x80
 

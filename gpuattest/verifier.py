@@ -305,7 +305,8 @@ def _describe_mismatch(m: MismatchRecord) -> str:
     policy that names the index."""
     golden = " or ".join(m.golden_values) or "(none)"
     runtime = m.runtime_value if m.runtime_value is not None else "(no block)"
-    return f"index {m.index} ({m.source}): golden {golden}, runtime {runtime}"
+    name = f" {m.name}" if m.name else ""
+    return f"index {m.index}{name} ({m.source}): golden {golden}, runtime {runtime}"
 
 
 def _measurement_check(meas: MeasurementResult, policy: Policy) -> Check:
@@ -382,6 +383,7 @@ def _check_measurements(
             {role: out.manifest for role, out in rims.items()},
             report.runtime_measurements(),
             report.nvdec0_disabled,
+            report.opaque_data,
         )
     check = _measurement_check(meas, policy)
     ran = meas.status is not MeasurementStatus.NOT_RUN

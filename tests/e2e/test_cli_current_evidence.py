@@ -23,7 +23,8 @@ AT = "2026-12-01T00:00:00Z"
 
 def _attest(folder: Path, form: str, nonce: str, *extra: str):  # type: ignore[no-untyped-def]
     evidence, chain = FORMS[form]
-    args = ["attest", "--evidence", folder / evidence, "--nonce", nonce, "--offline"]
+    args: list[str | Path] = ["attest", "--evidence", folder / evidence, "--nonce", nonce]
+    args.append("--offline")
     if chain:
         args += ["--cert-chain", folder / chain]
     return run_cli(*args, "--at", AT, "-f", "json", *extra)
