@@ -41,7 +41,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
 
-from gpucc.core.errors import GpuccError, MalformedEvidenceError
+from gpucc.core.errors import GpuccError, MalformedEvidenceError, MalformedReportError
 
 from ._internal import der
 from ._internal.x509names import common_name
@@ -245,7 +245,7 @@ def _check_versions(
         return
     if not isinstance(report, AttestationReport):
         limits = (policy.min_driver, policy.allowed_drivers, policy.allowed_vbios)
-        pinned = any(limit is not None for limit in limits)
+        pinned = any(limit is not None for limit in limits) or bool(policy.min_svn)
         reason = f"a {profile.name} report carries no driver or VBIOS version"
         if pinned:
             reason += ", so the policy's version limits cannot be met"
@@ -761,6 +761,15 @@ def _version_policy(report: AttestationReport, policy: Policy) -> Check:
         and report.vbios_version.upper() not in policy.allowed_vbios
     ):
         problems.append(f"VBIOS {report.vbios_version} is not in the allowed list")
+    for opaque_type, floor in sorted(policy.min_svn.items()):
+        try:
+            svn = report.opaque_data.svn(opaque_type)
+        except MalformedReportError:
+            svn = None
+        if svn is None:
+            problems.append(f"opaque entry {opaque_type} is not an SVN in the report")
+        elif svn < floor:
+            problems.append(f"opaque entry {opaque_type} SVN {svn} is below {floor}")
     return Check(
         "versions-policy",
         "Versions allowed by policy",

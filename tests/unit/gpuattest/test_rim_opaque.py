@@ -207,3 +207,31 @@ def test_verify_fails_measurements_naming_the_record() -> None:
     assert "index 4133 GSP_SVN (driver): golden svn>=2, runtime 0000" in check.reason
     assert gpu.check("report-signature").status is CheckStatus.FAIL  # the stand-in chain
     assert _verify({37: ("GSP_SVN", 0)}).check("measurements").status is CheckStatus.PASS
+
+
+def test_policy_can_pin_a_minimum_svn() -> None:
+    from gpucc.core.errors import MalformedPolicyError
+    from gpucc.gpuattest.policy import parse_policy
+
+    policy = parse_policy({"versions": {"min_svn": {37: 1}}})
+    assert policy.to_dict()["versions"]["min_svn"] == {"37": 1}
+    assert "min_svn" not in Policy().to_dict()["versions"]  # earlier output unchanged
+    evidence = EvidenceSet(
+        gpus=(GpuEvidence(report_bytes(NVDAOD_H100), SET_A_CHAIN.read_bytes(), "HOPPER"),)
+    )
+    gpu = verify(
+        evidence,
+        expected_nonce=bytes.fromhex(NVDAOD_H100_NONCE),
+        roots=TrustRoots(device_root=TrustRoots.nvidia().device_root, rim_root=PKI.root),
+        now=AT,
+        rims=_Rims(_manifests()),
+        ocsp=NoOcsp("offline"),
+        policy=parse_policy({"versions": {"min_svn": {37: 1, 99: 0}}, "ocsp": {"require": False}}),
+    ).gpus[0]
+    check = gpu.check("versions-policy")
+    assert check.status is CheckStatus.FAIL
+    assert "opaque entry 37 SVN 0 is below 1" in check.reason
+    assert "opaque entry 99 is not an SVN" in check.reason
+    for bad in ({0: 1}, {37: -1}, {"37": 1}, {37: True}):
+        with pytest.raises(MalformedPolicyError, match="min_svn"):
+            parse_policy({"versions": {"min_svn": bad}})
