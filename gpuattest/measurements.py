@@ -84,6 +84,28 @@ class MismatchRecord:
     runtime_size: int | None
     reason: str
     name: str = ""
+    min_svn: int | None = None
+    runtime_svn: int | None = None
+
+    @property
+    def is_opaque(self) -> bool:
+        """True for an opaque-data record (RIM index 0x1000 or more)."""
+        return self.index >= OPAQUE_INDEX_BASE
+
+    def opaque_dict(self) -> dict[str, Any]:
+        """NVIDIA's ``x-nvidia-mismatch-opaque-data-records`` entry: ``id`` (the opaque
+        type), ``name``, ``goldenType``/``goldenValue`` (``MIN_SVN`` and the floor),
+        ``runtimeType``/``runtimeValue`` (``MIN_SVN`` and the SVN, or the raw hex and
+        ``RAW`` when the entry is not an SVN, null when absent)."""
+        svn = self.runtime_svn is not None
+        return {
+            "id": self.index - OPAQUE_INDEX_BASE,
+            "name": self.name,
+            "goldenType": "MIN_SVN",
+            "goldenValue": self.min_svn,
+            "runtimeType": "MIN_SVN" if svn else ("RAW" if self.runtime_value else None),
+            "runtimeValue": self.runtime_svn if svn else self.runtime_value,
+        }
 
     @property
     def spdm_index(self) -> int | None:
@@ -182,9 +204,9 @@ def _check_svn(
     fields = opaque.fields if opaque is not None else {}
     raw = fields.get(entry.opaque_type)
     if raw is None:
-        reason, runtime = "missing", None
+        reason, runtime, svn = "missing", None, None
     elif opaque is None or opaque.value_types.get(entry.opaque_type) != SVN_VALUE_TYPE:
-        reason, runtime = "not-svn", raw
+        reason, runtime, svn = "not-svn", raw, None
     else:
         try:
             svn = opaque.svn(entry.opaque_type)
@@ -202,6 +224,8 @@ def _check_svn(
         runtime_size=len(runtime) if runtime is not None else None,
         reason=reason,
         name=entry.name or f"opaque type {entry.opaque_type}",
+        min_svn=entry.min_svn,
+        runtime_svn=svn if reason == "svn-below-minimum" else None,
     )
 
 

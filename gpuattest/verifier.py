@@ -394,7 +394,11 @@ def _check_measurements(
     claims: dict[str, Any] = {"measres": measres}
     if profile.gpu_steps:
         claims[rec.claim("vbios-index-no-conflict")] = not meas.conflicts if ran else None
-    claims["x-nvidia-mismatch-measurement-records"] = [m.to_dict() for m in meas.mismatches]
+    blocks = [m for m in meas.mismatches if not m.is_opaque]
+    opaque = [m for m in meas.mismatches if m.is_opaque]
+    claims["x-nvidia-mismatch-measurement-records"] = [m.to_dict() for m in blocks]
+    if opaque:  # NVIDIA's claims 4.0 name: present only when an opaque record failed
+        claims["x-nvidia-mismatch-opaque-data-records"] = [m.opaque_dict() for m in opaque]
     rec.add(check, claims)
     _derive_secboot_dbgstat(meas, rec)
     return meas if ran else None

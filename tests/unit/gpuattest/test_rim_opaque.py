@@ -206,6 +206,18 @@ def test_verify_fails_measurements_naming_the_record() -> None:
     assert check.status is CheckStatus.FAIL
     assert "index 4133 GSP_SVN (driver): golden svn>=2, runtime 0000" in check.reason
     assert gpu.check("report-signature").status is CheckStatus.FAIL  # the stand-in chain
+    assert gpu.claims["x-nvidia-mismatch-measurement-records"] == []
+    assert gpu.claims["x-nvidia-mismatch-opaque-data-records"] == [
+        {
+            "id": 37,
+            "name": "GSP_SVN",
+            "goldenType": "MIN_SVN",
+            "goldenValue": 2,
+            "runtimeType": "MIN_SVN",
+            "runtimeValue": 0,
+        }
+    ]
+    assert gpu.claims["measres"] == "fail"
     assert _verify({37: ("GSP_SVN", 0)}).check("measurements").status is CheckStatus.PASS
 
 
