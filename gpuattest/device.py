@@ -48,6 +48,8 @@ __all__ = [
     "RimRef",
     "RimRole",
     "gpu_profile",
+    "leaf_common_name",
+    "profile_for",
 ]
 
 DEVICE_CHAIN_LENGTH = 5  # HopperSettings.MAX_CERT_CHAIN_LENGTH in NVIDIA's verifier
@@ -243,6 +245,29 @@ NVSWITCH = DeviceProfile(
 
 _FSP_LEAF = re.compile(r"^GB1\d\d\b.*\bFSP\b")
 _RUBIN_LEAF = re.compile(r"^GR1\d\d\b")
+
+
+def leaf_common_name(chain_pem: bytes) -> str:
+    """The leaf's common name, read only to pick a profile ("" when the chain does not
+    parse: the chain step then judges it)."""
+    from gpucc.core.errors import GpuccError
+
+    from ._internal.x509names import common_name
+    from .chain import load_pem_chain
+
+    try:
+        certs = load_pem_chain(chain_pem)
+    except GpuccError:
+        return ""
+    return common_name(certs[0]) if certs else ""
+
+
+def profile_for(arch: str, chain_pem: bytes) -> DeviceProfile:
+    """The profile of a device's evidence: NVSwitch for a switch architecture, else the
+    GPU's (:func:`gpu_profile`)."""
+    if arch.strip().upper() in NVSWITCH.architectures:
+        return NVSWITCH
+    return gpu_profile(arch, leaf_common_name(chain_pem))
 
 
 def gpu_profile(arch: str, leaf_common_name: str) -> DeviceProfile:

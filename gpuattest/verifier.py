@@ -41,13 +41,20 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
 
-from gpucc.core.errors import GpuccError, MalformedEvidenceError, MalformedReportError
+from gpucc.core.errors import MalformedEvidenceError, MalformedReportError
 
 from ._internal import der
 from ._internal.x509names import common_name
 from .chain import load_pem_chain
 from .collateral import ChainKind, OcspChecker, RimSource
-from .device import DEVICE_CHAIN, DEVICE_CHAIN_LENGTH, DeviceProfile, DeviceReport, gpu_profile
+from .device import (
+    DEVICE_CHAIN,
+    DEVICE_CHAIN_LENGTH,
+    DeviceProfile,
+    DeviceReport,
+    gpu_profile,
+    leaf_common_name,
+)
 from .evidence import EvidenceSet, GpuEvidence
 from .measurements import (
     MeasurementResult,
@@ -609,19 +616,10 @@ def _note_hints(ev: GpuEvidence, rec: _Record) -> None:
     )
 
 
-def _leaf_common_name(chain_pem: bytes) -> str:
-    """The leaf's common name, read only to pick a profile (the chain step judges it)."""
-    try:
-        certs = load_pem_chain(chain_pem)
-    except GpuccError:
-        return ""
-    return common_name(certs[0]) if certs else ""
-
-
 def _verify_gpu(
     index: int, gpu: GpuEvidence, evidence: EvidenceSet, ctx: VerificationContext
 ) -> GpuResult:
-    profile = gpu_profile(gpu.arch, _leaf_common_name(gpu.cert_chain_pem))
+    profile = gpu_profile(gpu.arch, leaf_common_name(gpu.cert_chain_pem))
     out = verify_device(index, gpu, evidence, ctx, profile)
     ids = out.rim_ids
     return GpuResult(

@@ -212,3 +212,9 @@ def test_fuzz_toc_raises_only_gpucc_errors(cut: int, pos: int, byte: int, tail: 
         parse_toc(bytes(data[:cut]) + tail, TOC_REPORT.blocks)
     except GpuccError:
         pass
+
+
+def test_collateral_bundles_look_up_no_xml_rim_for_corim_only_devices() -> None:
+    from gpucc.gpuattest.bundle import evidence_rim_ids
+
+    assert evidence_rim_ids(_raw(RUBIN_DIR).gpus + _raw(FSP).gpus) == []
