@@ -22,7 +22,7 @@ switches have :data:`NVSWITCH`.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -67,7 +67,7 @@ class DeviceReport(Protocol):
     @property
     def nonce(self) -> bytes: ...
     @property
-    def blocks(self) -> Any: ...
+    def blocks(self) -> Mapping[int, MeasurementBlock]: ...
     @property
     def opaque_data(self) -> OpaqueData: ...
     @property
@@ -165,7 +165,7 @@ class DeviceProfile:
         """A claim name in this kind's vocabulary."""
         return self.claim_prefix + name
 
-    def check_blocks(self, blocks: dict[int, MeasurementBlock] | Any) -> None:
+    def check_blocks(self, blocks: Mapping[int, Any]) -> None:
         """Raise UnsupportedFormatError when the block count differs from the fixed one.
 
         Raises:

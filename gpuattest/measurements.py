@@ -200,31 +200,33 @@ def _check_svn(
 ) -> MismatchRecord | None:
     """An opaque-data entry: the report's opaque value of that type must be present, of
     the SVN value type and at least ``minSvn``."""
-    assert entry.opaque_type is not None and entry.min_svn is not None
+    opaque_type, floor = entry.opaque_type, entry.min_svn
+    if opaque_type is None or floor is None:
+        raise ValueError(f"RIM index {entry.index} is not an opaque-data entry")
     fields = opaque.fields if opaque is not None else {}
-    raw = fields.get(entry.opaque_type)
+    raw = fields.get(opaque_type)
     if raw is None:
         reason, runtime, svn = "missing", None, None
-    elif opaque is None or opaque.value_types.get(entry.opaque_type) != SVN_VALUE_TYPE:
+    elif opaque is None or opaque.value_types.get(opaque_type) != SVN_VALUE_TYPE:
         reason, runtime, svn = "not-svn", raw, None
     else:
         try:
-            svn = opaque.svn(entry.opaque_type)
+            svn = opaque.svn(opaque_type)
         except MalformedReportError:
             svn = None
-        if svn is not None and svn >= entry.min_svn:
+        if svn is not None and svn >= floor:
             return None
         reason, runtime = ("svn-below-minimum" if svn is not None else "not-svn"), raw
     return MismatchRecord(
         index=entry.index,
         source=source,
-        golden_values=(f"svn>={entry.min_svn}",),
+        golden_values=(f"svn>={floor}",),
         golden_size=len(runtime) if runtime is not None else 0,
         runtime_value=runtime.hex() if runtime is not None else None,
         runtime_size=len(runtime) if runtime is not None else None,
         reason=reason,
-        name=entry.name or f"opaque type {entry.opaque_type}",
-        min_svn=entry.min_svn,
+        name=entry.name or f"opaque type {opaque_type}",
+        min_svn=floor,
         runtime_svn=svn if reason == "svn-below-minimum" else None,
     )
 

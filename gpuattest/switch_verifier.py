@@ -38,7 +38,8 @@ __all__ = ["SWITCH_ARCHITECTURES", "is_switch_arch", "verify_switches"]
 
 def _switch_result(out: DeviceOutcome) -> SwitchResult:
     report = out.report
-    assert isinstance(report, SwitchReport)  # the NVSWITCH profile parses SwitchReports
+    if not isinstance(report, SwitchReport):  # the NVSWITCH profile parses SwitchReports
+        raise TypeError(f"a switch outcome holds a {type(report).__name__}")
     return SwitchResult(
         index=out.index,
         arch=out.evidence.arch,
