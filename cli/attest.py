@@ -645,10 +645,9 @@ def collect(
     from gpucc.assembly import sources
     from gpucc.core.errors import UsageError
     from gpucc.core.files import read_capped, refuse_existing, write_atomic
-    from gpucc.gpuattest.cmw import dump_cmw
     from gpucc.gpuattest.cvm.appraise import attest_report_data
     from gpucc.gpuattest.cvm.vtpm_evidence import looks_like_vtpm_evidence, vtpm_qualifying_data
-    from gpucc.gpuattest.evidence import dump_evidence_json
+    from gpucc.gpuattest.evidence import dump_cmw, dump_evidence_json
 
     from .output import emit, note
 

@@ -131,7 +131,7 @@ def _key_file(path: Path) -> dict[str, Any]:
 
 def _cmw(doc: dict[str, Any]) -> dict[str, Any]:
     """NVIDIA's CMW evidence file: its devices, as their leaf certificates name them."""
-    from gpucc.gpuattest.cmw import load_cmw
+    from gpucc.gpuattest.evidence import load_cmw
 
     evidence = load_cmw(doc)
     archs = sorted({gpu.arch for gpu in evidence.gpus})

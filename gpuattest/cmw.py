@@ -13,8 +13,10 @@ of ``[media type, base64url value]`` records:
 * ``hints``: ``application/json``, unsigned hints (``{"fwversion": ...}``).
 
 Hints are not signed: gpucc keeps them only to choose which reference values to look up,
-never to decide anything, and the result says so. The device's architecture is read from
-its leaf certificate's common name, as for a raw report.
+never to decide anything, and the result says so. This module reads and writes the
+container (:class:`CmwItem` values); :func:`gpuattest.evidence.load_cmw` turns the items
+into evidence, reading each device's architecture from its leaf certificate as for a raw
+report.
 """
 
 from __future__ import annotations
@@ -22,21 +24,36 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
 from gpucc.core.errors import MalformedEvidenceError, UnsupportedFormatError
 from gpucc.core.jsonio import loads_untrusted
 
-from .evidence import MAX_GPUS, EvidenceSet, GpuEvidence, arch_of_chain, is_switch_arch
-
 __all__ = [
     "CMW_PROFILE",
-    "dump_cmw",
+    "CmwItem",
     "is_cmw",
-    "load_cmw",
+    "read_cmw",
+    "write_cmw",
 ]
+
+MAX_ITEMS = 64
+
+
+@dataclass(frozen=True)
+class CmwItem:
+    """One device's evidence item: its key in the collection (``gpu_0``), the report, the
+    PEM chain, the nonce (the item's, else the collection's) and the unsigned hints."""
+
+    name: str
+    report: bytes = field(repr=False)
+    chain: bytes = field(repr=False)
+    nonce: bytes | None = None
+    hints: Mapping[str, str] | None = None
+
 
 #: The collection type of NVIDIA's verifier input, and of one device's evidence item.
 CMW_PROFILE = "tag:nvidia.com,2026:verifier-input/profiles/base/pre-1.0.0"
@@ -105,8 +122,8 @@ def _hints(raw: bytes | None, where: str) -> Mapping[str, str] | None:
     return MappingProxyType(dict(doc))
 
 
-def load_cmw(doc: Any) -> EvidenceSet:
-    """The evidence in a parsed CMW collection.
+def read_cmw(doc: Any) -> tuple[CmwItem, ...]:
+    """The device items of a parsed CMW collection, in document order.
 
     Raises:
         UnsupportedFormatError: a collection type or media type gpucc does not read.
@@ -121,7 +138,7 @@ def load_cmw(doc: Any) -> EvidenceSet:
             f"CMW collection type {kind!r} is not NVIDIA's verifier input ({CMW_PROFILE})"
         )
     top_nonce = _nonce(_record(doc, "nonce", "collection"), "collection")
-    devices: list[GpuEvidence] = []
+    items: list[CmwItem] = []
     for key, item in doc.items():
         if key in ("__cmwc_t", "nonce"):
             continue
@@ -129,12 +146,12 @@ def load_cmw(doc: Any) -> EvidenceSet:
             raise UnsupportedFormatError(
                 f"CMW item {key!r} is not an evidence item of type {ITEM_TYPE}"
             )
-        if len(devices) >= MAX_GPUS:
-            raise MalformedEvidenceError(f"CMW evidence holds more than {MAX_GPUS} items")
+        if len(items) >= MAX_ITEMS:
+            raise MalformedEvidenceError(f"CMW evidence holds more than {MAX_ITEMS} items")
         unknown = sorted(set(item) - set(_RECORDS) - {"__cmwc_t"})
         if unknown:
             raise UnsupportedFormatError(
-                f"CMW item {key!r} has records gpucc does not read: {unknown}"
+                f"CMW item {key!r} has records gpucc does not read: {', '.join(unknown)}"
             )
         report = _record(item, "evidence", key)
         chain = _record(item, "certificate", key)
@@ -145,52 +162,43 @@ def load_cmw(doc: Any) -> EvidenceSet:
             raise MalformedEvidenceError(
                 f"CMW item {key!r} carries a nonce other than the collection's"
             )
-        devices.append(
-            GpuEvidence(
-                report=report,
-                cert_chain_pem=chain,
-                arch=arch_of_chain(chain),
-                nonce=nonce,
-                hints=_hints(_record(item, "hints", key), key),
-            )
-        )
-    if not devices:
+        hints = _hints(_record(item, "hints", key), key)
+        items.append(CmwItem(name=key, report=report, chain=chain, nonce=nonce, hints=hints))
+    if not items:
         raise MalformedEvidenceError("CMW evidence holds no device item")
-    return EvidenceSet(gpus=tuple(devices), source="file")
+    return tuple(items)
 
 
-def load_cmw_bytes(data: bytes) -> EvidenceSet:
-    """:func:`load_cmw` of JSON text.
+def read_cmw_bytes(data: bytes) -> tuple[CmwItem, ...]:
+    """:func:`read_cmw` of JSON text.
 
     Raises:
-        MalformedEvidenceError: not JSON; as :func:`load_cmw`.
+        MalformedEvidenceError: not JSON; as :func:`read_cmw`.
     """
-    return load_cmw(loads_untrusted(data, what="CMW evidence", error=MalformedEvidenceError))
+    return read_cmw(loads_untrusted(data, what="CMW evidence", error=MalformedEvidenceError))
 
 
 def _b64(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
 
 
-def dump_cmw(evidence: EvidenceSet) -> bytes:
-    """Serialise evidence as NVIDIA's CMW verifier input (``gpu_N`` or ``switch_N`` items,
-    each with its report, chain and nonce; the collection's nonce when all agree)."""
+def write_cmw(items: Sequence[CmwItem]) -> bytes:
+    """NVIDIA's CMW verifier input for ``items`` (each with its report, chain and nonce;
+    the collection's nonce too when every item has the same one). Hints are not written:
+    gpucc's own evidence has none."""
     doc: dict[str, Any] = {"__cmwc_t": CMW_PROFILE}
-    nonces = {gpu.nonce for gpu in evidence.gpus}
-    counts = {"gpu": 0, "switch": 0}
-    for gpu in evidence.gpus:
-        prefix = "switch" if is_switch_arch(gpu.arch) else "gpu"
-        item: dict[str, Any] = {
+    for item in items:
+        entry: dict[str, Any] = {
             "__cmwc_t": ITEM_TYPE,
-            "evidence": [REPORT_MEDIA, _b64(gpu.report)],
-            "certificate": [CHAIN_MEDIA, _b64(gpu.cert_chain_pem)],
+            "evidence": [REPORT_MEDIA, _b64(item.report)],
+            "certificate": [CHAIN_MEDIA, _b64(item.chain)],
         }
-        if gpu.nonce is not None:
-            item["nonce"] = [NONCE_MEDIA, _b64(gpu.nonce)]
-        doc[f"{prefix}_{counts[prefix]}"] = item
-        counts[prefix] += 1
-    if len(nonces) == 1 and None not in nonces:
+        if item.nonce is not None:
+            entry["nonce"] = [NONCE_MEDIA, _b64(item.nonce)]
+        doc[item.name] = entry
+    nonces = {item.nonce for item in items}
+    if len(nonces) == 1:
         (nonce,) = nonces
-        assert nonce is not None
-        doc["nonce"] = [NONCE_MEDIA, _b64(nonce)]
+        if nonce is not None:
+            doc["nonce"] = [NONCE_MEDIA, _b64(nonce)]
     return (json.dumps(doc, indent=2) + "\n").encode()

@@ -27,6 +27,8 @@ from gpucc.core.errors import MalformedEvidenceError
 from gpucc.core.files import read_capped
 from gpucc.core.jsonio import loads_untrusted
 
+from .cmw import CmwItem, is_cmw, read_cmw, write_cmw
+
 __all__ = [
     "MAX_EVIDENCE_FILE_BYTES",
     "CcState",
@@ -34,7 +36,9 @@ __all__ = [
     "GpuEvidence",
     "NotEvidenceJsonError",
     "arch_of_chain",
+    "dump_cmw",
     "dump_evidence_json",
+    "load_cmw",
     "load_evidence_file",
     "load_evidence_json",
     "load_raw_evidence",
@@ -144,8 +148,6 @@ def load_evidence_json(data: bytes) -> EvidenceSet:
     if len(data) > MAX_EVIDENCE_FILE_BYTES:
         raise MalformedEvidenceError(f"evidence is larger than {MAX_EVIDENCE_FILE_BYTES} bytes")
     doc = loads_untrusted(data, what="evidence", error=MalformedEvidenceError)
-    from .cmw import is_cmw, load_cmw
-
     if is_cmw(doc):
         return load_cmw(doc)
     source = "file"
@@ -199,6 +201,41 @@ def load_evidence_json(data: bytes) -> EvidenceSet:
             )
         )
     return EvidenceSet(gpus=tuple(gpus), source=source, cc=cc)
+
+
+def load_cmw(doc: Any) -> EvidenceSet:
+    """The evidence in a parsed CMW collection (:mod:`gpuattest.cmw`); each device's
+    architecture is read from its leaf certificate, as for a raw report.
+
+    Raises:
+        UnsupportedFormatError, MalformedEvidenceError: see :func:`gpuattest.cmw.read_cmw`.
+    """
+    items = read_cmw(doc)
+    if len(items) > MAX_GPUS:
+        raise MalformedEvidenceError(f"CMW evidence holds more than {MAX_GPUS} items")
+    return EvidenceSet(
+        gpus=tuple(
+            GpuEvidence(
+                report=item.report,
+                cert_chain_pem=item.chain,
+                arch=arch_of_chain(item.chain),
+                nonce=item.nonce,
+                hints=item.hints,
+            )
+            for item in items
+        )
+    )
+
+
+def dump_cmw(evidence: EvidenceSet) -> bytes:
+    """Serialise to NVIDIA's CMW verifier input: ``gpu_N`` and ``switch_N`` items."""
+    counts = {"gpu": 0, "switch": 0}
+    items: list[CmwItem] = []
+    for gpu in evidence.gpus:
+        kind = "switch" if is_switch_arch(gpu.arch) else "gpu"
+        items.append(CmwItem(f"{kind}_{counts[kind]}", gpu.report, gpu.cert_chain_pem, gpu.nonce))
+        counts[kind] += 1
+    return write_cmw(items)
 
 
 def dump_evidence_json(evidence: EvidenceSet) -> bytes:

@@ -11,8 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpucc.core.errors import GpuccError, MalformedEvidenceError, UnsupportedFormatError
-from gpucc.gpuattest.cmw import dump_cmw, load_cmw
-from gpucc.gpuattest.evidence import load_evidence_file, load_evidence_json
+from gpucc.gpuattest.evidence import dump_cmw, load_cmw, load_evidence_file, load_evidence_json
 from tests.support.samples import FSP, FSP_NONCE, RUBIN, RUBIN_NONCE
 
 RUBIN_CMW = (RUBIN / "evidence.cmw.json").read_bytes()
