@@ -104,3 +104,14 @@ def test_h100_620_transcript_reads() -> None:
 
     report = AttestationReport.parse(report_bytes(NVDAOD_H100))
     assert (report.driver_version, report.vbios_version) == ("620.12", "96.00.D9.00.0F")
+
+
+def test_text_output_says_what_the_report_lacks_and_that_hints_are_unsigned() -> None:
+    proc = run_cli(
+        "attest", "--evidence", FSP / "evidence.cmw.json", "--nonce", FSP_NONCE,
+        "--offline", "--at", AT,
+    )  # fmt: skip
+    assert proc.returncode == 3
+    text = proc.stdout + proc.stderr
+    assert "(not in the report)" in text
+    assert "fwversion 01.00.00.00.01 (unsigned: never used to decide)" in text
