@@ -33,6 +33,7 @@ from .options import (
     CacheDirOption,
     CollateralOption,
     DeadlineOption,
+    EvidenceFileFormat,
     FormatOption,
     NoCacheOption,
     NoOcspNonceOption,
@@ -625,9 +626,19 @@ def collect(
             "the system's loader finds it).",
         ),
     ] = None,
+    evidence_format: Annotated[
+        EvidenceFileFormat,
+        typer.Option(
+            "--evidence-format",
+            case_sensitive=False,
+            rich_help_panel="Evidence",
+            help="nvat: nvattest's evidence JSON; cmw: NVIDIA's CMW verifier-input file "
+            "(report, chain and nonce per device). gpucc reads both.",
+        ),
+    ] = EvidenceFileFormat.NVAT,
 ) -> None:
     """Collect evidence from the local GPUs (NVML), or NVSwitches (NSCQ), into an
-    nvattest-format JSON file.
+    nvattest-format JSON file (or a CMW file with --evidence-format cmw).
 
     An existing file is replaced only with --force.
     """
@@ -636,7 +647,7 @@ def collect(
     from gpucc.core.files import read_capped, refuse_existing, write_atomic
     from gpucc.gpuattest.cvm.appraise import attest_report_data
     from gpucc.gpuattest.cvm.vtpm_evidence import looks_like_vtpm_evidence, vtpm_qualifying_data
-    from gpucc.gpuattest.evidence import dump_evidence_json
+    from gpucc.gpuattest.evidence import dump_cmw, dump_evidence_json
 
     from .output import emit, note
 
@@ -670,7 +681,9 @@ def collect(
         found = source.cvm_evidence(report_data) if cvm is not None else None
         quote = found.evidence if found is not None else None
         if output is not None and ev is not None:
-            write_atomic(output, dump_evidence_json(ev), force=force, what="evidence file")
+            data = dump_cmw(ev) if evidence_format is EvidenceFileFormat.CMW else None
+            data = data or dump_evidence_json(ev)
+            write_atomic(output, data, force=force, what="evidence file")
         if cvm is not None and quote is not None:
             write_atomic(cvm, quote, force=force, what="CVM evidence file")
             note(f"wrote the CVM's evidence to {cvm}")

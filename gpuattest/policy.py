@@ -24,6 +24,8 @@ Schema (every key optional; shown with its default)::
       min_driver: null           # e.g. "550.0"
       allowed_drivers: null      # list of exact driver versions
       allowed_vbios: null        # list of exact VBIOS versions (case-insensitive)
+      min_svn: {}                # opaque type: lowest SVN, e.g. {37: 2}; the report's
+                                 # entry must be an SVN (versioned opaque data) and reach it
     cc:
       require_cc_on: true        # NVML evidence only: CC feature must be on
       forbid_devtools: true      # NVML evidence only: DevTools mode must be off
@@ -77,6 +79,7 @@ class Policy:
     min_driver: str | None = None
     allowed_drivers: frozenset[str] | None = None
     allowed_vbios: frozenset[str] | None = None
+    min_svn: Mapping[int, int] = field(default_factory=dict)
     require_cc_on: bool = True
     forbid_devtools: bool = True
     cvm: CvmPolicy = field(default_factory=CvmPolicy)
@@ -104,6 +107,11 @@ class Policy:
                 "allowed_vbios": sorted(self.allowed_vbios)
                 if self.allowed_vbios is not None
                 else None,
+                **(
+                    {"min_svn": {str(k): v for k, v in sorted(self.min_svn.items())}}
+                    if self.min_svn
+                    else {}
+                ),
             },
             "cc": {"require_cc_on": self.require_cc_on, "forbid_devtools": self.forbid_devtools},
             "cvm": self.cvm.to_dict(),
@@ -125,6 +133,7 @@ _SCHEMA: dict[str, dict[str, type | tuple[type, ...]]] = {
         "min_driver": (str, type(None)),
         "allowed_drivers": (list, type(None)),
         "allowed_vbios": (list, type(None)),
+        "min_svn": dict,
     },
     "cc": {"require_cc_on": bool, "forbid_devtools": bool},
     "topology": {"ppcie": bool, "gpus": int, "switches": int},
@@ -199,6 +208,19 @@ def parse_policy(doc: Any, *, source: str = "policy") -> Policy:
             raise MalformedPolicyError(f"topology.{key} must be 1..64")
     drivers = ver.get("allowed_drivers")
     vbios = ver.get("allowed_vbios")
+    min_svn = ver.get("min_svn", {})
+    for key, floor in min_svn.items():
+        if (
+            isinstance(key, bool)
+            or not isinstance(key, int)
+            or not 1 <= key <= 254
+            or isinstance(floor, bool)
+            or not isinstance(floor, int)
+            or not 0 <= floor < 2**64
+        ):
+            raise MalformedPolicyError(
+                "versions.min_svn must map opaque types 1..254 to SVNs 0..2^64-1"
+            )
     return Policy(
         require_nonce=nonce.get("require", True),
         require_ocsp=ocsp.get("require", True),
@@ -214,6 +236,7 @@ def parse_policy(doc: Any, *, source: str = "policy") -> Policy:
         allowed_vbios=frozenset(v.upper() for v in _str_list(vbios, "versions.allowed_vbios"))
         if vbios is not None
         else None,
+        min_svn=dict(min_svn),
         require_cc_on=cc.get("require_cc_on", True),
         forbid_devtools=cc.get("forbid_devtools", True),
         cvm=parse_cvm_policy(doc.get("cvm")),
