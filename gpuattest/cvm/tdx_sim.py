@@ -133,6 +133,7 @@ def _cert(
     ca: bool,
     serial: int,
     extra: bytes | None = None,
+    end: dt.datetime | None = None,
 ) -> x509.Certificate:
     issuer_name, issuer_key = issuer if issuer else (_name(cn), key)
     builder = (
@@ -142,7 +143,7 @@ def _cert(
         .public_key(key.public_key())
         .serial_number(serial)
         .not_valid_before(start)
-        .not_valid_after(start + dt.timedelta(days=3650))
+        .not_valid_after(end if end is not None else start + dt.timedelta(days=3650))
         .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
         .add_extension(
             x509.KeyUsage(
@@ -395,8 +396,12 @@ class SimulatedTdx:
         return TdxCollateral(fields)
 
 
-def simulated_tdx(created: dt.datetime) -> SimulatedTdx:
-    """A fresh simulated platform; its certificates are valid from a year before ``created``."""
+def simulated_tdx(
+    created: dt.datetime, *, pck_valid: tuple[dt.datetime, dt.datetime] | None = None
+) -> SimulatedTdx:
+    """A fresh simulated platform; its certificates are valid from a year before ``created``
+    for ten years, except the PCK certificate where ``pck_valid`` (not before, not after)
+    gives its own window (a platform certified later, or a PCK certificate that expired)."""
     keys = [ec.generate_private_key(ec.SECP256R1()) for _ in range(5)]
     root_key, platform_key, pck_key, tcb_key, attestation_key = keys
     start = created - dt.timedelta(days=365)
@@ -407,10 +412,11 @@ def simulated_tdx(created: dt.datetime) -> SimulatedTdx:
         "Simulated PCK Certificate",
         pck_key,
         (platform.subject, platform_key),
-        start,
+        pck_valid[0] if pck_valid is not None else start,
         ca=False,
         serial=int.from_bytes(hashlib.sha256(_raw_key(pck_key)).digest()[:8], "big"),
         extra=_sgx_extension(hashlib.sha256(_raw_key(pck_key)).digest()[:16]),
+        end=pck_valid[1] if pck_valid is not None else None,
     )
     signer = _cert("Simulated TCB Signing", tcb_key, anchor, start, ca=False, serial=3)
     return SimulatedTdx(
