@@ -591,7 +591,8 @@ def collect(
             dir_okay=False,
             exists=True,
             rich_help_panel="Confidential VM",
-            help="Under an SEV-SNP paravisor: the VCEK (DER or PEM) to put in the evidence.",
+            help="Under an SEV-SNP paravisor: the VCEK (DER or PEM) to put in the evidence "
+            "(not used under a TDX paravisor).",
         ),
     ] = None,
     tpm_tcti: Annotated[
@@ -600,6 +601,16 @@ def collect(
             "--tpm-tcti",
             rich_help_panel="Confidential VM",
             help="The vTPM's TCTI for tpm2-tools (default device:/dev/tpmrm0).",
+        ),
+    ] = None,
+    td_quote_url: Annotated[
+        str | None,
+        typer.Option(
+            "--td-quote-url",
+            envvar="GPUCC_TD_QUOTE_URL",
+            rich_help_panel="Confidential VM",
+            help="Under a TDX paravisor: the endpoint that turns the HCL report's TDREPORT "
+            "into a TD quote (default Azure's, http://169.254.169.254/acc/tdquote).",
         ),
     ] = None,
     tsm_root: Annotated[
@@ -659,7 +670,11 @@ def collect(
             if path is not None:
                 refuse_existing(path, force=force)
         source = sources.open_source(
-            tsm_root=tsm_root, cvm_collateral=vcek, tpm_tcti=tpm_tcti, nscq_library=nscq_library
+            tsm_root=tsm_root,
+            cvm_collateral=vcek,
+            tpm_tcti=tpm_tcti,
+            nscq_library=nscq_library,
+            td_quote_url=td_quote_url,
         )
         if cvm_only:
             ev = None
