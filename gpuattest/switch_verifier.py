@@ -36,7 +36,7 @@ from .chain import load_pem_chain, validate_chain
 from .collateral import OcspChecker, RimSource
 from .evidence import SWITCH_ARCHITECTURES, EvidenceSet, GpuEvidence, is_switch_arch
 from .measurements import compare_switch_measurements
-from .policy import Policy
+from .policy import Policy, device_identity_check
 from .result import (
     CLAIMS_VERSION,
     Check,
@@ -124,6 +124,7 @@ def _verify_switch(index: int, ev: GpuEvidence, ctx: _Context) -> SwitchResult:
             "ueid": str(certs[0].serial_number),
         },
     )
+    rec.add(device_identity_check(str(certs[0].serial_number), ctx.policy, "NVSwitch"))
     _check_device_ocsp(chain, ctx, rec)  # (4)
     _check_switch_fwid(report, certs[0], rec)  # (5)
     ok, why = verify_report_signature(report.signed_bytes, report.signature, certs[0])  # (6)

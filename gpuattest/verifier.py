@@ -53,7 +53,7 @@ from .measurements import (
     MismatchRecord,
     compare_measurements,
 )
-from .policy import Policy, version_tuple
+from .policy import Policy, device_identity_check, version_tuple
 from .report import Architecture, AttestationReport, OpaqueType
 from .result import (
     CLAIMS_VERSION,
@@ -433,6 +433,7 @@ def _verify_gpu(index: int, gpu: GpuEvidence, evidence: EvidenceSet, ctx: _Conte
     arch = _check_architecture(gpu, rec)  # (1)
     report = _parse_report(gpu, rec)  # (2)
     certs, chain = _check_device_chain(index, gpu, ctx, rec)  # (3)
+    rec.add(device_identity_check(str(certs[0].serial_number), ctx.policy, "GPU"))
     _check_device_ocsp(chain, ctx, rec)  # (4)
     _check_fwid(report, certs[0], rec)  # (5)
     _check_report_signature(report, certs[0], rec)  # (6)
