@@ -40,6 +40,8 @@ __all__ = [
 
 #: Where Linux exposes the TDX CC event log (the ACPI CCEL table's log area).
 CCEL_PATH = Path("/sys/firmware/acpi/tables/data/CCEL")
+#: RTMR3's runtime events (:mod:`gpucc.gpuattest.cvm.gpu_event`), sent after the CCEL's.
+RUNTIME_LOG_PATH = Path("/run/gpucc/rtmr3-events")
 
 
 def read_event_log(path: Path) -> bytes | None:
@@ -120,6 +122,7 @@ class LocalSource:
             paravisor it is the VCEK the vTPM evidence carries (required there).
         tsm_root: configfs-tsm's mount point (None: the standard one).
         tpm_tcti: the TPM's TCTI for paravisor collection (None: ``device:/dev/tpmrm0``).
+        runtime_log_path: RTMR3's runtime event records, appended to the CC event log sent.
         td_quote_url: a TDX paravisor's quote endpoint (None: Azure's,
             :data:`~gpucc.gpuattest.cvm.azure_tdquote.AZURE_TD_QUOTE_URL`).
         nscq_library: NVIDIA's NSCQ library for switch evidence (a path or name; None: the
@@ -132,6 +135,7 @@ class LocalSource:
     tpm_tcti: str | None = None
     td_quote_url: str | None = None
     event_log_path: Path = CCEL_PATH
+    runtime_log_path: Path = RUNTIME_LOG_PATH
     nscq_library: str | None = None
     simulated: bool = field(default=False, init=False)
 
@@ -190,6 +194,13 @@ class LocalSource:
             endorsement = endorsement_from_auxblob(report.auxblob, report.outblob)
             return _cvm_collected(report.outblob, endorsement)
         log = read_event_log(self.event_log_path) if report.kind is CvmKind.TDX else None
+        if log is not None and self.runtime_log_path.exists():
+            from gpucc.core.files import read_capped
+            from gpucc.gpuattest.cvm.gpu_event import MAX_RUNTIME_LOG, with_runtime_events
+
+            # RTMR3's runtime events (a recorded GPU verdict) after the firmware's.
+            records = read_capped(self.runtime_log_path, MAX_RUNTIME_LOG, what="runtime log")
+            log = with_runtime_events(log, records)
         return _cvm_collected(report.outblob, self.cvm_collateral, log)
 
     def _vtpm_evidence(self, report_data: bytes) -> CollectedCvmEvidence | None:

@@ -282,6 +282,23 @@ def attest(
         ),
     ] = None,
     cvm_event_log: CvmEventLogOption = None,
+    record_gpus: Annotated[
+        bool,
+        typer.Option(
+            "--record-gpus",
+            rich_help_panel="Confidential VM",
+            help="Inside a TDX guest: when the GPUs are trusted, record them (their leaf "
+            "certificate serials and the evidence's SHA-256) as events in RTMR3 and in the "
+            "TD's runtime event log, so that later quotes commit to them; a policy's "
+            "cvm.events can require it (docs/CVM.md, GPUs bound to this CVM).",
+        ),
+    ] = False,
+    tdx_measurements: Annotated[
+        Path | None, typer.Option("--tdx-measurements", hidden=True, file_okay=False)
+    ] = None,
+    runtime_log: Annotated[
+        Path | None, typer.Option("--runtime-log", hidden=True, dir_okay=False)
+    ] = None,
 ) -> None:
     """Verify GPU attestation evidence (and a confidential VM's) and print a verdict.
 
@@ -433,6 +450,8 @@ def attest(
         if cvm is not None and cvm[1] is None and not exc.subject:
             exc.subject = "cvm"  # the CVM's evidence is judged with the GPUs'
         raise
+    if record_gpus:
+        _record_gpus(result, ev, measurements=tdx_measurements, runtime_log=runtime_log)
     _print(result, output=output, verbose=verbose)
     if cvm is not None and cvm[1] is None and result.cvm is not None and result.cvm.undecided:
         from gpucc.core.errors import OfflineError
@@ -459,6 +478,43 @@ def attest(
 
         note(f"signed result (key {kid}) written to {path}")
     raise typer.Exit(verdict_exit_code(result.verdict))
+
+
+def _record_gpus(
+    result: PlatformResult,
+    ev: EvidenceSet | None,
+    *,
+    measurements: Path | None,
+    runtime_log: Path | None,
+) -> None:
+    """``--record-gpus``: the trusted GPUs' identities and the evidence's digest into RTMR3
+    (:mod:`gpucc.gpuattest.cvm.gpu_event`); nothing is recorded for any other verdict.
+
+    Raises:
+        UsageError: no GPU evidence was verified.
+        EnvironmentProblemError: not a TD that can extend RTMR3, or the log cannot be written.
+    """
+    import hashlib
+
+    from gpucc.assembly.sources import RUNTIME_LOG_PATH
+    from gpucc.core.errors import UsageError
+    from gpucc.gpuattest.cvm.gpu_event import TDX_MEASUREMENTS, record_gpu_verdict
+    from gpucc.gpuattest.evidence import dump_evidence_json
+
+    from .output import note
+
+    if ev is None or result.gpu is None:
+        raise UsageError("--record-gpus records verified GPUs: give GPU evidence")
+    if not result.trusted:
+        note("the GPUs are not trusted: nothing recorded in RTMR3")
+        return
+    devices = [str(g.claims.get("ueid")) for g in result.gpu.gpus]
+    digest = hashlib.sha256(dump_evidence_json(ev)).digest()
+    log = runtime_log or RUNTIME_LOG_PATH
+    record_gpu_verdict(
+        devices, digest, runtime_log=log, measurements=measurements or TDX_MEASUREMENTS
+    )
+    note(f"recorded in RTMR3 and {log}: GPUs {', '.join(devices)}, evidence sha256 {digest.hex()}")
 
 
 def _devices(

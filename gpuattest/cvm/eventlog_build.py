@@ -21,6 +21,7 @@ from .eventlog import ALG_SHA1, ALG_SHA256, ALG_SHA384, ALGORITHMS, EV_NO_ACTION
 
 __all__ = [
     "LogEvent",
+    "spec_id_record",
     "boot_events",
     "build_event_log",
     "build_tpm_log",
@@ -61,6 +62,11 @@ def _spec_id(algorithms: Sequence[int], index: int = 0) -> bytes:
         body += struct.pack("<HH", alg, ALGORITHMS[alg][1])
     body += b"\0"  # no vendor info
     return struct.pack("<II", index, EV_NO_ACTION) + bytes(20) + struct.pack("<I", len(body)) + body
+
+
+def spec_id_record(algorithms: Sequence[int], index: int = 0) -> bytes:
+    """The Spec ID event that starts a log declaring ``algorithms`` (ids, in order)."""
+    return _spec_id(algorithms, index)
 
 
 def build_event_log(
