@@ -45,8 +45,8 @@ RUNTIME_LOG_PATH = Path("/run/gpucc/rtmr3-events")
 
 
 def read_event_log(path: Path) -> bytes | None:
-    """The CC event log at ``path`` up to its end (the zero padding of the region left out),
-    or None when there is none. A log that does not parse is sent whole: the verifier, not
+    """The CC event log at ``path`` up to its end (the region's zero or ``0xFF`` fill left
+    out), or None when there is none. A log that does not parse is sent whole: the verifier, not
     the collector, refuses it.
 
     Raises:
@@ -195,12 +195,16 @@ class LocalSource:
             return _cvm_collected(report.outblob, endorsement)
         log = read_event_log(self.event_log_path) if report.kind is CvmKind.TDX else None
         if log is not None and self.runtime_log_path.exists():
+            from gpucc.core.errors import MalformedEvidenceError
             from gpucc.core.files import read_capped
             from gpucc.gpuattest.cvm.gpu_event import MAX_RUNTIME_LOG, with_runtime_events
 
             # RTMR3's runtime events (a recorded GPU verdict) after the firmware's.
             records = read_capped(self.runtime_log_path, MAX_RUNTIME_LOG, what="runtime log")
-            log = with_runtime_events(log, records)
+            try:
+                log = with_runtime_events(log, records)
+            except MalformedEvidenceError:
+                log += records  # sent as it is: the verifier, not the collector, refuses it
         return _cvm_collected(report.outblob, self.cvm_collateral, log)
 
     def _vtpm_evidence(self, report_data: bytes) -> CollectedCvmEvidence | None:
