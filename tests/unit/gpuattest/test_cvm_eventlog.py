@@ -7,6 +7,7 @@ import base64
 import hashlib
 import json
 import struct
+from pathlib import Path
 
 import pytest
 
@@ -187,3 +188,14 @@ def test_only_a_spec_id_event_at_index_0_or_1_starts_a_log() -> None:
         MalformedEvidenceError, match=r"index 0\); its first record has type 0x3, index 1"
     ):
         parse_event_log(_patched(tpm, 0, struct.pack("<I", 1)), pcrs=True)
+
+
+def test_collection_sends_the_ovmf_log_without_its_fill(tmp_path: Path) -> None:
+    from gpucc.assembly.sources import read_event_log
+
+    ccel = tmp_path / "CCEL"
+    ccel.write_bytes((OVMF / "CCEL_data_ovmf").read_bytes())
+    sent = read_event_log(ccel)
+    assert sent is not None and len(sent) == 2120 and sent[-1] != 0xFF
+    assert parse_event_log(sent).replay() == parse_event_log(ccel.read_bytes()).replay()
+    assert read_event_log(tmp_path / "absent") is None
