@@ -290,9 +290,19 @@ def attest(
             help="Inside a TDX guest: when the GPUs are trusted, record them (their leaf "
             "certificate serials and the evidence's SHA-256) as events in RTMR3 and in the "
             "TD's runtime event log, so that later quotes commit to them; a policy's "
-            "cvm.events can require it (docs/CVM.md, GPUs bound to this CVM).",
+            "cvm.events can require it. Under a paravisor (Azure): extend vTPM PCR 23 with "
+            "the serials, which cvm.pcrs can pin (docs/CVM.md, GPUs bound to this CVM).",
         ),
     ] = False,
+    record_tcti: Annotated[
+        str | None,
+        typer.Option(
+            "--record-tpm-tcti",
+            rich_help_panel="Confidential VM",
+            help="Under a paravisor (Azure): the vTPM's TCTI --record-gpus extends PCR 23 "
+            "through (default device:/dev/tpmrm0).",
+        ),
+    ] = None,
     tdx_measurements: Annotated[
         Path | None, typer.Option("--tdx-measurements", hidden=True, file_okay=False)
     ] = None,
@@ -451,7 +461,9 @@ def attest(
             exc.subject = "cvm"  # the CVM's evidence is judged with the GPUs'
         raise
     if record_gpus:
-        _record_gpus(result, ev, measurements=tdx_measurements, runtime_log=runtime_log)
+        _record_gpus(
+            result, ev, measurements=tdx_measurements, runtime_log=runtime_log, tcti=record_tcti
+        )
     _print(result, output=output, verbose=verbose)
     if cvm is not None and cvm[1] is None and result.cvm is not None and result.cvm.undecided:
         from gpucc.core.errors import OfflineError
@@ -486,6 +498,7 @@ def _record_gpus(
     *,
     measurements: Path | None,
     runtime_log: Path | None,
+    tcti: str | None,
 ) -> None:
     """``--record-gpus``: the trusted GPUs' identities and the evidence's digest into RTMR3
     (:mod:`gpucc.gpuattest.cvm.gpu_event`); nothing is recorded for any other verdict.
@@ -510,10 +523,17 @@ def _record_gpus(
         return
     devices = [str(g.claims.get("ueid")) for g in result.gpu.gpus]
     digest = hashlib.sha256(dump_evidence_json(ev)).digest()
+    registers = measurements or TDX_MEASUREMENTS
+    if not (registers / "rtmr3:sha384").exists():
+        from gpucc.gpuattest.cvm.gpu_event import GPU_PCR, record_gpu_verdict_vtpm
+        from gpucc.gpuattest.cvm.vtpm_collect import DEFAULT_TCTI, paravisor_present
+
+        if paravisor_present(tcti or DEFAULT_TCTI):
+            record_gpu_verdict_vtpm(devices, tcti=tcti or DEFAULT_TCTI)
+            note(f"recorded in vTPM PCR {GPU_PCR}: GPUs {', '.join(devices)}")
+            return
     log = runtime_log or RUNTIME_LOG_PATH
-    record_gpu_verdict(
-        devices, digest, runtime_log=log, measurements=measurements or TDX_MEASUREMENTS
-    )
+    record_gpu_verdict(devices, digest, runtime_log=log, measurements=registers)
     note(f"recorded in RTMR3 and {log}: GPUs {', '.join(devices)}, evidence sha256 {digest.hex()}")
 
 

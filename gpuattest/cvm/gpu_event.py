@@ -19,6 +19,12 @@ the register), and the evidence sends the boot log with the runtime records appe
 Linux (6.16 and later) extends a TDX RTMR when a SHA-384 digest is written to
 ``/sys/devices/virtual/misc/tdx_guest/measurements/rtmr3:sha384`` (the kernel's TSM
 measurement-register ABI, ``Documentation/ABI/testing/sysfs-devices-virtual-misc-tdx_guest``).
+
+Under a paravisor (Azure) the TD's registers are the paravisor's; the guest's measurements
+are its vTPM's PCRs, which the vTPM evidence quotes, and no event log travels with them. There
+:func:`record_gpu_verdict_vtpm` extends PCR :data:`GPU_PCR` once, with the SHA-256 of the
+devices event's data: the PCR's value then depends on the set of devices only, and a policy
+pins it (``cvm.pcrs``, :func:`devices_pcr_value`).
 """
 
 from __future__ import annotations
@@ -38,11 +44,14 @@ __all__ = [
     "EV_ACTION",
     "EV_EVENT_TAG",
     "GPU_EVENT_TAG",
+    "GPU_PCR",
     "MAX_RUNTIME_LOG",
     "TDX_MEASUREMENTS",
+    "devices_pcr_value",
     "devices_pin",
     "gpu_verdict_records",
     "record_gpu_verdict",
+    "record_gpu_verdict_vtpm",
     "with_runtime_events",
 ]
 
@@ -53,6 +62,9 @@ EV_EVENT_TAG = 0x06
 #: The tagged event's ID: ASCII "GPUS", little-endian.
 GPU_EVENT_TAG = int.from_bytes(b"GPUS", "little")
 _RTMR3_INDEX = 4  # CC measurement register index of RTMR3
+#: The vTPM PCR a paravisor CVM records its GPUs in (PCR 23, "application support", which
+#: neither firmware nor Linux extends).
+GPU_PCR = 23
 #: The most runtime records a TD keeps (bytes).
 MAX_RUNTIME_LOG = 1024 * 1024
 
@@ -162,3 +174,28 @@ def record_gpu_verdict(
             f"cannot record the GPU verdict in RTMR3: {exc.strerror or exc}"
         ) from None
     return records
+
+
+def devices_pcr_value(devices: Sequence[str]) -> bytes:
+    """PCR :data:`GPU_PCR` after :func:`record_gpu_verdict_vtpm` of ``devices`` (from zero):
+    the ``cvm.pcrs`` value that requires exactly these GPUs."""
+    return hashlib.sha256(bytes(32) + hashlib.sha256(_devices_data(devices)).digest()).digest()
+
+
+def record_gpu_verdict_vtpm(devices: Sequence[str], *, tcti: str, pcr: int = GPU_PCR) -> bytes:
+    """Extend vTPM PCR ``pcr`` (SHA-256 bank) with the devices event's digest, through
+    ``tpm2_pcrextend``. Returns the digest.
+
+    Raises:
+        ValueError: no devices, or a device that is not a decimal serial.
+        EnvironmentProblemError: tpm2-tools missing, or the TPM refused.
+    """
+    from .vtpm_collect import run_tpm2
+
+    digest = hashlib.sha256(_devices_data(devices)).digest()
+    proc = run_tpm2(tcti, "tpm2_pcrextend", f"{pcr}:sha256={digest.hex()}")
+    if proc.returncode != 0:
+        lines = proc.stderr.decode("utf-8", "replace").strip().splitlines()
+        last = lines[-1][:200] if lines else f"exit status {proc.returncode}"
+        raise EnvironmentProblemError(f"the vTPM could not extend PCR {pcr}: {last}")
+    return digest

@@ -43,6 +43,7 @@ __all__ = [
     "QUOTED_PCRS",
     "collect_vtpm_evidence",
     "paravisor_present",
+    "run_tpm2",
 ]
 
 HCL_NV_INDEX = 0x01400001
@@ -73,6 +74,15 @@ def _run(tcti: str, *argv: str) -> subprocess.CompletedProcess[bytes]:
         )
     except subprocess.TimeoutExpired:
         raise EnvironmentProblemError(f"{argv[0]} did not answer in {_TIMEOUT_S} s") from None
+
+
+def run_tpm2(tcti: str, *argv: str) -> subprocess.CompletedProcess[bytes]:
+    """Run one tpm2-tools program (``argv[0]``) against the TPM behind ``tcti``.
+
+    Raises:
+        EnvironmentProblemError: the program is not installed or did not answer in time.
+    """
+    return _run(tcti, *argv)
 
 
 def _failed(proc: subprocess.CompletedProcess[bytes], what: str) -> EnvironmentProblemError:

@@ -3,7 +3,8 @@ policy pinning the simulated TD's MRTD and a PCR) and a host whose CVM evidence 
 as on Azure: the HCL report from a swtpm provisioned as the paravisor's vTPM, its TDREPORT
 quoted by a loopback stand-in for the paravisor's quote endpoint, the TPM quote over the
 session's binding value, Intel's (simulated) collateral beside it. A TD quote of another TD
-gets no key."""
+gets no key. A holder that pins the GPU recorded in vTPM PCR 23 (`gpucc attest --record-gpus`
+in the VM) releases only once it is recorded."""
 
 from __future__ import annotations
 
@@ -13,11 +14,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from gpucc.assembly.sources import LocalSource
+from gpucc.gpuattest.cvm.gpu_event import GPU_PCR, devices_pcr_value
 from gpucc.gpuattest.cvm.tdx_sim import SIMULATED_MRTD
 from gpucc.gpuattest.cvm.vtpm_simulate import simulated_tdx_hcl_report
+from gpucc.gpuattest.evidence import dump_evidence_json
 from gpucc.gpuattest.simulate import SimulatedGpu
 from gpucc.staging.release import (
     Answer,
@@ -30,10 +34,16 @@ from gpucc.travel.client import HolderClient
 from gpucc.travel.errors import HolderRefusedError
 from tests.e2e.test_travel_e2e import Holder, World, _start, _stop, _wait_healthy
 from tests.support.azure_tdquote import td_quote_service
+from tests.support.cli import run_cli
 from tests.support.swtpm import Vtpm, azure_vtpm, needs_swtpm
 
 pytestmark = [needs_swtpm, pytest.mark.slow]
 PCR7 = hashlib.sha256(b"secure boot policy").digest()
+
+
+def _ueid(gpu: SimulatedGpu) -> str:
+    chain = gpu.evidence(bytes(32)).gpus[0].cert_chain_pem
+    return str(x509.load_pem_x509_certificates(chain)[0].serial_number)
 
 
 @pytest.fixture(scope="module")
@@ -49,8 +59,13 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         f"  pcrs:\n    '7': '{pcr7}'\n"
     )
     w.holders["azure"] = _start(w, "azure", [4096], "--policy", str(policy))
+    bound = tmp / "azure-tdx-gpus.yaml"  # and the GPU recorded in PCR 23
+    pcr23 = devices_pcr_value([_ueid(w.gpu)]).hex()
+    bound.write_text(policy.read_text() + f"    '{GPU_PCR}': '{pcr23}'\n")
+    w.holders["gpus"] = _start(w, "gpus", [4096], "--policy", str(bound))
     try:
-        _wait_healthy(w.holders["azure"])
+        for holder in w.holders.values():
+            _wait_healthy(holder)
         yield w
     finally:
         for holder in w.holders.values():
@@ -115,3 +130,24 @@ def test_a_quote_of_another_td_gets_no_key(world: World, vm: Vtpm, tmp_path: Pat
     with td_quote_service(other_td) as paravisor:
         with pytest.raises(HolderRefusedError, match="TDREPORT states another MRTD"):
             _release(holder, world, _source(vm, world, tmp_path, paravisor.url))
+
+
+def test_the_gpu_recorded_in_pcr23_is_required(world: World, vm: Vtpm, tmp_path: Path) -> None:
+    holder = world.holders["gpus"]
+    with td_quote_service(world.tdx.quote_td_report) as paravisor:
+        source = _source(vm, world, tmp_path, paravisor.url)
+        with pytest.raises(
+            HolderRefusedError, match=f"PCRs: differs from the policy: PCR{GPU_PCR}"
+        ):
+            _release(holder, world, source)
+        nonce = bytes(range(32))
+        evidence = tmp_path / "gpu.json"
+        evidence.write_bytes(dump_evidence_json(world.gpu.evidence(nonce)))
+        proc = run_cli(
+            "attest", "--evidence", evidence, "--nonce", nonce.hex(), "--simulate", world.roots,
+            "--offline", "--record-gpus", "--record-tpm-tcti", vm.tcti,
+            "--tdx-measurements", tmp_path / "no-rtmrs",
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        assert f"recorded in vTPM PCR {GPU_PCR}: GPUs {_ueid(world.gpu)}" in proc.stderr
+        assert _release(holder, world, source) == holder.dataset_keys

@@ -12,6 +12,7 @@ import pytest
 from gpucc.core.errors import EnvironmentProblemError, MalformedEvidenceError
 from gpucc.gpuattest.cvm.eventlog import parse_event_log
 from gpucc.gpuattest.cvm.gpu_event import (
+    devices_pcr_value,
     devices_pin,
     gpu_verdict_records,
     record_gpu_verdict,
@@ -82,3 +83,14 @@ def test_recording_logs_first_then_extends_and_fails_closed(tmp_path: Path) -> N
     with pytest.raises(EnvironmentProblemError, match="cannot record the GPU verdict"):
         record_gpu_verdict(["7"], EVIDENCE, runtime_log=unwritable, measurements=measurements)
     assert register.read_bytes() == b""  # nothing extended without its log
+
+
+def test_the_pcr_value_is_one_extension_with_the_devices_data() -> None:
+    records = gpu_verdict_records(["12", "7"], EVIDENCE)
+    log = parse_event_log(with_runtime_events(TD_SHIM, records))
+    data = log.events[-2].data  # the devices event, whose SHA-256 the PCR is extended with
+    assert (
+        devices_pcr_value(["7", "12"])
+        == hashlib.sha256(bytes(32) + hashlib.sha256(data).digest()).digest()
+    )
+    assert devices_pcr_value(["7"]) != devices_pcr_value(["7", "12"])
