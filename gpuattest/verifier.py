@@ -62,7 +62,7 @@ from .measurements import (
     MismatchRecord,
     compare_roles,
 )
-from .policy import Policy, version_tuple
+from .policy import Policy, device_identity_check, version_tuple
 from .report import Architecture, AttestationReport, OpaqueType
 from .result import (
     CLAIMS_VERSION,
@@ -570,6 +570,7 @@ def verify_device(
     report = _parse_report(ev, profile, rec)  # (2)
     toc = _read_toc(report, profile)
     certs, chain = _check_device_chain(index, ev, profile, ctx, rec)  # (3)
+    rec.add(device_identity_check(str(certs[0].serial_number), ctx.policy, profile.noun))
     _check_device_ocsp(chain, ctx, rec)  # (4)
     _check_fwid(report, certs[0], profile, rec)  # (5)
     _check_report_signature(report, certs[0], rec)  # (6)

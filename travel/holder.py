@@ -41,8 +41,14 @@ from gpucc.core.errors import (
 )
 from gpucc.core.files import write_atomic
 from gpucc.staging.errors import ProtocolError
-from gpucc.staging.release import CHALLENGE_SIZE, DatasetKey, Offer
-from gpucc.staging.replay import ChallengeReplayError, MemoryReplayStore, ReplayStore
+from gpucc.staging.release import CHALLENGE_SIZE, DatasetKey, Offer, session_nonce
+from gpucc.staging.replay import (
+    ChallengeReplayError,
+    DeviceReportReplayError,
+    MemoryReplayStore,
+    ReplayStore,
+    claim_device_reports,
+)
 from gpucc.staging.statedb import (
     HOUSEKEEPING_MARGIN_S,
     PostgresState,
@@ -58,6 +64,7 @@ from .decide import (
     answer_offer,
     failed_checks,
     one_line,
+    released_devices,
     whole_refusal,
 )
 from .housekeeping import Housekeeper
@@ -179,6 +186,15 @@ class ChallengeStore:
             raise ChallengeRefused("the challenge was already used (replay)") from None
         if not fresh:
             raise ChallengeRefused("the challenge expired")
+
+    def claim_devices(self, devices: list[str], nonce: bytes) -> None:
+        """Record the devices' reports over ``nonce`` as accepted, in the store that
+        records answered challenges (shared when the state is).
+
+        Raises:
+            DeviceReportReplayError: one was accepted before (or is repeated), named.
+        """
+        claim_device_reports(self._replay, devices, nonce)
 
     def _expire(self) -> None:
         now = self._clock()
@@ -417,6 +433,14 @@ def build_app(config: HolderConfig, live: LiveConfig | None = None) -> Any:
         except GpuccError as exc:
             await audit_whole(request, parsed, "offer", one_line(exc))
             return refuse(request, 403, "refused", one_line(exc))
+        try:  # a device's report over this nonce is accepted once, whatever the policies
+            nonce = session_nonce(parsed.challenge, parsed.host_public_key)
+            await run_in_threadpool(store.claim_devices, released_devices(results), nonce)
+        except DeviceReportReplayError as exc:
+            await audit_whole(request, parsed, "device report", str(exc))
+            return refuse(request, 409, "replayed", str(exc))
+        except StateUnavailableError as exc:
+            return refuse(request, 503, "state-unavailable", one_line(exc))
         transcript = done.transcript_hash
         with answered_lock:
             answered[transcript.hex()] = _RECEIPTS_PER_SESSION
