@@ -7,6 +7,7 @@ describes it in a :class:`FileDescription`; nothing is verified here.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -134,6 +135,30 @@ def _key_file(path: Path) -> dict[str, Any]:
     }
 
 
+def _cmw(doc: dict[str, Any]) -> dict[str, Any]:
+    """NVIDIA's CMW evidence file: its devices, as their leaf certificates name them."""
+    from gpucc.gpuattest.evidence import load_cmw
+
+    evidence = load_cmw(doc)
+    archs = sorted({gpu.arch for gpu in evidence.gpus})
+    nonces = sorted({gpu.nonce.hex() for gpu in evidence.gpus if gpu.nonce is not None})
+    hints = [dict(gpu.hints) for gpu in evidence.gpus if gpu.hints]
+    details: dict[str, Any] = {
+        "devices": len(evidence.gpus),
+        "arch": ", ".join(archs),
+        "nonce": ", ".join(nonces) or "none",
+        "format": "cmw",
+    }
+    if hints:
+        details["unsigned_hints"] = json.dumps(hints)
+    return {
+        "kind": "evidence",
+        "summary": f"CMW evidence from {len(evidence.gpus)} device(s) ({', '.join(archs)}), "
+        "not verified",
+        "details": details,
+    }
+
+
 def _json(path: Path) -> dict[str, Any]:
     from gpucc.core.errors import MalformedInputError
     from gpucc.core.files import read_capped
@@ -156,6 +181,8 @@ def _json(path: Path) -> dict[str, Any]:
         }
     if not isinstance(doc, dict):
         raise MalformedInputError(f"{path} is JSON, but not a file gpucc knows")
+    if "__cmwc_t" in doc:
+        return _cmw(doc)
     if doc.get("format") == "gpucc-collateral":
         rims = _mapping(doc.get("rims"))
         ocsp = _mapping(doc.get("ocsp"))

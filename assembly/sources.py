@@ -40,11 +40,13 @@ __all__ = [
 
 #: Where Linux exposes the TDX CC event log (the ACPI CCEL table's log area).
 CCEL_PATH = Path("/sys/firmware/acpi/tables/data/CCEL")
+#: RTMR3's runtime events (:mod:`gpucc.gpuattest.cvm.gpu_event`), sent after the CCEL's.
+RUNTIME_LOG_PATH = Path("/run/gpucc/rtmr3-events")
 
 
 def read_event_log(path: Path) -> bytes | None:
-    """The CC event log at ``path`` up to its end (the zero padding of the region left out),
-    or None when there is none. A log that does not parse is sent whole: the verifier, not
+    """The CC event log at ``path`` up to its end (the region's zero or ``0xFF`` fill left
+    out), or None when there is none. A log that does not parse is sent whole: the verifier, not
     the collector, refuses it.
 
     Raises:
@@ -120,6 +122,9 @@ class LocalSource:
             paravisor it is the VCEK the vTPM evidence carries (required there).
         tsm_root: configfs-tsm's mount point (None: the standard one).
         tpm_tcti: the TPM's TCTI for paravisor collection (None: ``device:/dev/tpmrm0``).
+        runtime_log_path: RTMR3's runtime event records, appended to the CC event log sent.
+        td_quote_url: a TDX paravisor's quote endpoint (None: Azure's,
+            :data:`~gpucc.gpuattest.cvm.azure_tdquote.AZURE_TD_QUOTE_URL`).
         nscq_library: NVIDIA's NSCQ library for switch evidence (a path or name; None: the
             system's ``libnvidia-nscq``).
     """
@@ -128,7 +133,9 @@ class LocalSource:
     cvm_collateral: bytes | None = field(default=None, repr=False)
     tsm_root: Path | None = None
     tpm_tcti: str | None = None
+    td_quote_url: str | None = None
     event_log_path: Path = CCEL_PATH
+    runtime_log_path: Path = RUNTIME_LOG_PATH
     nscq_library: str | None = None
     simulated: bool = field(default=False, init=False)
 
@@ -187,24 +194,42 @@ class LocalSource:
             endorsement = endorsement_from_auxblob(report.auxblob, report.outblob)
             return _cvm_collected(report.outblob, endorsement)
         log = read_event_log(self.event_log_path) if report.kind is CvmKind.TDX else None
+        if log is not None and self.runtime_log_path.exists():
+            from gpucc.core.errors import MalformedEvidenceError
+            from gpucc.core.files import read_capped
+            from gpucc.gpuattest.cvm.gpu_event import MAX_RUNTIME_LOG, with_runtime_events
+
+            # RTMR3's runtime events (a recorded GPU verdict) after the firmware's.
+            records = read_capped(self.runtime_log_path, MAX_RUNTIME_LOG, what="runtime log")
+            try:
+                log = with_runtime_events(log, records)
+            except MalformedEvidenceError:
+                log += records  # sent as it is: the verifier, not the collector, refuses it
         return _cvm_collected(report.outblob, self.cvm_collateral, log)
 
     def _vtpm_evidence(self, report_data: bytes) -> CollectedCvmEvidence | None:
         """The vTPM evidence when a paravisor's vTPM is there, else None."""
+        from gpucc.gpuattest.cvm.azure_tdquote import AZURE_TD_QUOTE_URL
         from gpucc.gpuattest.cvm.vtpm_collect import (
             DEFAULT_TCTI,
             collect_vtpm_evidence,
             paravisor_present,
         )
-        from gpucc.gpuattest.cvm.vtpm_evidence import vtpm_qualifying_data
+        from gpucc.gpuattest.cvm.vtpm_evidence import parse_vtpm_evidence, vtpm_qualifying_data
 
         tcti = self.tpm_tcti or DEFAULT_TCTI
         if not paravisor_present(tcti):
             return None
         evidence = collect_vtpm_evidence(
-            vtpm_qualifying_data(report_data), tcti=tcti, vcek=self.cvm_collateral
+            vtpm_qualifying_data(report_data),
+            tcti=tcti,
+            vcek=self.cvm_collateral,
+            td_quote_url=self.td_quote_url or AZURE_TD_QUOTE_URL,
         )
-        # The VCEK travels inside the evidence document; nothing else to send.
+        if parse_vtpm_evidence(evidence).td_quote is not None:
+            # TDX: the TD quote is in the document; Intel's collateral, if given, beside it.
+            return _cvm_collected(evidence, self.cvm_collateral)
+        # SEV-SNP: the VCEK travels inside the evidence document; nothing else to send.
         return _cvm_collected(evidence)
 
 
@@ -313,10 +338,11 @@ def open_source(
     tsm_root: Path | None = None,
     tpm_tcti: str | None = None,
     nscq_library: str | None = None,
+    td_quote_url: str | None = None,
 ) -> EvidenceSource:
     """The evidence source a front end produces evidence from: a simulation writing its
     roots to ``simulation``, or this machine (NVML, and configfs-tsm or a paravisor's vTPM
-    through ``tpm_tcti``).
+    through ``tpm_tcti``, a TDX paravisor's quote endpoint at ``td_quote_url``).
 
     Every front end that collects evidence opens its source here, once.
     """
@@ -327,6 +353,7 @@ def open_source(
         cvm_collateral=cvm_collateral,
         tsm_root=tsm_root,
         tpm_tcti=tpm_tcti,
+        td_quote_url=td_quote_url,
         nscq_library=nscq_library,
     )
 

@@ -33,6 +33,7 @@ from .options import (
     CacheDirOption,
     CollateralOption,
     DeadlineOption,
+    EvidenceFileFormat,
     FormatOption,
     NoCacheOption,
     NoOcspNonceOption,
@@ -282,6 +283,33 @@ def attest(
         ),
     ] = None,
     cvm_event_log: CvmEventLogOption = None,
+    record_gpus: Annotated[
+        bool,
+        typer.Option(
+            "--record-gpus",
+            rich_help_panel="Confidential VM",
+            help="Inside a TDX guest: when the GPUs are trusted, record them (their leaf "
+            "certificate serials and the evidence's SHA-256) as events in RTMR3 and in the "
+            "TD's runtime event log, so that later quotes commit to them; a policy's "
+            "cvm.events can require it. Under a paravisor (Azure): extend vTPM PCR 23 with "
+            "the serials, which cvm.pcrs can pin (docs/CVM.md, GPUs bound to this CVM).",
+        ),
+    ] = False,
+    record_tcti: Annotated[
+        str | None,
+        typer.Option(
+            "--record-tpm-tcti",
+            rich_help_panel="Confidential VM",
+            help="Under a paravisor (Azure): the vTPM's TCTI --record-gpus extends PCR 23 "
+            "through (default device:/dev/tpmrm0).",
+        ),
+    ] = None,
+    tdx_measurements: Annotated[
+        Path | None, typer.Option("--tdx-measurements", hidden=True, file_okay=False)
+    ] = None,
+    runtime_log: Annotated[
+        Path | None, typer.Option("--runtime-log", hidden=True, dir_okay=False)
+    ] = None,
 ) -> None:
     """Verify GPU attestation evidence (and a confidential VM's) and print a verdict.
 
@@ -428,6 +456,10 @@ def attest(
         if cvm is not None and cvm[1] is None and not exc.subject:
             exc.subject = "cvm"  # the CVM's evidence is judged with the GPUs'
         raise
+    if record_gpus:
+        _record_gpus(
+            result, ev, measurements=tdx_measurements, runtime_log=runtime_log, tcti=record_tcti
+        )
     _print(result, output=output, verbose=verbose)
     if cvm is not None and cvm[1] is None and result.cvm is not None and result.cvm.undecided:
         from gpucc.core.errors import OfflineError
@@ -454,6 +486,51 @@ def attest(
 
         note(f"signed result (key {kid}) written to {path}")
     raise typer.Exit(verdict_exit_code(result.verdict))
+
+
+def _record_gpus(
+    result: PlatformResult,
+    ev: EvidenceSet | None,
+    *,
+    measurements: Path | None,
+    runtime_log: Path | None,
+    tcti: str | None,
+) -> None:
+    """``--record-gpus``: the trusted GPUs' identities and the evidence's digest into RTMR3
+    (:mod:`gpucc.gpuattest.cvm.gpu_event`); nothing is recorded for any other verdict.
+
+    Raises:
+        UsageError: no GPU evidence was verified.
+        EnvironmentProblemError: not a TD that can extend RTMR3, or the log cannot be written.
+    """
+    import hashlib
+
+    from gpucc.assembly.sources import RUNTIME_LOG_PATH
+    from gpucc.core.errors import UsageError
+    from gpucc.gpuattest.cvm.gpu_event import TDX_MEASUREMENTS, record_gpu_verdict
+    from gpucc.gpuattest.evidence import dump_evidence_json
+
+    from .output import note
+
+    if ev is None or result.gpu is None:
+        raise UsageError("--record-gpus records verified GPUs: give GPU evidence")
+    if not result.trusted:
+        note("the GPUs are not trusted: nothing recorded in RTMR3")
+        return
+    devices = [str(g.claims.get("ueid")) for g in result.gpu.gpus]
+    digest = hashlib.sha256(dump_evidence_json(ev)).digest()
+    registers = measurements or TDX_MEASUREMENTS
+    if not (registers / "rtmr3:sha384").exists():
+        from gpucc.gpuattest.cvm.gpu_event import GPU_PCR, record_gpu_verdict_vtpm
+        from gpucc.gpuattest.cvm.vtpm_collect import DEFAULT_TCTI, paravisor_present
+
+        if paravisor_present(tcti or DEFAULT_TCTI):
+            record_gpu_verdict_vtpm(devices, tcti=tcti or DEFAULT_TCTI)
+            note(f"recorded in vTPM PCR {GPU_PCR}: GPUs {', '.join(devices)}")
+            return
+    log = runtime_log or RUNTIME_LOG_PATH
+    record_gpu_verdict(devices, digest, runtime_log=log, measurements=registers)
+    note(f"recorded in RTMR3 and {log}: GPUs {', '.join(devices)}, evidence sha256 {digest.hex()}")
 
 
 def _devices(
@@ -586,7 +663,8 @@ def collect(
             dir_okay=False,
             exists=True,
             rich_help_panel="Confidential VM",
-            help="Under an SEV-SNP paravisor: the VCEK (DER or PEM) to put in the evidence.",
+            help="Under an SEV-SNP paravisor: the VCEK (DER or PEM) to put in the evidence "
+            "(not used under a TDX paravisor).",
         ),
     ] = None,
     tpm_tcti: Annotated[
@@ -595,6 +673,16 @@ def collect(
             "--tpm-tcti",
             rich_help_panel="Confidential VM",
             help="The vTPM's TCTI for tpm2-tools (default device:/dev/tpmrm0).",
+        ),
+    ] = None,
+    td_quote_url: Annotated[
+        str | None,
+        typer.Option(
+            "--td-quote-url",
+            envvar="GPUCC_TD_QUOTE_URL",
+            rich_help_panel="Confidential VM",
+            help="Under a TDX paravisor: the endpoint that turns the HCL report's TDREPORT "
+            "into a TD quote (default Azure's, http://169.254.169.254/acc/tdquote).",
         ),
     ] = None,
     tsm_root: Annotated[
@@ -620,9 +708,19 @@ def collect(
             "the system's loader finds it).",
         ),
     ] = None,
+    evidence_format: Annotated[
+        EvidenceFileFormat,
+        typer.Option(
+            "--evidence-format",
+            case_sensitive=False,
+            rich_help_panel="Evidence",
+            help="nvat: nvattest's evidence JSON; cmw: NVIDIA's CMW verifier-input file "
+            "(report, chain and nonce per device). gpucc reads both.",
+        ),
+    ] = EvidenceFileFormat.NVAT,
 ) -> None:
     """Collect evidence from the local GPUs (NVML), or NVSwitches (NSCQ), into an
-    nvattest-format JSON file.
+    nvattest-format JSON file (or a CMW file with --evidence-format cmw).
 
     An existing file is replaced only with --force.
     """
@@ -631,7 +729,7 @@ def collect(
     from gpucc.core.files import read_capped, refuse_existing, write_atomic
     from gpucc.gpuattest.cvm.appraise import attest_report_data
     from gpucc.gpuattest.cvm.vtpm_evidence import looks_like_vtpm_evidence, vtpm_qualifying_data
-    from gpucc.gpuattest.evidence import dump_evidence_json
+    from gpucc.gpuattest.evidence import dump_cmw, dump_evidence_json
 
     from .output import emit, note
 
@@ -654,7 +752,11 @@ def collect(
             if path is not None:
                 refuse_existing(path, force=force)
         source = sources.open_source(
-            tsm_root=tsm_root, cvm_collateral=vcek, tpm_tcti=tpm_tcti, nscq_library=nscq_library
+            tsm_root=tsm_root,
+            cvm_collateral=vcek,
+            tpm_tcti=tpm_tcti,
+            nscq_library=nscq_library,
+            td_quote_url=td_quote_url,
         )
         if cvm_only:
             ev = None
@@ -665,7 +767,9 @@ def collect(
         found = source.cvm_evidence(report_data) if cvm is not None else None
         quote = found.evidence if found is not None else None
         if output is not None and ev is not None:
-            write_atomic(output, dump_evidence_json(ev), force=force, what="evidence file")
+            data = dump_cmw(ev) if evidence_format is EvidenceFileFormat.CMW else None
+            data = data or dump_evidence_json(ev)
+            write_atomic(output, data, force=force, what="evidence file")
         if cvm is not None and quote is not None:
             write_atomic(cvm, quote, force=force, what="CVM evidence file")
             note(f"wrote the CVM's evidence to {cvm}")

@@ -19,6 +19,13 @@ class OutputFormat(enum.StrEnum):
     JSON = "json"
 
 
+class EvidenceFileFormat(enum.StrEnum):
+    """--evidence-format values: what ``gpucc evidence collect`` writes."""
+
+    NVAT = "nvat"
+    CMW = "cmw"
+
+
 FormatOption = Annotated[
     OutputFormat,
     typer.Option(

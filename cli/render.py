@@ -243,14 +243,25 @@ def measurement_lines(measurements: Sequence[RuntimeMeasurement]) -> list[str]:
 
 def _summary_rows(gpu: GpuResult) -> list[tuple[str, str]]:
     claims = gpu.claims
+    absent = "(not in the report)"  # a report without opaque versions (Blackwell FSP)
+    driver, vbios = (claims.get(f"x-nvidia-gpu-{k}-version") for k in ("driver", "vbios"))
     return [
-        ("driver", str(claims.get("x-nvidia-gpu-driver-version"))),
-        ("VBIOS", str(claims.get("x-nvidia-gpu-vbios-version"))),
+        ("driver", absent if "x-nvidia-gpu-driver-version" not in claims else str(driver)),
+        ("VBIOS", absent if "x-nvidia-gpu-vbios-version" not in claims else str(vbios)),
         ("hwmodel", str(claims.get("hwmodel"))),
         ("measres", str(claims.get("measres"))),
-        ("driver RIM", gpu.driver_rim_id),
-        ("VBIOS RIM", gpu.vbios_rim_id),
+        ("driver RIM", gpu.driver_rim_id or "(none)"),
+        ("VBIOS RIM", gpu.vbios_rim_id or "(none)"),
+        *_hint_rows(claims.get("x-nvidia-unsigned-hints")),
     ]
+
+
+def _hint_rows(hints: object) -> list[tuple[str, str]]:
+    """The evidence file's unsigned hints, said to be unsigned (they never decide)."""
+    if not isinstance(hints, dict) or not hints:
+        return []
+    listed = ", ".join(f"{k} {v}" for k, v in sorted(hints.items()))
+    return [("hints", f"{listed} (unsigned: never used to decide)")]
 
 
 def _whole(console: Console) -> bool:

@@ -114,3 +114,75 @@ def verify(
         raise NotTrustedError("the signed result holds no GPU token: it vouches for no GPU")
     if not trusted:
         raise NotTrustedError("the signed result says the GPUs are not trusted")
+
+
+@token_app.command("verify-ear")
+def verify_ear_command(
+    ear: Annotated[
+        Path,
+        typer.Argument(metavar="EAR", exists=True, dir_okay=False, help="The EAR (a JWT)."),
+    ],
+    key: Annotated[
+        Path,
+        typer.Option(
+            "--signer-pub",
+            exists=True,
+            dir_okay=False,
+            help="The signer's P-384 public key or certificate (PEM).",
+        ),
+    ],
+    nonce: Annotated[
+        str | None,
+        typer.Option("--nonce", help="Require this nonce (64 hex characters) in eat_nonce."),
+    ] = None,
+    no_nonce: Annotated[
+        bool,
+        typer.Option(
+            "--no-nonce",
+            help="Accept an EAR without checking its nonce: freshness not checked (a "
+            "replayed result passes); said in the output.",
+        ),
+    ] = False,
+    issuer: Annotated[str, typer.Option("--issuer", help="The issuer the EAR must name.")] = (
+        "gpucc"
+    ),
+    output_format: FormatOption = OutputFormat.TEXT,
+    at: AtOption = None,
+) -> None:
+    """Verify an EAR: signature, profile, issuer, times, nonce and every part's status.
+
+    Exit 0 only when the EAR and every part are affirming; 1 when a check fails or a part
+    is not affirming.
+    """
+    from gpucc.core.errors import NotTrustedError, UsageError
+    from gpucc.core.files import read_capped
+    from gpucc.gpuattest.ear import MAX_EAR_BYTES, verify_ear
+    from gpucc.gpuattest.eat import load_public_key_pem
+    from gpucc.gpuattest.jws import MalformedTokenError
+
+    from .options import parse_nonce, parse_time
+
+    now = parse_time(at)
+    if (nonce is None) == (not no_nonce):
+        raise UsageError(
+            "give --nonce HEX (the nonce you chose for the attestation), or --no-nonce to "
+            "accept an EAR whose freshness is not checked"
+            if nonce is None
+            else "--nonce and --no-nonce exclude each other"
+        )
+    expected = parse_nonce(nonce) if nonce is not None else None
+    public = load_public_key_pem(key)
+    data = read_capped(ear, MAX_EAR_BYTES)
+    if len(data) > MAX_EAR_BYTES:
+        raise MalformedTokenError(f"{ear} is larger than {MAX_EAR_BYTES} bytes")
+    verified = verify_ear(data, public, now=now, nonce=expected, issuer=issuer)
+    if output_format is OutputFormat.JSON:
+        emit(verified.verify_document(nonce_checked=expected is not None))
+    else:
+        parts = ", ".join(f"{k} {v}" for k, v in verified.submods.items())
+        fresh = "nonce checked" if expected is not None else "FRESHNESS NOT CHECKED (--no-nonce)"
+        out(
+            f"valid EAR (key {verified.kid or 'without kid'}): {verified.status} ({parts}), {fresh}"
+        )
+    if not verified.affirming:
+        raise NotTrustedError(f"the EAR is {verified.status}, not affirming")

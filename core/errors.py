@@ -59,6 +59,7 @@ __all__ = [
     "OfflineError",
     "RimNotFoundError",
     "ServiceAccessDeniedError",
+    "UnsupportedFormatError",
     "UsageError",
     "WrongKeyError",
 ]
@@ -169,6 +170,15 @@ class MalformedInputError(GpuccError):
 
 class MalformedReportError(MalformedInputError):
     """The SPDM attestation report violates its layout."""
+
+
+class UnsupportedFormatError(MalformedReportError):
+    """The input is in a format (or a version of one) gpucc does not read yet.
+
+    Not a statement that the evidence is bad: genuine evidence from newer firmware lands
+    here. It exits like malformed input (the verdict cannot be formed) but says
+    "unsupported" and names the version.
+    """
 
 
 class MalformedEvidenceError(MalformedInputError):

@@ -476,24 +476,26 @@ class CollectionResult:
 
 
 def evidence_rim_ids(entries: Iterable[GpuEvidence]) -> list[str]:
-    """The RIM IDs the devices' reports imply, in order: a GPU's driver and VBIOS RIMs, an
-    NVSwitch's (LS10) BIOS RIM ``NV_SWITCH_BIOS_5612_0002_890_<version>``.
+    """The XML RIM IDs the devices' reports imply, in order: a GPU's driver and VBIOS RIMs,
+    an NVSwitch's (LS10) BIOS RIM ``NV_SWITCH_BIOS_5612_0002_890_<version>``; none for a
+    device whose reference values are not XML RIMs (Blackwell FSP, Rubin: see
+    :mod:`gpuattest.device`).
 
     Raises:
-        MalformedReportError: a report does not parse.
-        ValueError: a GPU architecture gpucc does not know.
+        MalformedReportError: a report does not parse, or a GPU architecture gpucc does
+            not know.
     """
-    from .report import Architecture, AttestationReport
-    from .switch_report import SwitchReport
-    from .switch_verifier import is_switch_arch
+    from .device import profile_for
+    from .report import Architecture
 
     ids: list[str] = []
     for entry in entries:
-        if is_switch_arch(entry.arch):
-            ids.append(SwitchReport.parse(entry.report).bios_rim_id())
+        profile = profile_for(entry.arch, entry.cert_chain_pem)
+        if profile.reference_values_missing:
             continue
-        report = AttestationReport.parse(entry.report)
-        ids += [report.driver_rim_id(Architecture.parse(entry.arch)), report.vbios_rim_id()]
+        report = profile.parse(entry.report)
+        arch = None if profile.device_type != "gpu" else Architecture.parse(entry.arch)
+        ids += [ref.rim_id for ref in profile.rims(report, arch)]
     return ids
 
 

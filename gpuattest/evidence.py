@@ -7,6 +7,8 @@ Formats read:
   report, "certificate": base64 PEM chain}``; also the ``{"evidences": [...]}``
   wrapper ``nvattest --format json`` prints. Unknown keys are ignored; gpucc adds
   optional ``uuid``, ``driver_version``, ``vbios_version`` and ``cc_state``.
+* NVIDIA's CMW evidence files (a JSON object with ``"__cmwc_t"``), recognised by
+  content wherever evidence JSON is read (:mod:`gpuattest.cmw`).
 * A raw report (lower-case hex text, as NVIDIA's samples come, or binary) with a
   separate PEM chain file.
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +27,8 @@ from gpucc.core.errors import MalformedEvidenceError
 from gpucc.core.files import read_capped
 from gpucc.core.jsonio import loads_untrusted
 
+from .cmw import CmwItem, is_cmw, read_cmw, write_cmw
+
 __all__ = [
     "MAX_EVIDENCE_FILE_BYTES",
     "CcState",
@@ -31,7 +36,9 @@ __all__ = [
     "GpuEvidence",
     "NotEvidenceJsonError",
     "arch_of_chain",
+    "dump_cmw",
     "dump_evidence_json",
+    "load_cmw",
     "load_evidence_file",
     "load_evidence_json",
     "load_raw_evidence",
@@ -100,6 +107,9 @@ class GpuEvidence:
     uuid: str | None = None
     driver_version: str | None = None
     vbios_version: str | None = None
+    #: Unsigned hints that came with the evidence (a CMW file's ``hints``): used only to
+    #: choose which reference values to look up, never to decide.
+    hints: Mapping[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -138,6 +148,8 @@ def load_evidence_json(data: bytes) -> EvidenceSet:
     if len(data) > MAX_EVIDENCE_FILE_BYTES:
         raise MalformedEvidenceError(f"evidence is larger than {MAX_EVIDENCE_FILE_BYTES} bytes")
     doc = loads_untrusted(data, what="evidence", error=MalformedEvidenceError)
+    if is_cmw(doc):
+        return load_cmw(doc)
     source = "file"
     cc: CcState | None = None
     if isinstance(doc, dict) and isinstance(doc.get("evidences"), list):
@@ -191,6 +203,41 @@ def load_evidence_json(data: bytes) -> EvidenceSet:
     return EvidenceSet(gpus=tuple(gpus), source=source, cc=cc)
 
 
+def load_cmw(doc: Any) -> EvidenceSet:
+    """The evidence in a parsed CMW collection (:mod:`gpuattest.cmw`); each device's
+    architecture is read from its leaf certificate, as for a raw report.
+
+    Raises:
+        UnsupportedFormatError, MalformedEvidenceError: see :func:`gpuattest.cmw.read_cmw`.
+    """
+    items = read_cmw(doc)
+    if len(items) > MAX_GPUS:
+        raise MalformedEvidenceError(f"CMW evidence holds more than {MAX_GPUS} items")
+    return EvidenceSet(
+        gpus=tuple(
+            GpuEvidence(
+                report=item.report,
+                cert_chain_pem=item.chain,
+                arch=arch_of_chain(item.chain),
+                nonce=item.nonce,
+                hints=item.hints,
+            )
+            for item in items
+        )
+    )
+
+
+def dump_cmw(evidence: EvidenceSet) -> bytes:
+    """Serialise to NVIDIA's CMW verifier input: ``gpu_N`` and ``switch_N`` items."""
+    counts = {"gpu": 0, "switch": 0}
+    items: list[CmwItem] = []
+    for gpu in evidence.gpus:
+        kind = "switch" if is_switch_arch(gpu.arch) else "gpu"
+        items.append(CmwItem(f"{kind}_{counts[kind]}", gpu.report, gpu.cert_chain_pem, gpu.nonce))
+        counts[kind] += 1
+    return write_cmw(items)
+
+
 def dump_evidence_json(evidence: EvidenceSet) -> bytes:
     """Serialise to NVAT evidence JSON (plus gpucc's optional keys)."""
     out: list[dict[str, Any]] = []
@@ -232,7 +279,13 @@ def _decode_report(data: bytes) -> bytes:
 
 
 # The chip in the leaf certificate's common name, and the architecture it belongs to.
-_LEAF_CHIPS = (("GB1", "BLACKWELL"), ("GB2", "BLACKWELL"), ("GH1", "HOPPER"), ("LS_10", "LS10"))
+_LEAF_CHIPS = (
+    ("GB1", "BLACKWELL"),
+    ("GB2", "BLACKWELL"),
+    ("GH1", "HOPPER"),
+    ("GR1", "RUBIN"),
+    ("LS_10", "LS10"),
+)
 
 
 def arch_of_chain(chain_pem: bytes) -> str:

@@ -27,6 +27,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from gpucc.core.errors import MalformedReportError
+
+from .report import OPAQUE_INDEX_BASE, SVN_VALUE_TYPE, OpaqueData
+
 if TYPE_CHECKING:
     # Types only: importing the RIM parser (lxml, cryptography) is not needed to
     # compare or to report results, and would slow every command's start-up.
@@ -38,6 +42,7 @@ __all__ = [
     "MeasurementStatus",
     "MismatchRecord",
     "compare_measurements",
+    "compare_roles",
     "compare_switch_measurements",
 ]
 
@@ -66,7 +71,9 @@ class MismatchRecord:
         runtime_value: the runtime value in lower-case hex, or None when the
             block is missing.
         runtime_size: the runtime value length, or None when the block is missing.
-        reason: ``"missing"``, ``"size"`` or ``"value"``.
+        reason: ``"missing"``, ``"size"`` or ``"value"``; for an opaque-data entry
+            (index 0x1000 or more) ``"missing"``, ``"not-svn"`` or ``"svn-below-minimum"``.
+        name: the RIM entry's name (set for opaque-data entries).
     """
 
     index: int
@@ -76,11 +83,35 @@ class MismatchRecord:
     runtime_value: str | None
     runtime_size: int | None
     reason: str
+    name: str = ""
+    min_svn: int | None = None
+    runtime_svn: int | None = None
 
     @property
-    def spdm_index(self) -> int:
-        """The SPDM measurement block index this record refers to."""
-        return self.index + 1
+    def is_opaque(self) -> bool:
+        """True for an opaque-data record (RIM index 0x1000 or more)."""
+        return self.index >= OPAQUE_INDEX_BASE
+
+    def opaque_dict(self) -> dict[str, Any]:
+        """NVIDIA's ``x-nvidia-mismatch-opaque-data-records`` entry: ``id`` (the opaque
+        type), ``name``, ``goldenType``/``goldenValue`` (``MIN_SVN`` and the floor),
+        ``runtimeType``/``runtimeValue`` (``MIN_SVN`` and the SVN, or the raw hex and
+        ``RAW`` when the entry is not an SVN, null when absent)."""
+        svn = self.runtime_svn is not None
+        return {
+            "id": self.index - OPAQUE_INDEX_BASE,
+            "name": self.name,
+            "goldenType": "MIN_SVN",
+            "goldenValue": self.min_svn,
+            "runtimeType": "MIN_SVN" if svn else ("RAW" if self.runtime_value else None),
+            "runtimeValue": self.runtime_svn if svn else self.runtime_value,
+        }
+
+    @property
+    def spdm_index(self) -> int | None:
+        """The SPDM measurement block index this record refers to (None for an
+        opaque-data entry, which names an opaque type, not a block)."""
+        return None if self.index >= OPAQUE_INDEX_BASE else self.index + 1
 
     @property
     def measurement_source(self) -> str:
@@ -102,6 +133,7 @@ class MismatchRecord:
             "goldenValues": list(self.golden_values),
             "spdmIndex": self.spdm_index,
             "reason": self.reason,
+            **({"name": self.name} if self.name else {}),
         }
 
 
@@ -163,6 +195,42 @@ class MeasurementResult:
         }
 
 
+def _check_svn(
+    entry: MeasurementEntry, source: str, opaque: OpaqueData | None
+) -> MismatchRecord | None:
+    """An opaque-data entry: the report's opaque value of that type must be present, of
+    the SVN value type and at least ``minSvn``."""
+    opaque_type, floor = entry.opaque_type, entry.min_svn
+    if opaque_type is None or floor is None:
+        raise ValueError(f"RIM index {entry.index} is not an opaque-data entry")
+    fields = opaque.fields if opaque is not None else {}
+    raw = fields.get(opaque_type)
+    if raw is None:
+        reason, runtime, svn = "missing", None, None
+    elif opaque is None or opaque.value_types.get(opaque_type) != SVN_VALUE_TYPE:
+        reason, runtime, svn = "not-svn", raw, None
+    else:
+        try:
+            svn = opaque.svn(opaque_type)
+        except MalformedReportError:
+            svn = None
+        if svn is not None and svn >= floor:
+            return None
+        reason, runtime = ("svn-below-minimum" if svn is not None else "not-svn"), raw
+    return MismatchRecord(
+        index=entry.index,
+        source=source,
+        golden_values=(f"svn>={floor}",),
+        golden_size=len(runtime) if runtime is not None else 0,
+        runtime_value=runtime.hex() if runtime is not None else None,
+        runtime_size=len(runtime) if runtime is not None else None,
+        reason=reason,
+        name=entry.name or f"opaque type {opaque_type}",
+        min_svn=floor,
+        runtime_svn=svn if reason == "svn-below-minimum" else None,
+    )
+
+
 def _check(entry: MeasurementEntry, source: str, runtime: bytes | None) -> MismatchRecord | None:
     """None when ``runtime`` satisfies ``entry``; otherwise the mismatch record."""
     if runtime is not None and entry.matches(runtime):
@@ -209,6 +277,18 @@ def compare_measurements(
     return _compare(rims, runtime, nvdec0_disabled)
 
 
+def compare_roles(
+    rims: Mapping[str, ReferenceManifest | None],
+    runtime: Mapping[int, bytes],
+    nvdec0_disabled: bool | None = None,
+    opaque: OpaqueData | None = None,
+) -> MeasurementResult:
+    """Compare ``runtime`` with the RIMs of a device profile's roles (role name to the
+    RIM, None when it could not be obtained); mismatch records name the role. RIM
+    entries that name an opaque type (``minSvn``) are checked against ``opaque``."""
+    return _compare(rims, runtime, nvdec0_disabled, opaque)
+
+
 def compare_switch_measurements(
     *, bios: ReferenceManifest | None, runtime: Mapping[int, bytes]
 ) -> MeasurementResult:
@@ -240,6 +320,7 @@ def _compare(
     rims: Mapping[str, ReferenceManifest | None],
     runtime: Mapping[int, bytes],
     nvdec0_disabled: bool | None,
+    opaque: OpaqueData | None = None,
 ) -> MeasurementResult:
     """Compare every RIM that is there; a missing one leaves the result not-run unless
     what could be compared already failed (a decided failure outranks missing collateral)."""
@@ -262,7 +343,10 @@ def _compare(
             skipped.add(entry.index)
             continue
         compared += 1
-        record = _check(entry, source, runtime.get(entry.index + 1))
+        if entry.min_svn is not None:
+            record = _check_svn(entry, source, opaque)
+        else:
+            record = _check(entry, source, runtime.get(entry.index + 1))
         if record is not None:
             mismatches.append(record)
 

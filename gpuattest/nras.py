@@ -6,7 +6,9 @@
     {"nonce": "<hex>", "arch": "HOPPER", "claims_version": "3.0",
      "evidence_list": [{"evidence": "<base64 report>", "certificate": "<base64 PEM chain>"}]}
 
-and accepts the answer, a detached EAT ``[["JWT", overall], {"GPU-0": token, ...}]``,
+(claims version 4.0 where a report is in a current format: versioned opaque data,
+none at all, or Rubin; NVIDIA's service needs it for such evidence), and accepts the
+answer, a detached EAT ``[["JWT", overall], {"GPU-0": token, ...}]``,
 only when every check holds:
 
 * every token's header says ``alg: ES384`` (checked before any key is touched)
@@ -34,7 +36,9 @@ Outcomes are kept apart:
   naming the check;
 * every check held: a :class:`RemoteVerdict`, whose ``trusted`` is NRAS's own
   overall result (``x-nvidia-overall-att-result``), false as well when any device
-  token reports ``x-nvidia-error-details`` or a ``measres`` other than ``success``.
+  token reports ``x-nvidia-error-details``, a ``measres`` other than ``success`` or a
+  mismatch record (``x-nvidia-mismatch-measurement-records``, or claims 4.0's
+  ``x-nvidia-mismatch-opaque-data-records``).
 """
 
 from __future__ import annotations
@@ -82,6 +86,7 @@ __all__ = [
     "RemoteGpuResult",
     "RemoteVerdict",
     "build_nras_client",
+    "claims_version_for",
     "verdict_claims",
 ]
 
@@ -94,7 +99,40 @@ CLAIMS_VERSION = "3.0"
 MAX_NRAS_RESPONSE_BYTES = 2 * 1024 * 1024
 _OVERALL_RESULT = "x-nvidia-overall-att-result"
 _ERROR_DETAILS = "x-nvidia-error-details"
-_ARCHES = frozenset({"HOPPER", "BLACKWELL"})
+_ARCHES = frozenset({"HOPPER", "BLACKWELL", "RUBIN"})
+#: The claims version NRAS needs for current evidence (versioned opaque data, reports
+#: without opaque data such as Blackwell FSP's, Rubin's).
+CURRENT_CLAIMS_VERSION = "4.0"
+#: NRAS's mismatch claims: measurement blocks, and opaque-data records (claims 4.0).
+_MISMATCH_CLAIMS = (
+    "x-nvidia-mismatch-measurement-records",
+    "x-nvidia-mismatch-opaque-data-records",
+)
+
+
+def claims_version_for(evidence: EvidenceSet, default: str = CLAIMS_VERSION) -> str:
+    """The claims version to ask NRAS for: 4.0 when any report is in a current format
+    (versioned opaque data, no opaque data, Rubin), else ``default``.
+
+    A report gpucc cannot read leaves the choice to the others (NRAS judges it); one in
+    a newer format than gpucc reads is current.
+    """
+    from gpucc.core.errors import MalformedReportError, UnsupportedFormatError
+
+    from .report import SpdmEnvelope
+
+    for gpu in evidence.gpus:
+        if gpu.arch.strip().upper() == "RUBIN":
+            return CURRENT_CLAIMS_VERSION
+        try:
+            env = SpdmEnvelope.parse(gpu.report)
+        except UnsupportedFormatError:
+            return CURRENT_CLAIMS_VERSION
+        except MalformedReportError:
+            continue
+        if env.opaque_data.layout == "versioned" or not env.opaque:
+            return CURRENT_CLAIMS_VERSION
+    return default
 
 
 @dataclass(frozen=True)
@@ -118,6 +156,18 @@ class RemoteGpuResult:
         """NRAS's ``x-nvidia-error-details`` for this GPU, or None."""
         return self.claims.get(_ERROR_DETAILS)
 
+    @property
+    def mismatches(self) -> tuple[Any, ...]:
+        """Every mismatch record NRAS reports for this GPU: measurement blocks, then
+        opaque-data records (claims 4.0); a claim that is not a list counts as one."""
+        out: list[Any] = []
+        for name in _MISMATCH_CLAIMS:
+            value = self.claims.get(name)
+            if value is None:
+                continue
+            out.extend(value if isinstance(value, list) else [value])
+        return tuple(out)
+
 
 @dataclass(frozen=True)
 class RemoteVerdict:
@@ -125,7 +175,8 @@ class RemoteVerdict:
 
     Attributes:
         trusted: NRAS's overall result is ``true``, every GPU's ``measres`` is
-            ``success`` and no GPU reports an NRAS error.
+            ``success``, no GPU reports an NRAS error and none a mismatch record
+            (measurement or opaque data).
         overall_result: the ``x-nvidia-overall-att-result`` claim as sent (True or False).
         nonce: the nonce sent and found in ``eat_nonce``.
         issuer: the ``iss`` every token carried.
@@ -297,7 +348,7 @@ class NrasClient:
         doc = {
             "nonce": nonce.hex(),
             "arch": arches.pop(),
-            "claims_version": self.claims_version,
+            "claims_version": claims_version_for(evidence, self.claims_version),
             "evidence_list": [
                 {
                     "evidence": base64.b64encode(g.report).decode("ascii"),
@@ -377,7 +428,8 @@ class NrasClient:
                 "overall-result", f"the overall token has no boolean '{_OVERALL_RESULT}'"
             )
         trusted = result and all(
-            g.error_details is None and g.claims.get("measres") == "success" for g in gpus
+            g.error_details is None and g.claims.get("measres") == "success" and not g.mismatches
+            for g in gpus
         )
         return RemoteVerdict(
             trusted=trusted,

@@ -24,9 +24,15 @@ Schema (every key optional; shown with its default)::
       min_driver: null           # e.g. "550.0"
       allowed_drivers: null      # list of exact driver versions
       allowed_vbios: null        # list of exact VBIOS versions (case-insensitive)
+      min_svn: {}                # opaque type: lowest SVN, e.g. {37: 2}; the report's
+                                 # entry must be an SVN (versioned opaque data) and reach it
     cc:
       require_cc_on: true        # NVML evidence only: CC feature must be on
       forbid_devtools: true      # NVML evidence only: DevTools mode must be off
+    devices:
+      allowed: null              # the GPUs and NVSwitches accepted, by the serial number of
+                                 # their device leaf certificate (the ``ueid`` claim; decimal,
+                                 # or hex with 0x); null: any device that verifies
     cvm: {}                      # confidential-VM evidence: see gpuattest.cvm.policy
     topology:
       ppcie: false               # true: GPUs and NVSwitches must form one Protected PCIe
@@ -46,9 +52,10 @@ from typing import Any
 from gpucc.core.errors import MalformedPolicyError
 
 from .cvm.policy import CvmPolicy, parse_cvm_policy
+from .result import Check, CheckStatus
 from .topology_policy import TopologyPolicy
 
-__all__ = ["Policy", "load_policy", "parse_policy", "version_tuple"]
+__all__ = ["Policy", "device_identity_check", "load_policy", "parse_policy", "version_tuple"]
 
 MAX_POLICY_BYTES = 64 * 1024
 _CHAINS = frozenset({"device", "driver-rim", "vbios-rim"})
@@ -77,8 +84,11 @@ class Policy:
     min_driver: str | None = None
     allowed_drivers: frozenset[str] | None = None
     allowed_vbios: frozenset[str] | None = None
+    min_svn: Mapping[int, int] = field(default_factory=dict)
     require_cc_on: bool = True
     forbid_devtools: bool = True
+    #: The devices accepted, by their leaf certificate's serial (decimal); None: any.
+    allowed_devices: frozenset[str] | None = None
     cvm: CvmPolicy = field(default_factory=CvmPolicy)
     topology: TopologyPolicy = field(default_factory=TopologyPolicy)
     source: str = field(default="built-in strict default", compare=False)
@@ -104,8 +114,18 @@ class Policy:
                 "allowed_vbios": sorted(self.allowed_vbios)
                 if self.allowed_vbios is not None
                 else None,
+                **(
+                    {"min_svn": {str(k): v for k, v in sorted(self.min_svn.items())}}
+                    if self.min_svn
+                    else {}
+                ),
             },
             "cc": {"require_cc_on": self.require_cc_on, "forbid_devtools": self.forbid_devtools},
+            "devices": {
+                "allowed": sorted(self.allowed_devices)
+                if self.allowed_devices is not None
+                else None
+            },
             "cvm": self.cvm.to_dict(),
             "topology": self.topology.to_dict(),
         }
@@ -125,8 +145,10 @@ _SCHEMA: dict[str, dict[str, type | tuple[type, ...]]] = {
         "min_driver": (str, type(None)),
         "allowed_drivers": (list, type(None)),
         "allowed_vbios": (list, type(None)),
+        "min_svn": dict,
     },
     "cc": {"require_cc_on": bool, "forbid_devtools": bool},
+    "devices": {"allowed": (list, type(None))},
     "topology": {"ppcie": bool, "gpus": int, "switches": int},
 }
 
@@ -154,6 +176,36 @@ def _str_list(items: list[Any], where: str) -> frozenset[str]:
     if not all(isinstance(i, str) and i for i in items):
         raise MalformedPolicyError(f"policy key '{where}' must be a list of strings")
     return frozenset(items)
+
+
+def _device_ids(items: list[Any]) -> frozenset[str]:
+    """``devices.allowed``: serial numbers as decimal strings (hex with ``0x`` accepted)."""
+    out: set[str] = set()
+    for item in items:
+        text = item.strip().lower() if isinstance(item, str) else ""
+        try:
+            value = int(text, 16) if text.startswith("0x") else int(text, 10)
+        except ValueError:
+            value = -1
+        if not text or value < 0 or (not text.startswith("0x") and not text.isdigit()):
+            raise MalformedPolicyError(
+                "devices.allowed must list certificate serial numbers (decimal, or hex with 0x)"
+            )
+        out.add(str(value))
+    return frozenset(out)
+
+
+def device_identity_check(ueid: str, policy: Policy, what: str) -> Check:
+    """Whether the device whose leaf certificate has serial ``ueid`` is one the policy
+    pins (``devices.allowed``); without pins, a reported value that accepts any device."""
+    title = "Device identity pinned"
+    if policy.allowed_devices is None:
+        reason = "not pinned: no devices.allowed in the policy; any device that verifies"
+        return Check("device-identity", title, CheckStatus.NOT_PRESENT, reason)
+    if ueid in policy.allowed_devices:
+        return Check("device-identity", title, CheckStatus.PASS)
+    reason = f"{what} {ueid} (leaf certificate serial) is not in the policy's devices.allowed"
+    return Check("device-identity", title, CheckStatus.FAIL, reason)
 
 
 def parse_policy(doc: Any, *, source: str = "policy") -> Policy:
@@ -199,6 +251,20 @@ def parse_policy(doc: Any, *, source: str = "policy") -> Policy:
             raise MalformedPolicyError(f"topology.{key} must be 1..64")
     drivers = ver.get("allowed_drivers")
     vbios = ver.get("allowed_vbios")
+    min_svn = ver.get("min_svn", {})
+    for key, floor in min_svn.items():
+        if (
+            isinstance(key, bool)
+            or not isinstance(key, int)
+            or not 1 <= key <= 254
+            or isinstance(floor, bool)
+            or not isinstance(floor, int)
+            or not 0 <= floor < 2**64
+        ):
+            raise MalformedPolicyError(
+                "versions.min_svn must map opaque types 1..254 to SVNs 0..2^64-1"
+            )
+    devices = _section(doc, "devices").get("allowed")
     return Policy(
         require_nonce=nonce.get("require", True),
         require_ocsp=ocsp.get("require", True),
@@ -214,8 +280,10 @@ def parse_policy(doc: Any, *, source: str = "policy") -> Policy:
         allowed_vbios=frozenset(v.upper() for v in _str_list(vbios, "versions.allowed_vbios"))
         if vbios is not None
         else None,
+        min_svn=dict(min_svn),
         require_cc_on=cc.get("require_cc_on", True),
         forbid_devtools=cc.get("forbid_devtools", True),
+        allowed_devices=_device_ids(devices) if devices is not None else None,
         cvm=parse_cvm_policy(doc.get("cvm")),
         topology=TopologyPolicy(
             ppcie=topo.get("ppcie", False),

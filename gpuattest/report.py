@@ -1,11 +1,22 @@
 """Strict parser for NVIDIA GPU attestation reports (SPDM 1.1 + NVIDIA opaque data).
 
 Layout: a 37-byte GET_MEASUREMENTS request, then the
-MEASUREMENTS response: header, measurement record of 55-byte DMTF blocks, a
-32-byte responder nonce, NVIDIA's opaque TLV data, and a 96-byte raw ECDSA
+MEASUREMENTS response: header, measurement record of DMTF blocks, a
+32-byte responder nonce, NVIDIA's opaque data, and a 96-byte raw ECDSA
 P-384 signature over everything before it. Every length is bounds-checked and
 the report must end exactly after the signature: trailing or missing bytes
 are malformed input (NVIDIA's parsers accept trailing garbage; we do not).
+
+The opaque data comes in two layouts, told apart by its first six bytes:
+
+* **versioned** (drivers released with CUDA 13.5 and later): a 12-byte header, ASCII
+  ``NVDAOD``, a u16 profile that must be 0, then major, minor, patch and a padding byte;
+  entries of u16 type, u16 value type, u16 size and the value;
+* **legacy**: entries of u16 type, u16 size and the value.
+
+Entries are keyed on their type, never their position; types gpucc does not know are
+kept. A versioned header whose major version is newer than :data:`OPAQUE_MAJOR_VERSION`
+is :class:`~gpucc.core.errors.UnsupportedFormatError`, not a malformed report.
 """
 
 from __future__ import annotations
@@ -17,15 +28,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from gpucc.core.errors import MalformedReportError
+from gpucc.core.errors import MalformedReportError, UnsupportedFormatError
 
 __all__ = [
     "MAX_REPORT_BYTES",
+    "OPAQUE_INDEX_BASE",
+    "OPAQUE_MAJOR_VERSION",
+    "SVN_VALUE_TYPE",
     "REQUEST_LENGTH",
     "SIGNATURE_LENGTH",
     "Architecture",
+    "EnvelopeReport",
     "AttestationReport",
     "MeasurementBlock",
+    "OpaqueData",
     "OpaqueType",
     "SpdmEnvelope",
     "decode_vbios_version",
@@ -48,6 +64,7 @@ class Architecture(enum.StrEnum):
 
     HOPPER = "HOPPER"
     BLACKWELL = "BLACKWELL"
+    RUBIN = "RUBIN"
 
     @classmethod
     def parse(cls, value: str) -> Architecture:
@@ -95,6 +112,7 @@ class OpaqueType(enum.IntEnum):
     OPAQUE_DATA_VERSION = 34
     CHIP_INFO = 35
     FEATURE_FLAG = 36
+    SVN = 37
 
 
 # Types that must be present to derive RIM IDs.
@@ -109,6 +127,17 @@ _REQUIRED_TYPES = (
 # do not know is kept as raw bytes (new firmware must not break parsing).
 _MAX_VALID_TYPE = 254
 
+#: The versioned layout's magic and the newest major version gpucc reads.
+OPAQUE_MAGIC = b"NVDAOD"
+OPAQUE_HEADER_LENGTH = 12
+OPAQUE_MAJOR_VERSION = 2
+#: The versioned layout's value type of a security version number (little-endian).
+SVN_VALUE_TYPE = 0x87
+#: Reference-value indices from 0x1000 name an opaque type (index - 0x1000), not a block.
+OPAQUE_INDEX_BASE = 0x1000
+#: DMTF measurement value types with bit 7 set hold a raw value, not a digest.
+RAW_VALUE_BIT = 0x80
+
 NVDEC0_ENABLED = 0xAA
 NVDEC0_DISABLED = 0x55
 
@@ -120,6 +149,58 @@ class MeasurementBlock:
     index: int
     value_type: int
     value: bytes
+
+    @property
+    def is_raw(self) -> bool:
+        """True when the block holds a raw value (DMTF value type bit 7), not a digest."""
+        return bool(self.value_type & RAW_VALUE_BIT)
+
+
+@dataclass(frozen=True)
+class OpaqueData:
+    """NVIDIA's opaque data, either layout: entries keyed on their type.
+
+    ``version`` is the versioned header's (major, minor, patch), None for the legacy
+    layout; ``value_types`` holds each entry's value type (versioned layout only).
+    """
+
+    fields: Mapping[int, bytes]
+    value_types: Mapping[int, int]
+    version: tuple[int, int, int] | None
+    unknown_types: tuple[int, ...]
+
+    @property
+    def layout(self) -> str:
+        """``versioned`` or ``legacy``."""
+        return "legacy" if self.version is None else "versioned"
+
+    def svn(self, opaque_type: int) -> int | None:
+        """The SVN an entry holds, or None when the entry is absent or not of the SVN
+        value type (only the versioned layout types its values).
+
+        Raises:
+            MalformedReportError: an SVN entry of more than 8 bytes or none.
+        """
+        value = self.fields.get(opaque_type)
+        if value is None or self.value_types.get(opaque_type) != SVN_VALUE_TYPE:
+            return None
+        if not 1 <= len(value) <= 8:
+            raise MalformedReportError(f"SVN entry {opaque_type} is {len(value)} bytes")
+        return int.from_bytes(value, "little")
+
+    @classmethod
+    def parse(cls, data: bytes) -> OpaqueData:
+        """Parse opaque data, choosing the layout by its first six bytes.
+
+        Raises:
+            UnsupportedFormatError: a versioned header of a newer major version.
+            MalformedReportError: a bad header, lengths past the end, invalid or repeated
+                types.
+        """
+        return _parse_opaque(bytes(data), 0, len(data))
+
+
+NVDEC0_ENABLED = 0xAA
 
 
 def decode_vbios_version(raw: bytes) -> str:
@@ -186,6 +267,7 @@ class SpdmEnvelope:
     blocks: Mapping[int, MeasurementBlock] = field(repr=False)
     opaque: Mapping[int, bytes] = field(repr=False)
     unknown_types: tuple[int, ...]
+    opaque_data: OpaqueData = field(repr=False)
 
     @classmethod
     def parse(cls, data: bytes) -> SpdmEnvelope:
@@ -229,7 +311,7 @@ class SpdmEnvelope:
         opaque_len = r.u16("opaque data length")
         opaque_start = r.pos
         r.take(opaque_len, "opaque data")
-        opaque, unknown = _parse_opaque(data, opaque_start, opaque_start + opaque_len)
+        opaque = _parse_opaque(data, opaque_start, opaque_start + opaque_len)
         r.take(SIGNATURE_LENGTH, "signature")
         if r.pos != len(data):
             raise MalformedReportError(
@@ -242,8 +324,9 @@ class SpdmEnvelope:
             nonce=nonce,
             responder_nonce=responder_nonce,
             blocks=MappingProxyType(blocks),
-            opaque=MappingProxyType(opaque),
-            unknown_types=tuple(sorted(unknown)),
+            opaque=opaque.fields,
+            unknown_types=opaque.unknown_types,
+            opaque_data=opaque,
         )
 
 
@@ -269,6 +352,7 @@ class AttestationReport:
     nvdec0_status: int | None
     feature_flag: int | None
     unknown_types: tuple[int, ...]
+    opaque_data: OpaqueData = field(repr=False)
 
     @property
     def signed_bytes(self) -> bytes:
@@ -349,6 +433,7 @@ class AttestationReport:
             nvdec0_status=nvdec[0] if nvdec is not None else None,
             feature_flag=int.from_bytes(flag, "little") if flag else None,
             unknown_types=env.unknown_types,
+            opaque_data=env.opaque_data,
         )
 
 
@@ -376,19 +461,130 @@ def _parse_blocks(data: bytes, start: int, end: int, count: int) -> dict[int, Me
     return blocks
 
 
-def _parse_opaque(data: bytes, start: int, end: int) -> tuple[dict[int, bytes], set[int]]:
+def _parse_opaque(data: bytes, start: int, end: int) -> OpaqueData:
+    if data[start : start + len(OPAQUE_MAGIC)] == OPAQUE_MAGIC:
+        return _parse_versioned(data, start, end)
     r = _Reader(data, start, end)
     fields: dict[int, bytes] = {}
-    unknown: set[int] = set()
     while r.pos < r.end:
         t = r.u16("opaque type")
         length = r.u16(f"opaque field {t} length")
+        _add_field(fields, t, r.take(length, f"opaque field {t} value"))
+    return _opaque(fields, {}, None)
+
+
+def _parse_versioned(data: bytes, start: int, end: int) -> OpaqueData:
+    r = _Reader(data, start, end)
+    r.take(len(OPAQUE_MAGIC), "opaque data magic")
+    profile = r.u16("opaque data profile")
+    major, minor, patch = r.u8("opaque major"), r.u8("opaque minor"), r.u8("opaque patch")
+    r.take(1, "opaque header padding")
+    if major > OPAQUE_MAJOR_VERSION:
+        raise UnsupportedFormatError(
+            f"versioned opaque data (NVDAOD) version {major}.{minor}.{patch} is not supported: "
+            f"the newest major version gpucc reads is {OPAQUE_MAJOR_VERSION}"
+        )
+    if profile != 0:
+        raise UnsupportedFormatError(
+            f"versioned opaque data (NVDAOD) profile {profile} is not supported: only profile 0"
+        )
+    if major < 1:
+        raise MalformedReportError(f"versioned opaque data has major version {major}")
+    fields: dict[int, bytes] = {}
+    value_types: dict[int, int] = {}
+    while r.pos < r.end:
+        t = r.u16("opaque type")
+        value_type = r.u16(f"opaque field {t} value type")
+        length = r.u16(f"opaque field {t} length")
         value = r.take(length, f"opaque field {t} value")
-        if t == 0 or t > _MAX_VALID_TYPE:
-            raise MalformedReportError(f"opaque field type {t} is not a valid type")
-        if t in fields:
-            raise MalformedReportError(f"opaque field type {t} appears twice")
-        if t not in OpaqueType._value2member_map_:
-            unknown.add(t)
-        fields[t] = value
-    return fields, unknown
+        if t == OpaqueType.OPAQUE_DATA_VERSION:
+            # The legacy version entry beside a header says nothing the header does not;
+            # it is ignored, as NVIDIA's verifier ignores it.
+            continue
+        _add_field(fields, t, value)
+        value_types[t] = value_type
+    return _opaque(fields, value_types, (major, minor, patch))
+
+
+def _add_field(fields: dict[int, bytes], t: int, value: bytes) -> None:
+    if t == 0 or t > _MAX_VALID_TYPE:
+        raise MalformedReportError(f"opaque field type {t} is not a valid type")
+    if t in fields:
+        raise MalformedReportError(f"opaque field type {t} appears twice")
+    fields[t] = value
+
+
+def _opaque(
+    fields: dict[int, bytes], value_types: dict[int, int], version: tuple[int, int, int] | None
+) -> OpaqueData:
+    unknown = tuple(sorted(t for t in fields if t not in OpaqueType._value2member_map_))
+    return OpaqueData(
+        fields=MappingProxyType(fields),
+        value_types=MappingProxyType(value_types),
+        version=version,
+        unknown_types=unknown,
+    )
+
+
+@dataclass(frozen=True)
+class EnvelopeReport:
+    """A device report read by its SPDM layer alone: for responders whose opaque data holds
+    none of the fields a GPU's RIM IDs are derived from (Blackwell's FSP sends none at all).
+
+    Construct only with :meth:`parse`. The signature is *not* verified here.
+    """
+
+    raw: bytes = field(repr=False)
+    nonce: bytes
+    responder_nonce: bytes
+    blocks: Mapping[int, MeasurementBlock] = field(repr=False)
+    opaque: Mapping[int, bytes] = field(repr=False)
+    unknown_types: tuple[int, ...]
+    opaque_data: OpaqueData = field(repr=False)
+
+    @property
+    def signed_bytes(self) -> bytes:
+        """The bytes the signature covers: everything but the last 96."""
+        return self.raw[:-SIGNATURE_LENGTH]
+
+    @property
+    def signature(self) -> bytes:
+        """Raw r||s, 48 + 48 bytes big-endian."""
+        return self.raw[-SIGNATURE_LENGTH:]
+
+    @property
+    def fwid(self) -> bytes | None:
+        """The opaque FWID (type 20) when the report has one."""
+        fwid = self.opaque.get(OpaqueType.FWID)
+        if fwid is not None and len(fwid) != 48:
+            raise MalformedReportError(f"FWID field is {len(fwid)} bytes, expected 48")
+        return fwid
+
+    @property
+    def nvdec0_disabled(self) -> bool | None:
+        """Such reports do not say."""
+        return None
+
+    def runtime_measurements(self) -> dict[int, bytes]:
+        """Block Index (1-based) → measurement value."""
+        return {i: b.value for i, b in self.blocks.items()}
+
+    @classmethod
+    def parse(cls, data: bytes) -> EnvelopeReport:
+        """Parse the SPDM layer (see :class:`SpdmEnvelope`).
+
+        Raises:
+            MalformedReportError: any layout violation.
+        """
+        env = SpdmEnvelope.parse(data)
+        report = cls(
+            raw=env.raw,
+            nonce=env.nonce,
+            responder_nonce=env.responder_nonce,
+            blocks=env.blocks,
+            opaque=env.opaque,
+            unknown_types=env.unknown_types,
+            opaque_data=env.opaque_data,
+        )
+        _ = report.fwid  # its length is checked at parse time, as for every report
+        return report

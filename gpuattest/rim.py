@@ -44,6 +44,7 @@ from gpucc.core.errors import EnvironmentProblemError, MalformedRimError, UsageE
 
 from ._internal.xmltree import DSIG_NS, element_children, one_line, qname
 from .collateral import MAX_RIM_BYTES
+from .report import OPAQUE_INDEX_BASE
 from .x509chain import MAX_CHAIN_CERTS, ChainProfile, ChainResult, validate_chain
 from .xmldsig import (
     ALLOWED_C14N,
@@ -80,9 +81,13 @@ RIM_CHAIN = ChainProfile("RIM signing", expected_length=RIM_CHAIN_LENGTH)
 
 # SPDM measurement indices run 1..254 and RIM index i is SPDM block i + 1.
 _MAX_INDEX = 253
+_MAX_OPAQUE_INDEX = OPAQUE_INDEX_BASE + 254
+_MAX_SVN = 2**64 - 1
 _MAX_ALTERNATIVES = 64
 _MAX_SIZE = 512
 _UINT_RE = re.compile(r"[0-9]{1,6}")
+_HEX_UINT_RE = re.compile(r"0[xX][0-9A-Fa-f]{1,4}")
+_SVN_RE = re.compile(r"[0-9]{1,20}")
 _HEX_RE = re.compile(r"[0-9A-Fa-f]*")
 _SCHEMA_FILES = ("swidSchema2015.xsd", "signSchema.xsd", "xml.xsd")
 _SCHEMA_BASE = "gpuattest-schemas/"
@@ -115,6 +120,10 @@ class MeasurementEntry:
         name: NVIDIA's label, e.g. ``HashedMeasurement_32_GSP``.
         size: the expected runtime value length in bytes.
         values: the golden values ``Hash0 .. Hash{alternatives-1}``, as bytes.
+        min_svn: for an opaque-data entry (index :data:`OPAQUE_INDEX_BASE` or more), the
+            lowest SVN the report's opaque entry of type ``index - 0x1000`` may hold;
+            None for a measurement entry. Opaque entries are not hashed.
+        include_in_result: an opaque entry's ``includeInResult`` (show the value).
     """
 
     index: int
@@ -123,6 +132,13 @@ class MeasurementEntry:
     name: str
     size: int
     values: tuple[bytes, ...]
+    min_svn: int | None = None
+    include_in_result: bool = False
+
+    @property
+    def opaque_type(self) -> int | None:
+        """The opaque-data type an opaque entry names (``index - 0x1000``), else None."""
+        return self.index - OPAQUE_INDEX_BASE if self.index >= OPAQUE_INDEX_BASE else None
 
     def matches(self, runtime: bytes) -> bool:
         """True when ``runtime`` has the golden size and equals one alternative."""
@@ -358,12 +374,15 @@ def _required_attr(el: etree._Element, attr: str, what: str) -> str:
     return value
 
 
-def _uint(value: str | None, what: str, lo: int, hi: int) -> int:
+def _uint(value: str | None, what: str, lo: int, hi: int, *, hex_ok: bool = False) -> int:
     if value is None:
         raise MalformedRimError(f"{what} is missing")
-    if not _UINT_RE.fullmatch(value):
+    if hex_ok and _HEX_UINT_RE.fullmatch(value):
+        number = int(value, 16)
+    elif not _UINT_RE.fullmatch(value):
         raise MalformedRimError(f"{what} {one_line(value, 40)!r} is not a decimal integer")
-    number = int(value)
+    else:
+        number = int(value)
     if not lo <= number <= hi:
         raise MalformedRimError(f"{what} {number} is outside {lo}..{hi}")
     return number
@@ -380,6 +399,32 @@ def _active(value: str | None, where: str) -> bool:
     raise MalformedRimError(f"{where} has active={one_line(value, 40)!r}, not True or False")
 
 
+def _opaque_entry(res: etree._Element, index: int, active: bool, where: str) -> MeasurementEntry:
+    """An opaque-data entry: ``minSvn`` (required) and ``includeInResult``; no hashes."""
+    text = res.get("minSvn")
+    if text is None:
+        raise MalformedRimError(
+            f"{where} names opaque type {index - OPAQUE_INDEX_BASE} but has no minSvn"
+        )
+    if not _SVN_RE.fullmatch(text) or int(text) > _MAX_SVN:
+        raise MalformedRimError(f"{where} minSvn {one_line(text, 40)!r} is not an SVN")
+    include = res.get("includeInResult")
+    if include is not None and include.lower() not in ("true", "false"):
+        raise MalformedRimError(f"{where} includeInResult is not True or False")
+    if any(etree.QName(key).namespace == HASH_NS for key in res.attrib):
+        raise MalformedRimError(f"{where} is an opaque-data entry and cannot carry hashes")
+    return MeasurementEntry(
+        index=index,
+        active=active,
+        alternatives=0,
+        name=res.get("name") or "",
+        size=0,
+        values=(),
+        min_svn=int(text),
+        include_in_result=include is not None and include.lower() == "true",
+    )
+
+
 def _parse_payload(payload: etree._Element) -> tuple[MeasurementEntry, ...]:
     entries: list[MeasurementEntry] = []
     seen: set[int] = set()
@@ -389,12 +434,19 @@ def _parse_payload(payload: etree._Element) -> tuple[MeasurementEntry, ...]:
         kind = res.get("type")
         if kind != "Measurement":
             raise MalformedRimError(f"Resource of type {kind!r} is not a measurement")
-        index = _uint(res.get("index"), "Resource index", 0, _MAX_INDEX)
+        index = _uint(res.get("index"), "Resource index", 0, _MAX_OPAQUE_INDEX, hex_ok=True)
         where = f"Resource {index}"
         if index in seen:
             raise MalformedRimError(f"duplicate measurement index {index}")
         seen.add(index)
         active = _active(res.get("active"), where)
+        if index >= OPAQUE_INDEX_BASE:
+            entries.append(_opaque_entry(res, index, active, where))
+            continue
+        if index > _MAX_INDEX:
+            raise MalformedRimError(f"Resource index {index} is outside 0..{_MAX_INDEX}")
+        if res.get("minSvn") is not None:
+            raise MalformedRimError(f"{where} has minSvn but is not an opaque-data entry")
         count = _uint(res.get("alternatives"), f"{where} alternatives", 1, _MAX_ALTERNATIVES)
         size = _uint(res.get("size"), f"{where} size", 1, _MAX_SIZE)
         name = res.get("name") or ""

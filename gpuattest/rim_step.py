@@ -73,16 +73,22 @@ def verify_rim(
     roots: TrustRoots,
     now: dt.datetime,
     policy: Policy,
+    label: str | None = None,
+    claim: str | None = None,
 ) -> RimOutcome:
-    """Obtain and verify the RIM ``rim_id`` for ``role`` ("driver" or "vbios").
+    """Obtain and verify the RIM ``rim_id`` for ``role`` ("driver", "vbios", or a device
+    profile's role such as a switch's "bios").
+
+    Check ids are ``<role>-rim-...``; ``label`` titles them ("Driver RIM", "VBIOS RIM" by
+    default) and ``claim`` stems the claims (``x-nvidia-gpu-<role>-rim`` by default).
 
     Raises:
         MalformedRimError: the RIM obtained is not a parseable RIM document.
     """
     p = f"{role}-rim"
-    label = "Driver RIM" if role == "driver" else "VBIOS RIM"
+    label = label or ("Driver RIM" if role == "driver" else "VBIOS RIM")
     kind = ChainKind.DRIVER_RIM if role == "driver" else ChainKind.VBIOS_RIM
-    claim = f"x-nvidia-gpu-{role}-rim"
+    claim = claim or f"x-nvidia-gpu-{role}-rim"
     try:
         data = rims.get_rim(rim_id)
     except CollateralUnavailableError as exc:

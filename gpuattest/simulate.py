@@ -194,11 +194,13 @@ def sign_rim(
     golden: Mapping[int, bytes],
     active: frozenset[int],
     pki: Pki,
+    min_svns: Mapping[int, tuple[str, int]] | None = None,
 ) -> bytes:
     """Rewrite a real RIM's values and sign it with ``pki`` (leaf = L4 signer).
 
     The structure stays that of NVIDIA's RIMs, so it validates against the SWID
     schema; indices in ``active`` get their ``golden`` value, others are inactive.
+    ``min_svns`` adds active opaque-data entries: opaque type to (name, minimum SVN).
     """
     from lxml import etree
 
@@ -220,6 +222,14 @@ def sign_rim(
         res.set("alternatives", "1")
         res.set("active", "True" if index in active else "False")
         res.set(f"{{{hash_ns}}}Hash0", golden.get(index, bytes(48)).hex())
+    for opaque_type, (name, floor) in (min_svns or {}).items():
+        res = etree.SubElement(payload, f"{{{swid}}}Resource")
+        res.set("type", "Measurement")
+        res.set("index", str(0x1000 + opaque_type))
+        res.set("active", "True")
+        res.set("name", name)
+        res.set("minSvn", str(floor))
+        res.set("includeInResult", "True")
     _sign_enveloped(root, pki)
     return bytes(etree.tostring(root, xml_declaration=False, encoding="utf-8"))
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from gpucc.core.errors import MalformedReportError
 
-from .report import SIGNATURE_LENGTH, MeasurementBlock, OpaqueType, SpdmEnvelope
+from .report import SIGNATURE_LENGTH, MeasurementBlock, OpaqueData, OpaqueType, SpdmEnvelope
 
 __all__ = [
     "LS10_BIOS_IDS",
@@ -91,6 +91,7 @@ class SwitchReport:
     disabled_ports: bytes | None
     position_id: int | None
     lock_status: int | None
+    opaque_data: OpaqueData = field(repr=False)
 
     @property
     def signed_bytes(self) -> bytes:
@@ -111,6 +112,11 @@ class SwitchReport:
     def fwid(self) -> bytes | None:
         """Switch reports carry no FWID (opaque type 20); None unless one ever does."""
         return self.opaque.get(OpaqueType.FWID)
+
+    @property
+    def nvdec0_disabled(self) -> bool | None:
+        """A switch has no NVDEC0."""
+        return None
 
     def runtime_measurements(self) -> dict[int, bytes]:
         """Block Index (1-based) to measurement value."""
@@ -156,4 +162,5 @@ class SwitchReport:
             disabled_ports=opaque.get(SwitchOpaqueType.DISABLED_PORTS),
             position_id=int.from_bytes(position, "little") if position else None,
             lock_status=int.from_bytes(lock, "little") if lock else None,
+            opaque_data=env.opaque_data,
         )

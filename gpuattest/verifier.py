@@ -32,6 +32,7 @@ import hashlib
 import hmac
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from cryptography import x509
@@ -40,20 +41,28 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
 
-from gpucc.core.errors import MalformedEvidenceError
+from gpucc.core.errors import MalformedEvidenceError, MalformedReportError
 
 from ._internal import der
 from ._internal.x509names import common_name
 from .chain import load_pem_chain
 from .collateral import ChainKind, OcspChecker, RimSource
+from .device import (
+    DEVICE_CHAIN,
+    DEVICE_CHAIN_LENGTH,
+    DeviceProfile,
+    DeviceReport,
+    gpu_profile,
+    leaf_common_name,
+)
 from .evidence import EvidenceSet, GpuEvidence
 from .measurements import (
     MeasurementResult,
     MeasurementStatus,
     MismatchRecord,
-    compare_measurements,
+    compare_roles,
 )
-from .policy import Policy, version_tuple
+from .policy import Policy, device_identity_check, version_tuple
 from .report import Architecture, AttestationReport, OpaqueType
 from .result import (
     CLAIMS_VERSION,
@@ -68,23 +77,29 @@ from .result import (
 )
 from .revocation import chain_claim, check_chain_revocation
 from .rim_step import RimOutcome, verify_rim
+from .spdm_toc import SpdmToc, parse_toc
 from .trust import TrustRoots
-from .x509chain import ChainProfile, ChainResult, validate_chain
+from .x509chain import ChainResult, validate_chain
 
 # AttestationResult is what verify() returns; it is re-exported for its callers.
-__all__ = ["DEVICE_CHAIN", "AttestationResult", "verify"]
-
-DEVICE_CHAIN_LENGTH = 5  # HopperSettings.MAX_CERT_CHAIN_LENGTH in NVIDIA's verifier
-#: The device chain: leaf (FMC) to NVIDIA's Device Identity CA, any verifiable algorithm.
-DEVICE_CHAIN = ChainProfile("GPU device", expected_length=DEVICE_CHAIN_LENGTH)
+__all__ = [
+    "DEVICE_CHAIN",
+    "DEVICE_CHAIN_LENGTH",
+    "AttestationResult",
+    "DeviceOutcome",
+    "VerificationContext",
+    "verify",
+    "verify_device",
+]
 _FWID_HOPPER = x509.ObjectIdentifier("2.23.133.5.4.1")
 _FWID_DICE = x509.ObjectIdentifier("2.23.133.5.4.1.1")
 
 
 @dataclass
 class _Record:
-    """The checks and claims of one GPU, in the order the steps produce them."""
+    """The checks and claims of one device, in the order the steps produce them."""
 
+    profile: DeviceProfile
     checks: list[Check] = field(default_factory=list)
     claims: dict[str, Any] = field(default_factory=dict)
     notes: dict[str, str] = field(default_factory=dict)
@@ -93,13 +108,17 @@ class _Record:
         self.checks.append(check)
         self.claims.update(claims or {})
 
+    def claim(self, name: str) -> str:
+        """A claim name in the device kind's vocabulary."""
+        return self.profile.claim(name)
+
 
 def _passed(ok: bool) -> CheckStatus:
     return CheckStatus.PASS if ok else CheckStatus.FAIL
 
 
 @dataclass(frozen=True)
-class _Context:
+class VerificationContext:
     """What every step of one verification may consult."""
 
     expected_nonce: bytes | None
@@ -113,43 +132,43 @@ class _Context:
 # --- (1) architecture, (2) report --------------------------------------------------
 
 
-def _check_architecture(gpu: GpuEvidence, rec: _Record) -> Architecture | None:
-    try:
-        arch: Architecture | None = Architecture.parse(gpu.arch)
-    except Exception:
-        arch = None
-    reason = "" if arch else f"{gpu.arch} is not a GPU architecture gpucc verifies"
-    rec.add(
-        Check("arch", "Architecture", _passed(arch is not None), reason),
-        {"x-nvidia-gpu-arch-check": arch is not None},
-    )
-    return arch
+def _check_architecture(ev: GpuEvidence, profile: DeviceProfile, rec: _Record) -> None:
+    ok = ev.arch.strip().upper() in profile.architectures
+    reason = "" if ok else f"{ev.arch} is not {profile.kind_phrase} architecture gpucc verifies"
+    rec.add(Check("arch", "Architecture", _passed(ok), reason), {rec.claim("arch-check"): ok})
 
 
-def _parse_report(gpu: GpuEvidence, rec: _Record) -> AttestationReport:
+def _parse_report(ev: GpuEvidence, profile: DeviceProfile, rec: _Record) -> DeviceReport:
     """Malformed input stops verification here (the parser raises)."""
-    report = AttestationReport.parse(gpu.report)
-    rec.add(
-        Check("report-parsed", "Report parsed", CheckStatus.PASS),
-        {
-            "x-nvidia-gpu-attestation-report-parsed": True,
-            "x-nvidia-gpu-driver-version": report.driver_version,
-            "x-nvidia-gpu-vbios-version": report.vbios_version,
-        },
-    )
+    report = profile.parse(ev.report)
+    profile.check_blocks(report.blocks)
+    claims: dict[str, Any] = {rec.claim("attestation-report-parsed"): True}
+    claims.update({rec.claim(k): v for k, v in profile.versions(report).items()})
+    rec.add(Check("report-parsed", "Report parsed", CheckStatus.PASS), claims)
     return report
+
+
+def _read_toc(report: DeviceReport, profile: DeviceProfile) -> SpdmToc | None:
+    """The signed table of contents, for kinds that carry one (decoded, not yet trusted:
+    the signature step judges the bytes it came from)."""
+    if profile.toc_block is None:
+        return None
+    block = report.blocks.get(profile.toc_block)
+    if block is None:
+        return None
+    return parse_toc(block.value, report.blocks)
 
 
 # --- (3) device chain, (4) its OCSP --------------------------------------------------
 
 
 def _check_device_chain(
-    index: int, gpu: GpuEvidence, ctx: _Context, rec: _Record
+    index: int, ev: GpuEvidence, profile: DeviceProfile, ctx: VerificationContext, rec: _Record
 ) -> tuple[tuple[x509.Certificate, ...], ChainResult]:
-    certs = load_pem_chain(gpu.cert_chain_pem)
+    certs = load_pem_chain(ev.cert_chain_pem)
     if not certs:
-        raise MalformedEvidenceError(f"GPU {index}: the certificate chain is empty")
-    chain = validate_chain(certs, ctx.roots.device_root, ctx.now, DEVICE_CHAIN)
+        raise MalformedEvidenceError(f"{profile.noun} {index}: the certificate chain is empty")
+    chain = validate_chain(certs, ctx.roots.device_root, ctx.now, profile.chain)
     reason = "" if chain.ok else f"{chain.status}: {chain.reason}"
     rec.add(
         Check("device-chain", "Device certificate chain", _passed(chain.ok), reason),
@@ -161,7 +180,7 @@ def _check_device_chain(
     return certs, chain
 
 
-def _check_device_ocsp(chain: ChainResult, ctx: _Context, rec: _Record) -> None:
+def _check_device_ocsp(chain: ChainResult, ctx: VerificationContext, rec: _Record) -> None:
     """OCSP for the device chain (the per-boot leaf and the root are not checked)."""
     check, revocation = check_chain_revocation(
         "device-ocsp",
@@ -173,42 +192,44 @@ def _check_device_ocsp(chain: ChainResult, ctx: _Context, rec: _Record) -> None:
         now=ctx.now,
         policy=ctx.policy,
     )
-    rec.add(check, {"x-nvidia-gpu-attestation-report-cert-chain": chain_claim(chain, revocation)})
+    rec.add(check, {rec.claim("attestation-report-cert-chain"): chain_claim(chain, revocation)})
 
 
 # --- (5) FWID, (6) signature, (7) nonce -----------------------------------------------
 
 
-def _check_fwid(report: AttestationReport, leaf: x509.Certificate, rec: _Record) -> None:
-    claim = "x-nvidia-gpu-attestation-report-cert-chain-fwid-match"
-    if report.fwid is None:
-        reason = "the report carries no FWID (older firmware)"
-        rec.add(Check("fwid", "FWID", CheckStatus.NOT_PRESENT, reason), {claim: None})
-        return
+def _check_fwid(
+    report: DeviceReport, leaf: x509.Certificate, profile: DeviceProfile, rec: _Record
+) -> None:
+    claim = rec.claim("attestation-report-cert-chain-fwid-match")
     try:
         found = leaf_fwid(leaf)
     except der.DerError as exc:
         found, reason = None, f"the leaf FWID extension is malformed: {exc}"
     else:
         reason = "" if found is not None else "the leaf certificate has no FWID extension"
+    if report.fwid is None:
+        reason = profile.no_fwid_reason
+        if found is not None and not profile.gpu_steps:
+            reason += "; the leaf certificate's FWID has nothing to be compared with"
+        rec.add(Check("fwid", "FWID", CheckStatus.NOT_PRESENT, reason), {claim: None})
+        return
     match = found is not None and hmac.compare_digest(found, report.fwid)
     if found is not None and not match:
         reason = "the report FWID differs from the leaf certificate's"
     rec.add(Check("fwid", "FWID", _passed(match), reason), {claim: match})
 
 
-def _check_report_signature(
-    report: AttestationReport, leaf: x509.Certificate, rec: _Record
-) -> None:
+def _check_report_signature(report: DeviceReport, leaf: x509.Certificate, rec: _Record) -> None:
     ok, reason = verify_report_signature(report.signed_bytes, report.signature, leaf)
     rec.add(
         Check("report-signature", "Report signature", _passed(ok), reason),
-        {"x-nvidia-gpu-attestation-report-signature-verified": ok},
+        {rec.claim("attestation-report-signature-verified"): ok},
     )
 
 
-def _check_nonce(report: AttestationReport, expected: bytes | None, rec: _Record) -> None:
-    claim = "x-nvidia-gpu-attestation-report-nonce-match"
+def _check_nonce(report: DeviceReport, expected: bytes | None, rec: _Record) -> None:
+    claim = rec.claim("attestation-report-nonce-match")
     if expected is None:
         reason = "no expected nonce was given, so freshness is not established"
         rec.add(Check("nonce", "Nonce", CheckStatus.NOT_CHECKED, reason), {claim: None})
@@ -223,9 +244,21 @@ def _check_nonce(report: AttestationReport, expected: bytes | None, rec: _Record
 
 
 def _check_versions(
-    report: AttestationReport, gpu: GpuEvidence, policy: Policy, rec: _Record
+    report: DeviceReport, gpu: GpuEvidence, profile: DeviceProfile, policy: Policy, rec: _Record
 ) -> None:
-    """NVML's self-report against the signed report, then the policy's limits."""
+    """NVML's self-report against the signed report, then the policy's limits (kinds with
+    a driver and VBIOS version only)."""
+    if not profile.gpu_steps:
+        return
+    if not isinstance(report, AttestationReport):
+        limits = (policy.min_driver, policy.allowed_drivers, policy.allowed_vbios)
+        pinned = any(limit is not None for limit in limits) or bool(policy.min_svn)
+        reason = f"a {profile.name} report carries no driver or VBIOS version"
+        if pinned:
+            reason += ", so the policy's version limits cannot be met"
+        status = CheckStatus.FAIL if pinned else CheckStatus.NOT_PRESENT
+        rec.add(Check("versions-policy", "Versions allowed by policy", status, reason))
+        return
     for key, title, reported, nvml in (
         ("driver-version", "Driver version (NVML)", report.driver_version, gpu.driver_version),
         ("vbios-version", "VBIOS version (NVML)", report.vbios_version, gpu.vbios_version),
@@ -244,27 +277,34 @@ def _check_versions(
 
 
 def _check_rims(
-    report: AttestationReport, arch: Architecture | None, ctx: _Context, rec: _Record
-) -> tuple[RimOutcome, RimOutcome]:
-    outcomes = []
-    for role, rim_id, version in (
-        ("driver", report.driver_rim_id(arch or Architecture.HOPPER), report.driver_version),
-        ("vbios", report.vbios_rim_id(), report.vbios_version),
-    ):
+    report: DeviceReport,
+    arch: Architecture | None,
+    profile: DeviceProfile,
+    ctx: VerificationContext,
+    rec: _Record,
+) -> dict[str, RimOutcome]:
+    """The profile's RIM roles, each obtained and verified (none where the kind's
+    reference values are not XML RIMs)."""
+    if profile.reference_values_missing:
+        return {}
+    outcomes: dict[str, RimOutcome] = {}
+    for ref in profile.rims(report, arch):
         out = verify_rim(
-            role=role,
-            rim_id=rim_id,
-            expected_version=version,
+            role=ref.role.role,
+            rim_id=ref.rim_id,
+            expected_version=ref.version,
             rims=ctx.rims,
             ocsp=ctx.ocsp,
             roots=ctx.roots,
             now=ctx.now,
             policy=ctx.policy,
+            label=ref.role.label,
+            claim=ref.role.claim,
         )
         rec.checks.extend(out.checks)
         rec.claims.update(out.claims)
-        outcomes.append(out)
-    return outcomes[0], outcomes[1]
+        outcomes[ref.role.role] = out
+    return outcomes
 
 
 def _describe_mismatch(m: MismatchRecord) -> str:
@@ -272,7 +312,8 @@ def _describe_mismatch(m: MismatchRecord) -> str:
     policy that names the index."""
     golden = " or ".join(m.golden_values) or "(none)"
     runtime = m.runtime_value if m.runtime_value is not None else "(no block)"
-    return f"index {m.index} ({m.source}): golden {golden}, runtime {runtime}"
+    name = f" {m.name}" if m.name else ""
+    return f"index {m.index}{name} ({m.source}): golden {golden}, runtime {runtime}"
 
 
 def _measurement_check(meas: MeasurementResult, policy: Policy) -> Check:
@@ -320,29 +361,52 @@ def _measurement_check(meas: MeasurementResult, policy: Policy) -> Check:
     )
 
 
-def _check_measurements(
-    report: AttestationReport, driver: RimOutcome, vbios: RimOutcome, policy: Policy, rec: _Record
-) -> MeasurementResult | None:
-    meas = compare_measurements(
-        driver=driver.manifest,
-        vbios=vbios.manifest,
-        runtime=report.runtime_measurements(),
-        nvdec0_disabled=report.nvdec0_disabled,
+def _reference_values_missing(reason: str) -> MeasurementResult:
+    return MeasurementResult(
+        status=MeasurementStatus.NOT_RUN,
+        reason=reason,
+        missing_rims=(),
+        mismatches=(),
+        conflicts=(),
+        skipped=(),
+        golden_count=0,
+        compared_count=0,
+        matched_count=0,
+        nvdec0_disabled=None,
     )
+
+
+def _check_measurements(
+    report: DeviceReport,
+    rims: dict[str, RimOutcome],
+    profile: DeviceProfile,
+    policy: Policy,
+    rec: _Record,
+) -> MeasurementResult | None:
+    if profile.reference_values_missing:
+        meas = _reference_values_missing(profile.reference_values_missing)
+    else:
+        meas = compare_roles(
+            {role: out.manifest for role, out in rims.items()},
+            report.runtime_measurements(),
+            report.nvdec0_disabled,
+            report.opaque_data,
+        )
     check = _measurement_check(meas, policy)
     ran = meas.status is not MeasurementStatus.NOT_RUN
     if not ran:
         measres = "not-run"
     else:
         measres = "success" if check.status is CheckStatus.PASS else "fail"
-    rec.add(
-        check,
-        {
-            "measres": measres,
-            "x-nvidia-gpu-vbios-index-no-conflict": not meas.conflicts if ran else None,
-            "x-nvidia-mismatch-measurement-records": [m.to_dict() for m in meas.mismatches],
-        },
-    )
+    claims: dict[str, Any] = {"measres": measres}
+    if profile.gpu_steps:
+        claims[rec.claim("vbios-index-no-conflict")] = not meas.conflicts if ran else None
+    blocks = [m for m in meas.mismatches if not m.is_opaque]
+    opaque = [m for m in meas.mismatches if m.is_opaque]
+    claims["x-nvidia-mismatch-measurement-records"] = [m.to_dict() for m in blocks]
+    if opaque:  # NVIDIA's claims 4.0 name: present only when an opaque record failed
+        claims["x-nvidia-mismatch-opaque-data-records"] = [m.opaque_dict() for m in opaque]
+    rec.add(check, claims)
     _derive_secboot_dbgstat(meas, rec)
     return meas if ran else None
 
@@ -378,20 +442,39 @@ _PPCIE_ON = b"\xaa"
 _PPCIE_OFF = b"\x55"
 
 
-def _gpu_mode(report: AttestationReport, evidence: EvidenceSet, rec: _Record) -> None:
-    """``x-nvidia-gpu-mode`` (spt, mpt, ppcie) from the signed report's FEATURE_FLAG, or
-    PPCIe from its PROTECTED_PCIE_STATUS or NVML's CC settings; absent, with a note,
-    when none of them says."""
-    claim = "x-nvidia-gpu-mode"
-    flag = report.feature_flag
-    if flag is not None:
-        if flag in _GPU_MODES:
-            rec.claims[claim] = _GPU_MODES[flag]
+_TOC_MODES = {"CC SPT": "spt", "CC MPT": "mpt", "CC PPCIE": "ppcie"}
+
+
+def _gpu_mode(
+    report: DeviceReport, toc: SpdmToc | None, evidence: EvidenceSet, rec: _Record
+) -> None:
+    """``x-nvidia-gpu-mode`` (spt, mpt, ppcie) from the signed table of contents' purpose
+    where the report has one, else the signed report's FEATURE_FLAG, or PPCIe from its
+    PROTECTED_PCIE_STATUS or NVML's CC settings; absent, with a note, when none says."""
+    claim = rec.claim("mode")
+    if toc is not None:
+        mode = _TOC_MODES.get(toc.purpose or "")
+        if mode is not None:
+            rec.claims[claim] = mode
+            rec.notes[claim] = (
+                f"from the signed table of contents (block 0xFD), purpose {toc.purpose!r}; "
+                "the opaque FEATURE_FLAG is not used where a table exists"
+            )
+        else:
+            rec.notes[claim] = (
+                f"absent: the table of contents' purpose {toc.purpose!r} names no known mode"
+            )
+        return
+    flag = report.opaque_data.fields.get(OpaqueType.FEATURE_FLAG)
+    flag_value = int.from_bytes(flag, "little") if flag else None
+    if flag_value is not None:
+        if flag_value in _GPU_MODES:
+            rec.claims[claim] = _GPU_MODES[flag_value]
             rec.notes[claim] = "from the report's FEATURE_FLAG (opaque type 36)"
         else:
-            rec.notes[claim] = f"absent: the report's FEATURE_FLAG {flag} names no known mode"
+            rec.notes[claim] = f"absent: the report's FEATURE_FLAG {flag_value} names no known mode"
         return
-    ppcie = report.opaque.get(OpaqueType.PROTECTED_PCIE_STATUS)
+    ppcie = report.opaque_data.fields.get(OpaqueType.PROTECTED_PCIE_STATUS)
     if ppcie == _PPCIE_ON:
         rec.claims[claim] = "ppcie"
         rec.notes[claim] = "from the report's PROTECTED_PCIE_STATUS (opaque type 21)"
@@ -428,39 +511,131 @@ def _check_cc_state(evidence: EvidenceSet, policy: Policy, rec: _Record) -> None
 # --- the outline ----------------------------------------------------------------------------
 
 
-def _verify_gpu(index: int, gpu: GpuEvidence, evidence: EvidenceSet, ctx: _Context) -> GpuResult:
-    rec = _Record()
-    arch = _check_architecture(gpu, rec)  # (1)
-    report = _parse_report(gpu, rec)  # (2)
-    certs, chain = _check_device_chain(index, gpu, ctx, rec)  # (3)
+@dataclass(frozen=True)
+class DeviceOutcome:
+    """What the outline found about one device, before it is shaped into a GPU's or a
+    switch's result.
+
+    Attributes:
+        report: the parsed report (its type is the profile's).
+        toc: the decoded table of contents, for kinds that carry one.
+        rims: role to the RIM step's outcome (empty where the kind has no XML RIMs).
+    """
+
+    index: int
+    evidence: GpuEvidence
+    profile: DeviceProfile
+    arch: Architecture | None
+    report: DeviceReport
+    toc: SpdmToc | None
+    checks: tuple[Check, ...]
+    claims: dict[str, Any]
+    notes: dict[str, str]
+    measurements: MeasurementResult | None
+    rims: Mapping[str, RimOutcome]
+    verdict: Verdict
+
+    @property
+    def rim_ids(self) -> dict[str, str]:
+        """Role to the RIM ID the report names (the table of contents' locators where
+        the kind's RIMs are not looked up)."""
+        if self.toc is not None and not self.rims:
+            names = [loc.rstrip("/").rsplit("/", 1)[-1] for loc in self.toc.rim_locators]
+            driver = next((n for n in names if "DRIVER" in n.upper()), "")
+            vbios = next((n for n in names if n != driver), "")
+            return {"driver": driver, "vbios": vbios}
+        if self.profile.reference_values_missing:
+            return {}
+        return {ref.role.role: ref.rim_id for ref in self.profile.rims(self.report, self.arch)}
+
+
+def _arch_of(ev: GpuEvidence) -> Architecture | None:
+    try:
+        return Architecture.parse(ev.arch)
+    except Exception:
+        return None
+
+
+def verify_device(
+    index: int,
+    ev: GpuEvidence,
+    evidence: EvidenceSet,
+    ctx: VerificationContext,
+    profile: DeviceProfile,
+) -> DeviceOutcome:
+    """The one outline, for any device kind (see the module documentation)."""
+    rec = _Record(profile)
+    arch = _arch_of(ev)
+    _check_architecture(ev, profile, rec)  # (1)
+    report = _parse_report(ev, profile, rec)  # (2)
+    toc = _read_toc(report, profile)
+    certs, chain = _check_device_chain(index, ev, profile, ctx, rec)  # (3)
+    rec.add(device_identity_check(str(certs[0].serial_number), ctx.policy, profile.noun))
     _check_device_ocsp(chain, ctx, rec)  # (4)
-    _check_fwid(report, certs[0], rec)  # (5)
+    _check_fwid(report, certs[0], profile, rec)  # (5)
     _check_report_signature(report, certs[0], rec)  # (6)
     _check_nonce(report, ctx.expected_nonce, rec)  # (7)
-    _check_versions(report, gpu, ctx.policy, rec)  # (8)
-    driver, vbios = _check_rims(report, arch, ctx, rec)  # (9)
-    measurements = _check_measurements(report, driver, vbios, ctx.policy, rec)  # (10)
-    _check_cc_state(evidence, ctx.policy, rec)  # (11)
+    _check_versions(report, ev, profile, ctx.policy, rec)  # (8)
+    rims = _check_rims(report, arch, profile, ctx, rec)  # (9)
+    measurements = _check_measurements(report, rims, profile, ctx.policy, rec)  # (10)
+    if profile.gpu_steps:
+        _check_cc_state(evidence, ctx.policy, rec)  # (11)
 
     decided = tuple(_decide(c, ctx.policy) for c in rec.checks)
-    rec.claims["x-nvidia-device-type"] = "gpu"
-    _gpu_mode(report, evidence, rec)
-    rec.claims["x-nvidia-gpu-claims-version"] = CLAIMS_VERSION
-    manifest = driver.manifest
+    rec.claims["x-nvidia-device-type"] = profile.device_type
+    if profile.gpu_steps:
+        _gpu_mode(report, toc, evidence, rec)
+    rec.claims[rec.claim("claims-version")] = CLAIMS_VERSION
+    _note_hints(ev, rec)
+    manifest = next(iter(rims.values())).manifest if rims else None
     rec.claims["oemid"] = manifest.platform_manufacturer_id if manifest is not None else None
+    return DeviceOutcome(
+        index=index,
+        evidence=ev,
+        profile=profile,
+        arch=arch,
+        report=report,
+        toc=toc,
+        checks=decided,
+        claims=rec.claims,
+        notes=rec.notes,
+        measurements=measurements,
+        rims=MappingProxyType(rims),
+        verdict=combine_verdicts([_verdict_of(c.decision) for c in decided]),
+    )
+
+
+def _note_hints(ev: GpuEvidence, rec: _Record) -> None:
+    """Unsigned hints (a CMW file's) are shown as such; no check reads them."""
+    if not ev.hints:
+        return
+    claim = "x-nvidia-unsigned-hints"
+    rec.claims[claim] = dict(ev.hints)
+    rec.notes[claim] = (
+        "unsigned hints from the evidence file: they may only choose which reference values "
+        "to look up, never decide anything; no reference value was chosen by them here"
+    )
+
+
+def _verify_gpu(
+    index: int, gpu: GpuEvidence, evidence: EvidenceSet, ctx: VerificationContext
+) -> GpuResult:
+    profile = gpu_profile(gpu.arch, leaf_common_name(gpu.cert_chain_pem))
+    out = verify_device(index, gpu, evidence, ctx, profile)
+    ids = out.rim_ids
     return GpuResult(
         index=index,
         uuid=gpu.uuid,
         arch=gpu.arch,
-        checks=decided,
-        claims=rec.claims,
-        claim_notes=rec.notes,
-        measurements=measurements,
+        checks=out.checks,
+        claims=out.claims,
+        claim_notes=out.notes,
+        measurements=out.measurements,
         report_digest=hashlib.sha256(gpu.report).digest(),
-        driver_rim_id=report.driver_rim_id(arch or Architecture.HOPPER),
-        vbios_rim_id=report.vbios_rim_id(),
-        verdict=combine_verdicts([_verdict_of(c.decision) for c in decided]),
-        runtime_measurements=runtime_measurements_of(report.runtime_measurements(), decided),
+        driver_rim_id=ids.get("driver", ""),
+        vbios_rim_id=ids.get("vbios", ""),
+        verdict=out.verdict,
+        runtime_measurements=runtime_measurements_of(out.report.runtime_measurements(), out.checks),
     )
 
 
@@ -509,7 +684,7 @@ def verify(
     policy = policy or Policy()
     if not evidence.gpus:
         raise MalformedEvidenceError("the evidence holds no GPU")
-    ctx = _Context(expected_nonce, roots, now, rims, ocsp, policy)
+    ctx = VerificationContext(expected_nonce, roots, now, rims, ocsp, policy)
     gpus = tuple(_verify_gpu(i, gpu, evidence, ctx) for i, gpu in enumerate(evidence.gpus))
     return AttestationResult(
         verdict=combine_verdicts([g.verdict for g in gpus]),
@@ -574,6 +749,7 @@ def _decide(check: Check, policy: Policy) -> Check:
 
 
 def _version_policy(report: AttestationReport, policy: Policy) -> Check:
+    """The policy's driver and VBIOS limits."""
     problems: list[str] = []
     if policy.min_driver is not None:
         try:
@@ -588,6 +764,15 @@ def _version_policy(report: AttestationReport, policy: Policy) -> Check:
         and report.vbios_version.upper() not in policy.allowed_vbios
     ):
         problems.append(f"VBIOS {report.vbios_version} is not in the allowed list")
+    for opaque_type, floor in sorted(policy.min_svn.items()):
+        try:
+            svn = report.opaque_data.svn(opaque_type)
+        except MalformedReportError:
+            svn = None
+        if svn is None:
+            problems.append(f"opaque entry {opaque_type} is not an SVN in the report")
+        elif svn < floor:
+            problems.append(f"opaque entry {opaque_type} SVN {svn} is below {floor}")
     return Check(
         "versions-policy",
         "Versions allowed by policy",

@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from gpucc.assembly import PlatformResult, PlatformVerifier
 from gpucc.assembly.record import TrustRecord, release_record
 from gpucc.core.errors import GpuccError
-from gpucc.keyrelease.protocol import DatasetKey, Offer, accept_offer
+from gpucc.keyrelease.protocol import DatasetKey, Offer, accept_offer, offer_devices
 from gpucc.keyrelease.requester import RequesterSignatureError, requester_key_id
 from gpucc.staging.errors import ProtocolError
 from gpucc.travel.signing import sign_answer
@@ -248,3 +248,14 @@ def one_line(exc: BaseException) -> str:
     if isinstance(exc, GpuccError):
         return exc.diagnostics()[:500]
     return " ".join(str(exc).split())[:500]
+
+
+def released_devices(results: list[PlatformResult]) -> list[str]:
+    """The identities of the devices (GPUs, then NVSwitches) whose reports the offer
+    carried, from the first verdict over them (every release policy judged the same
+    reports): see :func:`~gpucc.keyrelease.protocol.offer_devices`."""
+    for result in results:
+        if result.gpu is not None:
+            switches = result.switch.switches if result.switch is not None else ()
+            return offer_devices([*result.gpu.gpus, *switches])
+    return []

@@ -3,9 +3,10 @@
 An error raised while a request is answered takes its answer from the library's outcome
 table (:mod:`gpucc.core.outcomes`), the table the command line's exit statuses come from,
 extended here by the holder's own families: its state unavailable (503, "state-unavailable":
-nothing is answered without its record) and the protocol's refusal of an offer (403,
-"not-trusted"). Each row keeps the exit outcome of its family, so the command line and the
-service never tell two stories about one error. The refusals that no error causes (a client
+nothing is answered without its record), a device's report accepted before (409, "replayed")
+and the protocol's refusal of an offer (403, "not-trusted"). Each row keeps the exit
+outcome of its family, so the command line and the service never tell two stories about one
+error. The refusals that no error causes (a client
 over its rate, a body too large or too slow, a used challenge, ...) are named below.
 
 Every refusal's body is ``{"error": name, "message": one line}`` (and, for an offer refused
@@ -21,6 +22,7 @@ from gpucc.core.outcomes import (
     HttpAnswer,
     OutcomeTable,
 )
+from gpucc.keyrelease.replay import DeviceReportReplayError
 from gpucc.staging.errors import ProtocolError
 
 from .state import StateUnavailableError
@@ -43,6 +45,8 @@ __all__ = [
 #: The library's table with the holder's families first.
 HOLDER_OUTCOMES = OutcomeTable().extended(
     FamilyOutcome(StateUnavailableError, ENVIRONMENT, HttpAnswer(503, "state-unavailable")),
+    # a device's report over a nonce accepted before (or twice in one offer)
+    FamilyOutcome(DeviceReportReplayError, NOT_TRUSTED, HttpAnswer(409, "replayed")),
     FamilyOutcome(ProtocolError, NOT_TRUSTED, HttpAnswer(403, "not-trusted")),
 )
 

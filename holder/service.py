@@ -39,8 +39,14 @@ from gpucc.core.errors import (
     UsageError,
 )
 from gpucc.core.files import write_atomic
-from gpucc.keyrelease.protocol import CHALLENGE_SIZE, DatasetKey, Offer
-from gpucc.keyrelease.replay import ChallengeReplayError, MemoryReplayStore, ReplayStore
+from gpucc.keyrelease.protocol import CHALLENGE_SIZE, DatasetKey, Offer, session_nonce
+from gpucc.keyrelease.replay import (
+    ChallengeReplayError,
+    DeviceReportReplayError,
+    MemoryReplayStore,
+    ReplayStore,
+    claim_device_reports,
+)
 from gpucc.staging.errors import ProtocolError
 from gpucc.travel.receipt import Receipt
 from gpucc.travel.signing import key_id
@@ -54,6 +60,7 @@ from .decide import (
     answer_offer,
     failed_checks,
     one_line,
+    released_devices,
     whole_refusal,
 )
 from .housekeeping import Housekeeper
@@ -200,6 +207,15 @@ class ChallengeStore:
             raise ChallengeRefused("the challenge was already used (replay)") from None
         if not fresh:
             raise ChallengeRefused("the challenge expired")
+
+    def claim_devices(self, devices: list[str], nonce: bytes) -> None:
+        """Record the devices' reports over ``nonce`` as accepted, in the store that
+        records answered challenges (shared when the state is).
+
+        Raises:
+            DeviceReportReplayError: one was accepted before (or is repeated), named.
+        """
+        claim_device_reports(self._replay, devices, nonce)
 
     def _expire(self) -> None:
         now = self._clock()
@@ -409,6 +425,14 @@ class RequestHandlers:
             if answer.decided:  # a decision is recorded; a 400 or a 503 decided nothing
                 await self._audit_whole(request, parsed, "offer", one_line(exc))
             return _refuse(request, answer, one_line(exc))
+        try:  # a device's report over this nonce is accepted once, whatever the policies
+            nonce = session_nonce(parsed.challenge, parsed.host_public_key)
+            await run_in_threadpool(self.store.claim_devices, released_devices(results), nonce)
+        except DeviceReportReplayError as exc:
+            await self._audit_whole(request, parsed, "device report", str(exc))
+            return _refuse(request, HOLDER_OUTCOMES.http_for(exc), str(exc))
+        except StateUnavailableError as exc:
+            return _refuse_for(request, exc)
         await self._released(request, parsed, done)
         return Response(done.envelope, media_type="application/json")
 

@@ -42,7 +42,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -81,7 +81,13 @@ from .messages import (
     session_nonce,
     transcript_hash,
 )
-from .replay import ChallengeReplayError, FileReplayStore, MemoryReplayStore, ReplayStore
+from .replay import (
+    ChallengeReplayError,
+    FileReplayStore,
+    MemoryReplayStore,
+    ReplayStore,
+    claim_device_reports,
+)
 
 __all__ = [
     "CHALLENGE_SIZE",
@@ -353,11 +359,14 @@ def accept_offer(
        feeds HKDF.
 
     With ``replay``, the challenge is claimed once the attestation is trusted: an offer
-    to a challenge this holder already answered is refused (offers are single-use). The
+    to a challenge this holder already answered is refused (offers are single-use); then
+    each device's report over the nonce (:func:`~.replay.claim_device_reports`): a report
+    this holder accepted before, or one device's report twice in one offer, is refused. The
     function alone keeps no state; :class:`DataHolder` keeps a store for its caller.
 
     Raises:
         ChallengeReplayError: ``replay`` holds this challenge already.
+        DeviceReportReplayError: ``replay`` holds a device's report over this nonce.
         ProtocolError: another challenge, evidence not trusted (its reasons are in the
             message), or a verdict without GPUs.
         MalformedInputError: the evidence cannot be parsed.
@@ -395,6 +404,7 @@ def accept_offer(
     cvm_digest = check_cvm(offer, nonce, attest_cvm)
     if replay is not None:
         replay.claim(challenge)
+        claim_device_reports(replay, offer_devices(result.gpus), nonce)
     # (4) ECDH and the transcript-bound key.
     holder = private_key or ec.generate_private_key(CURVE)
     holder_public = encode_public_key(holder.public_key())
@@ -417,6 +427,17 @@ def accept_offer(
         transcript_hash=transcript_hash(transcript),
         session_key=derive_session_key(shared, nonce=nonce, transcript=transcript),
     )
+
+
+def offer_devices(devices: Iterable[GpuOutcome]) -> list[str]:
+    """The identities of the devices an accepted verdict names, in offer order: each
+    one's ``ueid`` claim (its leaf certificate's serial), else its report's digest."""
+    out = []
+    for gpu in devices:
+        claims = getattr(gpu, "claims", None)
+        ueid = claims.get("ueid") if isinstance(claims, dict) else None
+        out.append(str(ueid) if ueid else bytes(gpu.report_digest).hex())
+    return out
 
 
 class DataHolder:

@@ -16,7 +16,7 @@ import os
 import stat
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -28,14 +28,20 @@ from gpucc.staging.format import StrPath
 __all__ = [
     "DEFAULT_REPLAY_TTL",
     "ChallengeReplayError",
+    "DeviceReportReplayError",
     "FileReplayStore",
     "MemoryReplayStore",
     "ReplayStore",
+    "claim_device_reports",
 ]
 
 
 class ChallengeReplayError(ProtocolError):
     """This data holder already answered an offer to this challenge (offers are single-use)."""
+
+
+class DeviceReportReplayError(ProtocolError):
+    """This data holder already accepted this device's report over this nonce."""
 
 
 class ReplayStore(Protocol):
@@ -178,3 +184,30 @@ class FileReplayStore:
         """Whether a record for ``challenge`` exists (expired records are pruned by claims)."""
         name = hashlib.sha256(_REPLAY_LABEL + challenge).hexdigest() + ".answered"
         return os.path.lexists(self.directory / name)
+
+
+_DEVICE_REPORT_LABEL = b"gpucc/session/v1/accepted-device-report\0"
+
+
+def claim_device_reports(replay: ReplayStore, devices: Sequence[str], nonce: bytes) -> None:
+    """Record each device's report over ``nonce`` as accepted, in the store that records
+    answered challenges (so every holder process sharing that state sees it), for its TTL.
+
+    ``devices`` are the identities of the devices whose reports an offer carries (the
+    ``ueid`` claim: their leaf certificate's serial), in offer order: a device named twice
+    in one offer is a repeated report too.
+
+    Raises:
+        DeviceReportReplayError: a device's report over this nonce was accepted before,
+            naming the device.
+        FileAccessError, StateUnavailableError: the store cannot be used.
+    """
+    for device in devices:
+        key = hashlib.sha256(device.encode() + b"\0" + nonce).digest()
+        try:
+            replay.claim(_DEVICE_REPORT_LABEL + key)
+        except ChallengeReplayError:
+            raise DeviceReportReplayError(
+                f"the report of device {device} over nonce {nonce.hex()[:16]}... was already "
+                "accepted by this data holder (a replayed or repeated device report)"
+            ) from None

@@ -6,11 +6,18 @@ the PCR index of each record holds the CC measurement register instead: 0 is MRT
 RTMR0..3 (UEFI 2.10, ``EFI_CC_MEASUREMENT_PROTOCOL``).
 
 * The first record is a ``TCG_PCClientPCREvent`` (SHA-1 layout, type ``EV_NO_ACTION``) whose
-  data is the ``Spec ID Event03`` structure naming the digest algorithms and their sizes.
+  data is the ``Spec ID Event03`` structure naming the digest algorithms and their sizes. Its
+  index is 0 as the TCG profile writes it, or 1 as OVMF (edk2's TDX measurement driver) writes
+  it on purpose: there PCR index 0 maps to CC register index 1, the Spec ID event included,
+  and every OVMF-booted TD (Google Cloud's and Alibaba Cloud's among them) carries that log.
+  Any other index, or a first record that is not a Spec ID event, is refused. A TPM log's
+  Spec ID event is at index 0 only.
 * Every later record is a ``TCG_PCR_EVENT2``: register index, event type, a digest per
   algorithm, then the event data.
 * The log ends at the first record whose first 8 bytes are all ``0x00`` or all ``0xFF`` (the
-  CCEL region is zero-filled after it), or exactly at the end of the buffer.
+  CCEL region is zero-filled after it by td-shim and some hypervisors; OVMF leaves the area's
+  erased ``0xFF`` fill), or exactly at the end of the buffer. The tail must be one fill, all
+  zero or all ``0xFF``.
 
 Replay: each RTMR starts as 48 zero bytes; every event for index ``n`` (1..4), in log order,
 sets ``RTMR[n-1] = SHA-384(RTMR[n-1] || digest)``. ``EV_NO_ACTION`` events are not extended.
@@ -45,6 +52,7 @@ __all__ = [
     "ALG_SHA384",
     "MAX_EVENT_LOG_BYTES",
     "MAX_EVENTS",
+    "SPEC_ID_INDICES",
     "CcEvent",
     "CcEventLog",
     "parse_event_log",
@@ -217,15 +225,22 @@ class _Reader:
         return value
 
 
-def _spec_id(reader: _Reader) -> dict[int, int]:
+#: The indices a Spec ID event may carry: the TCG profile's 0 and OVMF's 1 (a CC event log).
+SPEC_ID_INDICES = (0, 1)
+
+
+def _spec_id(reader: _Reader, pcr_log: bool) -> dict[int, int]:
     """The first record: the Spec ID event. Returns algorithm id -> digest size."""
     mr_index = reader.u32("the Spec ID event")
     event_type = reader.u32("the Spec ID event")
     reader.take(20, "the Spec ID event's SHA-1 digest")
     size = reader.u32("the Spec ID event")
-    if event_type != EV_NO_ACTION or mr_index != 0:
+    allowed = (0,) if pcr_log else SPEC_ID_INDICES
+    if event_type != EV_NO_ACTION or mr_index not in allowed:
+        where = "index 0" if pcr_log else "index 0, or 1 as OVMF writes it"
         raise MalformedEvidenceError(
-            "the event log does not start with a Spec ID event (EV_NO_ACTION, index 0)"
+            f"the event log does not start with a Spec ID event (EV_NO_ACTION, {where});"
+            f" its first record has type {event_type:#x}, index {mr_index}"
         )
     body = _Reader(reader.take(size, "the Spec ID event's data"))
     if body.take(16, "the Spec ID signature") != _SPEC_ID_SIGNATURE:
@@ -316,7 +331,7 @@ def parse_event_log(data: bytes, *, require_sha384: bool = True, pcrs: bool = Fa
     if not data.strip(b"\0"):
         raise MalformedEvidenceError("the event log is empty")
     reader = _Reader(data)
-    declared = _spec_id(reader)
+    declared = _spec_id(reader, pcrs)
     if pcrs and ALG_SHA256 not in declared:
         raise MalformedEvidenceError(
             "the measured-boot log has no SHA-256 digests; the vTPM quotes the SHA-256 bank"

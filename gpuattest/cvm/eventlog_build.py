@@ -21,6 +21,7 @@ from .eventlog import ALG_SHA1, ALG_SHA256, ALG_SHA384, ALGORITHMS, EV_NO_ACTION
 
 __all__ = [
     "LogEvent",
+    "spec_id_record",
     "boot_events",
     "build_event_log",
     "build_tpm_log",
@@ -54,13 +55,18 @@ class LogEvent:
         return self.digest if self.digest is not None else hashlib.sha384(self.data).digest()
 
 
-def _spec_id(algorithms: Sequence[int]) -> bytes:
+def _spec_id(algorithms: Sequence[int], index: int = 0) -> bytes:
     body = b"Spec ID Event03\0" + struct.pack("<IBBBB", 0, 0, 2, 0, 2)
     body += struct.pack("<I", len(algorithms))
     for alg in algorithms:
         body += struct.pack("<HH", alg, ALGORITHMS[alg][1])
     body += b"\0"  # no vendor info
-    return struct.pack("<II", 0, EV_NO_ACTION) + bytes(20) + struct.pack("<I", len(body)) + body
+    return struct.pack("<II", index, EV_NO_ACTION) + bytes(20) + struct.pack("<I", len(body)) + body
+
+
+def spec_id_record(algorithms: Sequence[int], index: int = 0) -> bytes:
+    """The Spec ID event that starts a log declaring ``algorithms`` (ids, in order)."""
+    return _spec_id(algorithms, index)
 
 
 def build_event_log(
@@ -69,16 +75,18 @@ def build_event_log(
     with_sha256: bool = False,
     sha384: bool = True,
     padding: int = 4096,
+    ovmf: bool = False,
 ) -> bytes:
     """A CC event log holding ``events`` in order, followed by ``padding`` zero bytes.
 
     ``with_sha256`` adds a SHA-256 digest of each event's data; ``sha384=False`` writes a
-    SHA-256-only log (which a TDX verifier must refuse).
+    SHA-256-only log (which a TDX verifier must refuse). ``ovmf`` writes the log as OVMF does:
+    the Spec ID event at index 1 and the region's ``0xFF`` fill after the last event.
     """
     algorithms = ([ALG_SHA384] if sha384 else []) + (
         [ALG_SHA256] if with_sha256 or not sha384 else []
     )
-    out = bytearray(_spec_id(algorithms))
+    out = bytearray(_spec_id(algorithms, 1 if ovmf else 0))
     for event in events:
         index = _REGISTERS[event.register]
         out += struct.pack("<III", index, event.event_type, len(algorithms))
@@ -86,7 +94,7 @@ def build_event_log(
             digest = event.sha384 if alg == ALG_SHA384 else hashlib.sha256(event.data).digest()
             out += struct.pack("<H", alg) + digest
         out += struct.pack("<I", len(event.data)) + event.data
-    return bytes(out) + bytes(padding)
+    return bytes(out) + (b"\xff" if ovmf else b"\0") * padding
 
 
 def build_tpm_log(events: Sequence[LogEvent], *, with_sha1: bool = False) -> bytes:

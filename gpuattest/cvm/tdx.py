@@ -10,10 +10,15 @@ relying party needs around it:
 - Intel's SGX Root CA pinned by fingerprint: every chain (the quote's PCK chain, the
   collateral's issuer chains) must end in exactly that certificate;
 - collateral judged at ``now`` before anything else: TCB info or QE identity expired or not
-  yet issued, a CRL past its next update, an issuer certificate out of its validity period
-  are *collateral* problems (the verdict is undecided, exit 3), not tampering. The quote's
-  own cryptography is still checked (at a time inside the collateral's window), so bad
-  evidence with stale collateral is still refused.
+  yet issued, a CRL past its next update, an issuer certificate or a certificate of the
+  quote's own PCK chain out of its validity period are *stale* (the verdict is undecided,
+  exit 3), not tampering. The quote's own cryptography is still checked, at the *sound
+  time*: the time closest to ``now`` at which every piece of collateral and every
+  certificate of the PCK chain is valid, so bad evidence with stale collateral is still
+  refused whatever the order of those dates. Where no such time exists (a PCK certificate
+  issued after the collateral expired, or expired before it was issued), the signatures of
+  the quote, the QE report and the PCK chain are checked without dates
+  (:mod:`.tdx_offline`) and the rest is undecided, with that reason.
 """
 
 from __future__ import annotations
@@ -62,6 +67,7 @@ _ECDSA_P256 = 2
 # Quote v5 body types: TD report 1.0 and 1.5 (type 1 is an SGX enclave report).
 _V5_BODIES = {2: ("1.0", 584), 3: ("1.5", 648)}
 _V4_BODY = 584
+_SECOND = dt.timedelta(seconds=1)
 _DEBUG_BIT = 0x01  # TDATTRIBUTES bit 0 (first byte, little-endian)
 _QE_REPORT_CERT = 6  # certification data: QE report, its signature, auth data, nested data
 _PCK_CHAIN_CERT = 5  # nested certification data: the PCK certificate chain (PEM)
@@ -345,19 +351,53 @@ def validity_windows(
     return out
 
 
+def _sound_time(
+    windows: list[tuple[str, dt.datetime, dt.datetime]], now: dt.datetime
+) -> tuple[dt.datetime | None, str]:
+    """The time closest to ``now`` at which every window is open, or None and why none is.
+
+    A window is open from its start to a second before its end: dcap-qvl, like a CRL's
+    ``nextUpdate``, takes the end itself as expired, and it judges whole seconds.
+    """
+    latest = max(windows, key=lambda w: w[1])
+    earliest = min(windows, key=lambda w: w[2])
+    last = earliest[2] - _SECOND
+    if latest[1] > last:
+        why = (
+            f"no time exists at which the collateral and the quote's PCK chain are all valid:"
+            f" {earliest[0]} expired at {earliest[2]:%Y-%m-%dT%H:%M:%SZ}, before"
+            f" {latest[0]} became valid at {latest[1]:%Y-%m-%dT%H:%M:%SZ}"
+        )
+        return None, why
+    return min(max(now, latest[1]), last), ""
+
+
 def _collateral_check(
-    collateral: TdxCollateral, chains: dict[str, list[x509.Certificate]], now: dt.datetime
-) -> tuple[Check, dt.datetime | None]:
-    """Whether every piece of collateral is valid at ``now``; else a time where all are."""
-    windows = validity_windows(collateral, chains)
+    collateral: TdxCollateral,
+    chains: dict[str, list[x509.Certificate]],
+    now: dt.datetime,
+    pck_chain: list[x509.Certificate],
+) -> tuple[Check, dt.datetime | None, str]:
+    """Whether every piece of collateral and every certificate of the quote's PCK chain is
+    valid at ``now``; else the time closest to ``now`` at which all are (the *sound time*
+    the quote's authenticity is checked at), or None and why no such time exists.
+
+    A PCK certificate out of its validity is stale evidence, as stale collateral is: Intel
+    reissues both, and neither says the quote was forged.
+    """
+    own = [
+        (f"the quote's certificate {c.subject.rfc4514_string()}", c.not_valid_before_utc,
+         c.not_valid_after_utc)
+        for c in pck_chain
+    ]  # fmt: skip
+    windows = validity_windows(collateral, chains) + own
     for what, start, end in windows:
-        if now < start or now > end:
+        if now < start or now >= end:
             state = f"not valid until {start:%Y-%m-%dT%H:%M:%SZ}"
-            if now > end:
+            if now >= end:
                 state = f"expired at {end:%Y-%m-%dT%H:%M:%SZ}"
             reason = f"{what} {state} (verification time {now:%Y-%m-%dT%H:%M:%SZ})"
-            latest = max(start for _, start, _ in windows)
-            inside = latest if latest <= min(end for _, _, end in windows) else None
+            inside, why = _sound_time(windows, now)
             check = Check(
                 "cvm-collateral",
                 "Collateral current",
@@ -365,8 +405,8 @@ def _collateral_check(
                 reason,
                 collateral_missing=True,
             )
-            return check, inside
-    return Check("cvm-collateral", "Collateral current", CheckStatus.PASS), now
+            return check, inside, why
+    return Check("cvm-collateral", "Collateral current", CheckStatus.PASS), now, ""
 
 
 def _claims(parsed: Any, quote_version: int, td_version: str) -> dict[str, Any]:
@@ -449,21 +489,35 @@ def verify_tdx_quote(
     chains = _collateral_chains(collateral)
     root_check = _root_check(parsed, chains, anchor)
     checks.append(root_check)
-    current, at = _collateral_check(collateral, chains, now)
+    pck_pem = parsed.cert_chain_pem_bytes()
+    pck_chain = _chain(pck_pem, "quote's PCK chain") if pck_pem is not None else []
+    current, at, no_time = _collateral_check(collateral, chains, now, pck_chain)
     checks.append(current)
     title = "Quote, PCK chain, QE and TCB info"
     if root_check.status is not CheckStatus.PASS:
         checks.append(Check("cvm-quote", title, CheckStatus.NOT_CHECKED, root_check.reason))
     elif at is None:
-        reason = "the collateral's validity periods do not overlap"
-        checks.append(Check("cvm-quote", title, CheckStatus.NOT_CHECKED, reason, True))
+        # No time at which dcap-qvl could judge the quote against this collateral: its
+        # signatures are still checked (they do not depend on time), so a forged quote is
+        # refused, and TCB status and revocation stay undecided.
+        from .tdx_offline import offline_quote_checks
+
+        _, _, body, size = td_report_span(quote)
+        fmspc = str(parsed.fmspc())
+        checks += offline_quote_checks(quote, body + size, fmspc, anchor, now)[:-1]
+        checks.append(Check("cvm-quote", title, CheckStatus.NOT_CHECKED, no_time, True))
     else:
         status, advisories, failure = _verify_native(quote, collateral, anchor, at)
         claims["tcb_status"], claims["advisory_ids"] = status, advisories
         if failure:
             checks.append(Check("cvm-quote", title, CheckStatus.FAIL, failure))
         else:
-            note = "" if at == now else f"checked at {at:%Y-%m-%dT%H:%M:%SZ}, inside the collateral"
+            note = ""
+            if at != now:
+                note = (
+                    f"checked at {at:%Y-%m-%dT%H:%M:%SZ}, when the collateral and the quote's"
+                    " PCK chain are all valid"
+                )
             checks.append(Check("cvm-quote", title, CheckStatus.PASS, note=note))
     return CvmFindings(
         kind=CvmKind.TDX,

@@ -133,6 +133,7 @@ def _cert(
     ca: bool,
     serial: int,
     extra: bytes | None = None,
+    end: dt.datetime | None = None,
 ) -> x509.Certificate:
     issuer_name, issuer_key = issuer if issuer else (_name(cn), key)
     builder = (
@@ -142,7 +143,7 @@ def _cert(
         .public_key(key.public_key())
         .serial_number(serial)
         .not_valid_before(start)
-        .not_valid_after(start + dt.timedelta(days=3650))
+        .not_valid_after(end if end is not None else start + dt.timedelta(days=3650))
         .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
         .add_extension(
             x509.KeyUsage(
@@ -206,6 +207,14 @@ def _crl(
     return builder.sign(key, hashes.SHA256()).public_bytes(serialization.Encoding.DER)
 
 
+_XFAM = bytes.fromhex("e702060000000000")
+
+
+def _td_attributes(debug: bool) -> bytes:
+    """TDATTRIBUTES: DEBUG (bit 0) as asked, SEPT_VE_DISABLE (bit 28) set."""
+    return (0x01 if debug else 0x00).to_bytes(1, "little") + bytes([0, 0, 0x10]) + bytes(4)
+
+
 def _iso(when: dt.datetime) -> str:
     return when.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -254,9 +263,7 @@ class SimulatedTdx:
             replayed = parse_event_log(event_log).replay()
             rtmrs = (replayed["rtmr0"], replayed["rtmr1"], replayed["rtmr2"], replayed["rtmr3"])
         header = struct.pack("<HHIHH", version, 2, 0x81, 0, 0) + _QE_VENDOR + bytes(20)
-        attributes = (
-            (0x01 if debug else 0x00).to_bytes(1, "little") + bytes([0, 0, 0x10]) + bytes(4)
-        )
+        attributes = _td_attributes(debug)
         body = b"".join(
             [
                 _TEE_TCB_SVN,
@@ -264,7 +271,7 @@ class SimulatedTdx:
                 bytes(48),  # MRSIGNERSEAM (Intel's TDX module: zero)
                 bytes(8),  # SEAMATTRIBUTES
                 attributes,  # TDATTRIBUTES
-                bytes.fromhex("e702060000000000"),  # XFAM
+                _XFAM,
                 mrtd,
                 bytes(48 * 3),  # MRCONFIGID, MROWNER, MROWNERCONFIG
                 *rtmrs,
@@ -310,6 +317,52 @@ class SimulatedTdx:
             + inner
         )
         return signed + struct.pack("<I", len(sig_data)) + sig_data
+
+    def td_report(
+        self,
+        report_data: bytes,
+        *,
+        mrtd: bytes = SIMULATED_MRTD,
+        rtmrs: tuple[bytes, bytes, bytes, bytes] = (
+            b"\x20" * 48,
+            b"\x21" * 48,
+            b"\x22" * 48,
+            bytes(48),
+        ),
+        debug: bool = False,
+    ) -> bytes:
+        """A TDREPORT (1024 bytes, type 0x81) of a TD on this platform, as TDG.MR.REPORT
+        returns it and an Azure paravisor stores it in its HCL report; its MAC is not
+        simulated. :meth:`quote_td_report` turns it into the quote :meth:`quote` would give."""
+        if len(report_data) != 64:
+            raise ValueError("report data is 64 bytes")
+        out = bytearray(1024)
+        out[0:4] = bytes([0x81, 0, 0, 0])  # REPORTTYPE: TDX, subtype 0, version 0
+        out[16:32] = _CPUSVN
+        out[128:192] = report_data
+        out[512:520] = _td_attributes(debug)
+        out[520:528] = _XFAM
+        out[528:576] = mrtd
+        out[720:912] = b"".join(rtmrs)
+        return bytes(out)
+
+    def quote_td_report(self, td_report: bytes, *, version: int = 4) -> bytes:
+        """The quote of a TDREPORT from :meth:`td_report`: what the platform's quoting
+        enclave (on Azure, behind the paravisor's quote endpoint) answers.
+
+        Raises:
+            ValueError: not a 1024-byte TDREPORT of type 0x81.
+        """
+        if len(td_report) != 1024 or td_report[0] != 0x81:
+            raise ValueError("a TDREPORT is 1024 bytes of type 0x81")
+        rtmrs = tuple(td_report[720 + 48 * i : 768 + 48 * i] for i in range(4))
+        return self.quote(
+            td_report[128:192],
+            mrtd=td_report[528:576],
+            rtmrs=(rtmrs[0], rtmrs[1], rtmrs[2], rtmrs[3]),
+            debug=bool(td_report[512] & 0x01),
+            version=version,
+        )
 
     def collateral(
         self,
@@ -395,8 +448,12 @@ class SimulatedTdx:
         return TdxCollateral(fields)
 
 
-def simulated_tdx(created: dt.datetime) -> SimulatedTdx:
-    """A fresh simulated platform; its certificates are valid from a year before ``created``."""
+def simulated_tdx(
+    created: dt.datetime, *, pck_valid: tuple[dt.datetime, dt.datetime] | None = None
+) -> SimulatedTdx:
+    """A fresh simulated platform; its certificates are valid from a year before ``created``
+    for ten years, except the PCK certificate where ``pck_valid`` (not before, not after)
+    gives its own window (a platform certified later, or a PCK certificate that expired)."""
     keys = [ec.generate_private_key(ec.SECP256R1()) for _ in range(5)]
     root_key, platform_key, pck_key, tcb_key, attestation_key = keys
     start = created - dt.timedelta(days=365)
@@ -407,10 +464,11 @@ def simulated_tdx(created: dt.datetime) -> SimulatedTdx:
         "Simulated PCK Certificate",
         pck_key,
         (platform.subject, platform_key),
-        start,
+        pck_valid[0] if pck_valid is not None else start,
         ca=False,
         serial=int.from_bytes(hashlib.sha256(_raw_key(pck_key)).digest()[:8], "big"),
         extra=_sgx_extension(hashlib.sha256(_raw_key(pck_key)).digest()[:16]),
+        end=pck_valid[1] if pck_valid is not None else None,
     )
     signer = _cert("Simulated TCB Signing", tcb_key, anchor, start, ca=False, serial=3)
     return SimulatedTdx(

@@ -1,4 +1,4 @@
-"""Collect a paravisor CVM's evidence through its vTPM (Azure's SEV-SNP confidential VMs).
+"""Collect a paravisor CVM's evidence through its vTPM (Azure's SEV-SNP and TDX confidential VMs).
 
 Under a paravisor there is no configfs-tsm report: the hardware report sits in the vTPM's NV
 index 0x01400001 as an HCL report (:mod:`.hcl`), and the guest's freshness value can only
@@ -8,6 +8,11 @@ the HCL report's runtime claims name. Collection is three TPM commands, run with
 paravisor?), ``tpm2_nvread`` (the HCL report) and ``tpm2_quote`` over the SHA-256 bank's PCRs
 0-23 with the qualifying data given. The programs talk to the TPM through the TCTI named in
 ``tcti`` (``device:/dev/tpmrm0`` by default; ``swtpm:path=SOCKET`` for a simulator).
+
+On a TDX VM the HCL report holds a TDREPORT, which only the platform can turn into a quote:
+the collector sends it to the paravisor's quote endpoint (:mod:`.azure_tdquote`,
+``http://169.254.169.254/acc/tdquote`` unless told otherwise) and puts the TD quote in the
+document beside the HCL report and the TPM quote, as CoCo's attestation agent does.
 
 The result is gpucc's ``gpucc.vtpm/v1`` evidence document (:mod:`.vtpm_evidence`).
 
@@ -27,6 +32,7 @@ from pathlib import Path
 
 from gpucc.core.errors import EnvironmentProblemError, UsageError
 
+from .azure_tdquote import AZURE_TD_QUOTE_URL, fetch_td_quote
 from .hcl import HCL_REPORT_SIZE, parse_hcl_report
 from .vtpm_evidence import encode_vtpm_evidence
 
@@ -37,6 +43,7 @@ __all__ = [
     "QUOTED_PCRS",
     "collect_vtpm_evidence",
     "paravisor_present",
+    "run_tpm2",
 ]
 
 HCL_NV_INDEX = 0x01400001
@@ -67,6 +74,15 @@ def _run(tcti: str, *argv: str) -> subprocess.CompletedProcess[bytes]:
         )
     except subprocess.TimeoutExpired:
         raise EnvironmentProblemError(f"{argv[0]} did not answer in {_TIMEOUT_S} s") from None
+
+
+def run_tpm2(tcti: str, *argv: str) -> subprocess.CompletedProcess[bytes]:
+    """Run one tpm2-tools program (``argv[0]``) against the TPM behind ``tcti``.
+
+    Raises:
+        EnvironmentProblemError: the program is not installed or did not answer in time.
+    """
+    return _run(tcti, *argv)
 
 
 def _failed(proc: subprocess.CompletedProcess[bytes], what: str) -> EnvironmentProblemError:
@@ -105,6 +121,7 @@ def collect_vtpm_evidence(
     tcti: str = DEFAULT_TCTI,
     vcek: bytes | None,
     ak_handle: int = AZURE_AK_HANDLE,
+    td_quote_url: str = AZURE_TD_QUOTE_URL,
 ) -> bytes:
     """The vTPM evidence document (``gpucc.vtpm/v1`` JSON) for ``qualifying_data``.
 
@@ -112,13 +129,14 @@ def collect_vtpm_evidence(
         qualifying_data: 1 to 64 bytes the TPM quote carries (its ``extraData``).
         tcti: the TPM's TCTI.
         vcek: the SEV-SNP VCEK (DER or PEM) to ship with the evidence; on Azure it comes from
-            the instance metadata service (see docs/CVM.md).
+            the instance metadata service (see docs/CVM.md). Not used on a TDX VM.
         ak_handle: the AK's persistent handle.
+        td_quote_url: a TDX VM's quote endpoint (Azure's paravisor's by default).
 
     Raises:
         UsageError: the qualifying data is empty or longer than 64 bytes.
         EnvironmentProblemError: tpm2-tools missing, a TPM command failed, no VCEK for an
-            SEV-SNP VM, or a TDX VM (its TD quote is not collected here).
+            SEV-SNP VM, or a TDX VM's quote endpoint failed.
         MalformedHclReportError: the NV index does not hold an HCL report.
     """
     if not 1 <= len(qualifying_data) <= 64:
@@ -133,13 +151,11 @@ def collect_vtpm_evidence(
         if len(report) < HCL_REPORT_SIZE:
             report = report.ljust(HCL_REPORT_SIZE, b"\0")
         parsed = parse_hcl_report(report)
+        td_quote = None
         if parsed.tee == "tdx":
-            raise _env(
-                "this is a TDX paravisor VM: gpucc does not collect its TD quote",
-                "collect it with CoCo's attestation agent and pass it to 'gpucc attest "
-                "--cvm-evidence'",
-            )
-        if vcek is None:
+            td_quote = fetch_td_quote(parsed.hardware_report, url=td_quote_url)
+            vcek = None
+        elif vcek is None:
             raise _env(
                 "an SEV-SNP paravisor VM's evidence needs the VCEK",
                 "fetch it from the instance metadata service and pass --cvm-collateral",
@@ -160,6 +176,7 @@ def collect_vtpm_evidence(
             signature=sig.read_bytes(),
             pcrs=[values[i : i + 32] for i in range(0, len(values), 32)],
             vcek=vcek,
+            td_quote=td_quote,
             user_data=False,
         )
     return json.dumps(doc, indent=1).encode() + b"\n"

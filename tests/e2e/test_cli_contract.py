@@ -231,6 +231,10 @@ CASES: dict[str, dict[str, tuple[str, ...]]] = {
         "missing-input": ("token", "verify", MISSING, "--signer-pub", PUB, "--no-nonce"),
         "input-is-directory": ("token", "verify", DIR, "--signer-pub", PUB, "--no-nonce"),
     },
+    "token verify-ear": {
+        "missing-input": ("token", "verify-ear", MISSING, "--signer-pub", PUB, "--no-nonce"),
+        "input-is-directory": ("token", "verify-ear", DIR, "--signer-pub", PUB, "--no-nonce"),
+    },
     "model digest": {
         "missing-input": ("model", "digest", MISSING),
         "existing-output": ("model", "digest", "model", "-o", EXISTS),

@@ -76,6 +76,28 @@ def test_the_real_pair_in_json_carries_the_events(tmp_path: Path) -> None:
     assert doc["reasons"][0].startswith("CVM: Event log replays to the RTMRs: the event log")
 
 
+OVMF_LOG = DATA / "cloud-cvm" / "tdx-ccel-ovmf" / "CCEL_data_ovmf"
+
+
+def test_an_ovmf_log_is_read_and_refused_against_a_quote_it_is_not_for(tmp_path: Path) -> None:
+    # OVMF writes the Spec ID event at index 1 and leaves 0xFF fill after its last event
+    policy = tmp_path / "p.yaml"
+    policy.write_text("cvm:\n  allow_debug: true\n")
+    proc = attest("--cvm-event-log", OVMF_LOG, "--policy", policy, "--format", "json")
+    assert proc.returncode == 1, proc.stderr
+    doc = json.loads(proc.stdout)
+    Draft202012Validator(load_schema(doc["schema"])).validate(doc)
+    log = doc["cvm"]["event_log"]
+    assert len(log["events"]) == 20 and log["size"] == 2120
+    assert log["replay"]["rtmr2"].startswith("94eaf7a7bf398ed8")
+    refused = [c["id"] for c in doc["cvm"]["checks"] if c["decision"] == "refuse"]
+    assert refused == ["cvm-event-log"]
+    reason = doc["reasons"][0]
+    assert "the event log does not match the quote: RTMR0, RTMR1, RTMR2 differ" in reason
+    text = attest("--cvm-event-log", OVMF_LOG)
+    assert text.returncode == 1 and "Event log (20 events)" in text.stdout
+
+
 def test_a_hostile_description_reaches_no_terminal(tmp_path: Path) -> None:
     data = efi_variable_data(b"\0" * 16, "Boot\x1b]0;owned\x07\u202e", b"\x01")
     hostile = tmp_path / "log"

@@ -162,3 +162,42 @@ def test_a_tdx_policy_from_a_recorded_boot_survives_a_kernel_update(tmp_path: Pa
     short.write_bytes((tmp_path / "quote-1").read_bytes()[:300])
     proc = run_cli("cvm", "reference-tdx", "--event-log", tmp_path / "ccel-1", "--quote", short)
     assert proc.returncode == 4 and "truncated" in proc.stderr
+
+
+OVMF_LOG = Path(__file__).parents[1] / "data" / "cloud-cvm" / "tdx-ccel-ovmf" / "CCEL_data_ovmf"
+
+
+def test_a_tdx_policy_from_a_real_ovmf_log_pins_the_boot_it_records(tmp_path: Path) -> None:
+    policy = tmp_path / "policy.yaml"
+    proc = run_cli("cvm", "reference-tdx", "--event-log", OVMF_LOG, "-o", policy)
+    assert proc.returncode == 0, proc.stderr
+    pins = load_policy(policy).cvm
+    sim = simulated_tdx(NOW)
+    collateral = sim.collateral(issued=NOW - dt.timedelta(hours=1)).to_json()
+    raw = OVMF_LOG.read_bytes()
+    quote = tmp_path / "quote"
+    quote.write_bytes(sim.quote(RD, event_log=raw))  # a TD that booted what the log says
+
+    def judged(log: bytes) -> tuple[Verdict, list[str]]:
+        result = verify_cvm_evidence(
+            quote.read_bytes(), collateral, now=NOW, policy=pins, expected_report_data=RD,
+            tdx_root=sim.root, event_log=log, require_pins=True,
+        )  # fmt: skip
+        return result.verdict, list(result.reasons)
+
+    assert judged(raw) == (Verdict.TRUSTED, [])
+    # reference-tdx checks the log against the quote: OVMF's log matches its TD's quote
+    checked = run_cli("cvm", "reference-tdx", "--event-log", OVMF_LOG, "--quote", quote)
+    assert checked.returncode == 0, checked.stderr
+    assert "name: efi-SecureBoot" in checked.stdout and "name: cmdline" in checked.stdout
+    # and refuses it against a quote whose RTMRs it does not replay to
+    other = tmp_path / "other-quote"
+    other.write_bytes(sim.quote(RD))
+    mismatched = run_cli("cvm", "reference-tdx", "--event-log", OVMF_LOG, "--quote", other)
+    assert mismatched.returncode == 1 and "RTMR0, RTMR1, RTMR2 differ" in mismatched.stderr
+    # an OVMF-convention log of another boot is refused by the pins, naming the event
+    events = boot_events(kernel_digest=b"\x42" * 48, initrd=b"initrd", cmdline="ro quiet")
+    alien = build_event_log(events, ovmf=True)
+    quote.write_bytes(sim.quote(RD, event_log=alien))
+    verdict, reasons = judged(alien)
+    assert verdict is Verdict.NOT_TRUSTED and "efi-PK" in reasons[0], reasons

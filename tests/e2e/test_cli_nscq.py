@@ -115,3 +115,27 @@ def test_without_the_system_library_it_says_nscq_is_not_installed(tmp_path: Path
     proc = run_cli("evidence", "collect", "--device", "nvswitch", "-o", tmp_path / "s.json")
     assert proc.returncode == 5, proc.stderr
     assert "NVIDIA's NSCQ library (libnvidia-nscq) is not installed" in proc.stderr
+
+
+def test_switch_evidence_as_cmw_verifies(
+    world: tuple[SimulatedBoard, Path, Path], tmp_path: Path
+) -> None:
+    board, sim, library = world
+    nonce = os.urandom(32)
+    reports = write_switches(board, nonce, tmp_path / "nscq")
+    out = tmp_path / "switches.cmw.json"
+    proc = collect(library, tmp_path / "nscq", out, nonce, "--evidence-format", "cmw")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(out.read_text())
+    assert doc["__cmwc_t"].startswith("tag:nvidia.com,2026:verifier-input/")
+    assert sorted(k for k in doc if k.startswith("switch_")) == ["switch_0", "switch_1"]
+    media, value = doc["switch_0"]["evidence"]
+    assert media == "application/vnd.nvidia.spdm-measurement-transcript"
+    assert base64.urlsafe_b64decode(value + "=" * (-len(value) % 4)) == reports[0]
+    verified = run_cli(
+        "attest", "--device", "nvswitch", "--simulate", sim, "--evidence", out,
+        "--nonce", nonce.hex(), "-f", "json",
+    )  # fmt: skip
+    result = json.loads(verified.stdout)
+    assert verified.returncode == 0, result["reasons"]
+    assert len(result["switches"]) == 2

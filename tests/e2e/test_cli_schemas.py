@@ -170,6 +170,12 @@ RUNS: dict[str, tuple[Run, ...]] = {
         error(2, "token verify r.eat.json --signer-pub p.pub"),
         error(4, "token verify d.bin --signer-pub p.pub --no-nonce"),
     ),
+    "token verify-ear": (
+        ok("gpucc.token.verify-ear/v1", f"token verify-ear r.ear --signer-pub p.pub --no-nonce --at {AT}"),
+        error(1, f"token verify-ear r.ear --signer-pub q.pub --no-nonce --at {AT}"),
+        error(2, "token verify-ear r.ear --signer-pub p.pub"),
+        error(4, "token verify-ear d.bin --signer-pub p.pub --no-nonce"),
+    ),
     "model digest": (
         ok("gpucc.model.digest/v1", "model digest m"),
         ok("gpucc.model.digest/v1", "model digest m -o m.json"),
@@ -260,7 +266,7 @@ ORDER = (
     "seal", "stage", "demo", "cvm reference-snp", "cvm reference-tdx", "cvm pin", "cvm reference-vtpm",
     "attest", "evidence collect", "collateral fetch",
     "collateral show", "session challenge", "session offer", "session answer",
-    "session accept", "session local", "token verify", "model digest", "model sign",
+    "session accept", "session local", "token verify", "token verify-ear", "model digest", "model sign",
     "model verify", "holder keygen", "holder datasets", "holder serve", "travel keygen",
     "travel run", "holder receipts", "holder prune", "travel verify-log", "inspect",
 )  # fmt: skip
@@ -339,6 +345,17 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
     _pem_key(work / "p.pem")
     _pem_key(work / "q.pem")
+    from gpucc.gpuattest.ear import EarSubmodule, Outcome, sign_ear
+    from gpucc.gpuattest.eat import load_private_key_pem
+
+    at = dt.datetime.fromisoformat(AT.replace("Z", "+00:00"))
+    ear = sign_ear(
+        [EarSubmodule("GPU-0", Outcome.TRUSTED)],
+        private_key=load_private_key_pem(work / "p.pem"),
+        nonce=bytes(32),
+        now=at,
+    )
+    (work / "r.ear").write_text(ear + "\n")
     sample = nvidia_h100_sample()
     (work / "report.bin").write_bytes(sample.report_path.read_bytes())
     (work / "c.pem").write_bytes(sample.cert_chain_path.read_bytes())

@@ -478,6 +478,7 @@ WALKED = {
     "session offer": "test_cli_terminal: hostile output and key names",
     "stage": "test_cli_terminal: hostile dataset and resource names",
     "token verify": "test_cli_terminal: a signed token's hostile kid",
+    "token verify-ear": "test_cli_ear: a signed EAR's hostile kid and part names",
     "travel keygen": "none: as holder keygen",
     "travel run": "a hostile holder's refusals and a hostile dataset path",
     "travel verify-log": "a log's hostile holder ids, fields and sequence number",

@@ -585,7 +585,7 @@ def test_replay_records_expire_on_the_given_clock(tmp_path: Path, kind: str) -> 
 
 def test_data_holder_answers_each_challenge_once() -> None:
     from gpucc.gpuattest.simulate import SimulatedGpu
-    from tests.unit.staging.test_session import NOW, _attester, _collector
+    from tests.unit.keyrelease.test_protocol import NOW, _attester, _collector
 
     gpu = SimulatedGpu.create(now=NOW)
     challenge = release.new_challenge()

@@ -84,6 +84,9 @@ class FakeNras:
     reply: Reply | None = None
     jwks_reply: Reply | None = None
     jwks_keys: list[dict[str, Any]] | None = None
+    #: Claims 4.0's opaque-data mismatch records to report (only when asked for 4.0).
+    opaque_mismatches: list[dict[str, Any]] | None = None
+    claims_versions: list[str] = field(default_factory=list)
 
     def jwks(self) -> dict[str, Any]:
         if self.jwks_keys is not None:
@@ -102,6 +105,8 @@ class FakeNras:
             "exp": t + 3600,
             "eat_nonce": body["nonce"],
         }
+        version = str(body.get("claims_version", "3.0"))
+        self.claims_versions.append(version)
         names = [f"GPU-{i}" for i in range(len(body["evidence_list"]))]
         if self.extra_device:
             names.append(f"GPU-{len(names)}")
@@ -117,13 +122,15 @@ class FakeNras:
                 "jti": f"device-{i}",
                 **self.device_extra,
             }
+            if version == "4.0" and self.opaque_mismatches is not None:
+                claims["x-nvidia-mismatch-opaque-data-records"] = self.opaque_mismatches
             devices[name] = sign(header, claims, key)
         digest = self.digest_of or (lambda tok: hashlib.sha256(tok.encode()).hexdigest())
         overall = {
             **common,
             "sub": "NVIDIA-PLATFORM-ATTESTATION",
             "jti": "overall",
-            "x-nvidia-ver": "3.0",
+            "x-nvidia-ver": version,
             "x-nvidia-overall-att-result": True,
             "submods": {n: ["DIGEST", ["SHA-256", digest(tok)]] for n, tok in devices.items()},
             **self.overall_extra,

@@ -45,3 +45,14 @@ B200 = DATA / "b200-575.32"
 B200_REPORT = B200 / "attestation-report.hex"
 B200_CHAIN = B200 / "cert-chain.pem"
 B200_NONCE = HEAD_NONCE
+
+# NVIDIA's current formats (NVIDIA attestation-sdk 2026.10.02): tests/data/nvidia-current.
+CURRENT = DATA.parent / "nvidia-current"
+RUBIN = CURRENT / "rubin-gr100-620.54"
+RUBIN_NONCE = "0497d7698d84fbd3d06741ae70aa329337501f44d4c227421eb6454aefc654a8"
+FSP = CURRENT / "blackwell-gb100-fsp"
+FSP_NONCE = "d42a0594c5cd5743ee08fe5ec3cf884b1fac4f106879cda98b7d1c51652b04b7"
+NVDAOD_H100 = CURRENT / "h100-nvdaod-620.12" / "transcript.hex"
+NVDAOD_H100_NONCE = "50e4490df1dadcc80d42038cfc91c023f55f1cd914e540641bf770d7bdfe6f4e"
+# The current vectors' certificates are valid from 2023 on with no end.
+CURRENT_AT = dt.datetime(2026, 12, 1, tzinfo=dt.UTC)

@@ -715,3 +715,53 @@ def test_deeply_nested_answer_is_a_service_error(pki: NrasPki) -> None:
         _offline_client(pki, "https://nras.test").check_answer(
             b"[" * 500_000, gpu_count=1, nonce=NONCE, now=NOW
         )
+
+
+# --- claims 4.0: NVIDIA's current evidence ------------------------------------------------
+
+
+def _current(folder: Path) -> EvidenceSet:
+    from gpucc.gpuattest.evidence import load_evidence_file
+
+    return load_evidence_file(folder / "evidence.cmw.json")
+
+
+def test_current_evidence_asks_for_claims_4(fake: tuple[FakeNras, Any], pki: NrasPki) -> None:
+    from gpucc.gpuattest.nras import claims_version_for
+    from tests.support.samples import FSP, NVDAOD_H100, RUBIN, SET_A_REPORT, report_bytes
+
+    legacy = EvidenceSet(gpus=(GpuEvidence(report_bytes(SET_A_REPORT), b"", "HOPPER"),))
+    versioned = EvidenceSet(gpus=(GpuEvidence(report_bytes(NVDAOD_H100), b"", "HOPPER"),))
+    assert claims_version_for(legacy) == "3.0"
+    assert claims_version_for(versioned) == "4.0"
+    assert claims_version_for(_current(FSP)) == "4.0"  # no opaque data at all
+    assert claims_version_for(_current(RUBIN)) == "4.0"
+    nras, server = fake
+    verdict = client(nras, pki).attest(_current(RUBIN), NONCE, now=NOW)
+    assert verdict.trusted and nras.claims_versions[-1] == "4.0"
+    assert verdict.overall_claims["x-nvidia-ver"] == "4.0"
+    body = json.loads([s for s in server.seen if s.method == "POST"][-1].body)
+    assert body["arch"] == "RUBIN" and body["claims_version"] == "4.0"
+
+
+def test_opaque_mismatch_claims_make_it_not_trusted(
+    fake: tuple[FakeNras, Any], pki: NrasPki
+) -> None:
+    from tests.support.samples import RUBIN
+
+    nras, _ = fake
+    record = {
+        "id": 37,
+        "name": "GSP_SVN",
+        "goldenType": "MIN_SVN",
+        "goldenValue": 5,
+        "runtimeType": "MIN_SVN",
+        "runtimeValue": 4,
+    }
+    nras.opaque_mismatches = [record]  # with measres "success": the record alone decides
+    try:
+        verdict = client(nras, pki).attest(_current(RUBIN), NONCE, now=NOW)
+    finally:
+        nras.opaque_mismatches = None
+    assert not verdict.trusted and verdict.overall_result
+    assert verdict.gpus[0].mismatches == (record,)

@@ -12,7 +12,11 @@ from cryptography.hazmat.primitives import serialization
 
 from gpucc.assembly import PlatformResult
 from gpucc.cli.render import attest_document, verdict_exit_code
-from gpucc.core.errors import MalformedCertificateError, MalformedReportError
+from gpucc.core.errors import (
+    MalformedCertificateError,
+    MalformedPolicyError,
+    MalformedReportError,
+)
 from gpucc.gpuattest.collateral import FileRimSource, NoOcsp, NoRimSource, rim_sources_from_mapping
 from gpucc.gpuattest.evidence import EvidenceSet, GpuEvidence, load_raw_evidence
 from gpucc.gpuattest.policy import Policy, parse_policy
@@ -301,3 +305,33 @@ def test_json_document_shape() -> None:
     gpu = doc["gpus"][0]
     assert set(gpu) >= {"claims", "checks", "mismatches", "evidence_sha256", "rim_ids", "verdict"}
     assert gpu["rim_ids"]["vbios"] == "NV_GPU_VBIOS_1010_0200_882_96005E0001"
+
+
+SET_A_UEID = "460032006552296075780760406069494258829212062021"
+
+
+def test_a_policy_pinning_devices_admits_the_pinned_gpu_and_names_any_other() -> None:
+    unpinned = run_set_a().gpus[0].check("device-identity")
+    assert unpinned.status is CheckStatus.NOT_PRESENT and unpinned.decision is Decision.ACCEPT
+    assert "not pinned" in unpinned.reason
+    as_hex = hex(int(SET_A_UEID))
+    for pins in ([SET_A_UEID], [as_hex.upper().replace("0X", "0x"), "7"]):
+        policy = parse_policy({"ocsp": {"require": False}, "devices": {"allowed": pins}})
+        result = run_set_a(policy=policy)
+        assert result.verdict is Verdict.TRUSTED, result.reasons
+        assert result.gpus[0].check("device-identity").status is CheckStatus.PASS
+        assert policy.to_dict()["devices"]["allowed"] == sorted(
+            str(int(p, 16) if p.lower().startswith("0x") else int(p)) for p in pins
+        )
+    other = parse_policy({"ocsp": {"require": False}, "devices": {"allowed": ["7", "8"]}})
+    result = run_set_a(policy=other)
+    assert result.verdict is Verdict.NOT_TRUSTED and failed(result) == {"device-identity"}
+    assert f"GPU {SET_A_UEID} (leaf certificate serial) is not in the policy's devices.allowed" in (
+        " ".join(result.reasons)
+    )
+
+
+@pytest.mark.parametrize("pins", [["GPU-1"], [""], [7], ["-1"], ["0xZZ"]])
+def test_device_pins_are_serial_numbers(pins: list[object]) -> None:
+    with pytest.raises(MalformedPolicyError, match="devices.allowed"):
+        parse_policy({"devices": {"allowed": pins}})

@@ -546,3 +546,33 @@ def test_the_attestation_library_does_not_import_staging() -> None:
             else:
                 continue
             assert not any("staging" in name for name in names), f"{source} imports {names}"
+
+
+def test_a_device_report_the_shared_replay_state_holds_is_refused(gpu: SimulatedGpu) -> None:
+    """Another holder process sharing this replay state accepted this GPU's report over
+    this nonce: the offer is refused naming the device; without that record it is accepted,
+    and its report is then recorded."""
+    from cryptography import x509
+
+    from gpucc.keyrelease.replay import (
+        DeviceReportReplayError,
+        MemoryReplayStore,
+        claim_device_reports,
+    )
+
+    leaf = x509.load_pem_x509_certificates(gpu.evidence(bytes(32)).gpus[0].cert_chain_pem)[0]
+    ueid = str(leaf.serial_number)
+    for recorded in (True, False):
+        store = MemoryReplayStore()
+        holder = s.DataHolder(_attester(gpu), replay=store, allow_gpu_only=True)
+        challenge = os.urandom(32)
+        offer, _ = s.create_offer(challenge, _collector(gpu))
+        nonce = s.session_nonce(challenge, offer.host_public_key)
+        if recorded:
+            claim_device_reports(store, [ueid], nonce)
+            with pytest.raises(DeviceReportReplayError, match=f"device {ueid} over nonce"):
+                holder.accept(offer, challenge)
+        else:
+            holder.accept(offer, challenge)
+            with pytest.raises(DeviceReportReplayError):
+                claim_device_reports(store, [ueid], nonce)
