@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
+from gpucc.gpuattest.result import Judged, Verdict
+
 if TYPE_CHECKING:
     from cryptography import x509
 
@@ -38,11 +40,13 @@ if TYPE_CHECKING:
     from gpucc.gpuattest.evidence import EvidenceSet, GpuEvidence
     from gpucc.gpuattest.netconfig import NetworkSettings
     from gpucc.gpuattest.policy import Policy
-    from gpucc.gpuattest.result import Check, Verdict
+    from gpucc.gpuattest.result import Check
     from gpucc.gpuattest.trust import TrustRoots
 
 __all__ = [
     "Channel",
+    "Checked",
+    "CheckedDevices",
     "CvmPartKind",
     "DevicePartKind",
     "Part",
@@ -378,16 +382,101 @@ def _evidence_set(sets: list[EvidenceSet], entries: tuple[GpuEvidence, ...]) -> 
     return dataclasses.replace(base, gpus=entries)
 
 
+# --- generic results, for a part whose checks alone decide ---------------------------
+
+
+@dataclass(frozen=True)
+class Checked(Judged):
+    """A part's result (or one device's) that its checks alone decide: accepted checks
+    trust it, a refused one does not, anything else leaves it undecided. Build it with
+    :meth:`of`."""
+
+    verdict: Verdict
+    checks: tuple[Check, ...]
+    index: int = 0
+    report_digest: bytes = dataclasses.field(default=b"", repr=False)
+    claims: dict[str, Any] = dataclasses.field(default_factory=dict, repr=False)
+
+    @classmethod
+    def of(
+        cls,
+        checks: Sequence[Check],
+        *,
+        index: int = 0,
+        report: bytes = b"",
+        claims: dict[str, Any] | None = None,
+    ) -> Checked:
+        """The result of ``checks`` (``report``: the raw report key release names by its
+        SHA-256)."""
+        import hashlib
+
+        from gpucc.gpuattest.result import Decision, Verdict, combine_verdicts
+
+        verdicts = [
+            {Decision.ACCEPT: Verdict.TRUSTED, Decision.REFUSE: Verdict.NOT_TRUSTED}.get(
+                c.decision, Verdict.UNDECIDED
+            )
+            for c in checks
+        ]
+        digest = hashlib.sha256(report).digest() if report else b""
+        return cls(combine_verdicts(verdicts), tuple(checks), index, digest, dict(claims or {}))
+
+    @property
+    def reasons(self) -> tuple[str, ...]:
+        """``title: reason`` of every refused check, then of every undecided one."""
+        from gpucc.gpuattest.result import check_reasons
+
+        return check_reasons(self.checks)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return {
+            "index": self.index,
+            "verdict": str(self.verdict),
+            "evidence_sha256": self.report_digest.hex(),
+            "claims": self.claims,
+            "checks": [c.to_dict() for c in self.checks],
+            "reasons": list(self.reasons),
+        }
+
+
+@dataclass(frozen=True)
+class CheckedDevices(Judged):
+    """A device part's result made of :class:`Checked` devices (``label``: what each
+    device's reasons are prefixed with). Build it with :meth:`of`."""
+
+    verdict: Verdict
+    devices: tuple[Checked, ...]
+    label: str
+
+    @classmethod
+    def of(cls, label: str, devices: Sequence[Checked]) -> CheckedDevices:
+        """Every device's result, and the verdict over them."""
+        from gpucc.gpuattest.result import combine_verdicts
+
+        return cls(combine_verdicts([d.verdict for d in devices]), tuple(devices), label)
+
+    @property
+    def reasons(self) -> tuple[str, ...]:
+        """Per-device reasons, prefixed with the label and the device's index."""
+        return tuple(f"{self.label} {d.index}: {r}" for d in self.devices for r in d.reasons)
+
+
 # --- devices ---------------------------------------------------------------------------
 
 
 class DevicePartKind(PartKind):
     """A device whose entries come in the devices' evidence set, verified as a set into a
-    result with one sub-result per device (``result.<units>``, each with an ``index``)."""
+    result with one sub-result per device (``result.<units>``, each with an ``index``,
+    ``checks``, ``report_digest`` and ``to_dict``; :class:`CheckedDevices` by default).
+
+    Attributes:
+        units: the result's attribute that holds its devices.
+    """
 
     channel: ClassVar[Channel] = Channel.DEVICE
     many: ClassVar[bool] = True
-    units: ClassVar[str] = "gpus"
+    units: ClassVar[str] = "devices"
 
     def reasons(self, result: Any) -> tuple[str, ...]:
         """The set's own per-device reasons."""
@@ -421,6 +510,7 @@ class GpuPart(DevicePartKind):
     slot = "gpus"
     label = "GPU"
     plural = "GPUs"
+    units = "gpus"
     claims_rest = True  # every device entry no other kind recognises (nvattest's default)
 
     def verify(self, evidence: Any, context: PartContext) -> PartResult:
