@@ -348,10 +348,15 @@ class PartRegistry:
         CVM's evidence.
 
         Raises:
-            MalformedEvidenceError: evidence no kind takes (oversized CVM evidence included).
+            MalformedEvidenceError: evidence no kind takes (oversized CVM evidence included),
+                or an evidence set without entries.
         """
+        from gpucc.core.errors import MalformedEvidenceError
+
         found: list[Piece] = []
         sets = [s for s in (switches, devices) if s is not None]
+        if any(not s.gpus for s in sets):
+            raise MalformedEvidenceError("the evidence holds no GPU")  # nothing is not trusted
         if sets:
             grouped: dict[str, list[GpuEvidence]] = {}
             for entry in (e for s in sets for e in s.gpus):
@@ -407,10 +412,17 @@ class Checked(Judged):
         claims: dict[str, Any] | None = None,
     ) -> Checked:
         """The result of ``checks`` (``report``: the raw report key release names by its
-        SHA-256)."""
+        SHA-256).
+
+        Raises:
+            ValueError: no checks (a verdict over nothing would read as trusted).
+        """
         import hashlib
 
-        from gpucc.gpuattest.result import Decision, Verdict, combine_verdicts
+        from gpucc.gpuattest.result import Decision, combine_verdicts
+
+        if not checks:
+            raise ValueError("a result is decided by at least one check")
 
         verdicts = [
             {Decision.ACCEPT: Verdict.TRUSTED, Decision.REFUSE: Verdict.NOT_TRUSTED}.get(
@@ -451,8 +463,15 @@ class CheckedDevices(Judged):
 
     @classmethod
     def of(cls, label: str, devices: Sequence[Checked]) -> CheckedDevices:
-        """Every device's result, and the verdict over them."""
+        """Every device's result, and the verdict over them.
+
+        Raises:
+            ValueError: no devices (a verdict over nothing would read as trusted).
+        """
         from gpucc.gpuattest.result import combine_verdicts
+
+        if not devices:
+            raise ValueError("a device part's result holds at least one device")
 
         return cls(combine_verdicts([d.verdict for d in devices]), tuple(devices), label)
 

@@ -229,3 +229,12 @@ def test_vtpm_evidence_is_classified_once(recognisers: dict[str, int]) -> None:
     )
     assert result.trusted, result.reasons
     assert recognisers == {"vtpm": 1, "tdx": 0, "snp": 0, "classify": 1}
+
+
+def test_a_verdict_over_nothing_is_never_made() -> None:
+    with pytest.raises(ValueError, match="at least one check"):
+        Checked.of([])
+    with pytest.raises(ValueError, match="at least one device"):
+        CheckedDevices.of("Toy", [])
+    with pytest.raises(MalformedEvidenceError, match="holds no GPU"):
+        default_parts().pieces(EvidenceSet(gpus=()), b"")
