@@ -2,8 +2,9 @@
 checks it (``docs/PROTOCOL.md``, "Version 2: the confidential VM").
 
 The CVM verifier is injected (``attest_cvm``), as the GPU verifier is, so this module depends
-on no verifier: in production it is :func:`gpuattest.cvm.appraise.verify_cvm_evidence` with
-the holder's ``cvm:`` policy.
+on no verifier and knows no kind of CVM evidence: in production it is the platform verifier's
+``cvm_attester`` (``gpucc.assembly``) with the holder's ``cvm:`` policy, which binds the
+report data as the evidence's kind does.
 """
 
 from __future__ import annotations
