@@ -83,7 +83,7 @@ class PlatformVerifier:
                 policy names the relaxation ``cvm.allow_unpinned``.
 
         Raises:
-            UsageError: no evidence at all.
+            UsageError: no evidence at all, or ``bind_report_data`` not 64 bytes.
             MalformedEvidenceError: malformed or oversized evidence or collateral, or
                 evidence of no known kind.
             CollateralUnavailableError: collateral that could not be had (the simulation's
@@ -116,6 +116,10 @@ class PlatformVerifier:
             raise UsageError("no evidence to verify")
         devices = any(p.kind.channel is Channel.DEVICE for p in pieces)
         cvm = any(p.kind.channel is Channel.CVM for p in pieces)
+        if bind_report_data is not None and len(bind_report_data) != 64:
+            from gpucc.core.errors import UsageError
+
+            raise UsageError("the report data a CVM is bound to is 64 bytes")
         if cvm and bind_report_data is None and nonce is not None and devices:
             from gpucc.gpuattest.cvm.appraise import attest_report_data
 

@@ -238,3 +238,11 @@ def test_a_verdict_over_nothing_is_never_made() -> None:
         CheckedDevices.of("Toy", [])
     with pytest.raises(MalformedEvidenceError, match="holds no GPU"):
         default_parts().pieces(EvidenceSet(gpus=()), b"")
+
+
+def test_report_data_to_bind_is_64_bytes() -> None:
+    evidence = (DATA / "cloud-cvm" / "azure-snp-vtpm" / "evidence-v1.json").read_bytes()
+    with pytest.raises(UsageError, match="64 bytes"):
+        PlatformVerifier(Settings(at=AT)).verify(
+            PlatformEvidence(cvm=evidence), bind_report_data=b"challenge"
+        )
