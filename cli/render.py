@@ -281,16 +281,14 @@ def render_text(result: PlatformResult, console: Console, *, verbose: bool = Fal
     from rich.text import Text
 
     for part in result.parts:
-        draw = _PART_RENDERERS.get(part.kind.name)
-        if draw is None:
-            draw = _render_cvm_part if part.kind.slot == "cvm" else _render_sections
-        draw(part, console, verbose=verbose)
+        _PART_RENDERERS.get(part.kind.name, _render_sections)(part, console, verbose=verbose)
     label, style = _VERDICT_LINE[str(result.verdict)]
     at = result.verified_at.isoformat().replace("+00:00", "Z")
     line = Text(f"{label}", style=style)
     subject = device_count(result)
-    if result.cvm is not None:  # a CVM alone is not "the CVM and no device"
-        cvm = f"the CVM ({result.cvm.kind})"
+    cvm_part = next((p for p in result.parts if p.kind.slot == "cvm"), None)
+    if cvm_part is not None:  # a CVM alone is not "the CVM and no device"
+        cvm = f"the CVM ({getattr(cvm_part.result, 'kind', cvm_part.kind.name)})"
         subject = cvm if subject == "no device" else f"{cvm} and {subject}"
     line.append(f": {subject} verified as of {at}", style="")
     if result.reasons:
@@ -384,11 +382,12 @@ def _render_sections(part: Part, console: Console, *, verbose: bool) -> None:
         console.print(sized_table(console, ("check", "result", "detail"), _check_rows(section)))
 
 
-#: How each kind of part is drawn (CVM kinds: the CVM's; others: their sections' checks).
+#: How each kind of part is drawn (another kind: a check table per section).
 _PART_RENDERERS = {
     "gpu": _render_gpus,
     "nvswitch": _render_switches,
     "topology": _render_topology,
+    **dict.fromkeys(("tdx", "snp", "vtpm"), _render_cvm_part),
 }
 
 
