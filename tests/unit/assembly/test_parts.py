@@ -19,6 +19,7 @@ from gpucc.assembly.parts import (
     Channel,
     Checked,
     CheckedDevices,
+    CvmPartKind,
     DevicePartKind,
     PartContext,
     PartRegistry,
@@ -32,6 +33,7 @@ from gpucc.gpuattest.netconfig import NetworkSettings
 from gpucc.gpuattest.result import Check, CheckStatus, Decision, Verdict
 from gpucc.staging.errors import ProtocolError
 from gpucc.staging.release import (
+    CollectedCvmEvidence,
     CollectedEvidence,
     accept_offer,
     create_offer,
@@ -142,6 +144,86 @@ def test_a_stale_toy_part_gets_no_key() -> None:
     with pytest.raises(ProtocolError, match="Toy 0: Nonce"):
         accept_offer(
             offer, challenge=challenge, attest=toy_verifier().gpu_attester(), allow_gpu_only=True
+        )
+
+
+# --- a toy CVM kind: its own report-data rule, through key release version 2 -----------------
+
+
+class ToyTee(CvmPartKind):
+    """A confidential VM whose evidence is ``TOYQ`` and SHA-256 of the report data."""
+
+    name = "toytee"
+
+    def recognises(self, evidence: Any) -> bool:
+        return bool(evidence[:4] == b"TOYQ")
+
+    def bind_report_data(self, report_data: bytes) -> bytes:
+        return hashlib.sha256(report_data).digest()
+
+    def verify(self, evidence: Any, context: PartContext) -> Checked:
+        bound = context.report_data is not None and evidence[4:] == context.report_data
+        check = Check(
+            "toy-report-data",
+            "Report data",
+            CheckStatus.PASS if bound else CheckStatus.FAIL,
+            "" if bound else "another session's evidence",
+            decision=Decision.ACCEPT if bound else Decision.REFUSE,
+        )
+        return Checked.of([check], report=evidence)
+
+
+def toy_platform() -> PlatformVerifier:
+    return PlatformVerifier(Settings(parts=default_parts().register(ToyPart()).register(ToyTee())))
+
+
+def _v2_offer(bind: Any) -> tuple[Any, bytes]:
+    challenge = new_challenge()
+    offer, _ = create_offer(
+        challenge,
+        lambda nonce: CollectedEvidence.from_evidence_set(toy_evidence(nonce)),
+        collect_cvm=lambda report_data: CollectedCvmEvidence(b"TOYQ" + bind(report_data)),
+    )
+    return offer, challenge
+
+
+def test_a_toy_cvm_kind_binds_its_report_data_and_gets_a_key_released() -> None:
+    verifier = toy_platform()
+    seen: list[Any] = []
+    offer, challenge = _v2_offer(ToyTee().bind_report_data)
+    session = accept_offer(
+        offer,
+        challenge=challenge,
+        attest=verifier.gpu_attester(),
+        attest_cvm=verifier.cvm_attester(seen.append),
+    )
+    assert session.version == 2
+    (result,) = seen
+    assert [p.kind.name for p in result.parts] == ["toytee"] and result.trusted
+    document = result.to_dict()
+    assert document["cvm"]["checks"][0]["id"] == "toy-report-data"
+    assert document["cvm"]["evidence_sha256"] == hashlib.sha256(offer.cvm_evidence).hexdigest()
+
+    from rich.console import Console
+
+    from gpucc.cli.render import render_text
+
+    console = Console(record=True, width=120)
+    render_text(result, console)
+    assert "TRUSTED: the CVM (toytee) verified" in console.export_text()
+
+
+def test_a_toy_cvm_bound_another_way_gets_no_key() -> None:
+    verifier = toy_platform()
+    offer, challenge = _v2_offer(lambda report_data: report_data[:32])  # not the kind's rule
+    with pytest.raises(
+        ProtocolError, match="CVM attestation is not trusted: Report data: another session"
+    ):
+        accept_offer(
+            offer,
+            challenge=challenge,
+            attest=verifier.gpu_attester(),
+            attest_cvm=verifier.cvm_attester(),
         )
 
 
