@@ -547,7 +547,7 @@ def _devices(
         UsageError: switch evidence without --device nvswitch or --ppcie, or GPU evidence
             with --device nvswitch.
     """
-    from gpucc.assembly.devices import split_devices
+    from gpucc.assembly.parts import split_devices
     from gpucc.core.errors import UsageError
 
     extra = None
@@ -585,9 +585,7 @@ def _print(result: PlatformResult, *, output: OutputFormat, verbose: bool) -> No
         emit(attest_document(result))
     elif (
         is_terminal(sys.stdout)
-        or result.cvm is not None  # the plain writer draws the GPUs' report only
-        or result.switch is not None
-        or result.topology is not None
+        or any(p.kind.name != "gpu" for p in result.parts)  # the plain writer: GPUs only
         or not render_plain(result, verbose=verbose)
     ):
         render_text(result, console(), verbose=verbose)
@@ -733,7 +731,6 @@ def collect(
     from gpucc.core.errors import UsageError
     from gpucc.core.files import read_capped, refuse_existing, write_atomic
     from gpucc.gpuattest.cvm.appraise import attest_report_data
-    from gpucc.gpuattest.cvm.vtpm_evidence import looks_like_vtpm_evidence, vtpm_qualifying_data
     from gpucc.gpuattest.evidence import dump_cmw, dump_evidence_json
 
     from .output import emit, note
@@ -778,8 +775,10 @@ def collect(
         if cvm is not None and quote is not None:
             write_atomic(cvm, quote, force=force, what="CVM evidence file")
             note(f"wrote the CVM's evidence to {cvm}")
-    if quote is not None and looks_like_vtpm_evidence(quote):
-        report_data = vtpm_qualifying_data(report_data)
+    if quote is not None:  # what this kind of evidence carries for the report data
+        from gpucc.assembly.parts import default_parts
+
+        report_data = default_parts().classify_cvm(quote).bind_report_data(report_data)
     switches = len(ev.gpus) if ev is not None and device is Device.NVSWITCH else 0
     if ev is not None:
         what = (
