@@ -52,10 +52,9 @@ from typing import Any
 from gpucc.core.errors import MalformedPolicyError
 
 from .cvm.policy import CvmPolicy, parse_cvm_policy
-from .result import Check, CheckStatus
 from .topology_policy import TopologyPolicy
 
-__all__ = ["Policy", "device_identity_check", "load_policy", "parse_policy", "version_tuple"]
+__all__ = ["Policy", "load_policy", "parse_policy", "version_tuple"]
 
 MAX_POLICY_BYTES = 64 * 1024
 _CHAINS = frozenset({"device", "driver-rim", "vbios-rim"})
@@ -193,19 +192,6 @@ def _device_ids(items: list[Any]) -> frozenset[str]:
             )
         out.add(str(value))
     return frozenset(out)
-
-
-def device_identity_check(ueid: str, policy: Policy, what: str) -> Check:
-    """Whether the device whose leaf certificate has serial ``ueid`` is one the policy
-    pins (``devices.allowed``); without pins, a reported value that accepts any device."""
-    title = "Device identity pinned"
-    if policy.allowed_devices is None:
-        reason = "not pinned: no devices.allowed in the policy; any device that verifies"
-        return Check("device-identity", title, CheckStatus.NOT_PRESENT, reason)
-    if ueid in policy.allowed_devices:
-        return Check("device-identity", title, CheckStatus.PASS)
-    reason = f"{what} {ueid} (leaf certificate serial) is not in the policy's devices.allowed"
-    return Check("device-identity", title, CheckStatus.FAIL, reason)
 
 
 def parse_policy(doc: Any, *, source: str = "policy") -> Policy:

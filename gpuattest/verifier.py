@@ -62,7 +62,7 @@ from .measurements import (
     MismatchRecord,
     compare_roles,
 )
-from .policy import Policy, device_identity_check, version_tuple
+from .policy import Policy, version_tuple
 from .report import Architecture, AttestationReport, OpaqueType
 from .result import (
     CLAIMS_VERSION,
@@ -506,6 +506,19 @@ def _check_cc_state(evidence: EvidenceSet, policy: Policy, rec: _Record) -> None
             "devtools", "DevTools mode off", _passed(not dev or not policy.forbid_devtools), reason
         )
     )
+
+
+def device_identity_check(ueid: str, policy: Policy, what: str) -> Check:
+    """Whether the device whose leaf certificate has serial ``ueid`` is one the policy
+    pins (``devices.allowed``); without pins, a reported value that accepts any device."""
+    title = "Device identity pinned"
+    if policy.allowed_devices is None:
+        reason = "not pinned: no devices.allowed in the policy; any device that verifies"
+        return Check("device-identity", title, CheckStatus.NOT_PRESENT, reason)
+    if ueid in policy.allowed_devices:
+        return Check("device-identity", title, CheckStatus.PASS)
+    reason = f"{what} {ueid} (leaf certificate serial) is not in the policy's devices.allowed"
+    return Check("device-identity", title, CheckStatus.FAIL, reason)
 
 
 # --- the outline ----------------------------------------------------------------------------
