@@ -14,6 +14,13 @@ from gpucc.gpuattest.netconfig import NetworkSettings
 __all__ = ["fetch_cvm_collateral"]
 
 
+def _kds(network: NetworkSettings) -> str:
+    """AMD's KDS, or the mirror the settings name."""
+    from gpucc.gpuattest.cvm.snp_kds import DEFAULT_KDS_URL
+
+    return network.kds_url or DEFAULT_KDS_URL
+
+
 def fetch_cvm_collateral(
     evidence: bytes, network: NetworkSettings, *, now: dt.datetime, pccs_url: str | None = None
 ) -> bytes | None:
@@ -40,7 +47,9 @@ def fetch_cvm_collateral(
             return None  # a VLEK is the cloud's, not on AMD's KDS: given or from the host
 
         with build_fetcher(network) as fetcher:
-            return fetch_vcek(evidence, fetcher=fetcher, cache=network.cache())
+            return fetch_vcek(
+                evidence, fetcher=fetcher, cache=network.cache(), base_url=_kds(network)
+            )
     from gpucc.gpuattest.cvm.pcs import INTEL_PCS_URL, tdx_collateral_for
     from gpucc.gpuattest.cvm.tdx import check_layout
 
@@ -69,7 +78,12 @@ def _vtpm_collateral(
         from gpucc.gpuattest.cvm.snp_kds import fetch_vcek
 
         with build_fetcher(network) as fetcher:
-            return fetch_vcek(parsed.hcl.hardware_report, fetcher=fetcher, cache=network.cache())
+            return fetch_vcek(
+                parsed.hcl.hardware_report,
+                fetcher=fetcher,
+                cache=network.cache(),
+                base_url=_kds(network),
+            )
     quote = parsed.td_quote or b""
     try:
         with build_fetcher(network) as fetcher:
