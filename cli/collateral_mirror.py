@@ -277,6 +277,7 @@ def serve_cmd(
         ),
     ] = None,
     at: AtOption = None,
+    fmt: FormatOption = OutputFormat.TEXT,
 ) -> None:
     """Serve NVIDIA's RIMs and OCSP, Intel's PCS and AMD's KDS from one caching base URL.
 
@@ -291,7 +292,11 @@ def serve_cmd(
 
     if config_file is not None:
         _config(ctx, config_file)
-    p = dict(ctx.params)
+    paths = {o.name for o in ctx.command.params if type(o.type).__name__.endswith("Path")}
+    # Typer makes pathlib paths for the function; ctx.params holds the text
+    p: dict[str, Any] = {
+        k: Path(v) if k in paths and isinstance(v, str) else v for k, v in ctx.params.items()
+    }
     host, port = _listen(p["listen"])
     if (p["tls_cert"] is None) != (p["tls_key"] is None):
         raise UsageError("--tls-cert and --tls-key go together")
@@ -347,6 +352,7 @@ def export_cmd(
     max_age_days: MaxAgeOption = 7.0,
     force: Annotated[bool, typer.Option("--force", help="Replace an existing file.")] = False,
     at: AtOption = None,
+    fmt: FormatOption = OutputFormat.TEXT,
 ) -> None:
     """Write the mirror's store to one file, to carry to a mirror without network."""
     from gpucc.core.files import write_atomic
@@ -371,6 +377,7 @@ def import_cmd(
     store: StoreOption = Path(_DEFAULT_STORE),
     max_age_days: MaxAgeOption = 7.0,
     at: AtOption = None,
+    fmt: FormatOption = OutputFormat.TEXT,
 ) -> None:
     """Add exported entries (or a bundle's RIMs and OCSP answers) to a mirror's store.
 

@@ -647,6 +647,7 @@ class VendorStats:
 
     hits: int = 0
     misses: int = 0
+    coalesced: int = 0
     stale: int = 0
     upstream_requests: int = 0
     upstream_errors: int = 0
@@ -746,6 +747,8 @@ class Mirror:
                 flight = self._flights[item.key] = _Flight()
             if leader:
                 self.stats[item.vendor].misses += 1
+            else:
+                self.stats[item.vendor].coalesced += 1
         if leader:
             try:
                 flight.result = self._fetch(item)

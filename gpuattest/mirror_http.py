@@ -71,6 +71,12 @@ def render_metrics(mirror: Mirror) -> str:
         {v: s[v].misses for v in VENDORS},
     )
     family(
+        "gpucc_mirror_coalesced_total",
+        "counter",
+        "Answers that waited for another client's request to the vendor (single flight)",
+        {v: s[v].coalesced for v in VENDORS},
+    )
+    family(
         "gpucc_mirror_stale_total",
         "counter",
         "Stale entries served within the grace",

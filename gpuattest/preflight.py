@@ -83,7 +83,9 @@ class PreflightReport:
     def to_json(self) -> dict[str, Any]:
         """The report as a JSON document."""
         return {
+            "schema": "gpucc.collateral.check/v1",
             "decision": self.decision,
+            "complete": self.decision == "ready",
             "checked_at": self.checked_at.isoformat(),
             "items": [i.to_json() for i in self.items],
         }
