@@ -429,8 +429,15 @@ class MirrorStore:
                 what="store entry",
                 error=MalformedInputError,
             )
-            return Entry.from_json(doc, max_age=self.max_age)
-        except (ValueError, MalformedInputError, FileAccessError) as exc:
+            entry = Entry.from_json(doc, max_age=self.max_age)
+            _check_key(entry)
+            return entry
+        except (
+            ValueError,
+            MalformedInputError,
+            FileAccessError,
+            CollateralUnavailableError,
+        ) as exc:
             _log.warning(
                 json.dumps(
                     {"event": "store-entry-dropped", "file": path.name, "why": str(exc)[:120]}
@@ -510,8 +517,8 @@ def read_export(data: bytes, *, max_age: dt.timedelta) -> list[Entry]:
 
 def _check_key(entry: Entry) -> None:
     """The entry's key is one the mirror would serve, for its vendor and kind."""
-    if entry.vendor == "nvidia-ocsp":
-        if not re.match(r"^ocsp:[a-z0-9]+:[0-9a-f]+:[0-9a-f]+:[0-9a-f]+$", entry.key):
+    if entry.vendor == "nvidia-ocsp" or entry.kind == "ocsp":
+        if entry.vendor != "nvidia-ocsp" or entry.kind != "ocsp" or _item_of(entry) is None:
             raise ValueError("a malformed OCSP key")
         return
     path, _, query = entry.key.partition("?")

@@ -408,3 +408,33 @@ def test_bundles_import_into_a_mirror(
     dead = f"http://127.0.0.1:{nf.free_port()}"
     with serve_for(tmp_path, dead, dead, "--offline") as m:
         assert attest(pki, evidence, m.url, f"{m.url}/ocsp").verdict is Verdict.TRUSTED
+
+
+def test_gpucc_attest_takes_its_cvm_collateral_from_the_mirror(tmp_path: Path) -> None:
+    from tests.e2e.test_cli_cvm_snp import AT as SNP_AT
+    from tests.e2e.test_cli_cvm_snp import REPORT_DATA as SNP_DATA
+    from tests.unit.gpuattest.test_cvm_pcs import REPORT_DATA as TDX_DATA
+    from tests.unit.gpuattest.test_cvm_pcs import TDX
+    from tests.unit.gpuattest.test_cvm_snp_kds import SNP
+
+    kds = Kds({MILAN_PATH: VCEK})
+    with (
+        nf.serve(pccs) as pcs,
+        nf.serve(kds) as amd,
+        mirror(
+            tmp_path, "--pcs-upstream", pcs.url, "--kds-upstream", amd.url,
+            "--at", TDX_AT.isoformat(), *FAST,
+        ) as m,
+    ):  # fmt: skip
+        snp = run_cli(
+            "attest", "--cvm-only", "--cvm-evidence", SNP / "report.bin", "--at", SNP_AT,
+            "--cvm-report-data", SNP_DATA, "--no-cache", "--cvm-kds-url", m.url,
+        )  # fmt: skip
+        assert snp.returncode == 0, snp.stdout + snp.stderr
+        tdx = run_cli(
+            "attest", "--cvm-only", "--cvm-evidence", TDX / "quote.bin", "--at",
+            TDX_AT.isoformat(), "--cvm-report-data", TDX_DATA, "--no-cache",
+            env={"GPUCC_PCCS_URL": m.url},
+        )  # fmt: skip
+        assert tdx.returncode == 0, tdx.stdout + tdx.stderr
+        assert amd.count == 1 and pcs.count == 4
