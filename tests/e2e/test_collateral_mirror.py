@@ -438,3 +438,45 @@ def test_gpucc_attest_takes_its_cvm_collateral_from_the_mirror(tmp_path: Path) -
         )  # fmt: skip
         assert tdx.returncode == 0, tdx.stdout + tdx.stderr
         assert amd.count == 1 and pcs.count == 4
+
+
+def test_past_its_next_update_an_answer_is_served_stale_within_the_grace_marked_and_counted(
+    pki: nf.NetPki, vendor: tuple[Upstream, str, str], tmp_path: Path
+) -> None:
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.x509 import ocsp
+
+    up, rim_url, ocsp_url = vendor
+    cert, issuer = pki.device_chain[1], pki.device_chain[2]
+    request = (
+        ocsp.OCSPRequestBuilder()
+        .add_certificate(cert, issuer, hashes.SHA1())  # noqa: S303 - the CertID's hash
+        .build()
+        .public_bytes(serialization.Encoding.DER)
+    )
+
+    def ask(url: str) -> requests.Response:
+        headers = {"Content-Type": "application/ocsp-request"}
+        return requests.post(f"{url}/ocsp", data=request, headers=headers, timeout=10)
+
+    almost = nf.NOW + dt.timedelta(days=1) - dt.timedelta(seconds=2)  # nextUpdate is NOW + 1 day
+    for grace, want in (("1", 200), ("0", 503)):
+        up.down = False
+        where = tmp_path / grace
+        with mirror(
+            where, "--rim-upstream", rim_url, "--ocsp-upstream", ocsp_url, "--at",
+            almost.isoformat(), "--grace-hours", grace, *FAST,
+        ) as m:  # fmt: skip
+            first = ask(m.url)
+            assert first.status_code == 200 and first.headers["gpucc-mirror"] == "miss"
+            assert "gpucc-mirror-stale" not in first.headers
+            up.down = True
+            time.sleep(3)  # past nextUpdate on the mirror's clock
+            later = ask(m.url)
+            assert later.status_code == want, later.text
+            if want == 200:
+                assert later.content == first.content
+                assert later.headers["gpucc-mirror-stale"] == "1"
+                assert later.headers["warning"].startswith("110")
+                assert metrics(m.url)[("gpucc_mirror_stale_total", "nvidia-ocsp")] == 1
+                assert '"event": "stale"' in m.logged()
