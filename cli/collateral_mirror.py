@@ -63,6 +63,7 @@ _CONFIG_KEYS = {
     "refresh_s",
     "outage_hold_s",
     "trusted_proxy",
+    "forget_days",
     "max_connections",
     "max_connections_per_client",
     "address_file",
@@ -152,6 +153,7 @@ def _mirror(p: dict[str, Any], *, service_key: str | None) -> Mirror:
         outage_hold=p["outage_hold_s"],
         wait_s=p["deadline"] + 5.0,
         service_key=service_key,
+        forget_s=p["forget_days"] * 86400.0,
     )
 
 
@@ -247,6 +249,15 @@ def serve_cmd(
         float,
         typer.Option("--refresh-s", min=0.1, max=86400, help="How often due entries are renewed."),
     ] = 60.0,
+    forget_days: Annotated[
+        float,
+        typer.Option(
+            "--forget-days",
+            min=0,
+            max=3650,
+            help="Stop renewing an entry no client has asked for in this many days.",
+        ),
+    ] = 30.0,
     service_key_file: Annotated[
         Path | None,
         typer.Option(

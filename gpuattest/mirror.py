@@ -678,6 +678,8 @@ class Mirror:
         service_key: NVIDIA service key for the RIM service and OCSP (never logged).
         refresh_ahead: an entry is fetched again in the background when less than this
             fraction of its lifetime is left.
+        forget_s: an entry no client has asked for in this many seconds (counted from the
+            start for entries read from the store) is no longer renewed; it ages out.
     """
 
     def __init__(
@@ -693,6 +695,7 @@ class Mirror:
         wait_s: float = 30.0,
         service_key: str | None = None,
         refresh_ahead: float = 0.2,
+        forget_s: float = 30 * 86400.0,
     ) -> None:
         self.store = store
         self.upstreams = upstreams
@@ -704,6 +707,9 @@ class Mirror:
         self.wait_s = wait_s
         self._service_key = service_key
         self.refresh_ahead = refresh_ahead
+        self.forget_s = forget_s
+        self._asked: dict[str, float] = {}
+        self._started = time.monotonic()
         self.stats = {v: VendorStats() for v in VENDORS}
         self._flights: dict[str, _Flight] = {}
         self._lock = threading.Lock()
@@ -724,6 +730,8 @@ class Mirror:
         """
         now = self.clock()
         stats = self.stats[item.vendor]
+        with self._lock:
+            self._asked[item.key] = time.monotonic()
         entry = self.store.get(item.key)
         if entry is not None and now < entry.fresh_until:
             with self._lock:
@@ -746,15 +754,15 @@ class Mirror:
             raise
         return served
 
-    def _single_flight(self, item: Item) -> Served:
+    def _single_flight(self, item: Item, *, for_client: bool = True) -> Served:
         with self._lock:
             flight = self._flights.get(item.key)
             leader = flight is None
             if flight is None:
                 flight = self._flights[item.key] = _Flight()
-            if leader:
+            if for_client and leader:
                 self.stats[item.vendor].misses += 1
-            else:
+            elif for_client:
                 self.stats[item.vendor].coalesced += 1
         if leader:
             try:
@@ -867,10 +875,13 @@ class Mirror:
     # -- background refresh ---------------------------------------------------------------
 
     def due(self) -> list[Entry]:
-        """Entries with less than ``refresh_ahead`` of their lifetime left (or past it)."""
+        """Entries asked for lately with less than ``refresh_ahead`` of their lifetime left."""
         now = self.clock()
+        recent = time.monotonic() - self.forget_s
         out = []
         for entry in self.store.entries():
+            if self._asked.get(entry.key, self._started) < recent:
+                continue
             life = (entry.fresh_until - entry.fetched).total_seconds()
             if (entry.fresh_until - now).total_seconds() <= life * self.refresh_ahead:
                 out.append(entry)
@@ -886,7 +897,7 @@ class Mirror:
             if item is None:
                 continue
             try:
-                served = self._single_flight(item)
+                served = self._single_flight(item, for_client=False)
             except (MirrorUnavailableError, MirrorNotFoundError):
                 continue
             if served.source == "miss":

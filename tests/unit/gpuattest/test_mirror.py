@@ -130,6 +130,18 @@ def test_background_refresh_renews_entries_near_their_end(
     clock.now = T0 + MAX_AGE * 0.9  # less than a fifth of its life left
     assert m.refresh() == 1 and server.count == 2
     assert m.get(RIM).fresh_until == clock.now + MAX_AGE
+    assert m.stats["nvidia-rim"].misses == 1 and m.stats["nvidia-rim"].refreshes == 1
+
+
+def test_an_entry_nobody_asks_for_is_not_renewed(
+    service: tuple[nf.RimService, nf.LocalServer],
+) -> None:
+    _, server = service
+    clock = Clock()
+    m = engine(server.url, clock, forget_s=0.0)
+    m.get(RIM)
+    clock.now = T0 + MAX_AGE * 0.9
+    assert m.refresh() == 0 and server.count == 1
 
 
 @pytest.mark.parametrize(
