@@ -480,3 +480,29 @@ def test_past_its_next_update_an_answer_is_served_stale_within_the_grace_marked_
                 assert later.headers["warning"].startswith("110")
                 assert metrics(m.url)[("gpucc_mirror_stale_total", "nvidia-ocsp")] == 1
                 assert '"event": "stale"' in m.logged()
+
+
+def test_tls_and_the_loopback_default(tmp_path: Path) -> None:
+    from tests.e2e.test_travel_e2e import _self_signed
+
+    cert, key = _self_signed(tmp_path)
+    key.chmod(0o600)
+    args = ("--offline", "--tls-cert", str(cert), "--tls-key", str(key))
+    with mirror(tmp_path, *args, scheme="https") as m:
+        answer = requests.get(f"{m.url}/healthz", timeout=5, verify=str(cert))
+        assert answer.json()["status"] == "ok"
+        assert '"tls": true' in m.logged()
+    plain = run_cli("collateral", "serve", "--listen", "0.0.0.0:0", "--store", tmp_path / "s")
+    assert plain.returncode == 2 and "not a loopback address" in plain.stderr, plain.stderr
+
+
+def test_check_says_whether_cvm_collateral_is_current(tmp_path: Path) -> None:
+    from tests.unit.gpuattest.test_cvm_pcs import TDX
+
+    with nf.serve(pccs) as pcs:
+        args = ("collateral", "check", "--cvm-evidence", TDX / "quote.bin", "--cvm-pccs-url")
+        now = run_cli(*args, pcs.url, "--at", TDX_AT.isoformat(), "-f", "json")
+        later = run_cli(*args, pcs.url, "--at", (TDX_AT + dt.timedelta(days=40)).isoformat())
+    assert now.returncode == 0, now.stdout + now.stderr
+    assert json.loads(now.stdout)["items"][0]["status"] == "ok"
+    assert later.returncode == 3 and later.stdout.startswith("stale"), later.stdout

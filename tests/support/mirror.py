@@ -40,8 +40,11 @@ class RunningMirror:
 
 
 @contextlib.contextmanager
-def mirror(tmp: Path, *args: str, store: Path | None = None) -> Iterator[RunningMirror]:
-    """Run ``gpucc collateral serve ARGS`` on a free loopback port until the block ends."""
+def mirror(
+    tmp: Path, *args: str, store: Path | None = None, scheme: str = "http"
+) -> Iterator[RunningMirror]:
+    """Run ``gpucc collateral serve ARGS`` on a free loopback port until the block ends
+    (``scheme``: ``https`` when ARGS give it a TLS certificate)."""
     tmp.mkdir(parents=True, exist_ok=True)
     n = len(list(tmp.glob("address-*")))
     address = tmp / f"address-{n}"
@@ -77,7 +80,7 @@ def mirror(tmp: Path, *args: str, store: Path | None = None) -> Iterator[Running
             time.sleep(0.1)
         else:
             raise RuntimeError(f"the mirror did not start: {running.logged()}")
-        running.url = f"http://{address.read_text().strip()}"
+        running.url = f"{scheme}://{address.read_text().strip()}"
         yield running
     finally:
         running.stop()
