@@ -298,8 +298,8 @@ def serve_cmd(
     import os
 
     from gpucc.core.files import refuse_existing
-    from gpucc.gpuattest.mirror_http import serve_mirror
     from gpucc.travel.httpserver import ServerLimits
+    from gpucc.travel.mirror_http import serve_mirror
 
     if config_file is not None:
         _config(ctx, config_file)

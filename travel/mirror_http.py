@@ -1,7 +1,8 @@
 """The collateral mirror's HTTP face (``gpucc collateral serve``): a small Starlette app.
 
-It runs on the holder's hardened HTTP/1.1 server (:mod:`gpucc.travel.httpserver`: deadlines,
-connection caps, TLS, trusted proxies) and answers:
+It lives beside the holder because it runs on the holder's hardened HTTP/1.1 server
+(:mod:`gpucc.travel.httpserver`: deadlines, connection caps, TLS, trusted proxies); the engine
+it serves (:mod:`gpucc.gpuattest.mirror`) knows nothing of HTTP serving. It answers:
 
 * the vendors' paths (:func:`gpucc.gpuattest.mirror.item_for`) with the vendor's bytes and
   headers, plus ``Gpucc-Mirror: hit|miss|stale|pass`` and, for a stale answer,
@@ -29,8 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpucc.core.errors import EnvironmentProblemError, FileAccessError, MalformedInputError
 from gpucc.core.files import write_atomic
-
-from .mirror import (
+from gpucc.gpuattest.mirror import (
     VENDORS,
     Mirror,
     MirrorNotFoundError,
@@ -211,7 +211,7 @@ def serve_mirror(
     Returns:
         The signal that stopped the service (the CLI re-raises it), or None.
     """
-    from gpucc.travel.httpserver import run_server
+    from .httpserver import run_server
 
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("%(message)s"))
