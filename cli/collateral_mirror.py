@@ -138,6 +138,15 @@ def _mirror(p: dict[str, Any], *, service_key: str | None) -> Mirror:
             total_timeout=p["deadline"],
         )
     defaults = Upstreams()
+    if service_key:
+        from gpucc.core.transport import plain_http_to_remote
+
+        for option in ("rim_upstream", "ocsp_upstream"):
+            if p[option] and plain_http_to_remote(p[option]):
+                raise UsageError(
+                    f"--{option.replace('_', '-')}: refusing to send the service key over "
+                    "plain http to a remote host; use an https URL"
+                )
     return Mirror(
         store=store,
         upstreams=Upstreams(

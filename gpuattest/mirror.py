@@ -61,6 +61,7 @@ from gpucc.core.errors import (
     HttpStatusError,
     MalformedInputError,
     NetworkError,
+    UsageError,
 )
 from gpucc.core.files import read_capped, write_atomic
 from gpucc.core.jsonio import loads_untrusted
@@ -815,6 +816,9 @@ class Mirror:
             if exc.status == 404:
                 raise MirrorNotFoundError(f"{item.vendor} has no such item (HTTP 404)") from None
             raise MirrorUnavailableError(f"{item.vendor} answered HTTP {exc.status}") from None
+        except UsageError as exc:  # a configuration the transport refuses (checked at start)
+            status, error = 0, str(exc)
+            raise MirrorUnavailableError(f"{item.vendor} cannot be asked: {exc}") from None
         except NetworkError as exc:
             status, error = 0, str(exc)
             with self._lock:

@@ -506,3 +506,41 @@ def test_check_says_whether_cvm_collateral_is_current(tmp_path: Path) -> None:
     assert now.returncode == 0, now.stdout + now.stderr
     assert json.loads(now.stdout)["items"][0]["status"] == "ok"
     assert later.returncode == 3 and later.stdout.startswith("stale"), later.stdout
+
+
+def test_the_mirrors_service_key_goes_to_nvidia_only_and_never_into_a_log(
+    pki: nf.NetPki,
+    evidence: tuple[EvidenceSet, bytes],
+    vendor: tuple[Upstream, str, str],
+    tmp_path: Path,
+) -> None:
+    up, rim_url, ocsp_url = vendor
+    seen: list[str] = []
+    original = up.rims.__call__
+
+    def rims(s: nf.Seen) -> nf.Reply:
+        seen.append(s.headers.get("Authorization", ""))
+        return original(s)
+
+    up.rims = rims  # type: ignore[assignment]
+    key = {"NV_ATTESTATION_SERVICE_KEY": "sk-test-0123456789"}
+    with serve_for(tmp_path, rim_url, ocsp_url) as plain:
+        assert attest(pki, evidence, plain.url, f"{plain.url}/ocsp").verdict is Verdict.TRUSTED
+    assert seen and not any(seen)
+    seen.clear()
+    with mirror(
+        tmp_path / "keyed", "--rim-upstream", rim_url, "--ocsp-upstream", ocsp_url,
+        "--at", nf.NOW.isoformat(), *FAST, env=key,
+    ) as m:  # fmt: skip
+        assert attest(pki, evidence, m.url, f"{m.url}/ocsp").verdict is Verdict.TRUSTED
+        assert (
+            "sk-test" not in m.logged()
+            and "sk-test" not in requests.get(f"{m.url}/metrics", timeout=5).text
+        )
+    assert seen and all(h == "Bearer sk-test-0123456789" for h in seen)
+    remote = run_cli(
+        "collateral", "serve", "--rim-upstream", "http://rim.example", "--store", tmp_path / "s",
+        env=key,
+    )  # fmt: skip
+    assert remote.returncode == 2 and "plain http" in remote.stderr
+    assert "sk-test" not in remote.stderr + remote.stdout

@@ -41,7 +41,11 @@ class RunningMirror:
 
 @contextlib.contextmanager
 def mirror(
-    tmp: Path, *args: str, store: Path | None = None, scheme: str = "http"
+    tmp: Path,
+    *args: str,
+    store: Path | None = None,
+    scheme: str = "http",
+    env: dict[str, str] | None = None,
 ) -> Iterator[RunningMirror]:
     """Run ``gpucc collateral serve ARGS`` on a free loopback port until the block ends
     (``scheme``: ``https`` when ARGS give it a TLS certificate)."""
@@ -68,7 +72,7 @@ def mirror(
             ],  # fmt: skip
             stdout=subprocess.DEVNULL,
             stderr=err,
-            env={**ENV, "NO_PROXY": "127.0.0.1,localhost", **_pythonpath()},
+            env={**ENV, "NO_PROXY": "127.0.0.1,localhost", **_pythonpath(), **(env or {})},
         )
     running = RunningMirror("", store, process, log)
     try:
