@@ -892,13 +892,19 @@ def _intel_collateral(quote: bytes, context: PartContext) -> bytes:
 
 
 def _amd_vcek(report: bytes, context: PartContext) -> bytes | None:
-    """The chip's VCEK from AMD's KDS (through the collateral cache)."""
-    from gpucc.gpuattest.cvm.snp_kds import fetch_vcek
+    """The chip's VCEK from AMD's KDS, or the mirror the settings name (through the
+    collateral cache)."""
+    from gpucc.gpuattest.cvm.snp_kds import DEFAULT_KDS_URL, fetch_vcek
     from gpucc.gpuattest.netconfig import build_fetcher
 
     network = _network(context)
     with build_fetcher(network) as fetcher:
-        return fetch_vcek(report, fetcher=fetcher, cache=network.cache())
+        return fetch_vcek(
+            report,
+            fetcher=fetcher,
+            cache=network.cache(),
+            base_url=network.kds_url or DEFAULT_KDS_URL,
+        )
 
 
 def split_devices(

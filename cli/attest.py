@@ -18,6 +18,7 @@ from .attest_cvm import (
     CvmCollateralOption,
     CvmEventLogOption,
     CvmEvidenceOption,
+    CvmKdsOption,
     CvmOnlyOption,
     CvmPccsOption,
     CvmReportDataOption,
@@ -237,6 +238,7 @@ def attest(
     cvm_report_data: CvmReportDataOption = None,
     cvm_only_: CvmOnlyOption = False,
     cvm_pccs_url: CvmPccsOption = None,
+    cvm_kds_url: CvmKdsOption = None,
     cvm_sample: CvmSampleOption = None,
     device: Annotated[
         Device,
@@ -374,6 +376,7 @@ def attest(
         offline=offline,
         timeout=timeout,
         deadline=deadline,
+        kds_url=cvm_kds_url,
     )
     cvm = read_cvm_evidence(cvm_evidence, cvm_collateral) if cvm_evidence is not None else None
     if cvm_bundle is not None:

@@ -62,6 +62,16 @@ CvmReportDataOption = Annotated[
         "(cvm.require_report_data).",
     ),
 ]
+CvmKdsOption = Annotated[
+    str | None,
+    typer.Option(
+        "--cvm-kds-url",
+        envvar="GPUCC_KDS_URL",
+        rich_help_panel=_PANEL,
+        help="Where an SEV-SNP VCEK is fetched from: AMD's KDS (default) or a collateral "
+        "mirror serving its paths (gpucc collateral serve).",
+    ),
+]
 CvmPccsOption = Annotated[
     str | None,
     typer.Option(

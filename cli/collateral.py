@@ -34,7 +34,8 @@ if TYPE_CHECKING:
 
 collateral_app = App(
     group="collateral",
-    help="Gather RIMs and OCSP responses into a bundle for verification without network.",
+    help="Gather RIMs and OCSP responses into a bundle for verification without network, "
+    "or serve them to a fleet from one caching mirror.",
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,
 )
@@ -308,3 +309,16 @@ def _show_document(path: Path, bundle: Any) -> dict[str, Any]:
         "rims": [{"id": rim_id, "bytes": len(data)} for rim_id, data in bundle.rims.items()],
         "ocsp": entries,
     }
+
+
+def _register_mirror_commands() -> None:
+    """The mirror's commands live in :mod:`.collateral_mirror`; listed after fetch and show."""
+    from .collateral_mirror import check_cmd, export_cmd, import_cmd, serve_cmd
+
+    collateral_app.command("serve")(serve_cmd)
+    collateral_app.command("export")(export_cmd)
+    collateral_app.command("import")(import_cmd)
+    collateral_app.command("check")(check_cmd)
+
+
+_register_mirror_commands()
