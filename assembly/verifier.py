@@ -399,10 +399,9 @@ def _simulated_tdx_root(directory: Any) -> x509.Certificate:
         CollateralUnavailableError: the simulation wrote no TDX root (yet).
         MalformedEvidenceError: the file is not a certificate.
     """
-    from cryptography import x509
-
     from gpucc.core.errors import CollateralUnavailableError, MalformedEvidenceError
     from gpucc.core.files import read_capped
+    from gpucc.gpuattest.x509chain import load_certificate
 
     path = directory / "tdx_root.pem"
     if not path.exists():
@@ -410,9 +409,8 @@ def _simulated_tdx_root(directory: Any) -> x509.Certificate:
             f"the simulation in {directory} has no TDX root (tdx_root.pem): its CVM evidence "
             "cannot be judged"
         )
-    try:
-        return x509.load_pem_x509_certificate(
-            read_capped(path, 64 * 1024, what="simulated TDX root")
-        )
-    except ValueError:
-        raise MalformedEvidenceError(f"{path} is not a certificate") from None
+    return load_certificate(
+        read_capped(path, 64 * 1024, what="simulated TDX root"),
+        what=f"{path}",
+        error=MalformedEvidenceError,
+    )
