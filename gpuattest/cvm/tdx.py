@@ -314,10 +314,7 @@ def platform_of(quote: bytes) -> tuple[str, str]:
 
 
 def _chain(pem: bytes | str, what: str) -> list[x509.Certificate]:
-    try:
-        data = pem.encode() if isinstance(pem, str) else pem
-    except UnicodeEncodeError:
-        raise MalformedEvidenceError(f"the {what} is not text") from None
+    data = pem.encode() if isinstance(pem, str) else pem  # the strict reader's text: encodable
     return list(load_certificates(data, what=f"the {what}", error=MalformedEvidenceError))
 
 
