@@ -7,7 +7,9 @@ attacker controls and either returns or raises an error of gpucc's family
 internal error (exit 70), the holder as a 500.
 
 Each target names its seeds (real samples, read lazily) and the crash-corpus prefixes it
-replays. A new parser gets one :func:`target` call in ``targets.py``; nothing else changes.
+replays. A new parser gets one :func:`target` call, in ``targets.py`` or in a module of its
+own named ``targets_*.py`` here (``test_fuzz.py`` imports every such module); nothing else
+changes.
 
 Mutations (:func:`mutated`) are what found the defects the corpus keeps: bit flips,
 truncation, length fields set to zero or to huge values, repeated blocks, NUL and invalid

@@ -8,11 +8,27 @@ is replayed through the targets that read each kind of file.
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
+from pathlib import Path
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from tests.fuzz import targets  # noqa: F401  (registers the targets)
-from tests.fuzz.harness import BRIEF_EXAMPLES, TARGETS, check, corpus_inputs, examples, mutated
+from tests.fuzz.harness import (
+    BRIEF_EXAMPLES,
+    CORPUS,
+    TARGETS,
+    check,
+    corpus_inputs,
+    examples,
+    mutated,
+)
+
+# every module named targets*.py here registers its targets (a new parser brings its own)
+for _module in pkgutil.iter_modules([str(Path(__file__).parent)]):
+    if _module.name.startswith("targets"):
+        importlib.import_module(f"tests.fuzz.{_module.name}")
 
 NAMES = sorted(TARGETS)
 REPLAYS = [
@@ -57,7 +73,5 @@ def test_the_crash_corpus_gives_gpucc_errors_only(name: str, path: object) -> No
 
 def test_every_corpus_file_is_replayed_by_some_target() -> None:
     replayed = {path for _, path in (p.values for p in REPLAYS)}
-    from tests.fuzz.harness import CORPUS
-
     kept = {p for p in CORPUS.iterdir() if p.suffix != ".md"}
     assert kept <= replayed, sorted(p.name for p in kept - replayed)
