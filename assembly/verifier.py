@@ -313,17 +313,24 @@ class PlatformVerifier:
                 problem = str(exc)
         tdx_root = settings.tdx_root
         snp_roots = None
+        rootless: CollateralUnavailableError | None = None
         if settings.simulation is not None:
             from gpucc.gpuattest.cvm.appraise import detect_kind
             from gpucc.gpuattest.cvm.findings import CvmKind
+            from gpucc.gpuattest.cvm.snp_roots import SnpRoots
 
             if detect_kind(evidence) is CvmKind.SNP:
-                snp_roots = _simulated_snp_roots(settings.simulation)
+                try:
+                    snp_roots = _simulated_snp_roots(settings.simulation)
+                except CollateralUnavailableError as exc:
+                    # still read the evidence first: what does not parse is malformed input
+                    # (400 at a holder), whatever roots the simulation lacks
+                    rootless, snp_roots = exc, SnpRoots(())
             elif tdx_root is None:
                 tdx_root = _simulated_tdx_root(settings.simulation)
         policy = settings.policy
         try:
-            return verify_cvm_evidence(
+            result = verify_cvm_evidence(
                 evidence,
                 collateral,
                 now=now,
@@ -335,6 +342,9 @@ class PlatformVerifier:
                 event_log=event_log,
                 collateral_problem=problem,
             )
+            if rootless is not None:
+                raise rootless
+            return result
         except CollateralUnavailableError as exc:
             exc.subject = exc.subject or "cvm"  # the hint names the CVM's remedies
             raise

@@ -33,11 +33,7 @@ EVIDENCE = sorted(
     if p.name.startswith(("holder-http--", "tdx-quote-", "tdx-quote--", "vtpm-json--"))
 )
 #: the documented answers to an offer (docs/TRAVEL.md), by status
-DOCUMENTED = {
-    400: {"malformed"},
-    403: {"not-trusted", "refused"},
-    503: {"collateral-unavailable"},  # a simulation without SEV-SNP roots judges no SNP report
-}
+DOCUMENTED = {400: {"malformed"}, 403: {"not-trusted", "refused"}}
 
 
 @pytest.fixture(scope="module")
