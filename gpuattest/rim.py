@@ -43,13 +43,7 @@ from gpucc.core.errors import EnvironmentProblemError, MalformedRimError, UsageE
 
 from ._internal.xmltree import DSIG_NS, element_children, one_line, qname
 from .collateral import MAX_RIM_BYTES
-from .x509chain import (
-    MAX_CHAIN_CERTS,
-    ChainProfile,
-    ChainResult,
-    unparseable,
-    validate_chain,
-)
+from .x509chain import MAX_CHAIN_CERTS, ChainProfile, ChainResult, validate_chain
 from .xmldsig import (
     ALLOWED_C14N,
     ALLOWED_DIGEST,
@@ -476,6 +470,8 @@ def _check_certificate(cert: x509.Certificate, n: int) -> None:
     algorithm; a certificate whose parts do not decode is malformed input here
     rather than an exception in the middle of validation.
     """
+    from .x509chain import unparseable
+
     why = unparseable(cert)
     if why is not None:
         raise MalformedRimError(f"embedded certificate {n} cannot be decoded: {one_line(why, 80)}")
