@@ -22,13 +22,17 @@ Environment:
   ``GPUCC_FUZZ_EXAMPLES=20000 pytest tests/fuzz``.
 * ``GPUCC_FUZZ_SAVE``: a directory; every input that raises outside gpucc's family is
   written there as ``fuzz--TARGET--EXCEPTION-DIGEST.bin`` (move it to
-  ``tests/data/crash-corpus`` once fixed: it is replayed from then on).
+  ``tests/data/crash-corpus`` once fixed: it is replayed from then on), and at exit
+  ``counts.json`` says how many inputs each target was given (also after an interrupt).
 """
 
 from __future__ import annotations
 
+import atexit
 import hashlib
+import json
 import os
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,9 +92,23 @@ def examples() -> int:
     return int(os.environ.get("GPUCC_FUZZ_EXAMPLES") or BRIEF_EXAMPLES)
 
 
+COUNTS: Counter[str] = Counter()
+
+
+def _write_counts() -> None:
+    save = os.environ.get("GPUCC_FUZZ_SAVE")
+    if save and COUNTS:
+        Path(save).mkdir(parents=True, exist_ok=True)
+        (Path(save) / "counts.json").write_text(json.dumps(dict(COUNTS), sort_keys=True))
+
+
+atexit.register(_write_counts)
+
+
 def check(t: Target, data: bytes) -> None:
     """Run ``t`` on ``data``: a gpucc error is an answer; anything else is saved (when
     ``GPUCC_FUZZ_SAVE`` names a directory) and raised."""
+    COUNTS[t.name] += 1
     try:
         t.run(data)
     except GpuccError:
