@@ -666,10 +666,9 @@ class TdxPart(CvmPartKind):
             CollateralUnavailableError: the simulation wrote no TDX root (yet).
             MalformedEvidenceError: the file is not a certificate.
         """
-        from cryptography import x509
-
         from gpucc.core.errors import CollateralUnavailableError, MalformedEvidenceError
         from gpucc.core.files import read_capped
+        from gpucc.gpuattest.x509chain import load_certificate
 
         path = directory / "tdx_root.pem"
         if not path.exists():
@@ -677,12 +676,11 @@ class TdxPart(CvmPartKind):
                 f"the simulation in {directory} has no TDX root (tdx_root.pem): its CVM "
                 "evidence cannot be judged"
             )
-        try:
-            return x509.load_pem_x509_certificate(
-                read_capped(path, 64 * 1024, what="simulated TDX root")
-            )
-        except ValueError:
-            raise MalformedEvidenceError(f"{path} is not a certificate") from None
+        return load_certificate(
+            read_capped(path, 64 * 1024, what="simulated TDX root"),
+            what=f"{path}",
+            error=MalformedEvidenceError,
+        )
 
     def verify(self, evidence: Any, context: PartContext) -> PartResult:
         from gpucc.gpuattest.cvm.appraise import verify_tdx
@@ -750,20 +748,32 @@ class SnpPart(CvmPartKind):
         return SnpRoots.from_pem(pems)
 
     def verify(self, evidence: Any, context: PartContext) -> PartResult:
+        from gpucc.core.errors import CollateralUnavailableError
         from gpucc.gpuattest.cvm.appraise import verify_snp
+        from gpucc.gpuattest.cvm.snp_roots import SnpRoots
 
         collateral, problem = _cvm_collateral(self, evidence, context)
-        return verify_snp(
+        rootless: CollateralUnavailableError | None = None
+        try:
+            roots = _cvm_roots(self, context, None)
+        except CollateralUnavailableError as exc:
+            # still read the evidence first: what does not parse is malformed input (400 at
+            # a holder), whatever roots the simulation lacks
+            rootless, roots = exc, SnpRoots(())
+        result = verify_snp(
             evidence,
             collateral,
             now=context.now,
             policy=context.policy.cvm,
             expected_report_data=context.report_data,
-            roots=_cvm_roots(self, context, None),
+            roots=roots,
             require_pins=_pins_required(context),
             event_log=context.event_log,
             collateral_problem=problem,
         )
+        if rootless is not None:
+            raise rootless
+        return result
 
 
 class VtpmPart(CvmPartKind):

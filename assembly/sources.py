@@ -16,6 +16,7 @@ data (None when the source has no CVM, or GPU-only evidence was asked for).
 from __future__ import annotations
 
 import datetime as dt
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -74,7 +75,8 @@ _GPU_FILES = SIMULATED_FILES[:3]
 def missing_simulation_files(directory: Path, *, cvm: bool = False) -> list[str]:
     """The files a simulation directory lacks for verifying (the TDX root only with ``cvm``)."""
     wanted = SIMULATED_FILES if cvm else _GPU_FILES
-    return [name for name in wanted if not (directory / name).exists()]
+    # os.path.exists: a name the system refuses (too long, a NUL) is missing, not an OSError
+    return [name for name in wanted if not os.path.exists(directory / name)]
 
 
 class EvidenceSource(Protocol):

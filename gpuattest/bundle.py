@@ -288,7 +288,7 @@ def _ocsp_entries(value: object) -> tuple[BundleOcspEntry, ...]:
         if not isinstance(item, dict) or set(item) != _OCSP_KEYS:
             raise _bad(f"{what} does not have exactly the keys {sorted(_OCSP_KEYS)}")
         algorithm = item["hash_algorithm"]
-        if algorithm not in _DIGEST_SIZES:
+        if not isinstance(algorithm, str) or algorithm not in _DIGEST_SIZES:
             raise _bad(f"{what} has an unsupported hash algorithm")
         size = _DIGEST_SIZES[algorithm]
         cert_id = CertId(
