@@ -539,20 +539,24 @@ def check_cmd(
 
 
 def _cvm_item(path: Path, settings: Any, now: dt.datetime, pccs_url: str | None) -> Any:
-    from gpucc.assembly.collateral import fetch_cvm_collateral
+    from gpucc.assembly.parts import PartContext, default_parts
     from gpucc.core.errors import CollateralUnavailableError
     from gpucc.core.files import read_capped
     from gpucc.gpuattest import preflight
-    from gpucc.gpuattest.cvm.appraise import detect_kind
-    from gpucc.gpuattest.cvm.findings import CvmKind
+    from gpucc.gpuattest.cvm.vtpm_evidence import parse_vtpm_evidence
+    from gpucc.gpuattest.policy import Policy
 
     data = read_capped(path, 64 * 1024 * 1024, what="CVM evidence")
+    part = default_parts().classify_cvm(data)  # the kind, decided once
+    # what the collateral is for: a paravisor's vTPM evidence wraps a TDX or SEV-SNP report
+    tee = parse_vtpm_evidence(data).hcl.tee if part.name == "vtpm" else part.name
+    kind = "snp" if tee == "snp" else "tdx"
+    context = PartContext(policy=Policy(), now=now, network=settings, pccs_url=pccs_url)
     try:
-        kind = "snp" if detect_kind(data) is CvmKind.SNP else "tdx"
-    except MalformedInputError:
-        kind = "tdx"
-    try:
-        collateral = fetch_cvm_collateral(data, settings, now=now, pccs_url=pccs_url)
+        collateral = part.fetch_collateral(data, context)
     except CollateralUnavailableError as exc:
         return preflight.PreflightItem("cvm", f"{kind} collateral", "unavailable", str(exc))
+    if collateral is None and kind == "tdx":  # a TD quote never carries Intel's collateral
+        why = "Intel's TCB collateral for the TD quote could not be fetched"
+        return preflight.PreflightItem("cvm", "tdx collateral", "unavailable", why)
     return preflight.check_cvm_collateral(collateral, kind, now)
