@@ -15,13 +15,14 @@ so a process that never loads cryptography or the command line pays nothing.
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.machinery
 import os
 import sys
-from collections.abc import Callable, Sequence
-from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # nothing more is imported at start-up (gpucc's start-up tests count it)
+    import importlib.machinery
+    from collections.abc import Callable, Sequence
+    from types import ModuleType
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
 _BLOCKED = frozenset(m for m in os.environ.get("GPUCCTEST_BLOCK", "").split(",") if m)
@@ -66,7 +67,7 @@ _AFTER: dict[str, Callable[[ModuleType], None]] = {
 }
 
 
-class _Loader(importlib.abc.Loader):
+class _Loader:
     def __init__(self, inner: Any, after: Callable[[ModuleType], None]) -> None:
         self._inner, self._after = inner, after
 
@@ -79,7 +80,7 @@ class _Loader(importlib.abc.Loader):
         self._after(module)
 
 
-class _TestHooks(importlib.abc.MetaPathFinder):
+class _TestHooks:
     def find_spec(
         self, name: str, path: Sequence[str] | None = None, target: ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
@@ -91,12 +92,12 @@ class _TestHooks(importlib.abc.MetaPathFinder):
                 continue
             spec = finder.find_spec(name, path, target)
             if spec is not None and spec.loader is not None:
-                spec.loader = _Loader(spec.loader, after)
+                spec.loader = _Loader(spec.loader, after)  # type: ignore[assignment]
                 return spec
         return None
 
 
-class _Hiding(importlib.abc.MetaPathFinder):
+class _Hiding:
     """Another finder that finds nothing of the blocked modules: ``import`` then raises
     ModuleNotFoundError and ``importlib.util.find_spec`` answers None, as when the
     distribution is not installed."""
