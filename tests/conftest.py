@@ -8,6 +8,10 @@ Two checks hold for every test (``_no_internal_errors``):
   through Typer's ``CliRunner`` that raised anything but an exit. The test fails with the
   traceback, whatever it asserted about the exit status, unless it is marked
   ``internal_error`` (it provokes one on purpose).
+* A library error is typed. ``pytest.raises(Exception)`` (or ``BaseException``, alone or in
+  a tuple) passes only for an error of gpucc's family (:class:`GpuccError`): a crash that a
+  broad expectation would swallow fails the test with its traceback. A test that expects a
+  builtin error names it (``pytest.raises(ValueError)``: a caller's programming error).
 * No AES-GCM call works in place: every ``AESGCM`` refuses overlapping input and output, in
   this process and in the processes the tests start (:mod:`tests.support.aead_guard`), as
   cryptography 51 does, so the suite catches it on any version.
@@ -35,6 +39,7 @@ import pytest  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
 from gpucc.cli import boundary  # noqa: E402
+from gpucc.core.errors import GpuccError  # noqa: E402
 from gpucc.gpuattest.samples import Sample, nvidia_h100_sample  # noqa: E402
 from tests.support import aead_guard  # noqa: E402
 from tests.support.cli import run_cli  # noqa: E402
@@ -68,6 +73,54 @@ def _traceback(exc: BaseException) -> str:
     return "".join(traceback.format_exception(exc))
 
 
+_BROAD = (Exception, BaseException)
+_raises = pytest.raises
+
+
+def _typed(expected: Any, caught: BaseException | None) -> None:
+    """Fail when a broad expectation caught something outside gpucc's error family."""
+    if caught is None or isinstance(caught, GpuccError):
+        return
+    named = expected if isinstance(expected, tuple) else (expected,)
+    if any(isinstance(caught, t) for t in named if t not in _BROAD):
+        return  # the test named this type (or a base of it) itself
+    pytest.fail(
+        f"pytest.raises({expected!r}) caught {type(caught).__name__}, outside gpucc's error "
+        f"family (a crash, not a typed error):\n\n{_traceback(caught)}",
+        pytrace=False,
+    )
+
+
+class _TypedRaises:
+    """``pytest.raises`` as a context manager, checked by :func:`_typed` on the way out."""
+
+    def __init__(self, inner: Any, expected: Any) -> None:
+        self._inner, self._expected = inner, expected
+
+    def __enter__(self) -> Any:
+        return self._inner.__enter__()
+
+    def __exit__(self, kind: Any, value: Any, tb: Any) -> bool:
+        suppressed = bool(self._inner.__exit__(kind, value, tb))
+        if suppressed:
+            _typed(self._expected, value)
+        return suppressed
+
+
+def _checked_raises(expected: Any, *args: Any, **kwargs: Any) -> Any:
+    named = expected if isinstance(expected, tuple) else (expected,)
+    result = _raises(expected, *args, **kwargs)
+    if not any(t in _BROAD for t in named):
+        return result
+    if args:  # the callable form: it already ran
+        _typed(expected, result.value)
+        return result
+    return _TypedRaises(result, expected)
+
+
+pytest.raises = _checked_raises  # type: ignore[assignment]
+
+
 @pytest.fixture(autouse=True)
 def _no_internal_errors(
     request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
@@ -86,7 +139,10 @@ def _no_internal_errors(
 
     def invoking(self: CliRunner, *args: Any, **kwargs: Any) -> Any:
         result = invoke(self, *args, **kwargs)
-        if result.exception is not None and not isinstance(result.exception, SystemExit):
+        # Reported: a command's own outcome (report_bug, above, saw an internal error)
+        if result.exception is not None and not isinstance(
+            result.exception, (SystemExit, boundary.Reported)
+        ):
             seen.append(_traceback(result.exception))
         return result
 

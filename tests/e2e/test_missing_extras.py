@@ -80,6 +80,7 @@ def test_a_missing_extra_is_said(
 def test_the_same_commands_run_past_that_point_with_the_extra(work: Path) -> None:
     """Without the block, the s3 command gets as far as the store (none here): the block,
     not the command line, is what the tests above see."""
+    pytest.importorskip("boto3", reason="the s3 extra is not installed here")
     result = run_cli(
         "stage", "s3://bucket/object.gcc", "--data-key", "data.key", cwd=work,
         env={"AWS_ENDPOINT_URL": "http://127.0.0.1:9", "AWS_ACCESS_KEY_ID": "x",
