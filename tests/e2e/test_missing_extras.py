@@ -68,6 +68,9 @@ def test_every_extra_is_covered() -> None:
 def test_a_missing_extra_is_said(
     work: Path, extra: str, blocked: str, argv: list[str], output: str
 ) -> None:
+    if extra == "metrics":  # holder serve says a missing holder extra first
+        pytest.importorskip("starlette", reason="--metrics is checked after the holder extra")
+        pytest.importorskip("h11", reason="--metrics is checked after the holder extra")
     result = run_cli(*argv, "--format", output, cwd=work, env={"GPUCCTEST_BLOCK": blocked})
     assert result.returncode == 5, result.stderr
     said = f"pip install 'gpucc[{extra}]'"
