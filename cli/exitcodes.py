@@ -38,7 +38,11 @@ MALFORMED = Outcome(
     "malformed input: evidence, certificate, RIM, policy, bundle, message, sealed dataset or "
     "key, or a store's answer outside the range protocol",
 )
-ENVIRONMENT = Outcome(5, "environment", "environment: no GPU, driver, NVML or CuPy; CC mode off")
+ENVIRONMENT = Outcome(
+    5,
+    "environment",
+    "environment: no GPU, driver, NVML or CuPy; CC mode off; an extra not installed",
+)
 AUTHENTICATION = Outcome(
     6,
     "authentication-failed",
@@ -189,7 +193,7 @@ _HINTS: tuple[tuple[type[errors.GpuccError], frozenset[str] | None, str], ...] =
     (
         GpuStagingUnavailableError,
         _WITH_DEVICE,
-        "install 'gpucc[gpu]' on a host with a CUDA GPU, or use --device cpu",
+        "pip install 'gpucc[gpu]' on a host with a CUDA GPU, or use --device cpu",
     ),
 )
 
