@@ -50,7 +50,7 @@ _TORCH_IMPORT = re.compile(
     re.MULTILINE,
 )
 _TORCH_MISSING = importlib.util.find_spec("torch") is None
-_not_collected: list[str] = []
+_not_collected: set[str] = set()
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
@@ -61,9 +61,18 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     if not collection_path.name.startswith("test_"):
         return None
     if _TORCH_IMPORT.search(collection_path.read_text(encoding="utf-8")):
-        _not_collected.append(collection_path.name)
+        _not_collected.add(collection_path.name)
         return True
     return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not _TORCH_MISSING or os.environ.get("GPUCC_REQUIRE_TORCH"):
+        return
+    skip = pytest.mark.skip(reason="needs torch, which is not installed")
+    for item in items:
+        if item.get_closest_marker("torch") is not None:
+            item.add_marker(skip)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
