@@ -22,6 +22,8 @@ def _param(block: Block) -> object:
     marks = (
         [pytest.mark.slow] if block.slow or any(b.slow for b in docexamples.chain(block)) else []
     )
+    if any(docexamples.needs_torch(b) for b in [*docexamples.chain(block), block]):
+        marks.append(pytest.mark.torch)
     return pytest.param(block, id=block.id, marks=marks)
 
 
