@@ -540,7 +540,7 @@ class DeviceOutcome:
         """Role to the RIM ID the report names (the table of contents' locators where
         the kind's RIMs are not looked up)."""
         if self.toc is not None and not self.rims:
-            names = [loc.rstrip("/").rsplit("/", 1)[-1] for loc in self.toc.rim_locators]
+            names = list(self.toc.rim_ids)
             driver = next((n for n in names if "DRIVER" in n.upper()), "")
             vbios = next((n for n in names if n != driver), "")
             return {"driver": driver, "vbios": vbios}

@@ -11,7 +11,7 @@ import cbor2
 import pytest
 from cryptography import x509
 
-from gpucc.core.errors import MalformedInputError, NotTrustedError
+from gpucc.core.errors import MalformedInputError, MalformedReportError, NotTrustedError
 from gpucc.gpuattest.cbor_strict import StrictCborError, decode_strict
 from gpucc.gpuattest.corim import (
     MAX_TAGS,
@@ -34,6 +34,7 @@ from gpucc.gpuattest.corim_appraise import (
     toc_evidence,
 )
 from gpucc.gpuattest.cose import CoseCheckError, MalformedCoseError
+from gpucc.gpuattest.spdm_toc import parse_toc
 from tests.support.corimpki import (
     DATA,
     ES256,
@@ -81,7 +82,8 @@ def test_device_evidence_takes_the_table_where_there_is_one(
 ) -> None:
     leaf = read_pem_chain(DATA / "rubin-gr100-620.54" / "cert-chain.pem")[0]
     by_hand = merge_evidence(
-        toc_evidence(rubin_blocks[0xFD].value, rubin_blocks), tcbinfo_evidence(leaf)
+        toc_evidence(parse_toc(rubin_blocks[0xFD].value, rubin_blocks), rubin_blocks),
+        tcbinfo_evidence(leaf),
     )
     assert rubin_evidence(rubin_blocks) == by_hand
     assert by_hand.purpose is not None and by_hand.purpose[1] == "CC MPT"
@@ -314,9 +316,12 @@ def test_tcbinfo_of_the_real_leaves() -> None:
 
 def test_toc_naming_a_missing_block_is_malformed(rubin_blocks: dict[int, Block]) -> None:
     blocks = dict(rubin_blocks)
+    toc = parse_toc(blocks[0xFD].value, blocks)
     del blocks[54]
     with pytest.raises(MalformedTocError, match="block 54"):
-        toc_evidence(blocks[0xFD].value, blocks)
+        toc_evidence(toc, blocks)
+    with pytest.raises(MalformedReportError, match="block 54"):
+        device_evidence(blocks, read_pem_chain(DATA / "rubin-gr100-620.54" / "cert-chain.pem")[0])
 
 
 # --- unsigned, and the envelope -----------------------------------------------------------

@@ -182,8 +182,8 @@ def test_rubin_table_of_contents() -> None:
     assert toc.environments[0].class_id == "1.3.6.1.4.1.5703.1300.1.1.11.1.11.1.2"
     assert toc.values[54] == TOC_REPORT.blocks[54].value
     assert set(toc.values) <= set(TOC_REPORT.blocks)
-    svns = [m.svn for e in toc.environments for m in e.measurements if m.key == "L0FSVN"]
-    assert svns == [0]
+    svns = [m.values.svn for e in toc.environments for m in e.measurements if m.key == "L0FSVN"]
+    assert [s.value for s in svns if s is not None] == [0]
     assert toc.to_dict()["purpose"] == "CC MPT"
 
 
