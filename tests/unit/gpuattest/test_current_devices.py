@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from gpucc.core.errors import (
     GpuccError,
     MalformedReportError,
+    RimNotFoundError,
     UnsupportedFormatError,
 )
 from gpucc.gpuattest.collateral import NoOcsp
@@ -38,8 +39,14 @@ CASES = {
 
 
 class _NoRims:
+    """Offline: nothing is found; only CoRIM IDs may be asked for (no XML RIM)."""
+
     def get_rim(self, rim_id: str) -> bytes:
-        raise AssertionError(f"no XML RIM is looked up for these devices ({rim_id})")
+        assert rim_id in CORIM_IDS, f"not a CoRIM ID of these devices: {rim_id}"
+        raise RimNotFoundError(rim_id, "offline")
+
+
+CORIM_IDS = {"NV_GPU_DRIVER_GR100_620.54", "GR100_081D_9900230000"}
 
 
 def _verify(evidence: EvidenceSet, nonce: str) -> AttestationResult:
@@ -214,7 +221,14 @@ def test_fuzz_toc_raises_only_gpucc_errors(cut: int, pos: int, byte: int, tail: 
         pass
 
 
-def test_collateral_bundles_look_up_no_xml_rim_for_corim_only_devices() -> None:
+def test_collateral_bundles_look_up_corims_for_corim_only_devices() -> None:
     from gpucc.gpuattest.bundle import evidence_rim_ids
 
-    assert evidence_rim_ids(_raw(RUBIN_DIR).gpus + _raw(FSP).gpus) == []
+    # Rubin: its table's locators; a raw FSP report has no firmware-version hint, so no ID;
+    # its CMW file's hint names the VBIOS CoRIM as NVIDIA's SDK builds it.
+    assert evidence_rim_ids(_raw(RUBIN_DIR).gpus + _raw(FSP).gpus) == [
+        "GR100_081D_9900230000",
+        "NV_GPU_DRIVER_GR100_620.54",
+    ]
+    cmw = load_evidence_file(FSP / "evidence.cmw.json")
+    assert evidence_rim_ids(cmw.gpus) == ["NV_GPU_VBIOS_GB100_065C_0100000001"]
