@@ -143,7 +143,8 @@ def attest(
         typer.Option(
             "--driver-rim",
             rich_help_panel="Collateral",
-            help="The driver RIM (SWID XML) to use instead of fetching it.",
+            help="The driver RIM (SWID XML, or a CoRIM: read by its content) to use instead "
+            "of fetching it.",
             envvar="GPUCC_DRIVER_RIM",
             exists=True,
             dir_okay=False,
@@ -154,7 +155,8 @@ def attest(
         typer.Option(
             "--vbios-rim",
             rich_help_panel="Collateral",
-            help="The VBIOS RIM (SWID XML) to use instead of fetching it.",
+            help="The VBIOS RIM (SWID XML, or a CoRIM: read by its content) to use instead "
+            "of fetching it.",
             envvar="GPUCC_VBIOS_RIM",
             exists=True,
             dir_okay=False,
