@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 from cryptography.hazmat.primitives import serialization
+from jsonschema import Draft202012Validator
 
+from gpucc.cli.schemas import load_schema
 from tests.support.cli import run_cli
 from tests.support.corimpki import (
     NV,
@@ -97,7 +99,9 @@ def test_rubin_with_its_signed_corims_is_trusted_on_cc_mpt(
         vbios,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    gpu = json.loads(proc.stdout)["gpus"][0]
+    doc = json.loads(proc.stdout)
+    Draft202012Validator(load_schema(doc["schema"])).validate(doc)
+    gpu = doc["gpus"][0]
     assert gpu["claims"]["measres"] == "success"
     assert gpu["claims"]["x-nvidia-gpu-corim-purpose"] == "CC MPT"
     assert gpu["claims"]["x-nvidia-gpu-corim-signature-verified"] is True
@@ -128,6 +132,7 @@ def test_rubin_mutated_reference_is_exit_1_naming_it(
     )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     doc = json.loads(proc.stdout)
+    Draft202012Validator(load_schema(doc["schema"])).validate(doc)
     (record,) = doc["gpus"][0]["claims"]["x-nvidia-mismatch-measurement-records"]
     assert f"{record['environment']} [{record['key']}]" == named
     assert record["measurementSource"] == "CoRIM"
