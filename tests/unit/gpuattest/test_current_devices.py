@@ -232,3 +232,28 @@ def test_collateral_bundles_look_up_corims_for_corim_only_devices() -> None:
     ]
     cmw = load_evidence_file(FSP / "evidence.cmw.json")
     assert evidence_rim_ids(cmw.gpus) == ["NV_GPU_VBIOS_GB100_065C_0100000001"]
+
+
+def test_the_fsp_corim_id_is_built_from_model_apsku_and_the_firmware_hint() -> None:
+    from gpucc.gpuattest.device import CorimInputs
+
+    report = EnvelopeReport.parse(_raw(FSP).gpus[0].report)
+    leaf = "GB100 A01 FSP FMC LF"
+
+    def ids(report: object, leaf: str, hints: dict[str, str]) -> tuple[tuple[str, str], ...]:
+        assert BLACKWELL_FSP.corim_ids is not None
+        found = BLACKWELL_FSP.corim_ids(CorimInputs(report, None, leaf, hints))
+        assert bool(found.ids) != bool(found.missing)
+        return found.ids
+
+    hint = {"fwversion": "01.00.00.00.01"}
+    assert ids(report, leaf, hint) == (("vbios", "NV_GPU_VBIOS_GB100_065C_0100000001"),)
+    assert ids(report, leaf, {}) == ()  # a raw report: no hint, no ID
+    assert ids(report, leaf, {"fwversion": "1.0"}) == ()
+    assert ids(report, "XX A01 FSP", hint) == ()
+    import dataclasses
+    from types import SimpleNamespace
+
+    blocks = dict(report.blocks)
+    blocks[52] = dataclasses.replace(blocks[52], value=b"no sku")
+    assert ids(SimpleNamespace(blocks=blocks), leaf, hint) == ()
