@@ -1,9 +1,9 @@
 """NVIDIA's current device evidence through the one outline: Rubin (GR100, a signed table
 of contents in block 0xFD) and Blackwell's FSP responder (52 blocks, no opaque data).
 
-NVIDIA publishes their reference values only as CoRIMs, which gpucc does not read yet, so
-with the right nonce the verdict is undecided for that reason alone, with the chain, the
-signature and the nonce verified.
+NVIDIA publishes their reference values only as CoRIMs; offline, with none given, the
+verdict with the right nonce is undecided for that reason alone, with the chain, the
+signature and the nonce verified (tests/e2e/test_cli_corim.py appraises them with CoRIMs).
 """
 
 from __future__ import annotations
