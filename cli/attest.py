@@ -144,7 +144,8 @@ def attest(
         typer.Option(
             "--driver-rim",
             rich_help_panel="Collateral",
-            help="The driver RIM (SWID XML) to use instead of fetching it.",
+            help="The driver RIM (SWID XML, or a CoRIM: read by its content) to use instead "
+            "of fetching it.",
             envvar="GPUCC_DRIVER_RIM",
             exists=True,
             dir_okay=False,
@@ -155,7 +156,8 @@ def attest(
         typer.Option(
             "--vbios-rim",
             rich_help_panel="Collateral",
-            help="The VBIOS RIM (SWID XML) to use instead of fetching it.",
+            help="The VBIOS RIM (SWID XML, or a CoRIM: read by its content) to use instead "
+            "of fetching it.",
             envvar="GPUCC_VBIOS_RIM",
             exists=True,
             dir_okay=False,
@@ -229,6 +231,26 @@ def attest(
             "--output",
             dir_okay=False,
             help="Where --sign-eat writes the signed result (detached EAT JSON).",
+            rich_help_panel="Remote verification and signed results",
+        ),
+    ] = None,
+    ear_out: Annotated[
+        Path | None,
+        typer.Option(
+            "--ear-out",
+            dir_okay=False,
+            help="Also write the verdict as a signed EAR (IETF RATS attestation result, "
+            "ES384 JWT) to FILE: one submodule per GPU, NVSwitch and the CVM. Needs --ear-key.",
+            rich_help_panel="Remote verification and signed results",
+        ),
+    ] = None,
+    ear_key: Annotated[
+        Path | None,
+        typer.Option(
+            "--ear-key",
+            exists=True,
+            dir_okay=False,
+            help="The P-384 private key (PEM, 0600) that signs --ear-out.",
             rich_help_panel="Remote verification and signed results",
         ),
     ] = None,
@@ -346,6 +368,10 @@ def attest(
     ev: EvidenceSet | None = None
     if (sign_eat is None) != (token_output is None):
         raise UsageError("--sign-eat KEY and -o FILE go together")
+    if (ear_out is None) != (ear_key is None):
+        raise UsageError("--ear-out FILE and --ear-key KEY go together")
+    if ear_out is not None and verifier is Verifier.REMOTE:
+        raise UsageError("--ear-out signs a local verification: drop --verifier remote")
     if sign_eat is not None and verifier is Verifier.REMOTE:
         raise UsageError("--sign-eat signs a local verification; NRAS's tokens are already signed")
     has_cvm = cvm_evidence is not None or cvm_bundle is not None
@@ -493,6 +519,12 @@ def attest(
         from .output import note
 
         note(f"signed result (key {kid}) written to {path}")
+    if ear_out is not None and ear_key is not None:
+        from .attest_remote import sign_ear_result
+        from .output import note
+
+        kid, path = sign_ear_result(result, ear_key, ear_out, force=force)
+        note(f"EAR (key {kid}) written to {path}")
     raise typer.Exit(verdict_exit_code(result.verdict))
 
 

@@ -7,6 +7,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "gpucc attest --sample --at 2024-01-01T00:00:00Z",
         "gpucc attest --evidence evidence.json --nonce HEX --collateral bundle.json --offline",
         "gpucc attest -f json > attest.json    # local GPUs, fresh nonce",
+        "gpucc attest --evidence evidence.json --nonce HEX --ear-out result.ear --ear-key ear.key",
     ),
     "evidence collect": ("gpucc evidence collect -o evidence.json --nonce HEX",),
     "collateral fetch": ("gpucc collateral fetch --evidence evidence.json -o bundle.json",),
@@ -53,6 +54,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "gpucc inspect evidence.json -f json",
     ),
     "token verify": ("gpucc token verify result.eat.json --signer-pub eat.pub --nonce HEX",),
+    "token verify-ear": ("gpucc token verify-ear result.ear --signer-pub ear.pub --nonce HEX",),
     "model digest": ("gpucc model digest ./model --hash blake3 -o manifest.json",),
     "model verify": (
         "gpucc model verify ./model --signature model.sig --signer-pub pub.pem",

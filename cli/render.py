@@ -221,7 +221,7 @@ def mismatch_rows(mismatches: Sequence[MismatchRecord]) -> list[list[Text]]:
         runtime = shorten_hex(m.runtime_value) if m.runtime_value is not None else "(missing)"
         rows.append(
             [
-                Text(str(m.index)),
+                Text(m.label),
                 Text(_source_label(m.source)),
                 Text(m.reason),
                 Text(golden),
@@ -331,7 +331,7 @@ def _render_gpus(part: Part, console: Console, *, verbose: bool) -> None:
         if verbose:  # Text, never markup: the values come from evidence and RIMs
             console.print(Text(f"evidence sha256 {gpu.report_digest.hex()}"), soft_wrap=True)
             for m in mismatches:
-                label = f"index {m.index} {_source_label(m.source)}"
+                label = f"index {m.label} {_source_label(m.source)}"
                 for n, value in enumerate(m.golden_values):
                     console.print(Text(f"{label} golden[{n}] {value}"), soft_wrap=True)
                 runtime = m.runtime_value or "(missing)"
