@@ -12,6 +12,9 @@ travel, DDP setup). A front end turns its options into a :class:`Settings`, buil
     result = verifier.verify(PlatformEvidence(gpus=evidence, cvm=quote), nonce=nonce)
     result.verdict  # one verdict over every GPU and the CVM
 
+What a platform is made of (GPUs, NVSwitches, the CVM's TDX, SEV-SNP or vTPM evidence)
+is a registry of part kinds (:mod:`gpucc.assembly.parts`), given as ``Settings(parts=...)``.
+
 Front ends that produce evidence open it through :func:`gpucc.assembly.sources.open_source`
 (by way of :func:`assemble`), the one place an evidence source is chosen.
 """
@@ -23,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from . import sources
+    from .parts import PartKind, PartRegistry, default_parts
     from .platform import Platform, assemble
     from .result import PlatformEvidence, PlatformResult
     from .settings import Settings, TimeSource, select_policy, simulation_policy, utc_now
@@ -38,6 +42,7 @@ _HOME = {
     ),
     **dict.fromkeys(("EvidenceSource", "FileSource", "LocalSource", "SimulatedSource"), "sources"),
     **dict.fromkeys(("PlatformEvidence", "PlatformResult"), "result"),
+    **dict.fromkeys(("PartKind", "PartRegistry", "default_parts"), "parts"),
     "PlatformVerifier": "verifier",
 }
 
@@ -45,6 +50,8 @@ __all__ = [
     "EvidenceSource",
     "FileSource",
     "LocalSource",
+    "PartKind",
+    "PartRegistry",
     "Platform",
     "PlatformEvidence",
     "PlatformResult",
@@ -53,6 +60,7 @@ __all__ = [
     "SimulatedSource",
     "TimeSource",
     "assemble",
+    "default_parts",
     "select_policy",
     "simulation_policy",
     "sources",

@@ -6,10 +6,11 @@ what the verdict trusted.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from gpucc.gpuattest.result import AttestationResult, Verdict
+from gpucc.gpuattest.result import AttestationResult, Judged, Verdict
 
 from .record import Roots, TrustRecord, relaxations_of
 from .settings import TimeSource
@@ -21,6 +22,8 @@ if TYPE_CHECKING:
     from gpucc.gpuattest.result import GpuResult
     from gpucc.gpuattest.switch_result import SwitchAttestationResult
     from gpucc.gpuattest.topology import TopologyResult
+
+    from .parts import Part
 
 __all__ = ["PlatformEvidence", "PlatformResult", "relaxations_in"]
 
@@ -49,14 +52,24 @@ class PlatformEvidence:
     switches: EvidenceSet | None = None
 
 
+#: The ``gpucc.attest/v1`` document's part slots when the default kinds are registered
+#: (:attr:`gpucc.assembly.parts.PartRegistry.slots`): each key, and whether it is a list.
+DEFAULT_SLOTS: tuple[tuple[str, bool], ...] = (
+    ("gpus", True),
+    ("cvm", False),
+    ("switches", True),
+    ("topology", False),
+)
+
+
 @dataclass(frozen=True)
-class PlatformResult:
-    """One platform's verdict: each device's result, the CVM's, and the combined verdict.
+class PlatformResult(Judged):
+    """One platform's verdict: each part's result, and the combined verdict.
 
     Attributes:
         verdict: the combined verdict.
-        gpu: the GPUs' result (None: no GPU evidence was verified).
-        cvm: the CVM's result (None: no CVM evidence was verified).
+        parts: every verified part (:class:`~gpucc.assembly.parts.Part`: its kind and its
+            result), in report order: the CVM, the devices, the topology.
         policy: the policy applied.
         verified_at: the verification time.
         time_source: whether that time was the clock or given by the caller.
@@ -64,14 +77,11 @@ class PlatformResult:
         expected_nonce: the GPU nonce required.
         source: where the evidence came from.
         record: what the verdict trusted: relaxations used, time, roots.
-        switch: the NVSwitches' result (None: no switch evidence was verified).
-        topology: the Protected PCIe topology checks (None: the policy does not ask for
-            PPCIe, ``topology.ppcie``).
+        slots: the document's part slots, in order (the registry's).
     """
 
     verdict: Verdict
-    gpu: AttestationResult | None
-    cvm: CvmResult | None
+    parts: tuple[Part, ...]
     policy: Policy
     verified_at: dt.datetime
     time_source: TimeSource
@@ -79,17 +89,18 @@ class PlatformResult:
     expected_nonce: bytes | None
     source: str
     record: TrustRecord
-    switch: SwitchAttestationResult | None = None
-    topology: TopologyResult | None = None
+    slots: tuple[tuple[str, bool], ...] = DEFAULT_SLOTS
 
     @classmethod
     def of_gpus(cls, result: AttestationResult) -> PlatformResult:
         """A platform result holding the GPUs' result alone (verified at the time the
         caller gave :func:`gpucc.gpuattest.verifier.verify`)."""
+        from .parts import GpuPart, Part
+
+        parts = (Part(GpuPart(), result),)
         return cls(
             verdict=result.verdict,
-            gpu=result,
-            cvm=None,
+            parts=parts,
             policy=result.policy,
             verified_at=result.verified_at,
             time_source=TimeSource.GIVEN,
@@ -97,7 +108,7 @@ class PlatformResult:
             expected_nonce=result.expected_nonce,
             source=result.source,
             record=TrustRecord(
-                relaxations=relaxations_in(result, None),
+                relaxations=relaxations_in(parts),
                 verified_at=result.verified_at,
                 time_source=str(TimeSource.GIVEN),
                 time_origin="the caller",
@@ -105,15 +116,34 @@ class PlatformResult:
             ),
         )
 
-    @property
-    def trusted(self) -> bool:
-        """True only when every device and the CVM passed every required check."""
-        return self.verdict is Verdict.TRUSTED
+    def part(self, name: str) -> Part | None:
+        """The part of the kind named ``name`` (``gpu``, ``nvswitch``, ``tdx``, ...), if any."""
+        return next((p for p in self.parts if p.kind.name == name), None)
 
     @property
-    def undecided(self) -> bool:
-        """Nothing failed, but something could not be decided (collateral, time)."""
-        return self.verdict is Verdict.UNDECIDED
+    def gpu(self) -> AttestationResult | None:
+        """The GPUs' result (None: no GPU evidence was verified)."""
+        part = self.part("gpu")
+        return part.result if part is not None else None
+
+    @property
+    def cvm(self) -> CvmResult | None:
+        """The CVM's result (None: no CVM evidence was verified)."""
+        part = next((p for p in self.parts if p.kind.slot == "cvm"), None)
+        return part.result if part is not None else None
+
+    @property
+    def switch(self) -> SwitchAttestationResult | None:
+        """The NVSwitches' result (None: no switch evidence was verified)."""
+        part = self.part("nvswitch")
+        return part.result if part is not None else None
+
+    @property
+    def topology(self) -> TopologyResult | None:
+        """The Protected PCIe topology checks (None: the policy does not ask for PPCIe,
+        ``topology.ppcie``)."""
+        part = self.part("topology")
+        return part.result if part is not None else None
 
     @property
     def gpus(self) -> tuple[GpuResult, ...]:
@@ -122,15 +152,12 @@ class PlatformResult:
 
     @property
     def reasons(self) -> tuple[str, ...]:
-        """Why not trusted: the CVM's reasons, then each GPU's, prefixed."""
-        cvm = tuple(f"CVM: {r}" for r in self.cvm.reasons) if self.cvm is not None else ()
-        switch = self.switch.reasons if self.switch is not None else ()
-        topo = tuple(f"Topology: {r}" for r in self.topology.reasons) if self.topology else ()
-        return cvm + (self.gpu.reasons if self.gpu is not None else ()) + switch + topo
+        """Why not trusted: each part's reasons, in report order (the CVM's first)."""
+        return tuple(r for p in self.parts for r in p.reasons)
 
     def to_dict(self) -> dict[str, Any]:
         """The ``gpucc.attest/v1`` document, less what only a command line knows."""
-        return {
+        document: dict[str, Any] = {
             "schema": "gpucc.attest/v1",
             "verdict": str(self.verdict),
             "trusted": self.trusted,
@@ -141,52 +168,43 @@ class PlatformResult:
             "evidence_source": self.source,
             "policy": self.policy.to_dict(),
             "reasons": list(self.reasons),
-            "gpus": [g.to_dict() for g in self.gpus],
-            "cvm": self.cvm.to_dict() if self.cvm is not None else None,
-            "switches": [s.to_dict() for s in self.switch.switches] if self.switch else [],
-            "topology": self.topology.to_dict() if self.topology is not None else None,
-            "trusted_with": self.record.to_dict(),
         }
+        for slot, many in self.slots:
+            document[slot] = [] if many else None
+        for part in self.parts:
+            kind = part.kind
+            entry = kind.document(part.result)
+            document[kind.slot] = [*document.get(kind.slot, []), *entry] if kind.many else entry
+        document["trusted_with"] = self.record.to_dict()
+        return document
 
     def failed_checks(self) -> list[dict[str, str]]:
         """Every check that was refused or left undecided, as data: part, check, detail."""
         from gpucc.gpuattest.result import Decision
 
-        parts = [(f"GPU {g.index}", g.checks) for g in self.gpus]
-        if self.cvm is not None:
-            parts.insert(0, ("CVM", self.cvm.checks))
-        if self.switch is not None:
-            parts += [(f"NVSwitch {s.index}", s.checks) for s in self.switch.switches]
-        if self.topology is not None:
-            parts.append(("topology", self.topology.checks))
         return [
             {
-                "part": part,
+                "part": section.label,
                 "check": c.id,
                 "title": c.title,
                 "decision": str(c.decision),
                 "detail": c.reason,
             }
-            for part, checks in parts
-            for c in checks
+            for part in self.parts
+            for section in part.sections
+            for c in section.checks
             if c.decision is not Decision.ACCEPT
         ]
 
 
-def relaxations_in(
-    gpu: AttestationResult | None,
-    cvm: CvmResult | None,
-    switch: SwitchAttestationResult | None = None,
-) -> tuple[Any, ...]:
-    """The relaxations the checks of these parts relied on, the CVM's first."""
-    found: list[Any] = []
-    if cvm is not None:
-        found += relaxations_of(cvm.checks, "CVM")
-    for g in gpu.gpus if gpu is not None else ():
-        found += relaxations_of(g.checks, f"GPU {g.index}")
-    for sw in switch.switches if switch is not None else ():
-        found += relaxations_of(sw.checks, f"NVSwitch {sw.index}")
-    return tuple(found)
+def relaxations_in(parts: Iterable[Part]) -> tuple[Any, ...]:
+    """The relaxations the checks of these parts relied on, in report order."""
+    return tuple(
+        r
+        for part in parts
+        for section in part.sections
+        for r in relaxations_of(section.checks, section.label)
+    )
 
 
 def _claims_version() -> str:

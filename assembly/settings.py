@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 
     from gpucc.gpuattest.trust import TrustRoots
 
+    from .parts import PartRegistry
+
 __all__ = ["Settings", "TimeSource", "select_policy", "simulation_policy", "utc_now"]
 
 
@@ -59,6 +61,8 @@ class Settings:
         at: a fixed verification time; None: the clock at each decision.
         at_origin: where a fixed time came from, for the record (``--at``, ``GPUCC_AT``).
         clock: the clock read when ``at`` is None.
+        parts: the platform part kinds evidence is recognised and verified as (None: the
+            default kinds, :func:`gpucc.assembly.parts.default_parts`).
     """
 
     policy: Policy = field(default_factory=Policy)
@@ -75,10 +79,19 @@ class Settings:
     at: dt.datetime | None = None
     at_origin: str = ""
     clock: Callable[[], dt.datetime] = field(default=utc_now, repr=False)
+    parts: PartRegistry | None = field(default=None, repr=False)
 
     def now(self) -> dt.datetime:
         """The verification time of a decision made now."""
         return self.at if self.at is not None else self.clock()
+
+    def part_registry(self) -> PartRegistry:
+        """The part kinds to verify with: ``parts``, else the default kinds."""
+        if self.parts is not None:
+            return self.parts
+        from .parts import default_parts
+
+        return default_parts()
 
     @property
     def time_source(self) -> TimeSource:

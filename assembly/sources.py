@@ -16,6 +16,7 @@ data (None when the source has no CVM, or GPU-only evidence was asked for).
 from __future__ import annotations
 
 import datetime as dt
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -74,7 +75,8 @@ _GPU_FILES = SIMULATED_FILES[:3]
 def missing_simulation_files(directory: Path, *, cvm: bool = False) -> list[str]:
     """The files a simulation directory lacks for verifying (the TDX root only with ``cvm``)."""
     wanted = SIMULATED_FILES if cvm else _GPU_FILES
-    return [name for name in wanted if not (directory / name).exists()]
+    # os.path.exists: a name the system refuses (too long, a NUL) is missing, not an OSError
+    return [name for name in wanted if not os.path.exists(directory / name)]
 
 
 class EvidenceSource(Protocol):
@@ -163,7 +165,7 @@ class LocalSource:
     def cvm_evidence(self, report_data: bytes) -> CollectedCvmEvidence | None:
         """This CVM's TDX quote or SNP report through configfs-tsm; without configfs-tsm,
         under a paravisor, its vTPM evidence (``gpucc.vtpm/v1``) whose TPM quote carries
-        :func:`~gpucc.gpuattest.cvm.vtpm_evidence.vtpm_qualifying_data` of ``report_data``.
+        :meth:`~gpucc.assembly.parts.VtpmPart.bind_report_data` of ``report_data``.
 
         Raises:
             EnvironmentProblemError: neither a configfs-tsm report interface nor a paravisor's
@@ -215,13 +217,15 @@ class LocalSource:
             collect_vtpm_evidence,
             paravisor_present,
         )
-        from gpucc.gpuattest.cvm.vtpm_evidence import parse_vtpm_evidence, vtpm_qualifying_data
+        from gpucc.gpuattest.cvm.vtpm_evidence import parse_vtpm_evidence
+
+        from .parts import VtpmPart
 
         tcti = self.tpm_tcti or DEFAULT_TCTI
         if not paravisor_present(tcti):
             return None
         evidence = collect_vtpm_evidence(
-            vtpm_qualifying_data(report_data),
+            VtpmPart().bind_report_data(report_data),
             tcti=tcti,
             vcek=self.cvm_collateral,
             td_quote_url=self.td_quote_url or AZURE_TD_QUOTE_URL,

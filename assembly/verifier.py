@@ -12,35 +12,31 @@ it is trusted only when every device and the CVM are.
 
 from __future__ import annotations
 
-import datetime as dt
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from gpucc.gpuattest.result import AttestationResult, combine_verdicts
+from gpucc.gpuattest.result import combine_verdicts
 
-from .devices import (
-    PlatformOutcome,
-    in_offer_order,
-    split_devices,
-    verify_switches,
-    verify_topology,
-)
+from .parts import VERIFY_ORDER, Channel, GpuPart, Part, PartContext, PartKind
 from .record import Roots, TrustRecord
 from .result import PlatformEvidence, PlatformResult, relaxations_in
 from .settings import Settings
 
 if TYPE_CHECKING:
-    from cryptography import x509
-
     from gpucc.gpuattest.collateral import OcspChecker, RimSource
-    from gpucc.gpuattest.cvm.appraise import CvmResult
-    from gpucc.gpuattest.cvm.snp_roots import SnpRoots
     from gpucc.gpuattest.evidence import EvidenceSet
     from gpucc.gpuattest.trust import TrustRoots
-    from gpucc.keyrelease.protocol import AttestationOutcome, Attester, CvmAttester, GpuOutcome
+    from gpucc.keyrelease.protocol import (
+        AttestationOutcome,
+        Attester,
+        CvmAttester,
+        CvmOutcome,
+        GpuOutcome,
+    )
 
-__all__ = ["PlatformEvidence", "PlatformResult", "PlatformVerifier"]
+__all__ = ["PlatformEvidence", "PlatformOutcome", "PlatformResult", "PlatformVerifier"]
 
 
 class PlatformVerifier:
@@ -64,83 +60,100 @@ class PlatformVerifier:
         *,
         nonce: bytes | None = None,
         cvm_report_data: bytes | None = None,
+        bind_report_data: bytes | None = None,
         release: bool = False,
     ) -> PlatformResult:
-        """Verify every device's evidence and the CVM's, apply the policy, combine.
+        """Verify every part's evidence (each device's, the CVM's), apply the policy, combine.
+
+        The kind of each piece of evidence is decided once, here, by the settings' part
+        registry (:class:`~gpucc.assembly.parts.PartRegistry`); each part is then verified
+        by its kind.
 
         Args:
             evidence: what the platform presented.
             nonce: the 32-byte nonce every GPU report must carry (None: freshness cannot be
                 established; the default policy refuses it).
-            cvm_report_data: the 64 bytes the CVM evidence must sign. By default, with GPU
-                evidence and a nonce, ``SHA-512('gpucc/attest/v1/cvm-report-data' || nonce)``
-                (what ``gpucc evidence collect --cvm`` asks for).
+            cvm_report_data: the bytes the CVM evidence must carry, exactly.
+            bind_report_data: the 64 bytes of report data the CVM was asked to commit to;
+                its kind binds them its way (a vTPM quote: its qualifying data). By default,
+                with device evidence and a nonce,
+                ``SHA-512('gpucc/attest/v1/cvm-report-data' || nonce)`` (what
+                ``gpucc evidence collect --cvm`` asks for).
             release: a key-release decision: CVM measurements must be pinned unless the
                 policy names the relaxation ``cvm.allow_unpinned``.
 
         Raises:
-            UsageError: no evidence at all.
-            MalformedEvidenceError: malformed or oversized evidence or collateral.
+            UsageError: no evidence at all, or ``bind_report_data`` not 64 bytes.
+            MalformedEvidenceError: malformed or oversized evidence or collateral, or
+                evidence of no known kind.
             CollateralUnavailableError: collateral that could not be had (the simulation's
                 roots; missing CVM collateral makes the CVM's result undecided instead).
         """
         settings = self.settings
-        gpus, switches = split_devices(evidence.gpus, evidence.switches)
-        ppcie = settings.policy.topology.ppcie
-        if gpus is None and evidence.cvm is None and switches is None and not ppcie:
+        registry = settings.part_registry()
+        pieces = registry.pieces(evidence.gpus, evidence.cvm, evidence.switches)
+        now = settings.now()
+        context = PartContext(
+            policy=settings.policy,
+            now=now,
+            nonce=nonce,
+            release=release,
+            collateral=evidence.cvm_collateral,
+            event_log=evidence.cvm_event_log,
+            network=settings.network,
+            pccs_url=settings.pccs_url,
+            fetch_collateral=settings.fetch_cvm_collateral,
+            replacing_collateral=settings.cvm_collateral,
+            simulation=settings.simulation,
+            tdx_root=settings.tdx_root,
+            device_trust=self._gpu_trust,
+            pieces=pieces,
+        )
+        derived = tuple(k for k in registry.of(Channel.DERIVED) if k.wanted(context))
+        if not pieces and not derived:
             from gpucc.core.errors import UsageError
 
             raise UsageError("no evidence to verify")
-        now = settings.now()
-        gpu = None
-        if gpus is not None:
-            gpu = self._verify_gpus(gpus, nonce, now)
-        switch = None
-        if switches is not None:
-            switch = verify_switches(switches, nonce, now, self._gpu_trust(), settings.policy)
-        topology = verify_topology(gpus, gpu, switch, settings.policy) if ppcie else None
-        cvm = None
-        if evidence.cvm is not None:
-            expected = cvm_report_data
-            if expected is None and nonce is not None and gpus is not None:
-                from gpucc.gpuattest.cvm.appraise import attest_report_data
-                from gpucc.gpuattest.cvm.vtpm_evidence import (
-                    looks_like_vtpm_evidence,
-                    vtpm_qualifying_data,
-                )
+        devices = any(p.kind.channel is Channel.DEVICE for p in pieces)
+        cvm = any(p.kind.channel is Channel.CVM for p in pieces)
+        if bind_report_data is not None and len(bind_report_data) != 64:
+            from gpucc.core.errors import UsageError
 
-                expected = attest_report_data(nonce)
-                if looks_like_vtpm_evidence(evidence.cvm):
-                    expected = vtpm_qualifying_data(expected)
-            cvm = self._verify_cvm(
-                evidence.cvm,
-                evidence.cvm_collateral,
-                expected,
-                now,
-                release=release,
-                event_log=evidence.cvm_event_log,
-            )
-        verdicts = [r.verdict for r in (gpu, cvm, switch, topology) if r is not None]
+            raise UsageError("the report data a CVM is bound to is 64 bytes")
+        if cvm and bind_report_data is None and nonce is not None and devices:
+            from gpucc.gpuattest.cvm.appraise import attest_report_data
+
+            bind_report_data = attest_report_data(nonce)
+        parts: list[Part] = []
+        for channel in VERIFY_ORDER:
+            work = [(p.kind, p.evidence) for p in pieces if p.kind.channel is channel]
+            work += [(k, None) for k in derived if k.channel is channel]
+            for kind, found in work:
+                expected = cvm_report_data
+                if expected is None and bind_report_data is not None:
+                    expected = kind.bind_report_data(bind_report_data)
+                at = replace(context, parts=tuple(parts), report_data=expected)
+                parts.append(_verified(kind, found, at))
+        ordered = tuple(p for channel in Channel for p in parts if p.kind.channel is channel)
         record = TrustRecord(
-            relaxations=relaxations_in(gpu, cvm, switch),
+            relaxations=relaxations_in(ordered),
             verified_at=now,
             time_source=str(settings.time_source),
             time_origin=settings.at_origin or ("the caller" if settings.at is not None else ""),
             roots=self.roots,
         )
+        named = (p.kind.evidence_source(p.result) for p in ordered)
         return PlatformResult(
-            verdict=combine_verdicts(verdicts),
-            gpu=gpu,
-            cvm=cvm,
+            verdict=combine_verdicts([p.verdict for p in ordered]),
+            parts=ordered,
             policy=settings.policy,
             verified_at=now,
             time_source=settings.time_source,
             simulated=settings.simulated,
-            expected_nonce=nonce if gpus is not None or switches is not None else None,
-            source=gpu.source if gpu is not None else evidence.source,
+            expected_nonce=nonce if devices else None,
+            source=next((s for s in named if s is not None), evidence.source),
             record=record,
-            switch=switch,
-            topology=topology,
+            slots=registry.slots,
         )
 
     @property
@@ -190,15 +203,9 @@ class PlatformVerifier:
             )
             if on_result is not None:
                 on_result(result)
-            if result.switch is not None or result.topology is not None:
-                # A PPCIe machine is one party: one verdict, every device's report.
-                devices: list[GpuOutcome] = [*result.gpus]
-                devices += result.switch.switches if result.switch is not None else ()
-                return PlatformOutcome(
-                    result.trusted, result.reasons, in_offer_order(gpus, devices)
-                )
-            assert result.gpu is not None  # GPU evidence was given
-            return result.gpu
+            # One verdict over every device part; each device's report as the offer listed it.
+            devices = [d for p in result.parts for d in p.kind.devices(p.result)]
+            return PlatformOutcome(result.trusted, result.reasons, in_offer_order(gpus, devices))
 
         return attest
 
@@ -207,7 +214,8 @@ class PlatformVerifier:
     ) -> CvmAttester:
         """The protocol's ``attest_cvm(evidence, collateral, expected, event_log)``:
         :meth:`verify` on the CVM evidence (and its event log), measurements pinned unless
-        ``cvm.allow_unpinned``.
+        ``cvm.allow_unpinned``. ``expected`` is the protocol's 64-byte binding value; the
+        evidence's kind binds it its way (a vTPM quote carries it as its qualifying data).
 
         Raises:
             UsageError: the settings fix the verification time (key release is decided now).
@@ -216,7 +224,7 @@ class PlatformVerifier:
 
         def attest(
             evidence: bytes, collateral: bytes | None, expected: bytes, event_log: bytes | None
-        ) -> CvmResult:
+        ) -> CvmOutcome:
             result = self.verify(
                 PlatformEvidence(
                     cvm=evidence,
@@ -224,33 +232,18 @@ class PlatformVerifier:
                     cvm_event_log=event_log,
                     source="offer",
                 ),
-                cvm_report_data=expected,
+                bind_report_data=expected,
                 release=True,
             )
             if on_result is not None:
                 on_result(result)
-            assert result.cvm is not None  # CVM evidence was given
-            return result.cvm
+            part = next(p for p in result.parts if p.kind.channel is Channel.CVM)
+            outcome: CvmOutcome = part.result
+            return outcome
 
         return attest
 
     # --- the parts ---------------------------------------------------------------------
-
-    def _verify_gpus(
-        self, evidence: EvidenceSet, nonce: bytes | None, now: dt.datetime
-    ) -> AttestationResult:
-        from gpucc.gpuattest.verifier import verify
-
-        roots, rims, ocsp = self._gpu_trust()
-        return verify(
-            evidence,
-            expected_nonce=nonce,
-            roots=roots,
-            now=now,
-            rims=rims,
-            ocsp=ocsp,
-            policy=self.settings.policy,
-        )
 
     def _gpu_trust(self) -> tuple[TrustRoots, RimSource, OcspChecker]:
         """The GPU roots and collateral sources: the simulation's, read now, or the
@@ -269,7 +262,7 @@ class PlatformVerifier:
         if settings.rim_dir is not None:
             local.append(DirectoryRimSource(settings.rim_dir))
         if settings.simulation is not None:
-            roots = settings.roots or _simulated_gpu_roots(settings.simulation)
+            roots = settings.roots or GpuPart().simulated_roots(settings.simulation)
             rims = CompositeRimSource([*local, DirectoryRimSource(settings.simulation / "rims")])
             return roots, rims, NoOcsp("simulated GPU: no OCSP responder")
         from gpucc.gpuattest.trust import TrustRoots
@@ -283,136 +276,34 @@ class PlatformVerifier:
             net_rims, ocsp = self._collateral
         return roots, CompositeRimSource([*local, net_rims]), ocsp
 
-    def _verify_cvm(
-        self,
-        evidence: bytes,
-        offered: bytes | None,
-        expected: bytes | None,
-        now: dt.datetime,
-        *,
-        release: bool,
-        event_log: bytes | None = None,
-    ) -> CvmResult:
-        from gpucc.core.errors import CollateralUnavailableError
-        from gpucc.gpuattest.cvm.appraise import verify_cvm_evidence
 
-        settings = self.settings
-        collateral = settings.cvm_collateral if settings.cvm_collateral is not None else offered
-        problem = ""
-        if collateral is None and settings.fetch_cvm_collateral and settings.simulation is None:
-            from .collateral import fetch_cvm_collateral
+def _verified(kind: PartKind, evidence: Any, context: PartContext) -> Part:
+    """One part verified by its kind."""
+    from gpucc.core.errors import CollateralUnavailableError
 
-            try:
-                collateral = fetch_cvm_collateral(
-                    evidence, settings.network, now=now, pccs_url=settings.pccs_url
-                )
-            except CollateralUnavailableError as exc:
-                # The evidence is still judged: a check that ran and failed (report data,
-                # debug, measurements, a signature, an event log) is a decided refusal,
-                # whatever the collateral would have said; the rest stays undecided.
-                problem = str(exc)
-        tdx_root = settings.tdx_root
-        snp_roots = None
-        if settings.simulation is not None:
-            from gpucc.gpuattest.cvm.appraise import detect_kind
-            from gpucc.gpuattest.cvm.findings import CvmKind
-
-            if detect_kind(evidence) is CvmKind.SNP:
-                snp_roots = _simulated_snp_roots(settings.simulation)
-            elif tdx_root is None:
-                tdx_root = _simulated_tdx_root(settings.simulation)
-        policy = settings.policy
-        try:
-            return verify_cvm_evidence(
-                evidence,
-                collateral,
-                now=now,
-                policy=policy.cvm,
-                expected_report_data=expected,
-                tdx_root=tdx_root,
-                snp_roots=snp_roots,
-                require_pins=release and not policy.cvm.allow_unpinned,
-                event_log=event_log,
-                collateral_problem=problem,
-            )
-        except CollateralUnavailableError as exc:
+    try:
+        return Part(kind, kind.verify(evidence, context))
+    except CollateralUnavailableError as exc:
+        if kind.channel is Channel.CVM:
             exc.subject = exc.subject or "cvm"  # the hint names the CVM's remedies
-            raise
+        raise
 
 
-def _simulated_gpu_roots(directory: Any) -> TrustRoots:
-    """The simulated GPU's roots, read now (the simulation may have been replaced).
+@dataclass(frozen=True)
+class PlatformOutcome:
+    """What the key-release protocol sees of a platform's devices: the platform's one
+    verdict and reasons, and every device of every device part (GPUs, NVSwitches, ...) as
+    the offer listed its reports."""
 
-    Raises:
-        CollateralUnavailableError: they cannot be read.
-    """
-    from gpucc.core.errors import CollateralUnavailableError
-    from gpucc.gpuattest.trust import TrustRoots
-
-    try:
-        return TrustRoots.from_pem(
-            (directory / "device_root.pem").read_bytes(), (directory / "rim_root.pem").read_bytes()
-        )
-    except OSError as exc:
-        raise CollateralUnavailableError(
-            f"the simulated GPU's roots cannot be read: {exc.strerror or exc}"
-        ) from None
+    trusted: bool
+    reasons: tuple[str, ...]
+    gpus: Sequence[GpuOutcome]
 
 
-#: A simulation's SEV-SNP anchors: per product line, a file with its ARK then its ASK (PEM).
-SIMULATED_SNP_ROOTS = "snp_{product}.pem"
+def in_offer_order(evidence: EvidenceSet, devices: Sequence[GpuOutcome]) -> tuple[GpuOutcome, ...]:
+    """``devices`` in the order the offer listed their reports (the transcript's order)."""
+    import hashlib
 
-
-def _simulated_snp_roots(directory: Any) -> SnpRoots:
-    """The simulated SEV-SNP product lines' ARK and ASK, read now. As with TDX, a simulation
-    is never judged against AMD's roots.
-
-    Raises:
-        CollateralUnavailableError: the simulation wrote no SEV-SNP roots.
-        MalformedCertificateError: a file is not an ARK and an ASK.
-    """
-    from gpucc.core.errors import CollateralUnavailableError
-    from gpucc.core.files import read_capped
-    from gpucc.gpuattest.cvm.snp_report import SnpProduct
-    from gpucc.gpuattest.cvm.snp_roots import SnpRoots
-
-    pems: dict[SnpProduct, tuple[bytes, ...]] = {}
-    for product in SnpProduct:
-        path = directory / SIMULATED_SNP_ROOTS.format(product=product.value.lower())
-        if path.exists():
-            data = read_capped(path, 64 * 1024, what="simulated SEV-SNP roots")
-            marker = b"-----BEGIN CERTIFICATE-----"
-            pems[product] = tuple(marker + part for part in data.split(marker)[1:])
-    if not pems:
-        raise CollateralUnavailableError(
-            f"the simulation in {directory} has no SEV-SNP roots (snp_milan.pem, ...): its "
-            "CVM evidence cannot be judged"
-        )
-    return SnpRoots.from_pem(pems)
-
-
-def _simulated_tdx_root(directory: Any) -> x509.Certificate:
-    """The simulated TDX platform's root, read now. A simulation is never judged against
-    Intel's root (which would report a simulated quote as foreign, not as simulated).
-
-    Raises:
-        CollateralUnavailableError: the simulation wrote no TDX root (yet).
-        MalformedEvidenceError: the file is not a certificate.
-    """
-    from cryptography import x509
-
-    from gpucc.core.errors import CollateralUnavailableError, MalformedEvidenceError
-    from gpucc.core.files import read_capped
-
-    path = directory / "tdx_root.pem"
-    if not path.exists():
-        raise CollateralUnavailableError(
-            f"the simulation in {directory} has no TDX root (tdx_root.pem): its CVM evidence "
-            "cannot be judged"
-        )
-    try:
-        return x509.load_pem_x509_certificate(
-            read_capped(path, 64 * 1024, what="simulated TDX root")
-        )
-    except ValueError:
-        raise MalformedEvidenceError(f"{path} is not a certificate") from None
+    by_digest = {bytes(d.report_digest): d for d in devices}
+    ordered = (by_digest.get(hashlib.sha256(e.report).digest()) for e in evidence.gpus)
+    return tuple(d for d in ordered if d is not None)

@@ -33,6 +33,9 @@ For 1 MiB and 4 MiB chunks, with one thread and with every CPU, it times:
 * ``gpucc stage (CLI)``: ``gpucc stage FILE --data-key K --format json`` as a process; its
   own reported rate (open, unwrap and verify every chunk, start-up excluded), as a user
   sees it.
+* ``gpucc stage (CLI) before``: with ``--before DIR``, the same command run from another
+  source tree (``PYTHONPATH=DIR``, e.g. a worktree of the previous release), interleaved
+  with the current one: a change to staging measured against what it replaces in one run.
 * ``raw decrypt_into, fresh``: the ceiling into a fresh mapping: what the kernel's page
   clearing costs the bare AES-GCM call, with no library involved.
 * ``pread (page cache)``: the copy into private memory that file staging adds to the
@@ -95,11 +98,15 @@ class _Rate(float):
     """An operation that measures itself returns its own GB/s."""
 
 
-def _cli_stage(path: Path, key_file: Path, threads: int) -> _Rate:
+def _cli_stage(path: Path, key_file: Path, threads: int, tree: Path | None = None) -> _Rate:
+    """The CLI's own rate; ``tree``: run gpucc from that source tree instead."""
     exe = shutil.which("gpucc", path=str(Path(sys.executable).parent))
-    argv = [exe] if exe else [sys.executable, "-m", "gpucc"]
+    argv = [exe] if exe and tree is None else [sys.executable, "-m", "gpucc"]
     argv += ["stage", str(path), "--data-key", str(key_file), "--threads", str(threads)]
-    done = subprocess.run([*argv, "--format", "json"], capture_output=True, text=True, check=True)
+    env = None if tree is None else {**os.environ, "PYTHONPATH": str(tree)}
+    done = subprocess.run(
+        [*argv, "--format", "json"], capture_output=True, text=True, check=True, env=env
+    )
     report = json.loads(done.stdout)
     return _Rate(report["bytes"] / report["seconds"] / 1e9)
 
@@ -223,6 +230,12 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=5, help="rounds (best kept)")
     parser.add_argument("--dir", type=Path, default=None, help="scratch directory")
     parser.add_argument("--smoke", action="store_true", help="8 MiB, one round: a quick check")
+    parser.add_argument(
+        "--before",
+        type=Path,
+        default=None,
+        help="also time gpucc stage (CLI) from this source tree (a checkout to compare with)",
+    )
     args = parser.parse_args()
     if args.smoke:
         args.size_mib, args.repeat = 8, 1
@@ -364,6 +377,16 @@ def main() -> int:
                     "gpucc stage (CLI)": (
                         partial(_cli_stage, sealed_path, key_file, threads), "raw decrypt_into"
                     ),
+                    **(
+                        {
+                            "gpucc stage (CLI) before": (
+                                partial(_cli_stage, sealed_path, key_file, threads, args.before),
+                                "raw decrypt_into",
+                            )
+                        }
+                        if args.before is not None
+                        else {}
+                    ),
                     "stage_cpu out=": (
                         partial(stage_cpu, dataset, dk, threads=threads, out=staged),
                         "raw decrypt_into",
@@ -451,6 +474,13 @@ def main() -> int:
             if r[0] == "gpucc stage (CLI)" and r[1] == chunk and r[4]
         )
         print(f"  {chunk // MiB} MiB: {cells}")
+        if args.before is not None:
+            cells = ", ".join(
+                f"{r[2]} thr {r[3] / r[4]:.2f}"
+                for r in rows
+                if r[0] == "gpucc stage (CLI) before" and r[1] == chunk and r[4]
+            )
+            print(f"  {chunk // MiB} MiB, before ({args.before}): {cells}")
     return 0
 
 

@@ -18,6 +18,7 @@ from .attest_cvm import (
     CvmCollateralOption,
     CvmEventLogOption,
     CvmEvidenceOption,
+    CvmKdsOption,
     CvmOnlyOption,
     CvmPccsOption,
     CvmReportDataOption,
@@ -143,7 +144,8 @@ def attest(
         typer.Option(
             "--driver-rim",
             rich_help_panel="Collateral",
-            help="The driver RIM (SWID XML) to use instead of fetching it.",
+            help="The driver RIM (SWID XML, or a CoRIM: read by its content) to use instead "
+            "of fetching it.",
             envvar="GPUCC_DRIVER_RIM",
             exists=True,
             dir_okay=False,
@@ -154,7 +156,8 @@ def attest(
         typer.Option(
             "--vbios-rim",
             rich_help_panel="Collateral",
-            help="The VBIOS RIM (SWID XML) to use instead of fetching it.",
+            help="The VBIOS RIM (SWID XML, or a CoRIM: read by its content) to use instead "
+            "of fetching it.",
             envvar="GPUCC_VBIOS_RIM",
             exists=True,
             dir_okay=False,
@@ -231,12 +234,33 @@ def attest(
             rich_help_panel="Remote verification and signed results",
         ),
     ] = None,
+    ear_out: Annotated[
+        Path | None,
+        typer.Option(
+            "--ear-out",
+            dir_okay=False,
+            help="Also write the verdict as a signed EAR (IETF RATS attestation result, "
+            "ES384 JWT) to FILE: one submodule per GPU, NVSwitch and the CVM. Needs --ear-key.",
+            rich_help_panel="Remote verification and signed results",
+        ),
+    ] = None,
+    ear_key: Annotated[
+        Path | None,
+        typer.Option(
+            "--ear-key",
+            exists=True,
+            dir_okay=False,
+            help="The P-384 private key (PEM, 0600) that signs --ear-out.",
+            rich_help_panel="Remote verification and signed results",
+        ),
+    ] = None,
     force: ForceOption = False,
     cvm_evidence: CvmEvidenceOption = None,
     cvm_collateral: CvmCollateralOption = None,
     cvm_report_data: CvmReportDataOption = None,
     cvm_only_: CvmOnlyOption = False,
     cvm_pccs_url: CvmPccsOption = None,
+    cvm_kds_url: CvmKdsOption = None,
     cvm_sample: CvmSampleOption = None,
     device: Annotated[
         Device,
@@ -343,6 +367,10 @@ def attest(
     ev: EvidenceSet | None = None
     if (sign_eat is None) != (token_output is None):
         raise UsageError("--sign-eat KEY and -o FILE go together")
+    if (ear_out is None) != (ear_key is None):
+        raise UsageError("--ear-out FILE and --ear-key KEY go together")
+    if ear_out is not None and verifier is Verifier.REMOTE:
+        raise UsageError("--ear-out signs a local verification: drop --verifier remote")
     if sign_eat is not None and verifier is Verifier.REMOTE:
         raise UsageError("--sign-eat signs a local verification; NRAS's tokens are already signed")
     has_cvm = cvm_evidence is not None or cvm_bundle is not None
@@ -373,6 +401,7 @@ def attest(
         offline=offline,
         timeout=timeout,
         deadline=deadline,
+        kds_url=cvm_kds_url,
     )
     cvm = read_cvm_evidence(cvm_evidence, cvm_collateral) if cvm_evidence is not None else None
     if cvm_bundle is not None:
@@ -485,6 +514,12 @@ def attest(
         from .output import note
 
         note(f"signed result (key {kid}) written to {path}")
+    if ear_out is not None and ear_key is not None:
+        from .attest_remote import sign_ear_result
+        from .output import note
+
+        kid, path = sign_ear_result(result, ear_key, ear_out, force=force)
+        note(f"EAR (key {kid}) written to {path}")
     raise typer.Exit(verdict_exit_code(result.verdict))
 
 
@@ -542,7 +577,7 @@ def _devices(
         UsageError: switch evidence without --device nvswitch or --ppcie, or GPU evidence
             with --device nvswitch.
     """
-    from gpucc.assembly.devices import split_devices
+    from gpucc.assembly.parts import split_devices
     from gpucc.core.errors import UsageError
 
     extra = None
@@ -580,9 +615,7 @@ def _print(result: PlatformResult, *, output: OutputFormat, verbose: bool) -> No
         emit(attest_document(result))
     elif (
         is_terminal(sys.stdout)
-        or result.cvm is not None  # the plain writer draws the GPUs' report only
-        or result.switch is not None
-        or result.topology is not None
+        or any(p.kind.name != "gpu" for p in result.parts)  # the plain writer: GPUs only
         or not render_plain(result, verbose=verbose)
     ):
         render_text(result, console(), verbose=verbose)
@@ -728,7 +761,6 @@ def collect(
     from gpucc.core.errors import UsageError
     from gpucc.core.files import read_capped, refuse_existing, write_atomic
     from gpucc.gpuattest.cvm.appraise import attest_report_data
-    from gpucc.gpuattest.cvm.vtpm_evidence import looks_like_vtpm_evidence, vtpm_qualifying_data
     from gpucc.gpuattest.evidence import dump_cmw, dump_evidence_json
 
     from .output import emit, note
@@ -773,8 +805,10 @@ def collect(
         if cvm is not None and quote is not None:
             write_atomic(cvm, quote, force=force, what="CVM evidence file")
             note(f"wrote the CVM's evidence to {cvm}")
-    if quote is not None and looks_like_vtpm_evidence(quote):
-        report_data = vtpm_qualifying_data(report_data)
+    if quote is not None:  # what this kind of evidence carries for the report data
+        from gpucc.assembly.parts import default_parts
+
+        report_data = default_parts().classify_cvm(quote).bind_report_data(report_data)
     switches = len(ev.gpus) if ev is not None and device is Device.NVSWITCH else 0
     if ev is not None:
         what = (

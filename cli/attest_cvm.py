@@ -62,6 +62,16 @@ CvmReportDataOption = Annotated[
         "(cvm.require_report_data).",
     ),
 ]
+CvmKdsOption = Annotated[
+    str | None,
+    typer.Option(
+        "--cvm-kds-url",
+        envvar="GPUCC_KDS_URL",
+        rich_help_panel=_PANEL,
+        help="Where an SEV-SNP VCEK is fetched from: AMD's KDS (default) or a collateral "
+        "mirror serving its paths (gpucc collateral serve).",
+    ),
+]
 CvmPccsOption = Annotated[
     str | None,
     typer.Option(
@@ -113,8 +123,7 @@ def cvm_report_data_value(text: str | None, evidence: bytes | None = None) -> by
     """
     if text is None:
         return None
-    from gpucc.core.errors import UsageError
-    from gpucc.gpuattest.cvm.vtpm_evidence import looks_like_vtpm_evidence
+    from gpucc.core.errors import MalformedEvidenceError, UsageError
 
     try:
         value = bytes.fromhex(text.strip())
@@ -122,7 +131,17 @@ def cvm_report_data_value(text: str | None, evidence: bytes | None = None) -> by
         raise UsageError("--cvm-report-data must be hex") from None
     if not 1 <= len(value) <= 64:
         raise UsageError("--cvm-report-data must be 1 to 64 bytes (2 to 128 hex digits)")
-    if len(value) != 64 and not (evidence is not None and looks_like_vtpm_evidence(evidence)):
+    sizes = range(64, 65)
+    if evidence is not None:
+        from gpucc.assembly.parts import CvmPartKind, default_parts
+
+        try:
+            kind = default_parts().classify_cvm(evidence)
+        except MalformedEvidenceError:
+            kind = None  # the verifier names what the evidence is not
+        if isinstance(kind, CvmPartKind):
+            sizes = kind.report_data_sizes
+    if len(value) not in sizes:
         raise UsageError(
             "--cvm-report-data must be 64 bytes (128 hex digits) for a TDX quote or an SEV-SNP "
             "report (1 to 64 bytes only for vTPM evidence)"

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from gpucc.assembly import PlatformResult
     from gpucc.gpuattest.evidence import EvidenceSet
     from gpucc.gpuattest.netconfig import NetworkSettings
     from gpucc.gpuattest.nras import RemoteVerdict
@@ -78,3 +79,43 @@ def sign_result(
     signed = sign_attestation_result(result, private_key=key)
     write_atomic(output, signed.to_json().encode(), mode=0o644, force=force, what="signed result")
     return signed.kid, output
+
+
+def sign_ear_result(
+    result: PlatformResult, key_path: Path, output: Path, *, force: bool
+) -> tuple[str, Path]:
+    """Write ``result`` as a signed EAR (ES384 JWT) to ``output``: one submodule per GPU
+    (``GPU-<n>``), per NVSwitch (``NVSWITCH-<n>``) and the CVM's (``CVM``), each with its
+    outcome, claims, reasons and the relaxations its checks were accepted under.
+
+    Returns the key id and the path written.
+
+    Raises:
+        UsageError: the result has no part to put in an EAR.
+    """
+    from gpucc import __version__
+    from gpucc.core.errors import UsageError
+    from gpucc.core.files import refuse_inputs_as_output, write_atomic
+    from gpucc.gpuattest.ear import EarSubmodule, part_of, sign_ear
+    from gpucc.gpuattest.eat import key_id, load_private_key_pem
+
+    refuse_inputs_as_output(output, [key_path])
+    key = load_private_key_pem(key_path)
+    parts: list[EarSubmodule] = []
+    if result.gpu is not None:
+        parts += [part_of(f"GPU-{g.index}", g) for g in result.gpu.gpus]
+    if result.switch is not None:
+        parts += [part_of(f"NVSWITCH-{s.index}", s) for s in result.switch.switches]
+    if result.cvm is not None:
+        parts.append(part_of("CVM", result.cvm))
+    if not parts:
+        raise UsageError("--ear-out needs a verified device or CVM")
+    token = sign_ear(
+        parts,
+        private_key=key,
+        nonce=result.expected_nonce or b"",
+        now=result.verified_at,
+        version=__version__,
+    )
+    write_atomic(output, (token + "\n").encode(), mode=0o644, force=force, what="EAR")
+    return key_id(key.public_key()), output

@@ -198,7 +198,16 @@ def report_interrupted(invocation: Invocation, exc: Interrupted) -> int:
 
 
 def report_bug(invocation: Invocation, exc: Exception) -> int:
-    """A bug: one line, no locals, no traceback unless asked (``-v``)."""
+    """A bug: one line, no locals, no traceback unless asked (``-v``).
+
+    A module of an optional extra that was not found is no bug: it is reported as the
+    missing extra (:func:`gpucc.core.extras.missing_extra`), naming what installs it.
+    """
+    from gpucc.core.extras import missing_extra
+
+    extra = missing_extra(exc)
+    if extra is not None:
+        return report_error(invocation, extra)
     if invocation.verbosity >= 1:
         print_traceback(exc)
     detail = " ".join(str(exc).split())[:300]

@@ -34,7 +34,8 @@ if TYPE_CHECKING:
 
 collateral_app = App(
     group="collateral",
-    help="Gather RIMs and OCSP responses into a bundle for verification without network.",
+    help="Gather RIMs and OCSP responses into a bundle for verification without network, "
+    "or serve them to a fleet from one caching mirror.",
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,
 )
@@ -133,12 +134,12 @@ def fetch(
     exits 3, listing what could not be obtained. Progress goes to stderr on a terminal or
     with -v.
     """
+    from gpucc.assembly.parts import split_devices
     from gpucc.core.files import refuse_existing
     from gpucc.gpuattest.bundle import collect_collateral, evidence_rim_ids, write_bundle
     from gpucc.gpuattest.chain import load_pem_chain
     from gpucc.gpuattest.collateral import OcspStatus
     from gpucc.gpuattest.netconfig import NetworkSettings, build_fetcher, network_sources
-    from gpucc.gpuattest.switch_verifier import is_switch_arch
     from gpucc.gpuattest.trust import TrustRoots
 
     from .attest import load_evidence
@@ -149,7 +150,8 @@ def fetch(
     ev = load_evidence(evidence, cert_chain)
     chains = [load_pem_chain(gpu.cert_chain_pem) for gpu in ev.gpus]
     rim_ids = evidence_rim_ids(ev.gpus)  # GPUs' driver and VBIOS RIMs, switches' BIOS RIMs
-    switches = sum(1 for entry in ev.gpus if is_switch_arch(entry.arch))
+    switch_set = split_devices(ev, None)[1]  # each entry's kind, as a verification decides it
+    switches = len(switch_set.gpus) if switch_set is not None else 0
     gpus = len(ev.gpus) - switches
 
     settings = NetworkSettings(
@@ -257,3 +259,16 @@ def show(
             )
         lines.append(f"OCSP {entry.subject}{window}")
     out(*lines)
+
+
+def _register_mirror_commands() -> None:
+    """The mirror's commands live in :mod:`.collateral_mirror`; listed after fetch and show."""
+    from .collateral_mirror import check_cmd, export_cmd, import_cmd, serve_cmd
+
+    collateral_app.command("serve")(serve_cmd)
+    collateral_app.command("export")(export_cmd)
+    collateral_app.command("import")(import_cmd)
+    collateral_app.command("check")(check_cmd)
+
+
+_register_mirror_commands()

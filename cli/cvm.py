@@ -261,16 +261,17 @@ def _checked_launch(evidence: Path, log: Any) -> tuple[str, bytes]:
     """The paravisor's launch measurement in ``evidence``, once the log is known to replay
     to the PCRs it quotes (the evidence's signatures are not verified here: it is the
     reference boot's own)."""
+    from gpucc.assembly.parts import VtpmPart
     from gpucc.core.errors import MalformedEvidenceError, NotTrustedError
     from gpucc.core.files import read_capped
     from gpucc.gpuattest.cvm.appraise import MAX_EVIDENCE_BYTES
     from gpucc.gpuattest.cvm.tpm_quote import parse_tpm_quote
-    from gpucc.gpuattest.cvm.vtpm_evidence import looks_like_vtpm_evidence, parse_vtpm_evidence
+    from gpucc.gpuattest.cvm.vtpm_evidence import parse_vtpm_evidence
 
     data = read_capped(evidence, MAX_EVIDENCE_BYTES, what="vTPM evidence")
     if len(data) > MAX_EVIDENCE_BYTES:
         raise MalformedEvidenceError(f"{evidence} is larger than {MAX_EVIDENCE_BYTES} bytes")
-    if not looks_like_vtpm_evidence(data):
+    if not VtpmPart().recognises(data):
         raise MalformedEvidenceError(f"{evidence} is not vTPM evidence (a JSON document)")
     parsed = parse_vtpm_evidence(data)
     quoted = dict(zip(parse_tpm_quote(parsed.quote).pcr_indices, parsed.pcrs, strict=False))

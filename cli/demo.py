@@ -202,7 +202,7 @@ def demo(
 
 def _simulated_cvm(now: dt.datetime) -> tuple[Any, Any]:
     """A simulated TDX platform's collector and the holder's check of it (image pinned)."""
-    from gpucc.gpuattest.cvm.appraise import verify_cvm_evidence
+    from gpucc.gpuattest.cvm.appraise import verify_tdx
     from gpucc.gpuattest.cvm.policy import parse_cvm_policy
     from gpucc.gpuattest.cvm.tdx_sim import SIMULATED_MRTD, simulated_tdx
     from gpucc.keyrelease.protocol import CollectedCvmEvidence
@@ -217,13 +217,13 @@ def _simulated_cvm(now: dt.datetime) -> tuple[Any, Any]:
     def attest_cvm(
         evidence: bytes, offered: bytes | None, expected: bytes, event_log: bytes | None
     ) -> Any:
-        return verify_cvm_evidence(
+        return verify_tdx(  # the simulated platform's quotes: TDX, nothing else
             evidence,
             offered,
             now=now,
             policy=policy,
             expected_report_data=expected,
-            tdx_root=tdx.root,
+            root=tdx.root,
             require_pins=True,
             event_log=event_log,
         )

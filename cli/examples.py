@@ -7,10 +7,24 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "gpucc attest --sample --at 2024-01-01T00:00:00Z",
         "gpucc attest --evidence evidence.json --nonce HEX --collateral bundle.json --offline",
         "gpucc attest -f json > attest.json    # local GPUs, fresh nonce",
+        "gpucc attest --evidence evidence.json --nonce HEX --ear-out result.ear --ear-key ear.key",
     ),
     "evidence collect": ("gpucc evidence collect -o evidence.json --nonce HEX",),
     "collateral fetch": ("gpucc collateral fetch --evidence evidence.json -o bundle.json",),
     "collateral show": ("gpucc collateral show bundle.json",),
+    "collateral serve": (
+        "gpucc collateral serve --config /etc/gpucc/collateral-mirror.yaml",
+        "gpucc collateral serve --store mirror-store --offline   # air gap: only what it holds",
+    ),
+    "collateral export": ("gpucc collateral export --store mirror-store -o mirror-export.json",),
+    "collateral import": (
+        "gpucc collateral import mirror-export.json --store mirror-store",
+        "gpucc collateral import bundle.json --store mirror-store   # from collateral fetch",
+    ),
+    "collateral check": (
+        "gpucc collateral check --driver 570.124.06 --rim-url https://mirror.example:8444",
+        "gpucc collateral check --evidence evidence.json --format json   # 0 ready, 1, 3",
+    ),
     "seal": (
         "gpucc seal data.bin -o data.gcc --data-key data.key",
         "gpucc seal data.bin -o shards/ --data-key data.key --shards 8",
@@ -40,6 +54,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "gpucc inspect evidence.json -f json",
     ),
     "token verify": ("gpucc token verify result.eat.json --signer-pub eat.pub --nonce HEX",),
+    "token verify-ear": ("gpucc token verify-ear result.ear --signer-pub ear.pub --nonce HEX",),
     "model digest": ("gpucc model digest ./model --hash blake3 -o manifest.json",),
     "model verify": (
         "gpucc model verify ./model --signature model.sig --signer-pub pub.pem",

@@ -161,7 +161,7 @@ _HINTS: tuple[tuple[type[errors.GpuccError], frozenset[str] | None, str], ...] =
     (
         GpuStagingUnavailableError,
         _WITH_DEVICE,
-        "install 'gpucc[gpu]' on a host with a CUDA GPU, or use --device cpu",
+        "pip install 'gpucc[gpu]' on a host with a CUDA GPU, or use --device cpu",
     ),
 )
 

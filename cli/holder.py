@@ -299,7 +299,7 @@ def serve(
     request within --body-timeout-s; SIGTERM stops accepting and drains requests in flight.
     """
     from gpucc.core.files import refuse_existing
-    from gpucc.holder.httpserver import ServerLimits
+    from gpucc.core.httpserver import ServerLimits
     from gpucc.holder.service import serve as run_service
     from gpucc.staging.format import read_secret_file
     from gpucc.travel.signing import load_signing_key

@@ -67,6 +67,7 @@ def apply_config(ctx: typer.Context, path: Path, given: dict[str, Any]) -> dict[
         option = options.get(name)
         if option is None or name in _NO_KEY:
             raise MalformedInputError(f"holder configuration {path}: unknown key {name!r}")
+        _check_type(option, value, f"holder configuration {path}: {name}")
         source = ctx.get_parameter_source(option.name or "")
         if source is not None and source.name != "DEFAULT":
             continue  # the command line's value wins
@@ -84,6 +85,85 @@ def apply_config(ctx: typer.Context, path: Path, given: dict[str, Any]) -> dict[
             cast = Path(cast)  # what Typer makes of the option's value
         merged[option.name or name] = cast
     return merged
+
+
+#: the longest path a configuration may name, and the longest name in it (bytes, as Linux)
+_MAX_PATH, _MAX_NAME = 4096, 255
+
+
+def _check_type(option: Any, value: Any, where: str) -> None:
+    """Refuse a configuration value whose type is not the option's, before click casts it
+    (click's types take what a command line gives, text, and fail untyped on a list, a
+    boolean or a huge number): a flag takes true or false, a number a number, a path or text
+    a string without NUL; an option given more than once on the command line takes a list.
+
+    Raises:
+        MalformedInputError: ``where`` (the file and key) and what the key takes.
+    """
+    from gpucc.core.errors import MalformedInputError
+
+    kind = "flag" if getattr(option, "is_flag", False) else _kind(option.type)
+    wanted = _WANTED[kind]
+    if getattr(option, "multiple", False):
+        if not isinstance(value, list) or not all(_fits(kind, v) for v in value):
+            raise MalformedInputError(f"{where}: takes a list, each item {wanted}")
+    elif value is None:
+        raise MalformedInputError(f"{where}: has no value (leave the key out for the default)")
+    elif not _fits(kind, value):
+        shown = "" if isinstance(value, str) else f", not {_shown(value)}"
+        raise MalformedInputError(f"{where}: takes {wanted}{shown}")
+
+
+_WANTED = {
+    "flag": "true or false",
+    "int": "an integer",
+    "float": "a number",
+    "path": "a path (text without NUL, each name at most 255 bytes)",
+    "text": "text (without NUL)",
+}
+
+
+def _kind(kind: Any) -> str:
+    """An option type's kind, by its class names (Typer's click types are its own copies)."""
+    names = {c.__name__ for c in type(kind).__mro__}
+    for name, found in (("BoolParamType", "flag"), ("IntParamType", "int")):
+        if name in names:
+            return found
+    if "FloatParamType" in names:
+        return "float"
+    return "path" if type(kind).__name__.endswith("Path") else "text"
+
+
+def _fits(kind: str, value: Any) -> bool:
+    if kind == "flag":
+        return isinstance(value, bool)
+    if isinstance(value, bool):  # True == 1 in Python: a boolean is no number
+        return False
+    if kind == "int":
+        return isinstance(value, int)
+    if kind == "float":
+        return isinstance(value, int | float)
+    if not isinstance(value, str):
+        return False
+    return _fits_path(value) if kind == "path" else "\0" not in value and len(value) <= _MAX_PATH
+
+
+def _fits_path(text: str) -> bool:
+    """A path the system can name: no NUL, not empty, within Linux's length limits."""
+    data = text.encode()
+    return (
+        bool(text)
+        and b"\0" not in data
+        and len(data) <= _MAX_PATH
+        and all(len(part) <= _MAX_NAME for part in data.split(b"/"))
+    )
+
+
+def _shown(value: Any) -> str:
+    """A configuration value for a message: its YAML type, and short text of its value."""
+    names = {bool: "a boolean", int: "an integer", float: "a number", list: "a list"}
+    names |= {dict: "a mapping", str: "text"}
+    return names.get(type(value), type(value).__name__)
 
 
 def _renamed_keys(doc: dict[str, Any]) -> dict[str, Any]:
@@ -113,8 +193,11 @@ def _releases(p: dict[str, Any]) -> tuple[ReleasePolicy, ...]:
     doc = p.get("releases")
     if doc is None:
         return ()
+    where = f"holder configuration {p['config_file']}: " if p.get("config_file") else ""
     if not isinstance(doc, list):
-        raise MalformedInputError("releases: a list of {name, datasets, policy, requesters}")
+        raise MalformedInputError(
+            f"{where}releases: a list of {{name, datasets, policy, requesters}}"
+        )
     found = []
     base = Path(p["config_file"]).parent if p.get("config_file") else Path()
     for i, entry in enumerate(doc):
@@ -129,10 +212,13 @@ def _releases(p: dict[str, Any]) -> tuple[ReleasePolicy, ...]:
             or not all(isinstance(d, str) for d in entry["datasets"])
             or not isinstance(entry.get("requesters", []), list)
             or not all(isinstance(r, str) for r in entry.get("requesters", []))
+            or not all(_fits("text", t) for t in [entry["name"], *entry["datasets"]])
+            or not all(_fits("path", r) for r in entry.get("requesters", []))
+            or ("policy" in entry and not _fits("path", entry["policy"]))
         ):
             raise MalformedInputError(
-                f"releases[{i}]: name (text), datasets (names), policy (a policy file), "
-                "requesters (public key files or sha256: key ids)"
+                f"{where}releases[{i}]: name (text), datasets (names), policy (a policy file), "
+                "requesters (public key files or sha256: key ids), none with a NUL"
             )
         verifier = platform_verifier(p, base / entry["policy"]) if "policy" in entry else None
         requesters = frozenset(_requester(base, r, i) for r in entry.get("requesters", []))

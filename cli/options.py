@@ -164,7 +164,8 @@ RimDirOption = Annotated[
         envvar="GPUCC_RIM_DIR",
         exists=True,
         file_okay=False,
-        help="Directory of <RIM_ID>.xml files.",
+        help="Directory of <RIM_ID>.xml files (XML RIMs), and CoRIMs as <RIM_ID>.cbor, "
+        ".corim or <RIM_ID>; each is read by its content.",
     ),
 ]
 PolicyOption = Annotated[

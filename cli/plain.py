@@ -177,7 +177,7 @@ def _report_lines(result: PlatformResult, width: int, verbose: bool) -> Iterable
             yield from _wrap(f"Measurement mismatches ({len(mismatches)})", width)
             rows = [
                 [
-                    str(m.index),
+                    m.label,
                     _source_label(m.source),
                     m.reason,
                     "\n".join(shorten_hex(v) for v in m.golden_values),
@@ -189,7 +189,7 @@ def _report_lines(result: PlatformResult, width: int, verbose: bool) -> Iterable
         if verbose:
             yield f"evidence sha256 {gpu.report_digest.hex()}"
             for m in mismatches:
-                label = f"index {m.index} {_source_label(m.source)}"
+                label = f"index {m.label} {_source_label(m.source)}"
                 for n, value in enumerate(m.golden_values):
                     yield f"{label} golden[{n}] {value}"
                 yield f"{label} runtime {m.runtime_value or '(missing)'}"

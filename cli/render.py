@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from rich.text import Text
 
     from gpucc.assembly import PlatformResult
+    from gpucc.assembly.parts import Part, Section
     from gpucc.gpuattest.cvm.appraise import CvmResult
     from gpucc.gpuattest.measurements import MismatchRecord
     from gpucc.gpuattest.result import GpuResult, RuntimeMeasurement
@@ -188,7 +189,7 @@ def sized_table(console: Console, headers: Sequence[str], rows: Sequence[Sequenc
 
 
 def _check_rows(
-    gpu: GpuResult | CvmResult | SwitchResult | TopologyResult,
+    gpu: GpuResult | CvmResult | SwitchResult | TopologyResult | Section,
 ) -> list[list[Text]]:
     from rich.text import Text
 
@@ -220,7 +221,7 @@ def mismatch_rows(mismatches: Sequence[MismatchRecord]) -> list[list[Text]]:
         runtime = shorten_hex(m.runtime_value) if m.runtime_value is not None else "(missing)"
         rows.append(
             [
-                Text(str(m.index)),
+                Text(m.label),
                 Text(_source_label(m.source)),
                 Text(m.reason),
                 Text(golden),
@@ -281,17 +282,38 @@ def _print_pairs(console: Console, pairs: Sequence[tuple[str, str]]) -> None:
 
 
 def render_text(result: PlatformResult, console: Console, *, verbose: bool = False) -> None:
-    """A table per GPU with every check and its reason, its versions and RIM IDs, a
-    table of measurement mismatches, then one verdict line.
+    """Each part in report order (the CVM, a table per GPU with every check and its reason,
+    its versions and RIM IDs and a table of measurement mismatches, each NVSwitch, the
+    topology; a part of another kind as a check table per section), then one verdict line.
 
     With ``verbose`` the full values (evidence digest, every golden and runtime value
     of a mismatch) follow, one per line and never wrapped, so they can be copied.
     """
     from rich.text import Text
 
-    if result.cvm is not None:
-        _render_cvm(result.cvm, console, verbose=verbose)
-    for gpu in result.gpus:
+    for part in result.parts:
+        _PART_RENDERERS.get(part.kind.name, _render_sections)(part, console, verbose=verbose)
+    label, style = _VERDICT_LINE[str(result.verdict)]
+    at = result.verified_at.isoformat().replace("+00:00", "Z")
+    line = Text(f"{label}", style=style)
+    subject = device_count(result)
+    cvm_part = next((p for p in result.parts if p.kind.slot == "cvm"), None)
+    if cvm_part is not None:  # a CVM alone is not "the CVM and no device"
+        cvm = f"the CVM ({getattr(cvm_part.result, 'kind', cvm_part.kind.name)})"
+        subject = cvm if subject == "no device" else f"{cvm} and {subject}"
+    line.append(f": {subject} verified as of {at}", style="")
+    if result.reasons:
+        line.append(f"; {shorten_hex(result.reasons[0])}", style="")
+        if len(result.reasons) > 1:
+            line.append(f" (+{len(result.reasons) - 1} more)", style="")
+    console.print(line, highlight=False, soft_wrap=_whole(console))
+
+
+def _render_gpus(part: Part, console: Console, *, verbose: bool) -> None:
+    """A table per GPU: its checks, versions and RIM IDs, its measurement mismatches."""
+    from rich.text import Text
+
+    for gpu in part.result.gpus:
         title = f"GPU {gpu.index}" + (f" {gpu.uuid}" if gpu.uuid else "") + f" ({gpu.arch})"
         console.print(Text(title, style="bold"), highlight=False, soft_wrap=_whole(console))
         console.print(sized_table(console, ("check", "result", "detail"), _check_rows(gpu)))
@@ -309,35 +331,21 @@ def render_text(result: PlatformResult, console: Console, *, verbose: bool = Fal
         if verbose:  # Text, never markup: the values come from evidence and RIMs
             console.print(Text(f"evidence sha256 {gpu.report_digest.hex()}"), soft_wrap=True)
             for m in mismatches:
-                label = f"index {m.index} {_source_label(m.source)}"
+                label = f"index {m.label} {_source_label(m.source)}"
                 for n, value in enumerate(m.golden_values):
                     console.print(Text(f"{label} golden[{n}] {value}"), soft_wrap=True)
                 runtime = m.runtime_value or "(missing)"
                 console.print(Text(f"{label} runtime {runtime}"), soft_wrap=True)
             for entry in measurement_lines(gpu.runtime_measurements):
                 console.print(Text(entry), highlight=False, soft_wrap=True)
-    render_switches(result, console, verbose=verbose)
-    label, style = _VERDICT_LINE[str(result.verdict)]
-    at = result.verified_at.isoformat().replace("+00:00", "Z")
-    line = Text(f"{label}", style=style)
-    subject = device_count(result)
-    if result.cvm is not None:  # a CVM alone is not "the CVM and no device"
-        cvm = f"the CVM ({result.cvm.kind})"
-        subject = cvm if subject == "no device" else f"{cvm} and {subject}"
-    line.append(f": {subject} verified as of {at}", style="")
-    if result.reasons:
-        line.append(f"; {shorten_hex(result.reasons[0])}", style="")
-        if len(result.reasons) > 1:
-            line.append(f" (+{len(result.reasons) - 1} more)", style="")
-    console.print(line, highlight=False, soft_wrap=_whole(console))
 
 
-def render_switches(result: PlatformResult, console: Console, *, verbose: bool = False) -> None:
-    """A table per NVSwitch (checks, BIOS version, RIM ID, PDI), then the topology checks;
-    with ``verbose`` each switch's runtime measurements in full (:func:`measurement_lines`)."""
+def _render_switches(part: Part, console: Console, *, verbose: bool) -> None:
+    """A table per NVSwitch (checks, BIOS version, RIM ID, PDI); with ``verbose`` each
+    switch's runtime measurements in full (:func:`measurement_lines`)."""
     from rich.text import Text
 
-    for switch in result.switch.switches if result.switch is not None else ():
+    for switch in part.result.switches:
         console.print(Text(f"NVSwitch {switch.index} ({switch.arch})", style="bold"))
         console.print(sized_table(console, ("check", "result", "detail"), _check_rows(switch)))
         claims = switch.claims
@@ -359,12 +367,39 @@ def render_switches(result: PlatformResult, console: Console, *, verbose: bool =
         if verbose:
             for entry in measurement_lines(switch.runtime_measurements):
                 console.print(Text(entry), highlight=False, soft_wrap=True)
-    topology = result.topology
-    if topology is not None:
-        expected = topology.expected
-        title = f"Protected PCIe topology ({expected.gpus} GPUs, {expected.switches} NVSwitches)"
-        console.print(Text(title, style="bold"))
-        console.print(sized_table(console, ("check", "result", "detail"), _check_rows(topology)))
+
+
+def _render_topology(part: Part, console: Console, *, verbose: bool) -> None:
+    """The Protected PCIe topology checks."""
+    from rich.text import Text
+
+    topology: TopologyResult = part.result
+    expected = topology.expected
+    title = f"Protected PCIe topology ({expected.gpus} GPUs, {expected.switches} NVSwitches)"
+    console.print(Text(title, style="bold"))
+    console.print(sized_table(console, ("check", "result", "detail"), _check_rows(topology)))
+
+
+def _render_cvm_part(part: Part, console: Console, *, verbose: bool) -> None:
+    _render_cvm(part.result, console, verbose=verbose)
+
+
+def _render_sections(part: Part, console: Console, *, verbose: bool) -> None:
+    """A part of a kind with no renderer of its own: a check table per section."""
+    from rich.text import Text
+
+    for section in part.sections:
+        console.print(Text(section.label, style="bold"), highlight=False)
+        console.print(sized_table(console, ("check", "result", "detail"), _check_rows(section)))
+
+
+#: How each kind of part is drawn (another kind: a check table per section).
+_PART_RENDERERS = {
+    "gpu": _render_gpus,
+    "nvswitch": _render_switches,
+    "topology": _render_topology,
+    **dict.fromkeys(("tdx", "snp", "vtpm"), _render_cvm_part),
+}
 
 
 def counted(n: int, one: str, many: str) -> str:
@@ -374,9 +409,13 @@ def counted(n: int, one: str, many: str) -> str:
 
 def device_count(result: PlatformResult) -> str:
     """``8 GPUs, 4 NVSwitches`` (``1 GPU``) for the verdict line."""
-    parts = [counted(len(result.gpus), "GPU", "GPUs")] if result.gpu is not None else []
-    if result.switch is not None:
-        parts.append(counted(len(result.switch.switches), "NVSwitch", "NVSwitches"))
+    from gpucc.assembly.parts import Channel
+
+    parts = [
+        counted(len(p.kind.devices(p.result)), p.kind.label, p.kind.plural)
+        for p in result.parts
+        if p.kind.channel is Channel.DEVICE
+    ]
     text = ", ".join(parts) or "no device"
     if result.topology is not None:
         text += " and the PPCIe topology"

@@ -250,9 +250,9 @@ def stage(
     """Decrypt and verify DATASET chunk by chunk, then scrub what held its plaintext.
 
     Every chunk is authenticated before staging reports success; a failed chunk is exit 6.
-    On the CPU each chunk is verified in place in its thread's buffer, so memory stays at
-    threads x chunk size whatever the dataset's size; with --manifest (the staged bytes are
-    hashed) or on a GPU the dataset is staged into one buffer. Everything that held
+    On the CPU each chunk is read into its thread's buffer and verified into a second one,
+    so memory stays at threads x 2 chunks whatever the dataset's size; with --manifest (the
+    staged bytes are hashed) or on a GPU the dataset is staged into one buffer. Everything that held
     plaintext is zeroed before the command ends. A shard set (its files, or their
     directory) is checked as a set first (a lone, missing, foreign or misplaced shard is
     refused, exit 6), then each shard is verified and scrubbed in turn. Exit codes: 0

@@ -13,6 +13,8 @@ document can fail into one error of the caller's malformed-input family, never a
   thousands of digits with a bare ``ValueError``);
 * nesting deeper than the caller's limit (checked without recursion of our own);
 * a byte-order mark at the start (JSON forbids it; YAML would skip it silently);
+* a key or string that is not Unicode text: an escaped lone surrogate (``"\\ud800"``) parses
+  in JSON and YAML but cannot be encoded, and would fail wherever the text is used;
 * YAML only: a character YAML does not allow (NUL and the other C0 controls but tab, line
   feed and carriage return; DEL and the C1 controls but next-line; U+FFFE, U+FFFF), which
   PyYAML refuses while building its reader, inside the same mapping of errors;
@@ -79,21 +81,35 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def _depth_exceeds(doc: Any, limit: int) -> bool:
-    """Whether ``doc`` nests deeper than ``limit`` (iterative: no recursion of our own)."""
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _tree_fault(doc: Any, limit: int) -> str | None:
+    """What is wrong with the parsed ``doc`` (iterative: no recursion of our own): nesting
+    deeper than ``limit``, or a key or string that cannot be encoded (a lone surrogate,
+    ``"\\ud800"``, is valid JSON and YAML escape syntax but no Unicode text); None when fine."""
     stack: list[tuple[Any, int]] = [(doc, 1)]
     while stack:
         value, depth = stack.pop()
+        if isinstance(value, str):
+            if not _encodable(value):
+                return "holds a string that is not Unicode text (a lone surrogate)"
+            continue
         if isinstance(value, dict):
-            children: Any = value.values()
+            children: list[Any] = [*value.keys(), *value.values()]
         elif isinstance(value, list):
             children = value
         else:
             continue
         if depth > limit:
-            return True
+            return f"nests deeper than {limit} levels"
         stack.extend((child, depth + 1) for child in children)
-    return False
+    return None
 
 
 def _text(
@@ -146,8 +162,9 @@ def loads_untrusted(
         ) from None
     except ValueError as exc:
         raise error(f"the {what} is not JSON: {exc}") from None
-    if _depth_exceeds(doc, max_depth):
-        raise error(f"the {what} nests deeper than {max_depth} levels")
+    fault = _tree_fault(doc, max_depth)
+    if fault is not None:
+        raise error(f"the {what} {fault}")
     return doc
 
 
@@ -262,8 +279,9 @@ def load_yaml_untrusted(
     finally:
         if loader is not None:
             loader.dispose()
-    if _depth_exceeds(doc, max_depth):
-        raise error(f"the {what} nests deeper than {max_depth} levels")
+    fault = _tree_fault(doc, max_depth)
+    if fault is not None:
+        raise error(f"the {what} {fault}")
     return doc
 
 

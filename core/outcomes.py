@@ -90,7 +90,11 @@ MALFORMED = Outcome(
     "malformed input: evidence, certificate, RIM, policy, bundle, message, sealed dataset or "
     "key, or a store's answer outside the range protocol",
 )
-ENVIRONMENT = Outcome(5, "environment", "environment: no GPU, driver, NVML or CuPy; CC mode off")
+ENVIRONMENT = Outcome(
+    5,
+    "environment",
+    "environment: no GPU, driver, NVML or CuPy; CC mode off; an extra not installed",
+)
 AUTHENTICATION = Outcome(
     6,
     "authentication-failed",

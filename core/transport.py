@@ -340,16 +340,22 @@ class RequestsFetcher:
         )
 
     def get_with_headers(
-        self, url: str, *, max_bytes: int, accept: Collection[int] = (200,)
+        self,
+        url: str,
+        *,
+        max_bytes: int,
+        accept: Collection[int] = (200,),
+        guard: OriginGuard | None = None,
+        bearer: str | None = None,
     ) -> tuple[bytes, dict[str, str]]:
         """GET ``url``: the body and the response headers (names in lower case).
 
-        For services that put signed data's issuer chains in headers (Intel's PCS); the same
-        limits and errors as :meth:`get`.
+        For services that put signed data's issuer chains in headers (Intel's PCS), and for
+        the collateral mirror; the same limits and errors as :meth:`get`.
         """
         seen: list[dict[str, str]] = []
         body = self._request(
-            "GET", url, None, None, max_bytes, accept, None, None, None, response_headers=seen
+            "GET", url, None, None, max_bytes, accept, None, bearer, guard, response_headers=seen
         )
         return body, seen[0] if seen else {}
 

@@ -6,16 +6,20 @@ protocol, its threat model and its known-answer vectors.
 
 from __future__ import annotations
 
-from .errors import (
+from gpucc.core.extras import require
+
+require("torch", "gpucc.ddp (encrypted gradient exchange)")
+
+from .errors import (  # noqa: E402
     GradientAuthenticationError,
     GroupSetupError,
     KeyUsageExceededError,
     PeerAuthenticationError,
     PeerNotTrustedError,
 )
-from .hook import EncryptedAllReduce, HookStats, choose_algorithm, encrypted_allreduce_hook
-from .keys import GroupKeys, KeyUsage, UsageLimits
-from .messages import MessageId, Phase
+from .hook import EncryptedAllReduce, HookStats, choose_algorithm, encrypted_allreduce_hook  # noqa: E402
+from .keys import GroupKeys, KeyUsage, UsageLimits  # noqa: E402
+from .messages import MessageId, Phase  # noqa: E402
 
 __all__ = [
     "EncryptedAllReduce",

@@ -47,7 +47,7 @@ from cryptography.x509 import ocsp as x509_ocsp
 from gpucc.core.errors import (
     CollateralUnavailableError,
     MalformedInputError,
-    MalformedRimError,
+    NotTrustedError,
     RimNotFoundError,
 )
 from gpucc.core.files import read_capped, write_atomic
@@ -314,7 +314,7 @@ def _ocsp_entries(value: object) -> tuple[BundleOcspEntry, ...]:
         if not isinstance(item, dict) or set(item) != _OCSP_KEYS:
             raise _bad(f"{what} does not have exactly the keys {sorted(_OCSP_KEYS)}")
         algorithm = item["hash_algorithm"]
-        if algorithm not in _DIGEST_SIZES:
+        if not isinstance(algorithm, str) or algorithm not in _DIGEST_SIZES:
             raise _bad(f"{what} has an unsupported hash algorithm")
         size = _DIGEST_SIZES[algorithm]
         cert_id = CertId(
@@ -476,27 +476,50 @@ class CollectionResult:
 
 
 def evidence_rim_ids(entries: Iterable[GpuEvidence]) -> list[str]:
-    """The XML RIM IDs the devices' reports imply, in order: a GPU's driver and VBIOS RIMs,
-    an NVSwitch's (LS10) BIOS RIM ``NV_SWITCH_BIOS_5612_0002_890_<version>``; none for a
-    device whose reference values are not XML RIMs (Blackwell FSP, Rubin: see
-    :mod:`gpuattest.device`).
+    """The RIM IDs the devices' reports imply, in order: a GPU's driver and VBIOS RIMs,
+    an NVSwitch's (LS10) BIOS RIM ``NV_SWITCH_BIOS_5612_0002_890_<version>``, and the
+    CoRIM IDs of a device whose reference values are CoRIMs (Rubin: its table of
+    contents' locators; Blackwell FSP: built from its model, APSKU and firmware-version
+    hint, none without the hint; see :mod:`gpuattest.device`).
 
     Raises:
         MalformedReportError: a report does not parse, or a GPU architecture gpucc does
             not know.
     """
-    from .device import profile_for
+    from .device import CorimInputs, leaf_common_name, profile_for
     from .report import Architecture
+    from .spdm_toc import parse_toc
 
     ids: list[str] = []
     for entry in entries:
         profile = profile_for(entry.arch, entry.cert_chain_pem)
-        if profile.reference_values_missing:
-            continue
         report = profile.parse(entry.report)
+        if profile.corim_ids is not None:
+            block = report.blocks.get(profile.toc_block) if profile.toc_block else None
+            toc = parse_toc(block.value, report.blocks) if block is not None else None
+            inputs = CorimInputs(
+                report, toc, leaf_common_name(entry.cert_chain_pem), dict(entry.hints or {})
+            )
+            ids += [rim_id for _, rim_id in profile.corim_ids(inputs).ids]
+            continue
         arch = None if profile.device_type != "gpu" else Architecture.parse(entry.arch)
         ids += [ref.rim_id for ref in profile.rims(report, arch)]
     return ids
+
+
+def _signer_chain(
+    data: bytes, *, roots: TrustRoots, now: dt.datetime
+) -> tuple[x509.Certificate, ...]:
+    """A RIM's signing chain: an XML RIM's embedded one, or a signed CoRIM's (read and
+    verified here, since only its verified envelope names a chain)."""
+    from .corim import CorimPolicy, looks_like_corim, read_corim
+
+    if looks_like_corim(data):
+        corim = read_corim(
+            data, anchor=roots.rim_root, now=now, policy=CorimPolicy(allow_unsigned=True)
+        )
+        return corim.chain
+    return ReferenceManifest.parse(data).certificates
 
 
 def rim_kind(rim_id: str) -> ChainKind:
@@ -550,8 +573,8 @@ def collect_collateral(
             )
         for rim_id, xml in rims.items():
             try:
-                certs = ReferenceManifest.parse(xml).certificates
-            except MalformedRimError as exc:
+                certs = _signer_chain(xml, roots=roots, now=now)
+            except (MalformedInputError, NotTrustedError) as exc:
                 problems.append(f"RIM {rim_id}: {exc}")
                 continue
             targets.extend(

@@ -14,7 +14,6 @@ import functools
 from collections.abc import Sequence
 
 from cryptography import x509
-from cryptography.exceptions import UnsupportedAlgorithm
 
 from gpucc.core.errors import MalformedCertificateError
 
@@ -53,29 +52,9 @@ def load_pem_chain(data: bytes) -> tuple[x509.Certificate, ...]:
 
 @functools.lru_cache(maxsize=64)
 def _parse_pem_chain(data: bytes) -> tuple[x509.Certificate, ...]:
-    try:
-        certs = x509.load_pem_x509_certificates(data)
-    except (ValueError, x509.InvalidVersion) as exc:
-        raise MalformedCertificateError(f"certificate chain cannot be parsed: {exc}") from None
-    if len(certs) > MAX_CHAIN_CERTS:
-        raise MalformedCertificateError(f"certificate chain has {len(certs)} certificates")
-    for i, cert in enumerate(certs):
-        # cryptography parses these fields lazily; force them now so a corrupt
-        # certificate is malformed input here rather than an error mid-validation.
-        try:
-            _ = (cert.subject, cert.issuer, cert.not_valid_before_utc, cert.not_valid_after_utc)
-            _ = (cert.extensions, cert.public_key(), cert.signature_hash_algorithm)
-        except (
-            ValueError,
-            TypeError,
-            UnsupportedAlgorithm,
-            x509.InvalidVersion,
-            x509.DuplicateExtension,
-        ) as exc:
-            raise MalformedCertificateError(
-                f"certificate {i} in the chain is malformed: {exc}"
-            ) from None
-    return tuple(certs)
+    # every field cryptography parses lazily is read now (x509chain.load_certificates), so a
+    # corrupt certificate is malformed input here rather than an error mid-validation
+    return x509chain.load_certificates(data, what="the certificate chain")
 
 
 def validate_chain(

@@ -221,14 +221,20 @@ class FileRimSource:
         return _read_capped(path)
 
 
+#: The names a RIM is looked for under in a directory, in order: nvattest's XML store, then
+#: CoRIMs (a file's reader is chosen by its content, never by its name).
+RIM_FILE_NAMES = ("{}.xml", "{}.cbor", "{}.corim", "{}")
+
+
 class DirectoryRimSource:
-    """nvattest's directory store: ``DIR/<RIM_ID>.xml``."""
+    """nvattest's directory store: ``DIR/<RIM_ID>.xml``; CoRIMs as ``DIR/<RIM_ID>.cbor``,
+    ``.corim`` or the bare ID."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
 
     def get_rim(self, rim_id: str) -> bytes:
-        """Return ``DIR/<RIM_ID>.xml``.
+        """Return the first of ``DIR/<RIM_ID>.xml``, ``.cbor``, ``.corim``, ``<RIM_ID>``.
 
         Raises:
             RimNotFoundError: no such file.
@@ -236,10 +242,13 @@ class DirectoryRimSource:
         """
         if not _RIM_ID_RE.match(rim_id):
             raise RimNotFoundError(rim_id, "not a valid RIM ID for a file name")
-        path = self.directory / f"{rim_id}.xml"
-        if not path.is_file():
-            raise RimNotFoundError(rim_id, f"{path.name} is not in {self.directory}")
-        return _read_capped(path)
+        for pattern in RIM_FILE_NAMES:
+            path = self.directory / pattern.format(rim_id)
+            if path.is_file():
+                return _read_capped(path)
+        raise RimNotFoundError(
+            rim_id, f"{rim_id}.xml is not in {self.directory} (nor a .cbor or .corim CoRIM)"
+        )
 
 
 class CompositeRimSource:

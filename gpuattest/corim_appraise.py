@@ -3,8 +3,9 @@
 The evidence is a neutral value, :class:`EvidenceValues`: entries of (environment,
 measurement key, values), gathered from whatever the device offers:
 
-* :func:`toc_evidence`: the SPDM table of contents (block 0xFD, a CBOR ``#6.570``) with its
-  block-index indirection resolved against the report's measurement blocks (Rubin);
+* :func:`toc_evidence`: the SPDM table of contents (block 0xFD, decoded once by
+  :func:`gpuattest.spdm_toc.parse_toc`) with its block-index indirection resolved against
+  the report's measurement blocks (Rubin);
 * :func:`block_evidence`: the measurement blocks themselves under one environment, keyed by
   SPDM index (Blackwell FSP, which has no table);
 * :func:`tcbinfo_evidence`: the leaf certificate's DICE TcbInfo (layer 0: SVN and FWIDs).
@@ -34,20 +35,14 @@ import datetime as dt
 import hmac
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
-from cbor2 import CBORTag
 from cryptography import x509
 
 from gpucc.core.errors import MalformedEvidenceError
 
 from ._internal import der
-from .cbor_strict import CborLimits, decode_strict
 from .corim import (
-    CORIM_TAGS,
-    TAG_CONCISE_EVIDENCE,
-    TAG_CONCISE_EVIDENCE_TOC,
-    TAG_URI,
     Corim,
     CorimPolicy,
     Digest,
@@ -57,10 +52,9 @@ from .corim import (
     RawValue,
     Svn,
     Values,
-    environment_of,
-    measurements_of,
     read_corim,
 )
+from .spdm_toc import PURPOSE_KEY, TOC_BLOCK_INDEX, SpdmBlock, SpdmToc, parse_toc
 
 __all__ = [
     "DIGEST_SHA384",
@@ -86,8 +80,6 @@ __all__ = [
 
 #: The check :func:`appraise` leaves to the verifier (reported in ``skipped``).
 REVOCATION_CHECK = "corim-signer-revocation"
-#: The measurement key under which a root environment names its purpose.
-PURPOSE_KEY = "purpose"
 #: IANA named-information SHA-384.
 DIGEST_SHA384 = 7
 #: DICE TcbInfo extension OIDs, in the order looked for (NVIDIA's leaves use the first).
@@ -117,25 +109,14 @@ _TCBINFO_FIELDS = {
     0xAB: "integrityRegisters",
 }
 #: The SPDM measurement block that holds the table of contents, where a device has one.
-TOC_BLOCK = 0xFD
+TOC_BLOCK = TOC_BLOCK_INDEX
 #: The layer of NVIDIA's CoRIM environments for SPDM measurement blocks (the FSP's CoRIM).
 SPDM_BLOCK_LAYER = 1
-_TOC_LIMITS = CborLimits(max_bytes=64 * 1024, max_depth=16, max_items=512, max_string=4096)
 _MAX_ENTRIES = 4096
 
 
 class MalformedTocError(MalformedEvidenceError):
     """The SPDM table of contents or the TcbInfo cannot be read, or names a missing block."""
-
-
-class SpdmBlock(Protocol):
-    """What is read of one SPDM measurement block (the report module's blocks fit)."""
-
-    @property
-    def value_type(self) -> int: ...
-
-    @property
-    def value(self) -> bytes: ...
 
 
 @dataclass(frozen=True)
@@ -209,77 +190,26 @@ def block_evidence(
     return EvidenceValues(entries)
 
 
-def _toc_error(message: str) -> MalformedTocError:
-    return MalformedTocError(message)
-
-
 def toc_evidence(
-    toc: bytes, blocks: Mapping[int, SpdmBlock], *, digest_alg: int = DIGEST_SHA384
+    toc: SpdmToc, blocks: Mapping[int, SpdmBlock], *, digest_alg: int = DIGEST_SHA384
 ) -> EvidenceValues:
-    """Evidence values from an SPDM table of contents (the value of block 0xFD).
-
-    The table is ``#6.570({0: [+ #6.571(concise-evidence)], ? 1: [locators], ? 2:
-    profile})``; each evidence triple's values are taken as given, or, for the block
-    indirection (key 12), from the named measurement blocks.
+    """Evidence values from a decoded SPDM table of contents (:func:`parse_toc`): each
+    evidence triple's values as given, or, for the block indirection (key 12), the named
+    measurement blocks (a raw value or a digest by their DMTF value type).
 
     Raises:
-        MalformedTocError: not such a table, or a block it names is absent.
+        MalformedTocError: a block the table names is absent.
     """
-    try:
-        value = decode_strict(
-            toc,
-            what="SPDM table of contents",
-            allowed_tags=CORIM_TAGS,
-            limits=_TOC_LIMITS,
-            error=_toc_error,
-        )
-        return _toc(value, blocks, digest_alg)
-    except MalformedCorimError as exc:
-        raise MalformedTocError(f"SPDM table of contents: {exc}") from None
-
-
-def _tagged(value: Any, tag: int, what: str) -> Any:
-    if not isinstance(value, CBORTag) or value.tag != tag:
-        raise MalformedTocError(f"{what} is not tag {tag}")
-    return value.value
-
-
-def _toc(value: Any, blocks: Mapping[int, SpdmBlock], digest_alg: int) -> EvidenceValues:
-    body = _tagged(value, TAG_CONCISE_EVIDENCE_TOC, "SPDM table of contents")
-    if not isinstance(body, Mapping) or not isinstance(body.get(0), tuple | list):
-        raise MalformedTocError("the table of contents holds no concise evidence")
     entries: list[EvidenceEntry] = []
-    purpose: tuple[Environment, str] | None = None
-    for n, ce in enumerate(body[0]):
-        ev = _tagged(ce, TAG_CONCISE_EVIDENCE, f"concise evidence {n}")
-        triples_map = ev.get(0) if isinstance(ev, Mapping) else None
-        triples = triples_map.get(0) if isinstance(triples_map, Mapping) else None
-        if not isinstance(triples, tuple | list):
-            raise MalformedTocError(f"concise evidence {n} holds no evidence triples")
-        for i, triple in enumerate(triples):
-            if not isinstance(triple, tuple | list) or len(triple) != 2:
-                raise MalformedTocError(f"evidence triple {i} is not [environment, measurements]")
-            env = environment_of(triple[0], f"evidence triple {i} environment")
-            for m in measurements_of(
-                triple[1], f"evidence triple {i} measurement", reference=False
-            ):
-                if m.key == PURPOSE_KEY and m.values.name is not None:
-                    if purpose is not None:
-                        raise MalformedTocError("the table of contents names two purposes")
-                    purpose = (env, m.values.name)
-                entries.extend(_resolved(env, m.key, m.values, blocks, digest_alg))
-    locators: list[str] = []
-    for loc in body.get(1, ()) if isinstance(body.get(1, ()), tuple | list) else ():
-        uri = loc.get(0) if isinstance(loc, Mapping) else None
-        if uri is not None:
-            locators.append(str(_tagged(uri, TAG_URI, "RIM locator")))
-    profile = body.get(2)
-    return EvidenceValues(
-        tuple(entries),
-        purpose,
-        str(_tagged(profile, TAG_URI, "evidence profile")) if profile is not None else None,
-        tuple(locators),
+    for env in toc.environments:
+        for m in env.measurements:
+            entries.extend(_resolved(env.environment, m.key, m.values, blocks, digest_alg))
+    purpose = (
+        (toc.purpose_environment, toc.purpose)
+        if toc.purpose is not None and toc.purpose_environment is not None
+        else None
     )
+    return EvidenceValues(tuple(entries), purpose, toc.profile, toc.rim_locators)
 
 
 def _resolved(
@@ -292,8 +222,6 @@ def _resolved(
     if not values.indices:
         yield EvidenceEntry(env, key, values, "spdm-toc")
         return
-    if not values.empty:
-        raise MalformedTocError(f"{env} holds both values and a block indirection")
     for index in values.indices:
         block = blocks.get(index)
         if block is None:
@@ -373,12 +301,13 @@ def device_evidence(
     :data:`SPDM_BLOCK_LAYER` (as NVIDIA's Blackwell FSP CoRIM names it).
 
     Raises:
-        MalformedTocError: no TcbInfo, a table that cannot be read or names a missing block.
+        MalformedTocError: no TcbInfo.
+        MalformedReportError: a table that cannot be read or names a missing block.
     """
     tcb = tcbinfo_evidence(leaf)
-    toc = blocks.get(TOC_BLOCK)
-    if toc is not None:
-        return merge_evidence(toc_evidence(bytes(toc.value), blocks, digest_alg=digest_alg), tcb)
+    if TOC_BLOCK in blocks:
+        toc = parse_toc(bytes(blocks[TOC_BLOCK].value), blocks)
+        return merge_evidence(toc_evidence(toc, blocks, digest_alg=digest_alg), tcb)
     env = tcb.entries[0].environment
     layer = Environment(vendor=env.vendor, model=env.model, layer=SPDM_BLOCK_LAYER)
     return merge_evidence(tcb, block_evidence(layer, blocks, digest_alg=digest_alg))

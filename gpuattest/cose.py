@@ -39,7 +39,7 @@ from gpucc.core.errors import MalformedInputError, NotTrustedError
 
 from ._internal.x509names import common_name
 from .cbor_strict import CborLimits, decode_strict
-from .x509chain import ANY_CHAIN, ChainProfile, ChainResult, validate_chain
+from .x509chain import ANY_CHAIN, ChainProfile, ChainResult, load_certificate, validate_chain
 
 __all__ = [
     "ALG_ES384",
@@ -110,10 +110,14 @@ def _certs(value: Any) -> tuple[x509.Certificate, ...]:
     for i, der in enumerate(items):
         if not isinstance(der, bytes):
             raise CoseCheckError("x5chain", f"x5chain entry {i} is not a byte string")
-        try:
-            out.append(x509.load_der_x509_certificate(der))
-        except ValueError:
-            raise CoseCheckError("x5chain", f"x5chain entry {i} is not a DER certificate") from None
+        out.append(
+            load_certificate(
+                der,
+                what=f"x5chain entry {i}",
+                error=lambda message: CoseCheckError("x5chain", message),
+                pem=False,
+            )
+        )
     return tuple(out)
 
 

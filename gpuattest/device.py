@@ -8,9 +8,10 @@ value here, never a branch in the outline:
   GPU report, the SPDM layer alone, or a switch report) and how many measurement blocks
   it has when that is fixed (``expected_blocks``);
 * the claim vocabulary (``x-nvidia-gpu-...`` or ``x-nvidia-switch-...``) and device type;
-* the reference values: the RIM roles looked up (driver and VBIOS, or a switch's BIOS),
-  or, where NVIDIA publishes a device's reference values only in a form gpucc does not
-  read yet, the reason the measurements stay undecided;
+* the reference values: the XML RIM roles looked up (driver and VBIOS, or a switch's
+  BIOS), or, where NVIDIA publishes a device's reference values only as CoRIMs, how
+  their IDs are found (``corim_ids``: the signed table of contents' locators for Rubin,
+  built from the model, APSKU and firmware-version hint for Blackwell's FSP);
 * which GPU-only steps apply (NVML's self-reported versions, the CC state, the mode);
 * whether the report carries a signed table of contents (block 0xFD).
 
@@ -38,6 +39,8 @@ from .x509chain import ChainProfile
 
 __all__ = [
     "BLACKWELL_FSP",
+    "CorimIds",
+    "CorimInputs",
     "DEVICE_CHAIN",
     "DEVICE_CHAIN_LENGTH",
     "GPU_GSP",
@@ -137,6 +140,65 @@ _BIOS = RimRole("bios", "Switch BIOS RIM", "x-nvidia-switch-bios-rim")
 
 
 @dataclass(frozen=True)
+class CorimInputs:
+    """What a CoRIM locator may be built from: the signed report (its blocks), the
+    table of contents it carries, the leaf's common name and the evidence file's unsigned
+    hints (which may only choose what is looked up, never decide)."""
+
+    report: Any
+    toc: Any
+    leaf_common_name: str
+    hints: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class CorimIds:
+    """The IDs of a device's CoRIMs on NVIDIA's RIM service, with the role each has; or,
+    when none can be named, why (``missing``)."""
+
+    ids: tuple[tuple[str, str], ...]
+    missing: str = ""
+
+
+def _toc_corims(inputs: CorimInputs) -> CorimIds:
+    ids: tuple[str, ...] = inputs.toc.rim_ids if inputs.toc is not None else ()
+    if not ids:
+        return CorimIds((), "the report's table of contents names no RIM locator")
+    return CorimIds(tuple(("driver" if "DRIVER" in i.upper() else "vbios", i) for i in ids))
+
+
+#: The FSP's device-identifier measurement block, which carries ``APSKU`` and its keyword.
+FSP_IDENTIFIER_BLOCK = 52
+_APSKU = b"APSKU"
+_FW_HINT = re.compile(r"^[0-9A-Fa-f]{2}(\.[0-9A-Fa-f]{2}){4}$")
+_GB_MODEL = re.compile(r"^GB\d{3}$")
+
+
+def _fsp_corims(inputs: CorimInputs) -> CorimIds:
+    """NVIDIA's VBIOS CoRIM ID for a Blackwell FSP: ``NV_GPU_VBIOS_<model>_<APSKU>_<fw>``
+    (the model from the leaf, the APSKU keyword from block 52 as big-endian hex, the
+    firmware version from the evidence's hint without dots), as NVIDIA's SDK builds it."""
+    model = inputs.leaf_common_name.split(" ", 1)[0]
+    block = inputs.report.blocks.get(FSP_IDENTIFIER_BLOCK)
+    value: bytes = block.value if block is not None else b""
+    at = value.find(_APSKU)
+    fw = inputs.hints.get("fwversion", "")
+    if not _GB_MODEL.match(model):
+        return CorimIds((), f"the leaf names no Blackwell model ({inputs.leaf_common_name!r})")
+    if at < 0 or len(value) < at + len(_APSKU) + 2:
+        return CorimIds((), f"block {FSP_IDENTIFIER_BLOCK} carries no APSKU keyword")
+    if not _FW_HINT.match(fw):
+        return CorimIds(
+            (),
+            "the evidence gives no firmware-version hint (fwversion), which names the "
+            "VBIOS CoRIM; give it with --vbios-rim or --rim-dir",
+        )
+    low, high = value[at + len(_APSKU)], value[at + len(_APSKU) + 1]
+    sku = bytes([high, low]).hex().upper()
+    return CorimIds((("vbios", f"NV_GPU_VBIOS_{model}_{sku}_{fw.replace('.', '')}"),))
+
+
+@dataclass(frozen=True)
 class DeviceProfile:
     """The rules of one device kind (see the module documentation)."""
 
@@ -151,9 +213,8 @@ class DeviceProfile:
     rims: Callable[[Any, Architecture | None], tuple[RimRef, ...]]
     versions: Callable[[Any], dict[str, str]]
     no_fwid_reason: str
-    #: Reference values exist for this kind only in a form gpucc does not read yet: the
-    #: measurements stay undecided with this reason ("" when its RIMs are XML RIMs).
-    reference_values_missing: str = ""
+    #: The kind's reference values are CoRIMs: how their IDs are found (None: XML RIMs).
+    corim_ids: Callable[[CorimInputs], CorimIds] | None = None
     expected_blocks: int | None = None
     #: GPU steps: NVML's self-reported versions, the version policy, the CC state, the
     #: mode claim, the index-conflict claim of two RIMs.
@@ -180,11 +241,6 @@ class DeviceProfile:
             )
 
 
-_COREF_ONLY = (
-    "reference values for {} are published only as CoRIMs, which gpucc does not read "
-    "yet: the measurements cannot be judged"
-)
-
 GPU_GSP = DeviceProfile(
     name="GPU (GSP)",
     device_type="gpu",
@@ -210,7 +266,7 @@ BLACKWELL_FSP = DeviceProfile(
     rims=_no_rims,
     versions=_no_versions,
     no_fwid_reason="the FSP report carries no opaque FWID",
-    reference_values_missing=_COREF_ONLY.format("Blackwell FSP"),
+    corim_ids=_fsp_corims,
     expected_blocks=52,
 )
 RUBIN = DeviceProfile(
@@ -225,7 +281,7 @@ RUBIN = DeviceProfile(
     rims=_gpu_rims,
     versions=_gpu_versions,
     no_fwid_reason="the report carries no FWID",
-    reference_values_missing=_COREF_ONLY.format("Rubin"),
+    corim_ids=_toc_corims,
     toc_block=0xFD,
 )
 NVSWITCH = DeviceProfile(

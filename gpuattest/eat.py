@@ -32,7 +32,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
-from cryptography import x509
 from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -57,6 +56,7 @@ from .jws import (
     token_digest,
     verify_es384,
 )
+from .x509chain import load_certificates
 
 __all__ = [
     "DEFAULT_LIFETIME",
@@ -437,7 +437,7 @@ def load_public_key_pem(path: Path) -> ec.EllipticCurvePublicKey:
     key: object
     try:
         if b"-----BEGIN CERTIFICATE-----" in data:
-            key = x509.load_pem_x509_certificate(data).public_key()
+            key = load_certificates(data, what=str(path), error=KeyFileError)[0].public_key()
         else:
             key = serialization.load_pem_public_key(data)
     except (ValueError, UnsupportedAlgorithm):

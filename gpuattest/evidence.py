@@ -291,13 +291,16 @@ _LEAF_CHIPS = (
 def arch_of_chain(chain_pem: bytes) -> str:
     """The architecture a raw report's chain names in its leaf's common name (``GH100 A01
     GSP FMC LF`` is Hopper, ``GB100 ...`` Blackwell, ``LS_10 ...`` an NVSwitch); HOPPER
-    when the leaf names none of them (the chain check then judges the chain)."""
+    when the leaf names none of them (the chain check then judges the chain).
+
+    Raises:
+        MalformedCertificateError: the chain cannot be parsed (any certificate in it).
+    """
     from cryptography import x509
 
-    try:
-        leaf = x509.load_pem_x509_certificates(chain_pem)[0]
-    except (ValueError, IndexError):
-        return "HOPPER"
+    from .chain import load_pem_chain
+
+    leaf = load_pem_chain(chain_pem)[0]  # MalformedCertificateError for a corrupt chain
     names = leaf.subject.get_attributes_for_oid(x509.NameOID.COMMON_NAME)
     cn = str(names[0].value) if names else ""
     for prefix, arch in _LEAF_CHIPS:
@@ -312,6 +315,7 @@ def load_raw_evidence(report_path: Path, chain_path: Path, arch: str | None = No
 
     Raises:
         MalformedEvidenceError: unreadable or undecodable files.
+        MalformedCertificateError: the chain cannot be parsed.
     """
     report = _decode_report(_read_capped(report_path, "report"))
     chain = _read_capped(chain_path, "certificate chain")

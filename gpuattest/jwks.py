@@ -50,14 +50,18 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from gpucc.core.errors import CollateralUnavailableError, MalformedInputError
+from gpucc.core.errors import (
+    CollateralUnavailableError,
+    MalformedCertificateError,
+    MalformedInputError,
+)
 from gpucc.core.files import write_atomic
 from gpucc.core.jsonio import loads_untrusted
 from gpucc.core.origins import OriginGuard, origin_of, parse_origin
 from gpucc.core.transport import Fetcher, plain_http_to_remote, safe_url
 
 from .jws import TokenCheckError, b64url_decode
-from .x509chain import ChainProfile, validate_chain
+from .x509chain import ChainProfile, load_certificate, validate_chain
 
 __all__ = [
     "DEFAULT_JWKS_TTL",
@@ -125,8 +129,9 @@ def _b64_certs(value: object) -> tuple[x509.Certificate, ...]:
         if not isinstance(item, str):
             raise ValueError("x5c entry is not text")
         try:
-            certs.append(x509.load_der_x509_certificate(base64.b64decode(item, validate=True)))
-        except (binascii.Error, ValueError) as exc:
+            der = base64.b64decode(item, validate=True)
+            certs.append(load_certificate(der, what="the x5c entry"))
+        except (binascii.Error, ValueError, MalformedCertificateError) as exc:
             raise ValueError(f"x5c entry is not a DER certificate: {exc}") from None
     return tuple(certs)
 

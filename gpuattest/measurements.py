@@ -73,7 +73,10 @@ class MismatchRecord:
         runtime_size: the runtime value length, or None when the block is missing.
         reason: ``"missing"``, ``"size"`` or ``"value"``; for an opaque-data entry
             (index 0x1000 or more) ``"missing"``, ``"not-svn"`` or ``"svn-below-minimum"``.
-        name: the RIM entry's name (set for opaque-data entries).
+        name: the RIM entry's name (set for opaque-data entries); for a CoRIM record,
+            the measurement key.
+        environment: a CoRIM record's environment (empty for XML RIM records); its
+            ``golden_values`` hold the reference and ``runtime_value`` the evidence, as text.
     """
 
     index: int
@@ -86,6 +89,18 @@ class MismatchRecord:
     name: str = ""
     min_svn: int | None = None
     runtime_svn: int | None = None
+    environment: str = ""
+
+    @property
+    def is_corim(self) -> bool:
+        """True for a CoRIM record (environment and key, not a RIM index)."""
+        return bool(self.environment)
+
+    @property
+    def label(self) -> str:
+        """How a table names the record: the RIM index, or a CoRIM record's environment
+        and key."""
+        return f"{self.environment} [{self.name}]" if self.is_corim else str(self.index)
 
     @property
     def is_opaque(self) -> bool:
@@ -115,14 +130,27 @@ class MismatchRecord:
 
     @property
     def measurement_source(self) -> str:
-        """NVIDIA's name for the source: ``"Driver"``, or ``"Firmware"`` for the VBIOS."""
+        """NVIDIA's name for the source: ``"Driver"``, ``"Firmware"`` for the VBIOS,
+        ``"CoRIM"`` for a CoRIM record."""
+        if self.is_corim:
+            return "CoRIM"
         return "Driver" if self.source == "driver" else "Firmware"
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form: NVAT's record (``index``, ``goldenValue`` (the first
         alternative), ``goldenSize``, ``runtimeValue``, ``runtimeSize``,
         ``measurementSource``) and, beside it, every golden alternative, the SPDM block
-        index and why the entry failed."""
+        index and why the entry failed. A CoRIM record is its environment, key, reference,
+        evidence and reason."""
+        if self.is_corim:
+            return {
+                "environment": self.environment,
+                "key": self.name,
+                "reference": self.golden_values[0] if self.golden_values else None,
+                "evidence": self.runtime_value,
+                "measurementSource": self.measurement_source,
+                "reason": self.reason,
+            }
         return {
             "index": self.index,
             "goldenValue": self.golden_values[0] if self.golden_values else None,

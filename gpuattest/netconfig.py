@@ -84,6 +84,7 @@ class NetworkSettings:
             body, retries and redirects together.
         retries: retries on connection errors and 5xx answers.
         clock_skew: tolerance on OCSP thisUpdate/nextUpdate.
+        kds_url: AMD's KDS base URL, or a mirror serving its paths (None: AMD's).
     """
 
     rim_url: str | None = None
@@ -99,6 +100,7 @@ class NetworkSettings:
     deadline: float = DEFAULT_TOTAL_TIMEOUT
     retries: int = DEFAULT_RETRIES
     clock_skew: dt.timedelta = DEFAULT_CLOCK_SKEW
+    kds_url: str | None = None
 
     def cache(self) -> CollateralCache | None:
         """The cache these settings use, or None when caching is off."""

@@ -18,6 +18,9 @@ Schema (every key optional; shown with its default)::
       allow_nonce_mismatch: false  # accept responses without the nonce (caching proxies)
     rim:
       expired_signer_grace_days: 0  # accept a RIM whose L4 signer expired at most N days ago
+      allow_unsigned_corim: false   # accept unsigned CoRIMs (a relaxation every output shows)
+      corim_purpose: null           # the purpose a CoRIM-appraised device must name
+                                    # ("CC MPT", "CC SPT", ...); null: the one it names
     measurements:
       allow_mismatch: []         # RIM indices whose mismatch is tolerated
     versions:
@@ -52,10 +55,9 @@ from typing import Any
 from gpucc.core.errors import MalformedPolicyError
 
 from .cvm.policy import CvmPolicy, parse_cvm_policy
-from .result import Check, CheckStatus
 from .topology_policy import TopologyPolicy
 
-__all__ = ["Policy", "device_identity_check", "load_policy", "parse_policy", "version_tuple"]
+__all__ = ["Policy", "load_policy", "parse_policy", "version_tuple"]
 
 MAX_POLICY_BYTES = 64 * 1024
 _CHAINS = frozenset({"device", "driver-rim", "vbios-rim"})
@@ -80,6 +82,8 @@ class Policy:
     allow_hold: frozenset[str] = frozenset()
     allow_ocsp_nonce_mismatch: bool = False
     rim_expired_signer_grace: dt.timedelta = dt.timedelta(0)
+    allow_unsigned_corim: bool = False
+    corim_purpose: str | None = None
     allow_mismatch: frozenset[int] = frozenset()
     min_driver: str | None = None
     allowed_drivers: frozenset[str] | None = None
@@ -104,7 +108,11 @@ class Policy:
                 "allow_hold": sorted(self.allow_hold),
                 "allow_nonce_mismatch": self.allow_ocsp_nonce_mismatch,
             },
-            "rim": {"expired_signer_grace_days": self.rim_expired_signer_grace.days},
+            "rim": {
+                "expired_signer_grace_days": self.rim_expired_signer_grace.days,
+                **({"allow_unsigned_corim": True} if self.allow_unsigned_corim else {}),
+                **({"corim_purpose": self.corim_purpose} if self.corim_purpose else {}),
+            },
             "measurements": {"allow_mismatch": sorted(self.allow_mismatch)},
             "versions": {
                 "min_driver": self.min_driver,
@@ -139,7 +147,11 @@ _SCHEMA: dict[str, dict[str, type | tuple[type, ...]]] = {
         "allow_hold": list,
         "allow_nonce_mismatch": bool,
     },
-    "rim": {"expired_signer_grace_days": int},
+    "rim": {
+        "expired_signer_grace_days": int,
+        "allow_unsigned_corim": bool,
+        "corim_purpose": (str, type(None)),
+    },
     "measurements": {"allow_mismatch": list},
     "versions": {
         "min_driver": (str, type(None)),
@@ -195,19 +207,6 @@ def _device_ids(items: list[Any]) -> frozenset[str]:
     return frozenset(out)
 
 
-def device_identity_check(ueid: str, policy: Policy, what: str) -> Check:
-    """Whether the device whose leaf certificate has serial ``ueid`` is one the policy
-    pins (``devices.allowed``); without pins, a reported value that accepts any device."""
-    title = "Device identity pinned"
-    if policy.allowed_devices is None:
-        reason = "not pinned: no devices.allowed in the policy; any device that verifies"
-        return Check("device-identity", title, CheckStatus.NOT_PRESENT, reason)
-    if ueid in policy.allowed_devices:
-        return Check("device-identity", title, CheckStatus.PASS)
-    reason = f"{what} {ueid} (leaf certificate serial) is not in the policy's devices.allowed"
-    return Check("device-identity", title, CheckStatus.FAIL, reason)
-
-
 def parse_policy(doc: Any, *, source: str = "policy") -> Policy:
     """Build a :class:`Policy` from a decoded YAML document.
 
@@ -237,6 +236,9 @@ def parse_policy(doc: Any, *, source: str = "policy") -> Policy:
     grace = rim.get("expired_signer_grace_days", 0)
     if not 0 <= grace <= 3650:
         raise MalformedPolicyError("rim.expired_signer_grace_days must be 0..3650")
+    purpose = rim.get("corim_purpose")
+    if purpose is not None and not 0 < len(purpose) <= 64:
+        raise MalformedPolicyError("rim.corim_purpose must be a purpose name such as 'CC MPT'")
     min_driver = ver.get("min_driver")
     if min_driver is not None:
         try:
@@ -272,6 +274,8 @@ def parse_policy(doc: Any, *, source: str = "policy") -> Policy:
         allow_hold=hold,
         allow_ocsp_nonce_mismatch=ocsp.get("allow_nonce_mismatch", False),
         rim_expired_signer_grace=dt.timedelta(days=grace),
+        allow_unsigned_corim=rim.get("allow_unsigned_corim", False),
+        corim_purpose=purpose,
         allow_mismatch=frozenset(mismatch),
         min_driver=min_driver,
         allowed_drivers=_str_list(drivers, "versions.allowed_drivers")

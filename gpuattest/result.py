@@ -23,6 +23,7 @@ __all__ = [
     "CheckStatus",
     "Decision",
     "GpuResult",
+    "Judged",
     "RuntimeMeasurement",
     "Verdict",
     "check_reasons",
@@ -50,6 +51,23 @@ class Decision(enum.StrEnum):
     ACCEPT = "accept"
     REFUSE = "refuse"
     UNDECIDED = "undecided"
+
+
+class Judged:
+    """What every result of the family shares: ``trusted`` and ``undecided``, read from its
+    ``verdict`` (a GPU set's, a switch set's, the topology's, a CVM's, a platform's)."""
+
+    verdict: Verdict
+
+    @property
+    def trusted(self) -> bool:
+        """True only when every check was accepted."""
+        return self.verdict is Verdict.TRUSTED
+
+    @property
+    def undecided(self) -> bool:
+        """Nothing was refused, but something could not be decided (collateral, time)."""
+        return self.verdict is Verdict.UNDECIDED
 
 
 class Verdict(enum.StrEnum):
@@ -188,7 +206,7 @@ class GpuResult:
 
 
 @dataclass(frozen=True)
-class AttestationResult:
+class AttestationResult(Judged):
     """The verdict over every GPU of one piece of evidence."""
 
     verdict: Verdict
@@ -197,11 +215,6 @@ class AttestationResult:
     verified_at: dt.datetime
     expected_nonce: bytes | None
     source: str
-
-    @property
-    def trusted(self) -> bool:
-        """True only when every GPU passed every required check."""
-        return self.verdict is Verdict.TRUSTED
 
     @property
     def reasons(self) -> tuple[str, ...]:

@@ -36,7 +36,6 @@ from pathlib import Path
 from typing import Any
 
 from cryptography import x509
-from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.utils import CryptographyDeprecationWarning
 from lxml import etree
 
@@ -523,15 +522,11 @@ def _check_certificate(cert: x509.Certificate, n: int) -> None:
     algorithm; a certificate whose parts do not decode is malformed input here
     rather than an exception in the middle of validation.
     """
-    try:
-        _ = cert.subject, cert.issuer, cert.extensions
-        _ = cert.not_valid_before_utc, cert.not_valid_after_utc
-        _ = cert.signature_hash_algorithm
-        cert.public_key()
-    except (ValueError, TypeError, UnsupportedAlgorithm, x509.DuplicateExtension) as exc:
-        raise MalformedRimError(
-            f"embedded certificate {n} cannot be decoded: {one_line(str(exc), 80)}"
-        ) from None
+    from .x509chain import unparseable
+
+    why = unparseable(cert)
+    if why is not None:
+        raise MalformedRimError(f"embedded certificate {n} cannot be decoded: {one_line(why, 80)}")
 
 
 # --- schema -----------------------------------------------------------------

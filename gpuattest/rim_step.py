@@ -13,7 +13,7 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gpucc.core.errors import CollateralUnavailableError
+from gpucc.core.errors import CollateralUnavailableError, MalformedRimError
 
 from .collateral import ChainKind, OcspChecker, RimSource
 from .policy import Policy
@@ -116,7 +116,13 @@ def verify_rim(
             f"{claim}-measurements-available": False,
         }
         return RimOutcome(None, tuple(checks), claims)
+    from .corim import looks_like_corim
     from .rim import verify_document  # lxml loads only when a RIM is there to parse
+
+    if looks_like_corim(data):
+        raise MalformedRimError(
+            f"{rim_id}: the file given is a CoRIM; this device's {label} is an XML RIM"
+        )
 
     manifest, schema, sig = verify_document(data, anchor=roots.rim_root, now=now)
     checks = [Check(f"{p}-fetched", f"{label} available", CheckStatus.PASS, rim_id)]

@@ -1,17 +1,20 @@
 """The SPDM table of contents some NVIDIA reports carry in measurement block 0xFD (Rubin).
 
-The block's value is CBOR: a tagged map (tag 570) whose key 0 lists evidence
-environments (tag 571 each holding ``[environment, [measurement, ...]]`` pairs), key 1
-the locators of the device's reference values (URIs, tag 32) and key 2 the evidence
-profile (a tag-32 URI). An environment is named by a class ID (an OID, tag 111); each of
-its measurements has an optional key (``"purpose"``, ``"BRP"``, ...) and a value map:
-``{12: {0: [block index, ...]}}`` points at raw measurement blocks of the same report,
-``{11: text}`` is a text value (the purpose, ``CC MPT``), ``{1: tag 552 n}`` an SVN and
-``{4: tag 560 bytes}`` raw bytes.
+The block's value is CBOR: ``#6.570({0: [+ #6.571(concise-evidence)], ? 1: [locators],
+? 2: profile})``. Each concise evidence holds evidence triples ``[environment,
+[measurement, ...]]`` in the CoRIM vocabulary: an environment is named by its class (an OID,
+tag 111, in NVIDIA's tables); each measurement has an optional key (``"purpose"``,
+``"BRP"``, ...) and a value map: ``{12: {0: [block index, ...]}}`` points at measurement
+blocks of the same report, ``{11: text}`` is a name (the purpose, ``CC MPT``), ``{1: tag
+552 n}`` an SVN and ``{4: tag 560 bytes}`` raw bytes. Key 1 lists the locators of the
+device's reference values (URIs, tag 32), key 2 the evidence profile (a tag-32 URI).
 
-The table is signed with the rest of the report, so what it says (the purpose, the
-locators) may be relied on once the signature verifies. :func:`parse_toc` returns a
-:class:`SpdmToc` value with the measurement values it points at, keyed by block index.
+The bytes are read by the one strict CBOR reader (:mod:`gpuattest.cbor_strict`) and the
+environments and values by the CoRIM reader's own functions (:mod:`gpuattest.corim`), so a
+table and a CoRIM can never disagree on what a value means. The table is signed with the
+rest of the report, so what it says (the purpose, the locators) may be relied on once the
+signature verifies. :func:`parse_toc` returns a :class:`SpdmToc` value with the measurement
+values it points at, keyed by block index.
 """
 
 from __future__ import annotations
@@ -19,43 +22,64 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Protocol
 
-from gpucc.core.errors import MalformedReportError, UnsupportedFormatError
+from cbor2 import CBORTag
 
-from ._internal.cbor import CborError, Tag, decode
-from .report import MeasurementBlock
+from gpucc.core.errors import MalformedInputError, MalformedReportError, UnsupportedFormatError
 
-__all__ = ["TOC_BLOCK_INDEX", "SpdmToc", "TocEnvironment", "TocMeasurement", "parse_toc"]
+from .cbor_strict import CborLimits, decode_strict
+from .corim import (
+    CORIM_TAGS,
+    TAG_CONCISE_EVIDENCE,
+    TAG_CONCISE_EVIDENCE_TOC,
+    TAG_URI,
+    Environment,
+    Measurement,
+    environment_of,
+    measurements_of,
+)
+
+__all__ = [
+    "MAX_TOC_BYTES",
+    "PURPOSE_KEY",
+    "TOC_BLOCK_INDEX",
+    "SpdmBlock",
+    "SpdmToc",
+    "TocEnvironment",
+    "parse_toc",
+]
 
 #: The measurement block that holds the table of contents.
 TOC_BLOCK_INDEX = 0xFD
-_TOC_TAG = 570
-_ENVIRONMENTS_TAG = 571
-_OID_TAG = 111
-_URI_TAG = 32
-_SVN_TAG = 552
-_RAW_TAG = 560
+#: The measurement key under which an environment names the evidence's purpose.
+PURPOSE_KEY = "purpose"
 MAX_TOC_BYTES = 16 * 1024
+_LIMITS = CborLimits(max_bytes=MAX_TOC_BYTES, max_depth=16, max_items=512, max_string=4096)
 
 
-@dataclass(frozen=True)
-class TocMeasurement:
-    """One measurement of an environment: where its value is, or the value itself."""
+class SpdmBlock(Protocol):
+    """What is read of one SPDM measurement block (the report module's blocks fit)."""
 
-    key: str | None
-    block_indices: tuple[int, ...] = ()
-    text: str | None = None
-    svn: int | None = None
-    raw: bytes | None = None
+    @property
+    def value_type(self) -> int: ...
+
+    @property
+    def value(self) -> bytes: ...
 
 
 @dataclass(frozen=True)
 class TocEnvironment:
-    """An evidence environment: its class ID (dotted OID) and its measurements."""
+    """An evidence environment and its measurements (CoRIM values; block indirections in
+    ``values.indices``)."""
 
-    class_id: str
-    measurements: tuple[TocMeasurement, ...]
+    environment: Environment
+    measurements: tuple[Measurement, ...]
+
+    @property
+    def class_id(self) -> str:
+        """The environment's class ID without its ``oid:`` prefix ("" when it has none)."""
+        return (self.environment.class_id or "").removeprefix("oid:")
 
 
 @dataclass(frozen=True)
@@ -66,6 +90,7 @@ class SpdmToc:
         profile: the evidence profile URI (``tag:nvidia.com,2026:evidence/spdm/...``).
         environments: every evidence environment, in table order.
         purpose: the signed purpose (``CC MPT``, ``CC SPT``...), None when absent.
+        purpose_environment: the environment that names it.
         rim_locators: where the device's reference values are published.
         values: block index to the raw measurement value for every block the table names.
     """
@@ -75,6 +100,12 @@ class SpdmToc:
     purpose: str | None
     rim_locators: tuple[str, ...]
     values: Mapping[int, bytes] = field(repr=False)
+    purpose_environment: Environment | None = None
+
+    @property
+    def rim_ids(self) -> tuple[str, ...]:
+        """The last path segment of each locator: the ID NVIDIA's RIM service serves it by."""
+        return tuple(loc.rstrip("/").rsplit("/", 1)[-1] for loc in self.rim_locators)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form (values in hex)."""
@@ -88,10 +119,10 @@ class SpdmToc:
                     "measurements": [
                         {
                             "key": m.key,
-                            "blocks": list(m.block_indices),
-                            "text": m.text,
-                            "svn": m.svn,
-                            "raw": m.raw.hex() if m.raw is not None else None,
+                            "blocks": list(m.values.indices),
+                            "text": m.values.name,
+                            "svn": m.values.svn.value if m.values.svn is not None else None,
+                            "raw": m.values.raw.value.hex() if m.values.raw is not None else None,
                         }
                         for m in env.measurements
                     ],
@@ -106,123 +137,90 @@ def _bad(what: str) -> MalformedReportError:
     return MalformedReportError(f"block 0xFD table of contents: {what}")
 
 
-def _oid(raw: bytes) -> str:
-    """Dotted form of DER OID content octets."""
-    if not raw or raw[-1] & 0x80:
-        raise _bad("an environment class ID is not an OID")
-    arcs: list[int] = []
-    value = 0
-    for i, byte in enumerate(raw):
-        if value == 0 and byte == 0x80:
-            raise _bad("an environment class ID is not minimally encoded")
-        value = (value << 7) | (byte & 0x7F)
-        if not byte & 0x80:
-            if not arcs:
-                first = min(value // 40, 2)
-                arcs += [first, value - 40 * first]
-            else:
-                arcs.append(value)
-            value = 0
-        if i > 64:
-            raise _bad("an environment class ID is too long")
-    return ".".join(map(str, arcs))
-
-
-def _tagged(value: Any, number: int, kind: type, what: str) -> Any:
-    if not isinstance(value, Tag) or value.number != number or not isinstance(value.value, kind):
-        raise _bad(f"{what} is not a tag-{number} {kind.__name__}")
+def _tagged(value: Any, number: int, what: str) -> Any:
+    if not isinstance(value, CBORTag) or value.tag != number:
+        raise _bad(f"{what} is not tag {number}")
     return value.value
 
 
-def _measurement(item: Any) -> TocMeasurement:
-    if not isinstance(item, dict) or not isinstance(item.get(1), dict):
-        raise _bad("a measurement is not a map with a value map")
-    key = item.get(0)
-    if key is not None and not isinstance(key, str):
-        raise _bad("a measurement key is not text")
-    mval: dict[Any, Any] = item[1]
-    blocks: tuple[int, ...] = ()
-    if 12 in mval:
-        where = mval[12]
-        indices = where.get(0) if isinstance(where, dict) else None
-        if not isinstance(indices, list) or not all(
-            isinstance(i, int) and not isinstance(i, bool) and 1 <= i <= 0xFE for i in indices
-        ):
-            raise _bad("a measurement's block list is not a list of block indices")
-        blocks = tuple(indices)
-    text = mval.get(11)
-    if text is not None and not isinstance(text, str):
-        raise _bad("a text value is not text")
-    svn = _tagged(mval[1], _SVN_TAG, int, "an SVN") if 1 in mval else None
-    if isinstance(svn, bool) or (svn is not None and svn < 0):
-        raise _bad("an SVN is not a non-negative integer")
-    raw = _tagged(mval[4], _RAW_TAG, bytes, "a raw value") if 4 in mval else None
-    return TocMeasurement(key=key, block_indices=blocks, text=text, svn=svn, raw=raw)
+def _environments(body: Mapping[Any, Any]) -> list[TocEnvironment]:
+    groups = body.get(0)
+    if not isinstance(groups, tuple) or not groups:
+        raise _bad("no list of evidence environments")
+    out: list[TocEnvironment] = []
+    for n, group in enumerate(groups):
+        evidence = _tagged(group, TAG_CONCISE_EVIDENCE, f"concise evidence {n}")
+        triples_map = evidence.get(0) if isinstance(evidence, Mapping) else None
+        triples = triples_map.get(0) if isinstance(triples_map, Mapping) else None
+        if not isinstance(triples, tuple):
+            raise _bad(f"concise evidence {n} holds no list of environments")
+        for i, triple in enumerate(triples):
+            if not isinstance(triple, tuple) or len(triple) != 2:
+                raise _bad(f"environment {i} is not an [environment, measurements] pair")
+            out.append(
+                TocEnvironment(
+                    environment_of(triple[0], f"environment {i}"),
+                    measurements_of(triple[1], f"environment {i} measurement", reference=False),
+                )
+            )
+    return out
 
 
-def _environment(pair: Any) -> TocEnvironment:
-    if not isinstance(pair, list) or len(pair) != 2:
-        raise _bad("an environment entry is not an [environment, measurements] pair")
-    env, measurements = pair
-    cls = env.get(0) if isinstance(env, dict) else None
-    class_id = cls.get(0) if isinstance(cls, dict) else None
-    if not isinstance(measurements, list):
-        raise _bad("an environment's measurements are not a list")
-    return TocEnvironment(
-        class_id=_oid(_tagged(class_id, _OID_TAG, bytes, "an environment class ID")),
-        measurements=tuple(_measurement(m) for m in measurements),
-    )
-
-
-def parse_toc(raw: bytes, blocks: Mapping[int, MeasurementBlock]) -> SpdmToc:
+def parse_toc(raw: bytes, blocks: Mapping[int, SpdmBlock]) -> SpdmToc:
     """Decode block 0xFD's value and collect the raw values of the blocks it names.
 
     Raises:
         UnsupportedFormatError: the block holds CBOR that is not a table of contents of
             the kind gpucc reads (another tag).
-        MalformedReportError: not CBOR, a table that breaks its shape, or a named block
-            the report lacks.
+        MalformedReportError: not CBOR under the strict reader's rules, a table that breaks
+            its shape, two purposes, or a named block the report lacks.
     """
-    if len(raw) > MAX_TOC_BYTES:
-        raise _bad(f"{len(raw)} bytes, more than {MAX_TOC_BYTES}")
     try:
-        doc = decode(raw)
-    except CborError as exc:
-        raise _bad(f"not CBOR: {exc}") from None
-    if not isinstance(doc, Tag) or doc.number != _TOC_TAG:
-        number = doc.number if isinstance(doc, Tag) else None
+        doc = decode_strict(raw, what="CBOR", allowed_tags=CORIM_TAGS, limits=_LIMITS)
+    except MalformedInputError as exc:
+        raise _bad(str(exc)) from None
+    if not isinstance(doc, CBORTag) or doc.tag != TAG_CONCISE_EVIDENCE_TOC:
+        number = doc.tag if isinstance(doc, CBORTag) else None
         raise UnsupportedFormatError(
             f"measurement block 0xFD holds a structure gpucc does not read (CBOR tag {number}; "
-            f"the table of contents gpucc reads is tag {_TOC_TAG})"
+            f"the table of contents gpucc reads is tag {TAG_CONCISE_EVIDENCE_TOC})"
         )
     body = doc.value
-    if not isinstance(body, dict) or not isinstance(body.get(0), list):
-        raise _bad("no list of evidence environments")
-    environments: list[TocEnvironment] = []
-    for group in body[0]:
-        triples = _tagged(group, _ENVIRONMENTS_TAG, dict, "an environment group")
-        inner = triples.get(0)
-        pairs = inner.get(0) if isinstance(inner, dict) else None
-        if not isinstance(pairs, list):
-            raise _bad("an environment group holds no list of environments")
-        environments += [_environment(p) for p in pairs]
+    if not isinstance(body, Mapping):
+        raise _bad("the table is not a map")
+    try:
+        environments = _environments(body)
+    except MalformedReportError:
+        raise
+    except MalformedInputError as exc:
+        raise _bad(str(exc)) from None
+    listed = body.get(1, ())
+    if not isinstance(listed, tuple):
+        raise _bad("the RIM locators are not a list")
     locators: list[str] = []
-    for loc in body.get(1, []) if isinstance(body.get(1, []), list) else [None]:
-        uri = loc.get(0) if isinstance(loc, dict) else None
-        locators.append(_tagged(uri, _URI_TAG, str, "a RIM locator"))
-    profile = _tagged(body[2], _URI_TAG, str, "the profile") if 2 in body else None
-    purposes = [
-        m.text
+    for loc in listed:
+        uri = loc.get(0) if isinstance(loc, Mapping) else None
+        text = _tagged(uri, TAG_URI, "a RIM locator")
+        if not isinstance(text, str):
+            raise _bad("a RIM locator is not text")
+        locators.append(text)
+    profile = _tagged(body[2], TAG_URI, "the profile") if 2 in body else None
+    if profile is not None and not isinstance(profile, str):
+        raise _bad("the profile is not text")
+    named = [
+        (env.environment, m.values.name)
         for env in environments
         for m in env.measurements
-        if m.key == "purpose" and m.text is not None
+        if m.key == PURPOSE_KEY and m.values.name is not None
     ]
-    if len(set(purposes)) > 1:
-        raise _bad(f"it names more than one purpose ({', '.join(sorted(set(purposes)))})")
+    if len(named) > 1:
+        raise _bad(f"it names more than one purpose ({', '.join(sorted(n for _, n in named))})")
     values: dict[int, bytes] = {}
     for env in environments:
         for m in env.measurements:
-            for index in m.block_indices:
+            if m.values.indices and not m.values.empty:
+                raise _bad(f"{env.environment} holds both values and a block indirection")
+            for index in m.values.indices:
                 block = blocks.get(index)
                 if block is None:
                     raise _bad(f"it names block {index}, which the report lacks")
@@ -230,7 +228,8 @@ def parse_toc(raw: bytes, blocks: Mapping[int, MeasurementBlock]) -> SpdmToc:
     return SpdmToc(
         profile=profile,
         environments=tuple(environments),
-        purpose=purposes[0] if purposes else None,
+        purpose=named[0][1] if named else None,
         rim_locators=tuple(locators),
         values=MappingProxyType(values),
+        purpose_environment=named[0][0] if named else None,
     )

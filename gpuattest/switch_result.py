@@ -6,7 +6,7 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .result import Check, RuntimeMeasurement, Verdict, check_reasons, measurements_to_dict
+from .result import Check, Judged, RuntimeMeasurement, Verdict, check_reasons, measurements_to_dict
 
 if TYPE_CHECKING:
     from .measurements import MeasurementResult
@@ -76,7 +76,7 @@ class SwitchResult:
 
 
 @dataclass(frozen=True)
-class SwitchAttestationResult:
+class SwitchAttestationResult(Judged):
     """The verdict over every NVSwitch of one piece of evidence."""
 
     verdict: Verdict
@@ -85,11 +85,6 @@ class SwitchAttestationResult:
     verified_at: dt.datetime
     expected_nonce: bytes | None
     source: str
-
-    @property
-    def trusted(self) -> bool:
-        """True only when every switch passed every required check."""
-        return self.verdict is Verdict.TRUSTED
 
     @property
     def reasons(self) -> tuple[str, ...]:

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .report import AttestationReport, OpaqueType
-from .result import Check, CheckStatus, Decision, Verdict, check_reasons, combine_verdicts
+from .result import Check, CheckStatus, Decision, Judged, Verdict, check_reasons, combine_verdicts
 from .switch_report import PDI_LENGTH, split_pdis
 from .topology_policy import TopologyPolicy
 
@@ -53,7 +53,7 @@ MAX_DEVICES = 64
 
 
 @dataclass(frozen=True)
-class TopologyResult:
+class TopologyResult(Judged):
     """The topology checks, their verdict and the PDI sets they found."""
 
     verdict: Verdict
@@ -61,11 +61,6 @@ class TopologyResult:
     switch_pdis: tuple[bytes, ...]
     gpu_pdis: tuple[bytes, ...]
     expected: TopologyPolicy
-
-    @property
-    def trusted(self) -> bool:
-        """True only when every topology check passed."""
-        return self.verdict is Verdict.TRUSTED
 
     @property
     def reasons(self) -> tuple[str, ...]:

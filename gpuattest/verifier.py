@@ -13,8 +13,11 @@ each GPU:
 8. driver and VBIOS versions: NVML's self-report (when present) and the policy's limits
 9. driver and VBIOS RIMs: obtained, XSD-valid, XML-DSig valid, chained to the pinned RIM
    root at ``now``, OCSP on RIM certificates 0..n-2, colloquialVersion equals the report's
-   (:mod:`gpuattest.rim_step`)
-10. measurements: active golden values of both RIMs against the report's blocks
+   (:mod:`gpuattest.rim_step`); for a kind whose reference values are CoRIMs, its CoRIMs
+   obtained, accepted (signed under the RIM root, or unsigned under the policy's
+   relaxation) and their signers' OCSP (:mod:`gpuattest.corim_step`)
+10. measurements: active golden values of both RIMs against the report's blocks, or the
+   CoRIMs' reference values against the device's evidence values
 11. CC state, for evidence collected from NVML
 
 Each step yields a :class:`~gpuattest.result.Check` with a status (pass, fail,
@@ -47,9 +50,11 @@ from ._internal import der
 from ._internal.x509names import common_name
 from .chain import load_pem_chain
 from .collateral import ChainKind, OcspChecker, RimSource
+from .corim_step import CorimOutcome, verify_corims
 from .device import (
     DEVICE_CHAIN,
     DEVICE_CHAIN_LENGTH,
+    CorimInputs,
     DeviceProfile,
     DeviceReport,
     gpu_profile,
@@ -62,7 +67,7 @@ from .measurements import (
     MismatchRecord,
     compare_roles,
 )
-from .policy import Policy, device_identity_check, version_tuple
+from .policy import Policy, version_tuple
 from .report import Architecture, AttestationReport, OpaqueType
 from .result import (
     CLAIMS_VERSION,
@@ -284,8 +289,8 @@ def _check_rims(
     rec: _Record,
 ) -> dict[str, RimOutcome]:
     """The profile's RIM roles, each obtained and verified (none where the kind's
-    reference values are not XML RIMs)."""
-    if profile.reference_values_missing:
+    reference values are CoRIMs)."""
+    if profile.corim_ids is not None:
         return {}
     outcomes: dict[str, RimOutcome] = {}
     for ref in profile.rims(report, arch):
@@ -307,9 +312,42 @@ def _check_rims(
     return outcomes
 
 
+def _check_corims(
+    report: DeviceReport,
+    toc: SpdmToc | None,
+    leaf: x509.Certificate,
+    ev: GpuEvidence,
+    profile: DeviceProfile,
+    ctx: VerificationContext,
+    rec: _Record,
+) -> CorimOutcome | None:
+    """The CoRIM variant of step 9, for kinds whose reference values are CoRIMs."""
+    if profile.corim_ids is None:
+        return None
+    found = profile.corim_ids(CorimInputs(report, toc, common_name(leaf), dict(ev.hints or {})))
+    out = verify_corims(
+        profile=profile,
+        found=found,
+        blocks=report.blocks,
+        leaf=leaf,
+        rims=ctx.rims,
+        ocsp=ctx.ocsp,
+        roots=ctx.roots,
+        now=ctx.now,
+        policy=ctx.policy,
+    )
+    rec.checks.extend(out.checks)
+    rec.claims.update(out.claims)
+    return out
+
+
 def _describe_mismatch(m: MismatchRecord) -> str:
     """``index 9 (vbios): golden <hex>[ or <hex>], runtime <hex>``: exact enough for a
-    policy that names the index."""
+    policy that names the index; a CoRIM record names its environment, key, reference and
+    evidence."""
+    if m.is_corim:
+        reference = m.golden_values[0] if m.golden_values else "(none)"
+        return f"{m.label}: reference {reference}, evidence {m.runtime_value}"
     golden = " or ".join(m.golden_values) or "(none)"
     runtime = m.runtime_value if m.runtime_value is not None else "(no block)"
     name = f" {m.name}" if m.name else ""
@@ -325,12 +363,12 @@ def _measurement_check(meas: MeasurementResult, policy: Policy) -> Check:
             meas.reason,
             collateral_missing=True,
         )
-    tolerated = [m for m in meas.mismatches if m.index in policy.allow_mismatch]
-    blocking = [m for m in meas.mismatches if m.index not in policy.allow_mismatch]
+    tolerated = [m for m in meas.mismatches if not m.is_corim and m.index in policy.allow_mismatch]
+    blocking = [m for m in meas.mismatches if m.is_corim or m.index not in policy.allow_mismatch]
     missing = " and no ".join(meas.missing_rims)
     if blocking:
         listed = "; ".join(_describe_mismatch(m) for m in blocking)
-        reason = f"mismatch at RIM {listed}"
+        reason = f"mismatch at {'CoRIM' if blocking[0].is_corim else 'RIM'} {listed}"
         if missing:
             reason += f" (not compared: no {missing} RIM)"
     elif meas.conflicts:
@@ -361,30 +399,16 @@ def _measurement_check(meas: MeasurementResult, policy: Policy) -> Check:
     )
 
 
-def _reference_values_missing(reason: str) -> MeasurementResult:
-    return MeasurementResult(
-        status=MeasurementStatus.NOT_RUN,
-        reason=reason,
-        missing_rims=(),
-        mismatches=(),
-        conflicts=(),
-        skipped=(),
-        golden_count=0,
-        compared_count=0,
-        matched_count=0,
-        nvdec0_disabled=None,
-    )
-
-
 def _check_measurements(
     report: DeviceReport,
     rims: dict[str, RimOutcome],
+    corims: CorimOutcome | None,
     profile: DeviceProfile,
     policy: Policy,
     rec: _Record,
 ) -> MeasurementResult | None:
-    if profile.reference_values_missing:
-        meas = _reference_values_missing(profile.reference_values_missing)
+    if corims is not None:
+        meas = corims.measurements
     else:
         meas = compare_roles(
             {role: out.manifest for role, out in rims.items()},
@@ -508,6 +532,19 @@ def _check_cc_state(evidence: EvidenceSet, policy: Policy, rec: _Record) -> None
     )
 
 
+def device_identity_check(ueid: str, policy: Policy, what: str) -> Check:
+    """Whether the device whose leaf certificate has serial ``ueid`` is one the policy
+    pins (``devices.allowed``); without pins, a reported value that accepts any device."""
+    title = "Device identity pinned"
+    if policy.allowed_devices is None:
+        reason = "not pinned: no devices.allowed in the policy; any device that verifies"
+        return Check("device-identity", title, CheckStatus.NOT_PRESENT, reason)
+    if ueid in policy.allowed_devices:
+        return Check("device-identity", title, CheckStatus.PASS)
+    reason = f"{what} {ueid} (leaf certificate serial) is not in the policy's devices.allowed"
+    return Check("device-identity", title, CheckStatus.FAIL, reason)
+
+
 # --- the outline ----------------------------------------------------------------------------
 
 
@@ -534,18 +571,14 @@ class DeviceOutcome:
     measurements: MeasurementResult | None
     rims: Mapping[str, RimOutcome]
     verdict: Verdict
+    corim_ids: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def rim_ids(self) -> dict[str, str]:
-        """Role to the RIM ID the report names (the table of contents' locators where
-        the kind's RIMs are not looked up)."""
-        if self.toc is not None and not self.rims:
-            names = [loc.rstrip("/").rsplit("/", 1)[-1] for loc in self.toc.rim_locators]
-            driver = next((n for n in names if "DRIVER" in n.upper()), "")
-            vbios = next((n for n in names if n != driver), "")
-            return {"driver": driver, "vbios": vbios}
-        if self.profile.reference_values_missing:
-            return {}
+        """Role to the RIM ID the report names (the CoRIM IDs where the kind's reference
+        values are CoRIMs)."""
+        if self.profile.corim_ids is not None:
+            return dict(self.corim_ids)
         return {ref.role.role: ref.rim_id for ref in self.profile.rims(self.report, self.arch)}
 
 
@@ -577,7 +610,8 @@ def verify_device(
     _check_nonce(report, ctx.expected_nonce, rec)  # (7)
     _check_versions(report, ev, profile, ctx.policy, rec)  # (8)
     rims = _check_rims(report, arch, profile, ctx, rec)  # (9)
-    measurements = _check_measurements(report, rims, profile, ctx.policy, rec)  # (10)
+    corims = _check_corims(report, toc, certs[0], ev, profile, ctx, rec)  # (9, CoRIMs)
+    measurements = _check_measurements(report, rims, corims, profile, ctx.policy, rec)  # (10)
     if profile.gpu_steps:
         _check_cc_state(evidence, ctx.policy, rec)  # (11)
 
@@ -596,6 +630,7 @@ def verify_device(
         arch=arch,
         report=report,
         toc=toc,
+        corim_ids=MappingProxyType(dict(corims.ids) if corims is not None else {}),
         checks=decided,
         claims=rec.claims,
         notes=rec.notes,

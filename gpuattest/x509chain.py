@@ -53,14 +53,19 @@ from __future__ import annotations
 import datetime as dt
 import enum
 import functools
-from collections.abc import Sequence
+import re
+import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding
+from cryptography.utils import CryptographyDeprecationWarning
 from cryptography.x509.oid import ExtensionOID
+
+from gpucc.core.errors import GpuccError, MalformedCertificateError
 
 from ._internal.x509names import common_name
 
@@ -73,6 +78,9 @@ __all__ = [
     "ChainResult",
     "ChainStatus",
     "SignatureRule",
+    "load_certificate",
+    "load_certificates",
+    "unparseable",
     "validate_chain",
     "validity_fault",
 ]
@@ -93,6 +101,114 @@ KNOWN_CRITICAL = frozenset(
 
 #: The longest chain accepted (NVIDIA's longest has 5 certificates).
 MAX_CHAIN_CERTS = 10
+
+
+def unparseable(cert: x509.Certificate) -> str | None:
+    """Why ``cert`` cannot be used, or None: every field gpucc reads, parsed now.
+
+    cryptography parses a certificate's fields when they are first read (the subject, the
+    extensions, the public key, the signature algorithm), and a field that does not parse
+    raises then, with one of several classes (``ValueError``, ``InvalidVersion``,
+    ``DuplicateExtension``, ``UnsupportedAlgorithm``, ``TypeError``). Reading them all here,
+    once, turns every one of them into an answer before any rule looks at the certificate.
+    """
+    try:
+        with warnings.catch_warnings():
+            # AMD's VCEKs have serial number 0, which RFC 5280 forbids (a warning, not a fault)
+            warnings.simplefilter("ignore", CryptographyDeprecationWarning)
+            _ = (cert.version, cert.serial_number, cert.subject, cert.issuer)
+            _ = (cert.not_valid_before_utc, cert.not_valid_after_utc)
+            _ = [e.value for e in cert.extensions]
+            _ = (cert.public_key(), cert.signature_algorithm_oid, cert.signature_hash_algorithm)
+            _ = (cert.signature_algorithm_parameters, cert.signature, cert.tbs_certificate_bytes)
+    except Exception as exc:  # whatever class the parser raises: the certificate is unusable
+        return " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+    return None
+
+
+def load_certificates(
+    data: bytes,
+    *,
+    what: str,
+    error: Callable[[str], GpuccError] = MalformedCertificateError,
+    max_count: int = MAX_CHAIN_CERTS,
+) -> tuple[x509.Certificate, ...]:
+    """The certificates of a PEM bundle (at least one, at most ``max_count``), each
+    :func:`unparseable`-checked: the one reader for certificates gpucc did not make.
+
+    Args:
+        data: concatenated PEM certificates.
+        what: names the document in messages ("the TDX quote's PCK chain").
+        error: the caller's malformed-input error class.
+
+    Raises:
+        ``error``: no certificate, too many, or one that cannot be parsed (its position named,
+        1 for the first).
+    """
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", CryptographyDeprecationWarning)
+            certs = x509.load_pem_x509_certificates(bytes(data))
+    except Exception as exc:  # whatever class the parser raises
+        raise error(f"{what} cannot be parsed: {_pem_fault(bytes(data), exc)}") from None
+    if len(certs) > max_count:
+        raise error(f"{what} has {len(certs)} certificates, more than {max_count}")
+    for i, cert in enumerate(certs):
+        why = unparseable(cert)
+        if why is not None:
+            raise error(f"{what}: certificate {i + 1} of {len(certs)} is malformed: {why}")
+    return tuple(certs)
+
+
+_PEM_BLOCK = re.compile(rb"-----BEGIN CERTIFICATE-----.*?-----END CERTIFICATE-----", re.DOTALL)
+
+
+def _pem_fault(data: bytes, exc: Exception) -> str:
+    """Which certificate of a PEM bundle the parser refused, and why (its own words when the
+    blocks one by one do not tell)."""
+    blocks = _PEM_BLOCK.findall(data[: 1024 * 1024])
+    for i, block in enumerate(blocks):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", CryptographyDeprecationWarning)
+                x509.load_pem_x509_certificate(block)
+        except Exception as one:  # whatever class the parser raises
+            return f"certificate {i + 1} of {len(blocks)}: {_first_line(one)}"
+    return _first_line(exc)
+
+
+def load_certificate(
+    data: bytes,
+    *,
+    what: str,
+    error: Callable[[str], GpuccError] = MalformedCertificateError,
+    pem: bool = True,
+) -> x509.Certificate:
+    """One certificate, DER (or PEM, exactly one, unless ``pem`` is False),
+    :func:`unparseable`-checked.
+
+    Raises:
+        ``error``: not one certificate, or one that cannot be parsed.
+    """
+    if pem and bytes(data).lstrip().startswith(b"-----BEGIN"):
+        certs = load_certificates(data, what=what, error=error)
+        if len(certs) != 1:
+            raise error(f"{what} must be one certificate, not {len(certs)}")
+        return certs[0]
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", CryptographyDeprecationWarning)
+            cert = x509.load_der_x509_certificate(bytes(data))
+    except Exception as exc:  # whatever class the parser raises
+        raise error(f"{what} cannot be parsed as a certificate: {_first_line(exc)}") from None
+    why = unparseable(cert)
+    if why is not None:
+        raise error(f"{what} is malformed: {why}")
+    return cert
+
+
+def _first_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:300] or type(exc).__name__
 
 
 class ChainStatus(enum.StrEnum):
@@ -241,6 +357,11 @@ def validate_chain(
     if now.tzinfo is None:
         raise ValueError("verification time must be timezone-aware")
     certs = tuple(chain)
+    for i, cert in enumerate(certs):
+        why = unparseable(cert)
+        if why is not None:
+            reason = f"certificate {i} of the chain cannot be parsed: {why}"
+            return ChainResult(ChainStatus.INVALID, reason, None, certs, ChainFault.MALFORMED, i)
     try:
         earliest = min((c.not_valid_after_utc for c in certs), default=None)
         broken = _links_broken(certs, anchor, profile)
@@ -342,9 +463,11 @@ def _check_links(
                 f"the signature on '{name}' does not verify with the key of '{by}'",
                 i,
             ) from None
-        except (ValueError, TypeError, UnsupportedAlgorithm) as exc:
+        except Exception as exc:  # whatever class the library raises for a key it cannot use
             raise _Broken(
-                ChainFault.BAD_SIGNATURE, f"'{name}' cannot be checked against its issuer: {exc}", i
+                ChainFault.BAD_SIGNATURE,
+                f"'{name}' cannot be checked against its issuer: {_first_line(exc)}",
+                i,
             ) from None
         if i + 1 < len(certs):
             # The CA certificates between the issuer and the leaf (1..i) count against its

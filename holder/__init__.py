@@ -7,8 +7,8 @@
   :mod:`holder.state_retention`.
 * :mod:`holder.audit`, :mod:`holder.housekeeping`, :mod:`holder.metrics`: the records of
   each decision, the background deletion of expired rows, the Prometheus endpoint.
-* :mod:`holder.httpserver` and :mod:`holder.accept`: the HTTP/1.1 server it runs on.
 
-The service speaks the key-release protocol (:mod:`gpucc.keyrelease`) and the documents a
-journey exchanges with it (:mod:`gpucc.travel.signing`, :mod:`gpucc.travel.receipt`).
+It runs on the HTTP/1.1 server of :mod:`gpucc.core.httpserver` and speaks the key-release
+protocol (:mod:`gpucc.keyrelease`) and the documents a journey exchanges with it
+(:mod:`gpucc.travel.signing`, :mod:`gpucc.travel.receipt`).
 """

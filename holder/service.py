@@ -1,6 +1,6 @@
 """The data holder's key-release service: challenges, verified offers, signed answers.
 
-An ASGI application (Starlette) served by :mod:`gpucc.holder.httpserver`. Endpoints:
+An ASGI application (Starlette) served by :mod:`gpucc.core.httpserver`. Endpoints:
 
 * ``POST /v1/challenge``: a fresh one-time challenge with its expiry, kept server-side.
 * ``POST /v1/offer``: a host's offer (``gpucc.session-offer/v1``) for one of those
@@ -39,6 +39,7 @@ from gpucc.core.errors import (
     UsageError,
 )
 from gpucc.core.files import write_atomic
+from gpucc.core.httpserver import ServerLimits, run_server
 from gpucc.keyrelease.protocol import CHALLENGE_SIZE, DatasetKey, Offer, session_nonce
 from gpucc.keyrelease.replay import (
     ChallengeReplayError,
@@ -64,7 +65,6 @@ from .decide import (
     whole_refusal,
 )
 from .housekeeping import Housekeeper
-from .httpserver import ServerLimits, run_server
 from .refusals import (
     BAD_OFFER,
     BAD_RECEIPT,
@@ -709,7 +709,7 @@ def serve(
     address listened on, and ``address_file`` (when given, and not existing) receives it as
     ``HOST:PORT`` once connections are accepted, for scripts to wait on.
 
-    ``limits`` is the connection policy (:class:`gpucc.holder.httpserver.ServerLimits`):
+    ``limits`` is the connection policy (:class:`gpucc.core.httpserver.ServerLimits`):
     deadlines, per-client and total connection caps, trusted proxies. On SIGHUP ``reload``
     (when given) makes the configuration later requests are answered with (datasets, release
     policies, receipts); when it raises, the service goes on with the one it has.

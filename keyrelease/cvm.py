@@ -2,8 +2,9 @@
 checks it (``docs/PROTOCOL.md``, "Version 2: the confidential VM").
 
 The CVM verifier is injected (``attest_cvm``), as the GPU verifier is, so this module depends
-on no verifier: in production it is :func:`gpuattest.cvm.appraise.verify_cvm_evidence` with
-the holder's ``cvm:`` policy.
+on no verifier and knows no kind of CVM evidence: in production it is the platform verifier's
+``cvm_attester`` (``gpucc.assembly``) with the holder's ``cvm:`` policy, which binds the
+report data as the evidence's kind does.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from gpucc.core.errors import CollateralUnavailableError
-from gpucc.gpuattest.cvm.vtpm_evidence import looks_like_vtpm_evidence, vtpm_qualifying_data
 from gpucc.staging.errors import ProtocolError
 
 from .messages import GPU_ONLY_VERSION, Offer, cvm_report_data
@@ -37,8 +37,11 @@ class CvmOutcome(Protocol):
 
 
 #: ``attest_cvm(evidence, collateral, expected_report_data, event_log) -> outcome``. It must
-#: require the evidence to sign exactly ``expected_report_data``; ``event_log`` (TDX: the CC
-#: event log, or None) must replay to the evidence's registers.
+#: require the evidence to commit to ``expected_report_data`` (64 bytes) as its kind binds
+#: report data (a TDX quote or an SEV-SNP report signs them as they are; a paravisor's vTPM
+#: quote carries their first 32 bytes as its qualifying data: the platform verifier's
+#: ``cvm_attester`` knows each kind's rule); ``event_log`` (TDX: the CC event log, or None)
+#: must replay to the evidence's registers.
 CvmAttester = Callable[[bytes, bytes | None, bytes, bytes | None], CvmOutcome]
 
 
@@ -60,10 +63,6 @@ def check_cvm(offer: Offer, nonce: bytes, attest_cvm: CvmAttester | None) -> byt
     if attest_cvm is None:
         raise ProtocolError("the offer carries CVM evidence but no CVM verifier is configured")
     expected = cvm_report_data(nonce, offer.host_public_key)
-    if looks_like_vtpm_evidence(offer.cvm_evidence):
-        # A paravisor's vTPM quote carries the binding value's first 32 bytes as its
-        # qualifying data; the AK that signs it is the one the hardware report commits to.
-        expected = vtpm_qualifying_data(expected)
     outcome = attest_cvm(offer.cvm_evidence, offer.cvm_collateral, expected, offer.cvm_event_log)
     if not outcome.trusted:
         reasons = "; ".join(outcome.reasons) or "no reason given"

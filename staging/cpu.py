@@ -181,13 +181,17 @@ def chunk_progress(
     return on_done
 
 
-def scratch_buffers(header: Header, slots: int, arena: HostArena | None) -> list[memoryview]:
-    """One buffer of ``chunk size + 16`` bytes per worker; the caller zeroes them at the end.
+def scratch_buffers(
+    header: Header, slots: int, arena: HostArena | None, *, sealed: bool = True
+) -> list[memoryview]:
+    """One buffer per worker of ``chunk size + 16`` bytes (``sealed``: a chunk's
+    ``ct || tag``) or of ``chunk size`` (a chunk's plaintext); the caller zeroes them at
+    the end.
 
     Lent by ``arena`` (its pages reused from call to call: a fresh page costs a fault and
     the kernel's clearing on first touch), else the call's own (huge pages advised).
     """
-    length = min(header.chunk_size, header.plaintext_length) + TAG_SIZE
+    length = min(header.chunk_size, header.plaintext_length) + (TAG_SIZE if sealed else 0)
     if arena is None:
         return [owned_view(length) for _ in range(slots)]
     return [arena.view(length) for _ in range(slots)]
@@ -332,15 +336,19 @@ def stage_plaintext_cpu(
     try:
         cipher = ChunkCipher(new_dataset_key(), header)
         dst = _destination(header.plaintext_length, out, arena)
-        sealed = scratch_buffers(header, window_for(threads, header.chunk_count), arena)
+        window = window_for(threads, header.chunk_count)
+        sealed = scratch_buffers(header, window, arena)
+        read = scratch_buffers(header, window, arena, sealed=False)
 
         def decrypt(index: int, slot: int, plain: memoryview) -> None:
-            # Read into the slot and encrypt there, in place (as verify_plaintext_cpu does):
-            # the plaintext is read once into memory that is zeroed at the end.
+            # Read into the slot's plaintext buffer, encrypt into its sealed one, and decrypt
+            # from there into the destination: AES-GCM never works in place, and the
+            # destination holds only what decrypt_into verified. The plaintext is read once
+            # into memory that is zeroed at the end.
             length = len(plain)
-            ct = sealed[slot][: length + TAG_SIZE]
-            read_plaintext(fd, path, index * chunk_size, ct[:length])
-            cipher.encrypt_into(index, ct[:length], ct)
+            pt, ct = read[slot][:length], sealed[slot][: length + TAG_SIZE]
+            read_plaintext(fd, path, index * chunk_size, pt)
+            cipher.encrypt_into(index, pt, ct)
             cipher.decrypt_into(index, ct, plain)
 
         try:
@@ -348,7 +356,7 @@ def stage_plaintext_cpu(
                 header, decrypt, dst, threads=threads, progress=progress, owned=out is None
             )
         finally:
-            for buf in sealed:
+            for buf in sealed + read:
                 zero(buf)
         try:
             check_plaintext_unchanged(fd, path, header)

@@ -1,14 +1,16 @@
 """Verifying a dataset on the CPU without holding it: every chunk authenticated, none kept.
 
 What ``gpucc stage`` does on the CPU when nothing else needs the plaintext (no model
-manifest to hash it against). Each worker thread owns one buffer of ``ct_i || tag_i``: the
-chunk is read into it and decrypted and authenticated in place there. So the memory used is
-``threads x (chunk size + 16)`` whatever the dataset's size, no fresh page of memory is
-needed (a fresh page costs the kernel's clearing, about as much as AES-GCM itself on a small
-machine), and the plaintext stays in buffers the size of a core's cache instead of going out
-to main memory. Every buffer is zeroed when the call ends, on success and failure alike.
-The buffers are the call's own, or lent by the caller's :class:`~staging.arena.HostArena`
-(``arena=``), which keeps their pages mapped for the next call.
+manifest to hash it against). Each worker thread owns two buffers: one of ``ct_i || tag_i``,
+which the chunk is read into, and one of plaintext, which it is decrypted and authenticated
+into. Input and output never overlap: AES-GCM is never asked to work in place (cryptography
+51 and later refuse it). So the memory used is ``threads x (2 x chunk size + 16)`` whatever
+the dataset's size, no fresh page of memory is needed (a fresh page costs the kernel's
+clearing, about as much as AES-GCM itself on a small machine), and the plaintext stays in
+buffers reused chunk after chunk instead of going out to fresh memory. Every buffer is
+zeroed when the call ends, on success and failure alike. The buffers are the call's own, or
+lent by the caller's :class:`~staging.arena.HostArena` (``arena=``), which keeps their pages
+mapped for the next call.
 
 Reading goes through the same private-copy ``pread`` as :func:`staging.cpu.stage_cpu`, for
 the same reasons (see there): the file is never memory-mapped.
@@ -62,18 +64,28 @@ def _verify_chunks(
     header: Header,
     threads: int,
     progress: ProgressCallback | None,
-    work: Callable[[int, memoryview], None],
+    work: Callable[[int, memoryview, memoryview], None],
     arena: HostArena | None,
+    *,
+    read: bool = True,
 ) -> Verified:
-    """Run ``work(index, buffer)`` for every chunk in a window of zeroed-at-the-end buffers.
+    """Run ``work(index, sealed, plain)`` for every chunk in a window of zeroed-at-the-end
+    buffers.
 
-    ``buffer`` is the slot's memory, ``chunk length + 16`` bytes; ``work`` leaves the
-    chunk's verified plaintext in its first ``chunk length`` bytes or raises.
+    ``sealed`` (``chunk length + 16`` bytes, to read ``ct || tag`` into; empty unless
+    ``read``) and ``plain`` (``chunk length`` bytes) are the slot's two buffers, which never
+    overlap; ``work`` leaves the chunk's verified plaintext in ``plain`` or raises.
     """
-    slots = scratch_buffers(header, window_for(threads, header.chunk_count), arena)
+    window = window_for(threads, header.chunk_count)
+    sealed = scratch_buffers(header, window, arena) if read else []
+    plains = scratch_buffers(header, window, arena, sealed=False)
+    slots = sealed + plains
+    nothing = memoryview(bytearray())
 
     def one(index: int, slot: int) -> None:
-        work(index, slots[slot][: header.chunk_length(index) + TAG_SIZE])
+        length = header.chunk_length(index)
+        ct = sealed[slot][: length + TAG_SIZE] if read else nothing
+        work(index, ct, plains[slot][:length])
 
     try:
         run_chunks(
@@ -87,7 +99,7 @@ def _verify_chunks(
     return Verified(
         plaintext_length=header.plaintext_length,
         chunk_count=header.chunk_count,
-        held_bytes=len(slots) * (len(slots[0]) - TAG_SIZE),
+        held_bytes=len(plains) * len(plains[0]),
         scrubbed=not any(bool(np.frombuffer(buf, dtype=np.uint8).any()) for buf in slots),
     )
 
@@ -124,9 +136,9 @@ def verify_cpu(
     cipher = dataset.check_key(dataset_key)
     fd = open_unchanged(dataset)
 
-    def work(index: int, buf: memoryview) -> None:
-        read_chunk(dataset, fd, index, buf)
-        cipher.decrypt_into(index, buf, buf[: len(buf) - TAG_SIZE])
+    def work(index: int, sealed: memoryview, plain: memoryview) -> None:
+        read_chunk(dataset, fd, index, sealed)
+        cipher.decrypt_into(index, sealed, plain)
 
     try:
         return _verify_chunks(dataset.header, threads, progress, work, arena)
@@ -145,7 +157,8 @@ def verify_plaintext_cpu(
     """Seal a plaintext file in transit under a fresh key and authenticate every chunk.
 
     The round trip :func:`staging.cpu.stage_plaintext_cpu` makes (read, encrypt as the
-    format prescribes, decrypt and verify), chunk by chunk in place, keeping nothing.
+    format prescribes, decrypt and verify), chunk by chunk in each worker's two buffers
+    (read into the plaintext one, encrypt into the sealed one, decrypt back), keeping nothing.
     ``arena`` as in :func:`verify_cpu`.
 
     Raises:
@@ -158,11 +171,10 @@ def verify_plaintext_cpu(
     try:
         cipher = ChunkCipher(new_dataset_key(), header)
 
-        def work(index: int, buf: memoryview) -> None:
-            plain = buf[: len(buf) - TAG_SIZE]
+        def work(index: int, sealed: memoryview, plain: memoryview) -> None:
             read_plaintext(fd, path, index * chunk_size, plain)
-            cipher.encrypt_into(index, plain, buf)
-            cipher.decrypt_into(index, buf, plain)
+            cipher.encrypt_into(index, plain, sealed)
+            cipher.decrypt_into(index, sealed, plain)
 
         verified = _verify_chunks(header, threads, progress, work, arena)
         check_plaintext_unchanged(fd, path, header)

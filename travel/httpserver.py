@@ -1,5 +1,5 @@
-"""Moved to :mod:`gpucc.holder.httpserver`; this old path re-exports it
+"""Moved to :mod:`gpucc.core.httpserver`; this old path re-exports it
 (docs/ARCHITECTURE.md, "What moved")."""
 
-from gpucc.holder.httpserver import *  # noqa: F403
-from gpucc.holder.httpserver import __all__ as __all__
+from gpucc.core.httpserver import *  # noqa: F403
+from gpucc.core.httpserver import __all__ as __all__

@@ -19,7 +19,7 @@ from cryptography import x509
 
 from gpucc.core.errors import MalformedEvidenceError
 
-from ..result import Check, CheckStatus, Decision, Verdict, check_reasons, combine_verdicts
+from ..result import Check, CheckStatus, Decision, Judged, Verdict, check_reasons, combine_verdicts
 from .findings import CvmFindings, CvmKind
 from .policy import CvmPolicy
 from .vtpm_policy import vtpm_policy_checks
@@ -27,14 +27,19 @@ from .vtpm_policy import vtpm_policy_checks
 if TYPE_CHECKING:
     from .eventlog import CcEventLog
     from .snp_roots import SnpRoots
+    from .vtpm_evidence import VtpmEvidence
 
 __all__ = [
     "ATTEST_REPORT_DATA_LABEL",
     "CvmResult",
     "appraise",
     "attest_report_data",
+    "check_evidence_size",
     "detect_kind",
     "verify_cvm_evidence",
+    "verify_snp",
+    "verify_tdx",
+    "verify_vtpm",
 ]
 
 MAX_EVIDENCE_BYTES = 64 * 1024
@@ -51,7 +56,7 @@ def attest_report_data(nonce: bytes) -> bytes:
 
 
 @dataclass(frozen=True)
-class CvmResult:
+class CvmResult(Judged):
     """One confidential VM's evidence, verified and judged."""
 
     kind: CvmKind
@@ -61,16 +66,6 @@ class CvmResult:
     report_data: bytes
     evidence_sha256: bytes
     event_log: dict[str, Any] | None = field(default=None, repr=False)
-
-    @property
-    def trusted(self) -> bool:
-        """True only when every check was accepted."""
-        return self.verdict is Verdict.TRUSTED
-
-    @property
-    def undecided(self) -> bool:
-        """Nothing was refused, but collateral was missing or unusable (exit 3, not 1)."""
-        return self.verdict is Verdict.UNDECIDED
 
     @property
     def reasons(self) -> tuple[str, ...]:
@@ -270,27 +265,44 @@ def appraise(
 
 
 def detect_kind(evidence: bytes) -> CvmKind:
-    """TDX or SNP, from the content.
+    """TDX or SNP, from the content (a vTPM document: the TEE under its paravisor).
+
+    A platform verification decides the kind once, where the evidence enters
+    (:class:`gpucc.assembly.parts.PartRegistry`); this is for callers outside one.
 
     Raises:
         MalformedEvidenceError: neither kind (an SGX quote, GPU evidence, anything else).
     """
-    from .tdx import looks_like_tdx_quote
     from .vtpm_evidence import looks_like_vtpm_evidence, parse_vtpm_evidence
 
     if looks_like_vtpm_evidence(evidence):
         return CvmKind(parse_vtpm_evidence(evidence).hcl.tee)
+    return _bare_kind(evidence)
+
+
+def _bare_kind(evidence: bytes) -> CvmKind:
+    from .snp import looks_like_snp_report
+    from .tdx import looks_like_tdx_quote
+
     if looks_like_tdx_quote(evidence):
         return CvmKind.TDX
-    if _snp_detector(evidence):
+    if looks_like_snp_report(evidence):
         return CvmKind.SNP
-    raise MalformedEvidenceError("the CVM evidence is neither a TDX quote nor an SEV-SNP report")
+    raise MalformedEvidenceError(UNKNOWN_CVM_EVIDENCE)
 
 
-def _snp_detector(evidence: bytes) -> bool:
-    from .snp import looks_like_snp_report
+#: What unrecognised CVM evidence is told.
+UNKNOWN_CVM_EVIDENCE = "the CVM evidence is neither a TDX quote nor an SEV-SNP report"
 
-    return looks_like_snp_report(evidence)
+
+def check_evidence_size(evidence: bytes) -> None:
+    """Refuse CVM evidence over :data:`MAX_EVIDENCE_BYTES` before anything reads it.
+
+    Raises:
+        MalformedEvidenceError: it is larger.
+    """
+    if len(evidence) > MAX_EVIDENCE_BYTES:
+        raise MalformedEvidenceError(f"the CVM evidence is larger than {MAX_EVIDENCE_BYTES} bytes")
 
 
 def verify_cvm_evidence(
@@ -307,6 +319,9 @@ def verify_cvm_evidence(
     collateral_problem: str = "",
 ) -> CvmResult:
     """Detect, verify and judge one piece of CVM evidence.
+
+    The kind is decided once, from the content, and the evidence goes to that kind's
+    verifier (:func:`verify_vtpm`, :func:`verify_tdx`, :func:`verify_snp`).
 
     Args:
         evidence: a TDX quote or an SEV-SNP report, raw.
@@ -334,60 +349,107 @@ def verify_cvm_evidence(
         UsageError: an event log with bare SEV-SNP evidence (it has no RTMRs or PCRs to
             replay into).
     """
-    if len(evidence) > MAX_EVIDENCE_BYTES:
-        raise MalformedEvidenceError(f"the CVM evidence is larger than {MAX_EVIDENCE_BYTES} bytes")
-    findings: CvmFindings
-    from .vtpm_evidence import looks_like_vtpm_evidence
+    check_evidence_size(evidence)
+    from .vtpm_evidence import looks_like_vtpm_evidence, parse_vtpm_evidence
 
     if looks_like_vtpm_evidence(evidence):
-        from .eventlog import parse_event_log
-        from .vtpm import verify_vtpm_evidence
-        from .vtpm_evidence import parse_vtpm_evidence
-
-        findings = verify_vtpm_evidence(
+        return verify_vtpm(
             parse_vtpm_evidence(evidence),
+            evidence,
             collateral,
             now=now,
-            snp_roots=snp_roots,
-            tdx_root=tdx_root,
-        )
-        findings = dataclasses.replace(findings, evidence_sha256=hashlib.sha256(evidence).digest())
-        return appraise(
-            findings,
-            policy,
+            policy=policy,
             expected_report_data=expected_report_data,
+            tdx_root=tdx_root,
+            snp_roots=snp_roots,
             require_pins=require_pins,
-            event_log=parse_event_log(event_log, pcrs=True) if event_log is not None else None,
+            event_log=event_log,
         )
-    kind = detect_kind(evidence)
-    log = None
-    if event_log is not None:
-        if kind is not CvmKind.TDX:
-            from gpucc.core.errors import UsageError
+    if _bare_kind(evidence) is CvmKind.TDX:
+        return verify_tdx(
+            evidence,
+            collateral,
+            now=now,
+            policy=policy,
+            expected_report_data=expected_report_data,
+            root=tdx_root,
+            require_pins=require_pins,
+            event_log=event_log,
+            collateral_problem=collateral_problem,
+        )
+    return verify_snp(
+        evidence,
+        collateral,
+        now=now,
+        policy=policy,
+        expected_report_data=expected_report_data,
+        roots=snp_roots,
+        require_pins=require_pins,
+        event_log=event_log,
+        collateral_problem=collateral_problem,
+    )
 
-            raise UsageError(
-                "an event log is replayed into a TDX quote's RTMRs; SEV-SNP evidence has none"
-            )
-        from .eventlog import parse_event_log
 
-        log = parse_event_log(event_log, require_sha384=True)
-    if kind is CvmKind.TDX:
-        from .tdx import TdxCollateral, unverified_tdx_quote, verify_tdx_quote
+def verify_vtpm(
+    document: VtpmEvidence,
+    evidence: bytes,
+    collateral: bytes | None,
+    *,
+    now: dt.datetime,
+    policy: CvmPolicy,
+    expected_report_data: bytes | None,
+    tdx_root: x509.Certificate | None = None,
+    snp_roots: SnpRoots | None = None,
+    require_pins: bool = False,
+    event_log: bytes | None = None,
+) -> CvmResult:
+    """Verify and judge a paravisor's vTPM evidence (``document``, decoded from
+    ``evidence``); ``event_log`` is the TPM measured-boot log, replayed against the quoted
+    PCRs. Arguments and errors as :func:`verify_cvm_evidence`."""
+    check_evidence_size(evidence)
+    from .eventlog import parse_event_log
+    from .vtpm import verify_vtpm_evidence
 
-        if collateral is None:
-            # Judged as far as it can be: the quote's own cryptography and the policy's checks
-            # decide a refusal; TCB status and revocation stay undecided.
-            findings = unverified_tdx_quote(evidence, collateral_problem, now=now, root=tdx_root)
-        else:
-            findings = verify_tdx_quote(
-                evidence, TdxCollateral.from_json(collateral), now=now, root=tdx_root
-            )
+    findings = verify_vtpm_evidence(
+        document, collateral, now=now, snp_roots=snp_roots, tdx_root=tdx_root
+    )
+    findings = dataclasses.replace(findings, evidence_sha256=hashlib.sha256(evidence).digest())
+    return appraise(
+        findings,
+        policy,
+        expected_report_data=expected_report_data,
+        require_pins=require_pins,
+        event_log=parse_event_log(event_log, pcrs=True) if event_log is not None else None,
+    )
+
+
+def verify_tdx(
+    evidence: bytes,
+    collateral: bytes | None,
+    *,
+    now: dt.datetime,
+    policy: CvmPolicy,
+    expected_report_data: bytes | None,
+    root: x509.Certificate | None = None,
+    require_pins: bool = False,
+    event_log: bytes | None = None,
+    collateral_problem: str = "",
+) -> CvmResult:
+    """Verify and judge a TDX quote; ``event_log`` is the CC event log, replayed against the
+    quote's RTMRs. Arguments and errors as :func:`verify_cvm_evidence`."""
+    check_evidence_size(evidence)
+    from .eventlog import parse_event_log
+    from .tdx import TdxCollateral, unverified_tdx_quote, verify_tdx_quote
+
+    log = parse_event_log(event_log, require_sha384=True) if event_log is not None else None
+    findings: CvmFindings
+    if collateral is None:
+        # Judged as far as it can be: the quote's own cryptography and the policy's checks
+        # decide a refusal; TCB status and revocation stay undecided.
+        findings = unverified_tdx_quote(evidence, collateral_problem, now=now, root=root)
     else:
-        from .snp import verify_snp_report
-
-        # No VCEK: the chain and signature checks are reported unchecked (collateral missing).
-        findings = verify_snp_report(
-            evidence, vcek=collateral, now=now, roots=snp_roots, problem=collateral_problem
+        findings = verify_tdx_quote(
+            evidence, TdxCollateral.from_json(collateral), now=now, root=root
         )
     return appraise(
         findings,
@@ -395,4 +457,39 @@ def verify_cvm_evidence(
         expected_report_data=expected_report_data,
         require_pins=require_pins,
         event_log=log,
+    )
+
+
+def verify_snp(
+    evidence: bytes,
+    collateral: bytes | None,
+    *,
+    now: dt.datetime,
+    policy: CvmPolicy,
+    expected_report_data: bytes | None,
+    roots: SnpRoots | None = None,
+    require_pins: bool = False,
+    event_log: bytes | None = None,
+    collateral_problem: str = "",
+) -> CvmResult:
+    """Verify and judge an SEV-SNP report (``collateral``: its VCEK or VLEK). Arguments and
+    errors as :func:`verify_cvm_evidence`; an event log is refused (no RTMRs or PCRs)."""
+    check_evidence_size(evidence)
+    if event_log is not None:
+        from gpucc.core.errors import UsageError
+
+        raise UsageError(
+            "an event log is replayed into a TDX quote's RTMRs; SEV-SNP evidence has none"
+        )
+    from .snp import verify_snp_report
+
+    # No VCEK: the chain and signature checks are reported unchecked (collateral missing).
+    findings = verify_snp_report(
+        evidence, vcek=collateral, now=now, roots=roots, problem=collateral_problem
+    )
+    return appraise(
+        findings,
+        policy,
+        expected_report_data=expected_report_data,
+        require_pins=require_pins,
     )

@@ -20,10 +20,11 @@ from urllib.parse import unquote
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from gpucc.core.errors import MalformedEvidenceError, NetworkError
+from gpucc.core.errors import MalformedCertificateError, MalformedEvidenceError, NetworkError
 from gpucc.core.jsonio import loads_untrusted
 
-from .tdx import TdxCollateral
+from ..x509chain import load_certificates
+from .tdx import TdxCollateral, platform_of
 
 if TYPE_CHECKING:
     from ..cache import CollateralCache
@@ -60,10 +61,10 @@ def _chain(headers: dict[str, str], names: tuple[str, ...], url: str) -> str:
         if name in headers:
             pem = unquote(headers[name])
             try:
-                if x509.load_pem_x509_certificates(pem.encode()):
-                    return pem
-            except ValueError:
+                load_certificates(pem.encode(), what=f"the {name} header")
+            except (MalformedCertificateError, UnicodeEncodeError):
                 break
+            return pem
     raise _bad(url, f"no issuer chain in the {names[0]} header")
 
 
@@ -116,17 +117,7 @@ def fetch_tdx_collateral(
         MalformedEvidenceError: the quote names no platform (FMSPC, PCK CA).
         NetworkError, OfflineError: the service cannot be reached or answers badly.
     """
-    import dcap_qvl
-
-    try:
-        parsed = dcap_qvl.parse_quote(quote)
-        fmspc, ca = str(parsed.fmspc()), str(parsed.ca())
-    except ValueError as exc:
-        raise MalformedEvidenceError(f"the TDX quote names no platform: {exc}") from None
-    if not (len(fmspc) == 12 and all(c in "0123456789abcdefABCDEF" for c in fmspc)):
-        raise MalformedEvidenceError("the TDX quote's FMSPC is malformed")
-    if ca not in ("processor", "platform"):
-        raise MalformedEvidenceError(f"the TDX quote's PCK CA {ca!r} is unknown")
+    fmspc, ca = platform_of(quote)
     base = base_url.rstrip("/")
     url = f"{base}/sgx/certification/v4/pckcrl?ca={ca}&encoding=der"
     body, headers = fetcher.get_with_headers(url, max_bytes=MAX_CRL_BYTES)
@@ -168,13 +159,8 @@ def cache_key(quote: bytes) -> str:
     Raises:
         MalformedEvidenceError: the quote names no platform.
     """
-    import dcap_qvl
-
-    try:
-        parsed = dcap_qvl.parse_quote(quote)
-        return f"tdx-{str(parsed.fmspc()).lower()}-{parsed.ca()}"
-    except ValueError as exc:
-        raise MalformedEvidenceError(f"the TDX quote names no platform: {exc}") from None
+    fmspc, ca = platform_of(quote)
+    return f"tdx-{fmspc.lower()}-{ca}"
 
 
 def next_update(collateral: TdxCollateral) -> dt.datetime:

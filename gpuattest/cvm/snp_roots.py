@@ -22,20 +22,19 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
 
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
-from cryptography.utils import CryptographyDeprecationWarning
 from cryptography.x509.oid import NameOID
 
 from gpucc.core.errors import MalformedCertificateError
 
 from .._internal.der import DerError, read_one
 from ..trust import TrustRootError
+from ..x509chain import load_certificate, load_certificates
 from .snp_report import SnpProduct, SnpTcb
 
 __all__ = [
@@ -145,10 +144,7 @@ class SnpRoots:
 
 
 def _one_pem(data: bytes, what: str) -> x509.Certificate:
-    try:
-        certs = x509.load_pem_x509_certificates(data)
-    except ValueError as exc:
-        raise MalformedCertificateError(f"{what} cannot be parsed: {exc}") from None
+    certs = load_certificates(data, what=what)
     if len(certs) != 1:
         raise MalformedCertificateError(f"{what} must be one certificate, not {len(certs)}")
     return certs[0]
@@ -203,26 +199,14 @@ def load_vcek(data: bytes) -> x509.Certificate:
     the warning is silenced here (the certificate is AMD's to shape).
 
     Raises:
-        MalformedCertificateError: empty, oversized or not one certificate.
+        MalformedCertificateError: empty, oversized, not one certificate, or one whose
+            fields do not parse (:func:`~gpuattest.x509chain.load_certificate`).
     """
     if not data or len(data) > MAX_VCEK_BYTES:
         raise MalformedCertificateError(
             f"a VCEK certificate has 1 to {MAX_VCEK_BYTES} bytes, this has {len(data)}"
         )
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", CryptographyDeprecationWarning)
-        try:
-            if data.lstrip().startswith(b"-----BEGIN"):
-                cert = _one_pem(data, "the VCEK certificate")
-            else:
-                cert = x509.load_der_x509_certificate(data)
-            _ = (cert.issuer, cert.subject, cert.extensions, cert.public_key())
-            _ = (cert.not_valid_before_utc, cert.not_valid_after_utc)
-        except (ValueError, TypeError, x509.InvalidVersion, x509.DuplicateExtension) as exc:
-            raise MalformedCertificateError(
-                f"the VCEK certificate cannot be parsed: {exc}"
-            ) from None
-    return cert
+    return load_certificate(data, what="the VCEK certificate")
 
 
 @dataclass(frozen=True)

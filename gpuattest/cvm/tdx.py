@@ -28,9 +28,10 @@ import functools
 import hashlib
 import json
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any
+from typing import Any, TypeVar
 
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
@@ -40,6 +41,7 @@ from gpucc.core.jsonio import loads_untrusted
 
 from ..result import Check, CheckStatus
 from ..trust import TrustRootError, cert_sha256
+from ..x509chain import load_certificates
 from .findings import CvmFindings, CvmKind
 
 __all__ = [
@@ -48,8 +50,10 @@ __all__ = [
     "MAX_QUOTE_BYTES",
     "TdxCollateral",
     "check_layout",
+    "dcap",
     "intel_sgx_root",
     "looks_like_tdx_quote",
+    "platform_of",
     "unverified_tdx_quote",
     "validity_windows",
     "verify_tdx_quote",
@@ -260,25 +264,64 @@ def _certification(sig: bytes) -> None:
         )
 
 
+_T = TypeVar("_T")
+
+
+def dcap(call: Callable[[], _T], what: str) -> _T:
+    """``call()``, a call into dcap-qvl on a quote from outside: the one place its exceptions
+    become gpucc's.
+
+    dcap-qvl reads the quote (and the PCK certificate inside it) when asked for a field, and
+    raises ``ValueError`` for most faults, but any class may come out of a native library
+    (a Rust panic arrives as ``PanicException``, a ``BaseException``).
+
+    Raises:
+        MalformedEvidenceError: ``what`` and dcap-qvl's reason, for any failure.
+    """
+    try:
+        return call()
+    except Exception as exc:  # whatever class the native library raises
+        failure: BaseException = exc
+    except BaseException as exc:
+        if type(exc).__name__ != "PanicException":
+            raise
+        failure = exc
+    text = " ".join(str(failure).split())[:300] or type(failure).__name__
+    raise MalformedEvidenceError(f"{what}: {text}")
+
+
 def _parse(quote: bytes) -> Any:
     import dcap_qvl
 
-    try:
-        parsed = dcap_qvl.parse_quote(quote)
-    except ValueError as exc:
-        raise MalformedEvidenceError(f"the TDX quote cannot be parsed: {exc}") from None
-    if not parsed.is_tdx():
+    parsed = dcap(lambda: dcap_qvl.parse_quote(quote), "the TDX quote cannot be parsed")
+    if not dcap(parsed.is_tdx, "the TDX quote cannot be parsed"):
         raise MalformedEvidenceError("the quote is not a TDX quote")
     return parsed
 
 
+def platform_of(quote: bytes) -> tuple[str, str]:
+    """The platform a quote names: its FMSPC (12 hex digits) and PCK CA ("processor" or
+    "platform"), read from the PCK certificate's Intel extension.
+
+    Raises:
+        MalformedEvidenceError: the quote cannot be parsed or names no (well-formed) platform.
+    """
+    import dcap_qvl
+
+    what = "the TDX quote names no platform"
+    parsed = dcap(lambda: dcap_qvl.parse_quote(quote), what)
+    fmspc = dcap(lambda: str(parsed.fmspc()), what)
+    ca = dcap(lambda: str(parsed.ca()), what)
+    if not (len(fmspc) == 12 and all(c in "0123456789abcdefABCDEF" for c in fmspc)):
+        raise MalformedEvidenceError("the TDX quote's FMSPC is malformed")
+    if ca not in ("processor", "platform"):
+        raise MalformedEvidenceError(f"the TDX quote's PCK CA {ca[:40]!r} is unknown")
+    return fmspc, ca
+
+
 def _chain(pem: bytes | str, what: str) -> list[x509.Certificate]:
-    data = pem.encode() if isinstance(pem, str) else pem
-    try:
-        certs = x509.load_pem_x509_certificates(data)
-    except ValueError:
-        raise MalformedEvidenceError(f"the {what} is not a PEM certificate chain") from None
-    return certs
+    data = pem.encode() if isinstance(pem, str) else pem  # the strict reader's text: encodable
+    return list(load_certificates(data, what=f"the {what}", error=MalformedEvidenceError))
 
 
 def _collateral_chains(collateral: TdxCollateral) -> dict[str, list[x509.Certificate]]:
@@ -291,7 +334,7 @@ def _root_check(
     parsed: Any, chains: dict[str, list[x509.Certificate]], root: x509.Certificate
 ) -> Check:
     pin = cert_sha256(root)
-    pck = parsed.cert_chain_pem_bytes()
+    pck = dcap(parsed.cert_chain_pem_bytes, "the TDX quote's PCK chain cannot be read")
     if pck is None:
         return Check(
             "cvm-root", "Chains end in Intel's root", CheckStatus.FAIL, "no PCK chain in quote"
@@ -444,15 +487,24 @@ def _verify_native(
     import dcap_qvl
 
     root_der = root.public_bytes(serialization.Encoding.DER)
-    try:
-        native = collateral._native()
-        report = dcap_qvl.verify_with_root_ca(quote, native, root_der, int(at.timestamp()))
-    except ValueError as exc:
-        text = " ".join(str(exc).split())
+    native = dcap(collateral._native, "the TDX collateral cannot be read")
+
+    def verify() -> Any:
+        try:
+            return dcap_qvl.verify_with_root_ca(quote, native, root_der, int(at.timestamp()))
+        except ValueError as refusal:  # dcap-qvl's verdict: the reason is the check's
+            return refusal
+
+    report = dcap(verify, "the TDX quote cannot be verified")
+    if isinstance(report, ValueError):
+        text = " ".join(str(report).split())
         if "Revoked" in text and "TCB status" in text:
             return "Revoked", [], "the platform's TCB status is Revoked"
         return None, [], text.removeprefix("Verification failed: ")
-    return str(report.status), [str(a) for a in report.advisory_ids], ""
+    return dcap(
+        lambda: (str(report.status), [str(a) for a in report.advisory_ids], ""),
+        "the TDX quote's verification result",
+    )
 
 
 def verify_tdx_quote(
@@ -484,7 +536,7 @@ def verify_tdx_quote(
     quote_version, td_version = _layout(quote)
     parsed = _parse(quote)
     anchor = root if root is not None else intel_sgx_root()
-    claims = _claims(parsed, quote_version, td_version)
+    claims = dcap(lambda: _claims(parsed, quote_version, td_version), "the TD report")
     checks = [Check("cvm-format", "Quote parsed", CheckStatus.PASS)]
     chains = _collateral_chains(collateral)
     root_check = _root_check(parsed, chains, anchor)
@@ -548,7 +600,8 @@ def unverified_tdx_quote(
     _, _, body, size = td_report_span(quote)
     anchor = root if root is not None else intel_sgx_root()
     checks = [Check("cvm-format", "Quote parsed", CheckStatus.PASS)]
-    checks += offline_quote_checks(quote, body + size, str(parsed.fmspc()), anchor, now)
+    fmspc, _ = platform_of(quote)
+    checks += offline_quote_checks(quote, body + size, fmspc, anchor, now)
     if reason:
         last = checks[-1]
         checks[-1] = Check(
@@ -557,7 +610,7 @@ def unverified_tdx_quote(
     return CvmFindings(
         kind=CvmKind.TDX,
         checks=tuple(checks),
-        claims=_claims(parsed, quote_version, td_version),
+        claims=dcap(lambda: _claims(parsed, quote_version, td_version), "the TD report"),
         report_data=bytes(parsed.report.report_data),
         evidence_sha256=hashlib.sha256(quote).digest(),
     )

@@ -33,7 +33,7 @@ from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
 from gpucc.core.errors import MalformedEvidenceError
 
 from ..result import Check, CheckStatus
-from ..x509chain import ChainProfile, ChainStatus, validate_chain
+from ..x509chain import ChainProfile, ChainStatus, load_certificates, validate_chain
 
 __all__ = ["PCK_CHAIN", "offline_quote_checks"]
 
@@ -82,10 +82,11 @@ def offline_quote_checks(
     auth = sig[584 : 584 + auth_len]
     nested = 584 + auth_len
     (pem_len,) = struct.unpack_from("<I", sig, nested + 2)
-    try:
-        certs = x509.load_pem_x509_certificates(sig[nested + 6 : nested + 6 + pem_len])
-    except ValueError:
-        raise MalformedEvidenceError("the TDX quote's PCK chain is not PEM certificates") from None
+    certs = load_certificates(
+        sig[nested + 6 : nested + 6 + pem_len],
+        what="the TDX quote's PCK chain",
+        error=MalformedEvidenceError,
+    )
     checks: list[Check] = []
     chain = validate_chain(certs, root, now, PCK_CHAIN)
     title = "PCK chain to Intel's root (PCK, Platform CA, SGX Root CA)"

@@ -40,7 +40,7 @@ class ModelTreeError(MalformedInputError):
 class HashUnavailableError(EnvironmentProblemError):
     """The requested hash algorithm needs an optional package."""
 
-    hint = "install gpucc[model] (the blake3 package)"
+    hint = "pip install 'gpucc[model]' (the blake3 package)"
 
 
 class SignatureError(IntegrityError):

@@ -38,6 +38,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from gpucc.core.errors import ExposedKeyFileError, KeyFileError
 from gpucc.core.files import read_secret
+from gpucc.gpuattest import x509chain
 
 from .errors import MalformedManifestError, SignatureError
 from .manifest import MAX_MANIFEST_SIZE, Manifest, _loads, _object, _string
@@ -149,10 +150,7 @@ def load_certificates(paths: Sequence[Path]) -> list[x509.Certificate]:
                 data = fh.read(MAX_KEY_SIZE * 16 + 1)
         except OSError as exc:
             raise KeyFileError(f"cannot read certificates {path}: {exc.strerror}") from None
-        try:
-            certs += x509.load_pem_x509_certificates(data)
-        except ValueError:
-            raise KeyFileError(f"{path} holds no readable PEM certificate") from None
+        certs += x509chain.load_certificates(data, what=str(path), error=KeyFileError, max_count=64)
     return certs
 
 
@@ -237,10 +235,11 @@ def _key_from_chain(
     certs = []
     for i, entry in enumerate(entries):
         der = _b64(_object(entry, f"certificate {i}").get("rawBytes"), f"certificate {i}")
-        try:
-            certs.append(x509.load_der_x509_certificate(der))
-        except ValueError:
-            raise MalformedManifestError(f"certificate {i} of the bundle is not DER") from None
+        certs.append(
+            x509chain.load_certificate(
+                der, what=f"certificate {i} of the bundle", error=MalformedManifestError, pem=False
+            )
+        )
     leaf, intermediates = certs[0], certs[1:]
     if not anchors:
         raise SignatureError("no trust anchors given for a certificate bundle")

@@ -18,6 +18,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from gpucc.core.extras import require
+
 from .base import ObjectSource, SourceSettings, Span
 from .errors import (
     ObjectNotFoundError,
@@ -43,16 +45,15 @@ def split_url(url: str) -> tuple[str, str]:
     return bucket, key
 
 
+def _exceptions() -> Any:
+    """botocore's exceptions module (MissingExtraError without the s3 extra)."""
+    return require("botocore.exceptions", "s3://")
+
+
 def s3_client(settings: SourceSettings) -> Any:
     """A botocore S3 client from the standard chain, its retries and timeouts set."""
-    try:
-        import boto3
-        from botocore.config import Config
-    except ImportError:
-        from gpucc.core.errors import EnvironmentProblemError
-
-        raise EnvironmentProblemError("s3:// needs boto3: pip install 'gpucc[s3]'") from None
-    config = Config(
+    boto3 = require("boto3", "s3://")
+    config = require("botocore.config", "s3://").Config(
         signature_version="s3v4",
         retries={"max_attempts": settings.retries + 1, "mode": "standard"},
         connect_timeout=min(5.0, settings.timeout),
@@ -64,8 +65,12 @@ def s3_client(settings: SourceSettings) -> Any:
 
 def client_error(exc: Exception, name: str) -> Exception:
     """The error of :mod:`.errors` for a botocore exception."""
-    from botocore.exceptions import ClientError, NoCredentialsError, PartialCredentialsError
-
+    botocore = _exceptions()
+    ClientError, NoCredentialsError, PartialCredentialsError = (
+        botocore.ClientError,
+        botocore.NoCredentialsError,
+        botocore.PartialCredentialsError,
+    )
     if isinstance(exc, (NoCredentialsError, PartialCredentialsError)):
         return StoreAccessDeniedError(
             f"{name}: no AWS credentials found (environment, ~/.aws/credentials or config, "
@@ -86,7 +91,8 @@ class S3Source(ObjectSource):
     """One S3 object, pinned by ETag (and version) at open."""
 
     def __init__(self, url: str, settings: SourceSettings, *, client: Any = None) -> None:
-        from botocore.exceptions import BotoCoreError, ClientError
+        botocore = _exceptions()
+        BotoCoreError, ClientError = botocore.BotoCoreError, botocore.ClientError
 
         self.bucket, self.key = split_url(url)
         if not self.key or self.key.endswith("/"):
@@ -134,7 +140,8 @@ def list_prefix(
         ObjectNotFoundError: no such bucket.
         StoreAccessDeniedError, StoreUnavailableError: see :func:`client_error`.
     """
-    from botocore.exceptions import BotoCoreError, ClientError
+    botocore = _exceptions()
+    BotoCoreError, ClientError = botocore.BotoCoreError, botocore.ClientError
 
     bucket, prefix = split_url(url)
     client = client if client is not None else s3_client(settings)

@@ -20,7 +20,7 @@ from ..chunks import ChunkCipher
 from ..cpu import Buffer, _decrypt_all, _destination
 from ..dataset import SealedDataset, describe_unsealed
 from ..errors import ChunkAuthenticationError, MalformedDatasetError
-from ..format import HEADER_SIZE, MAGIC, PREFIX_SIZE, TAG_SIZE, Header, parse_wrap_section
+from ..format import HEADER_SIZE, MAGIC, PREFIX_SIZE, Header, parse_wrap_section
 from ..seal import ProgressCallback, default_threads
 from ..verify import Verified, _verify_chunks
 from .base import ObjectSource, SourceSettings, Span
@@ -194,11 +194,11 @@ def verify_source(
     cipher = dataset.check_key(dataset_key)
     pf = Prefetcher(dataset.source, dataset.header, settings)
 
-    def work(index: int, buf: memoryview) -> None:
-        _decrypt(cipher, pf, index, buf[: len(buf) - TAG_SIZE])
+    def work(index: int, _sealed: memoryview, plain: memoryview) -> None:
+        _decrypt(cipher, pf, index, plain)  # from the prefetcher's slot: no buffer to read into
 
     try:
-        verified = _verify_chunks(dataset.header, threads, progress, work, arena)
+        verified = _verify_chunks(dataset.header, threads, progress, work, arena, read=False)
         dataset.source.finish()
     finally:
         pf.close()

@@ -54,6 +54,7 @@ SMOKES = [
     ),
     Smoke("bench_model.py", ("gpucc sha256",), slow=True),
     Smoke("bench_cvm.py", ("dcap-qvl",)),
+    Smoke("bench_mirror.py", ("from files", "through a warm mirror", "ratios to the first row")),
     Smoke(
         "bench_remote_stage.py",
         ("s3: plain download", "s3: remote P=1 part=whole", "s3: remote P=2 part=4MiB"),

@@ -72,6 +72,21 @@ CASES: dict[str, dict[str, tuple[str, ...]]] = {
         "missing-input": ("collateral", "fetch", "--evidence", MISSING, "-o", "b.json"),
         "existing-output": ("collateral", "fetch", "--evidence", "d.bin", "-o", EXISTS),
     },
+    "collateral serve": {
+        "missing-input": ("collateral", "serve", "--config", MISSING),
+        "input-is-directory": ("collateral", "serve", "--config", DIR),
+    },
+    "collateral export": {
+        "existing-output": ("collateral", "export", "--store", DIR, "-o", EXISTS),
+    },
+    "collateral import": {
+        "missing-input": ("collateral", "import", MISSING, "--store", "store"),
+        "input-is-directory": ("collateral", "import", DIR, "--store", "store"),
+    },
+    "collateral check": {
+        "missing-input": ("collateral", "check", "--evidence", MISSING),
+        "input-is-directory": ("collateral", "check", "--cvm-evidence", DIR),
+    },
     "collateral show": {
         "missing-input": ("collateral", "show", MISSING),
         "input-is-directory": ("collateral", "show", DIR),

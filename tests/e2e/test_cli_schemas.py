@@ -130,6 +130,14 @@ RUNS: dict[str, tuple[Run, ...]] = {
         error(3, f"collateral fetch --evidence report.bin --cert-chain c.pem -o f.json {FETCH}"),
         error(8, "collateral fetch --evidence absent.json -o b.json"),
     ),
+    "collateral serve": (error(4, "collateral serve --config d.bin"),),
+    "collateral export": (error(2, "collateral export -o e.json --store absent-store"),),
+    "collateral import": (error(4, "collateral import d.bin --store imported"),),
+    "collateral check": (
+        refused("the driver's RIM is not published", "gpucc.collateral.check/v1", 3,
+                "collateral check --driver 999.99 --rim-url {RIMS} --timeout 1"),
+        error(2, "collateral check"),
+    ),
     "collateral show": (
         ok("gpucc.collateral.show/v1", "collateral show bundle.json"),
         error(4, "collateral show d.bin"),
@@ -256,6 +264,11 @@ NO_RESULT = {
     "evidence collect": "needs an NVIDIA GPU with its driver (exit 5 is checked here)",
     "collateral fetch": "a complete bundle needs an OCSP responder for NVIDIA's chains",
     "holder serve": "a service: runs until stopped, its access log is on stderr",
+    "collateral serve": "a service: runs until stopped, its logs are on stderr",
+    "collateral export": "writes the export file; tests/e2e/test_collateral_mirror.py reads it",
+    "collateral import": "writes the store; tests/e2e/test_collateral_mirror.py serves it",
+    "collateral check": "ready needs NVIDIA's OCSP responder for the RIM chains; the refusal "
+    "prints the same document",
     "cvm pin": "needs a trusted result of attest with a CVM: tests/e2e/test_cli_cvm.py makes "
     "one and checks this document against its schema",
     "cvm reference-snp": "needs an OVMF image: tests/e2e/test_cli_cvm_reference.py builds one "
@@ -264,8 +277,8 @@ NO_RESULT = {
 #: the order the commands run in (later ones read what earlier ones wrote)
 ORDER = (
     "seal", "stage", "demo", "cvm reference-snp", "cvm reference-tdx", "cvm pin", "cvm reference-vtpm",
-    "attest", "evidence collect", "collateral fetch",
-    "collateral show", "session challenge", "session offer", "session answer",
+    "attest", "evidence collect", "collateral fetch", "collateral serve", "collateral export",
+    "collateral import", "collateral check", "collateral show", "session challenge", "session offer", "session answer",
     "session accept", "session local", "token verify", "token verify-ear", "model digest", "model sign",
     "model verify", "holder keygen", "holder datasets", "holder serve", "travel keygen",
     "travel run", "holder receipts", "holder prune", "travel verify-log", "inspect",
@@ -387,7 +400,7 @@ def _substitute(args: tuple[str, ...], values: dict[str, str]) -> list[str]:
 def _prepare(command: str, work: Path, values: dict[str, str], stack: ExitStack) -> None:
     """What a command's runs need from earlier ones, made just before they run; the
     services they need stop when ``stack`` closes."""
-    if command == "collateral fetch":
+    if command in ("collateral fetch", "collateral check"):
         values["RIMS"] = stack.enter_context(serve(RimService.with_samples())).url
     if command == "stage":
         sealed = (work / "d.gcc").read_bytes()

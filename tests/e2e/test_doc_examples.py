@@ -3,6 +3,7 @@ why not (tests/support/docexamples.py describes the marks)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,8 @@ def _param(block: Block) -> object:
     marks = (
         [pytest.mark.slow] if block.slow or any(b.slow for b in docexamples.chain(block)) else []
     )
+    if any(docexamples.needs_torch(b) for b in [*docexamples.chain(block), block]):
+        marks.append(pytest.mark.torch)
     return pytest.param(block, id=block.id, marks=marks)
 
 
@@ -79,3 +82,32 @@ def test_doc_example_runs(block: Block, env: dict[str, str], tmp_path: Path) -> 
         return  # run by the block that continues it (test_marks_are_well_formed)
     result = docexamples.run_chain(block, docexamples.workdir(tmp_path), env)
     assert result.returncode == 0, f"{block.id}\n{block.text}\n--- stderr:\n{result.stderr}"
+
+
+def test_every_documented_command_runs_with_the_internal_error_check(
+    env: dict[str, str],
+) -> None:
+    """The examples above run every documented command; each gpucc process among them loads
+    the suite's hooks, so one that exits 70 fails its example (tests/conftest.py) even where
+    the block goes on past a non-zero status (``|| true``, a status it expects)."""
+    from tests.conftest import BUGS
+
+    hooks = str(ROOT / "tests" / "support" / "childhooks")
+    assert hooks in env["PYTHONPATH"].split(os.pathsep)
+    assert env["GPUCCTEST_BUGS"] == str(BUGS)
+
+
+@pytest.mark.internal_error
+def test_an_internal_error_a_block_swallows_is_still_seen(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    """lxml made unimportable: attest meets a ModuleNotFoundError of a base dependency, a
+    bug (exit 70) that the block's ``|| true`` hides from bash but not from the suite."""
+    from tests.conftest import BUGS
+
+    before = set(BUGS.iterdir())
+    script = f"gpucc attest --sample --at {docexamples.SAMPLE_AT} || true"
+    result = docexamples.bash(script, tmp_path, {**env, "GPUCCTEST_BLOCK": "lxml"})
+    assert result.returncode == 0 and "internal error" in result.stderr
+    found = sorted(set(BUGS.iterdir()) - before)
+    assert len(found) == 1 and "No module named 'lxml'" in found[0].read_text(encoding="utf-8")

@@ -29,6 +29,7 @@ class Example:
     anywhere: tuple[str, ...] = ()  # lines of stdout in any order (from parallel ranks)
     uses: tuple[str, ...] = ()  # other files of examples/ the script runs
     slow: bool = False
+    torch: bool = False  # runs PyTorch (torchrun)
 
 
 RUNS = {
@@ -54,6 +55,7 @@ RUNS = {
         ),
         uses=("ddp_train.py",),
         slow=True,
+        torch=True,
     ),
     "torch.sh": Example(
         expect=(
@@ -64,6 +66,7 @@ RUNS = {
         ),
         uses=("torch_train.py",),
         slow=True,
+        torch=True,
     ),
     "cvm.sh": Example(
         expect=(
@@ -137,7 +140,13 @@ def _run(path: Path, tmp: Path) -> tuple[subprocess.CompletedProcess[str], dict[
 
 @pytest.mark.parametrize(
     "name",
-    [pytest.param(n, marks=[pytest.mark.slow] if e.slow else []) for n, e in RUNS.items()],
+    [
+        pytest.param(
+            n,
+            marks=([pytest.mark.slow] if e.slow else []) + ([pytest.mark.torch] if e.torch else []),
+        )
+        for n, e in RUNS.items()
+    ],
 )
 def test_example_runs_and_cleans_up(name: str, tmp_path: Path) -> None:
     result, places = _run(EXAMPLES / name, tmp_path)

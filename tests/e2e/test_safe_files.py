@@ -19,6 +19,7 @@ import signal
 import stat
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -35,7 +36,7 @@ from gpucc.core.files import (
     read_capped,
     write_atomic,
 )
-from gpucc.core.jsonio import loads_untrusted
+from gpucc.core.jsonio import load_yaml_untrusted, loads_untrusted
 from gpucc.gpuattest.bundle import BUNDLE_FORMAT
 from gpucc.gpuattest.ocsp_response import CertId
 from gpucc.keyrelease import protocol as release
@@ -344,6 +345,30 @@ def test_deep_json_is_malformed_input_everywhere(work: Path) -> None:
 def test_loads_untrusted_turns_every_failure_into_malformed_input(data: bytes) -> None:
     with pytest.raises(MalformedInputError):
         loads_untrusted(data, what="document", error=MalformedInputError)
+
+
+@pytest.mark.parametrize(
+    ("read", "data"),
+    [
+        (loads_untrusted, b'{"a": "\\ud800"}'),
+        (loads_untrusted, b'{"\\udfff": 1}'),
+        (loads_untrusted, b'[[{"a": ["x", "\\ud83d"]}]]'),
+        (load_yaml_untrusted, b'a: "\\ud800"\n'),
+        (load_yaml_untrusted, b'"\\udc00": 1\n'),
+        (load_yaml_untrusted, b'a: [b, {c: "\\ud800"}]\n'),
+    ],
+)
+def test_strings_that_are_no_unicode_text_are_malformed_input(
+    read: Callable[..., object], data: bytes
+) -> None:
+    # an escaped lone surrogate parses, then fails wherever the text is encoded
+    with pytest.raises(MalformedInputError, match="^the document holds a string that is not"):
+        read(data, what="document", error=MalformedInputError)
+
+
+def test_an_escaped_surrogate_pair_is_one_character_in_json() -> None:
+    doc = loads_untrusted(b'{"a": "\\ud83d\\ude00"}', what="d", error=MalformedInputError)
+    assert doc == {"a": "\U0001f600"}
 
 
 def test_loads_untrusted_limits_depth_below_the_recursion_limit() -> None:

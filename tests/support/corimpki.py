@@ -126,3 +126,47 @@ def small_corim(triples: dict[int, Any] | None = None, **extra: Any) -> bytes:
 def read_pem_chain(path: Path) -> list[x509.Certificate]:
     """The certificates of a PEM file, in order."""
     return x509.load_pem_x509_certificates(path.read_bytes())
+
+
+#: The arc under which NVIDIA's Rubin CoRIMs name their environments.
+NV = "1.3.6.1.4.1.5703.1300.1.1."
+Edit = Callable[[list[dict[int, Any]]], None]
+
+
+def reference_triple(comids: list[dict[int, Any]], env_oid: str) -> list[Any]:
+    """The first CoMID's reference triple for the environment ``NV + env_oid``."""
+    for triple in comids[0][4][0]:
+        cls = triple[0][0]
+        if 0 in cls and cls[0] == oid(NV + env_oid):
+            return triple  # type: ignore[no-any-return]
+    raise AssertionError(env_oid)
+
+
+def flip_digest(env_oid: str, key_index: int = 0) -> Edit:
+    """An edit flipping one bit of a reference digest."""
+
+    def edit(comids: list[dict[int, Any]]) -> None:
+        digest = reference_triple(comids, env_oid)[1][key_index][1][2][0]
+        digest[1] = bytes([digest[1][0] ^ 1]) + digest[1][1:]
+
+    return edit
+
+
+def layer0_svn(tag: int, value: int) -> Edit:
+    """An edit setting the layer-0 SVN (``tag`` 552 exact, 553 minimum) of a Rubin CoRIM."""
+
+    def edit(comids: list[dict[int, Any]]) -> None:
+        comids[0][4][0][0][1][0][1][1] = cbor2.CBORTag(tag, value)
+
+    return edit
+
+
+def fsp_raw_block1(value: bytes) -> Edit:
+    """An edit setting the Blackwell FSP CoRIM's raw reference value of SPDM block 1."""
+
+    def edit(comids: list[dict[int, Any]]) -> None:
+        block1 = comids[0][4][0][1][1][0]
+        assert block1[0] == 1
+        block1[1][4] = cbor2.CBORTag(560, value)
+
+    return edit

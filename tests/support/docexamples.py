@@ -79,6 +79,19 @@ class Block:
         return f"{self.doc}:{self.line}"
 
 
+_TORCH = re.compile(
+    r"\bimport torch\b|\bfrom torch\b|\btorchrun\b|gpucc\.ddp\b|\bfrom gpucc import ddp\b"
+    r"|torch_dataset|torch_stream|examples/(?:ddp|torch)\.sh"
+)
+
+
+def needs_torch(block: Block) -> bool:
+    """Whether the block runs PyTorch (the torch extra)."""
+    return bool(_TORCH.search(block.text)) or (
+        block.example is not None and bool(_TORCH.search(block.example))
+    )
+
+
 def docs() -> list[Path]:
     return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 

@@ -46,8 +46,8 @@ MOVED = {
     "gpucc.travel.decide": "gpucc.holder.decide",
     "gpucc.travel.audit": "gpucc.holder.audit",
     "gpucc.travel.housekeeping": "gpucc.holder.housekeeping",
-    "gpucc.travel.httpserver": "gpucc.holder.httpserver",
-    "gpucc.travel.accept": "gpucc.holder.accept",
+    "gpucc.travel.httpserver": "gpucc.core.httpserver",
+    "gpucc.travel.accept": "gpucc.core.accept",
     "gpucc.travel.metrics": "gpucc.holder.metrics",
 }
 

@@ -216,6 +216,7 @@ def _rank(rank: int, store_file: str, out: str, wiring: Wiring) -> None:
     Path(out).write_text(json.dumps(doc))
 
 
+@pytest.mark.torch
 def test_ddp_setup_takes_evidence_and_verdicts_from_the_platform(
     wiring: Wiring, tmp_path: Path
 ) -> None:

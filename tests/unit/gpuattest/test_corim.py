@@ -11,7 +11,7 @@ import cbor2
 import pytest
 from cryptography import x509
 
-from gpucc.core.errors import MalformedInputError, NotTrustedError
+from gpucc.core.errors import MalformedInputError, MalformedReportError, NotTrustedError
 from gpucc.gpuattest.cbor_strict import StrictCborError, decode_strict
 from gpucc.gpuattest.corim import (
     MAX_TAGS,
@@ -34,14 +34,19 @@ from gpucc.gpuattest.corim_appraise import (
     toc_evidence,
 )
 from gpucc.gpuattest.cose import CoseCheckError, MalformedCoseError
+from gpucc.gpuattest.spdm_toc import parse_toc
 from tests.support.corimpki import (
     DATA,
     ES256,
+    NV,
     comid,
     corim_bytes,
     edit_comids,
+    flip_digest,
+    layer0_svn,
     oid,
     read_pem_chain,
+    reference_triple,
     sign_corim,
     small_corim,
 )
@@ -51,7 +56,6 @@ from tests.support.spdmblocks import Block, read_blocks, read_report_hex
 NOW = dt.datetime(2026, 12, 1, tzinfo=dt.UTC)
 SIGNED = CorimPolicy()
 UNSIGNED = CorimPolicy(allow_unsigned=True)
-NV = "1.3.6.1.4.1.5703.1300.1.1."
 GSP_L0 = Environment(vendor="NVIDIA", model="GR100 A01 GSP", layer=0)
 
 
@@ -81,7 +85,8 @@ def test_device_evidence_takes_the_table_where_there_is_one(
 ) -> None:
     leaf = read_pem_chain(DATA / "rubin-gr100-620.54" / "cert-chain.pem")[0]
     by_hand = merge_evidence(
-        toc_evidence(rubin_blocks[0xFD].value, rubin_blocks), tcbinfo_evidence(leaf)
+        toc_evidence(parse_toc(rubin_blocks[0xFD].value, rubin_blocks), rubin_blocks),
+        tcbinfo_evidence(leaf),
     )
     assert rubin_evidence(rubin_blocks) == by_hand
     assert by_hand.purpose is not None and by_hand.purpose[1] == "CC MPT"
@@ -145,38 +150,15 @@ def test_rubin_with_its_signed_corims_is_trusted_on_cc_mpt(
     assert not any("JTGS" in m or "BOOTS" in m for m in result.matched)
 
 
-def _ref(comids: list[dict[int, Any]], env_oid: str) -> list[Any]:
-    for triple in comids[0][4][0]:
-        cls = triple[0][0]
-        if 0 in cls and cls[0] == oid(NV + env_oid):
-            return triple  # type: ignore[no-any-return]
-    raise AssertionError(env_oid)
-
-
-def _flip_digest(env_oid: str, key_index: int = 0) -> Callable[[list[dict[int, Any]]], None]:
-    def edit(comids: list[dict[int, Any]]) -> None:
-        digest = _ref(comids, env_oid)[1][key_index][1][2][0]
-        digest[1] = bytes([digest[1][0] ^ 1]) + digest[1][1:]
-
-    return edit
-
-
-def _layer0_svn(tag: int, value: int) -> Callable[[list[dict[int, Any]]], None]:
-    def edit(comids: list[dict[int, Any]]) -> None:
-        comids[0][4][0][0][1][0][1][1] = cbor2.CBORTag(tag, value)
-
-    return edit
-
-
 @pytest.mark.parametrize(
     ("driver", "vbios", "environment", "key"),
     [
-        (_flip_digest("11.1.11.100.2"), None, f"oid:{NV}11.1.11.100.2", "-"),
-        (_flip_digest("11.1.11.100.16"), None, f"oid:{NV}11.1.11.100.16", "-"),
-        (_layer0_svn(552, 2), None, str(GSP_L0), "-"),
-        (_layer0_svn(553, 2), None, str(GSP_L0), "-"),
-        (None, _flip_digest("11.1.10.100.4"), f"oid:{NV}11.1.10.100.4", "FFMC"),
-        (None, _flip_digest("11.1.10.100.5", 1), f"oid:{NV}11.1.10.100.5", "BCRD"),
+        (flip_digest("11.1.11.100.2"), None, f"oid:{NV}11.1.11.100.2", "-"),
+        (flip_digest("11.1.11.100.16"), None, f"oid:{NV}11.1.11.100.16", "-"),
+        (layer0_svn(552, 2), None, str(GSP_L0), "-"),
+        (layer0_svn(553, 2), None, str(GSP_L0), "-"),
+        (None, flip_digest("11.1.10.100.4"), f"oid:{NV}11.1.10.100.4", "FFMC"),
+        (None, flip_digest("11.1.10.100.5", 1), f"oid:{NV}11.1.10.100.5", "BCRD"),
     ],
     ids=["driver-digest", "mpt-only-digest", "svn-exact", "svn-minimum", "vbios-FFMC", "BCRD"],
 )
@@ -197,7 +179,7 @@ def test_rubin_mutated_reference_is_not_trusted_and_named(
 def test_minimum_svn_at_or_below_the_evidence_passes(
     pki: RimPki, rubin_blocks: dict[int, Block]
 ) -> None:
-    corims = rubin_corims(_layer0_svn(553, 1))
+    corims = rubin_corims(layer0_svn(553, 1))
     assert appraise_signed(pki, rubin_evidence(rubin_blocks), corims).trusted
 
 
@@ -206,10 +188,10 @@ def test_references_outside_the_purpose_subtree_do_not_count(
 ) -> None:
     # .100.15 belongs to CC SPT only; the VBIOS's JTGS to no purpose at all.
     def jtgs(comids: list[dict[int, Any]]) -> None:
-        _ref(comids, "11.1.10.100.13")[1][0][1][4] = cbor2.CBORTag(560, b"\x07")
+        reference_triple(comids, "11.1.10.100.13")[1][0][1][4] = cbor2.CBORTag(560, b"\x07")
 
     result = appraise_signed(
-        pki, rubin_evidence(rubin_blocks), rubin_corims(_flip_digest("11.1.11.100.15"), jtgs)
+        pki, rubin_evidence(rubin_blocks), rubin_corims(flip_digest("11.1.11.100.15"), jtgs)
     )
     assert result.trusted
 
@@ -251,7 +233,7 @@ def test_a_required_purpose_other_than_the_evidences_is_not_trusted(
 
 def test_no_root_names_the_evidences_purpose(pki: RimPki, rubin_blocks: dict[int, Block]) -> None:
     def rename(comids: list[dict[int, Any]]) -> None:
-        _ref(comids, "11.1.11.1.2")[1][0][1][11] = "CC XYZ"
+        reference_triple(comids, "11.1.11.1.2")[1][0][1][11] = "CC XYZ"
 
     result = appraise_signed(pki, rubin_evidence(rubin_blocks), rubin_corims(rename))
     assert not result.trusted
@@ -314,9 +296,12 @@ def test_tcbinfo_of_the_real_leaves() -> None:
 
 def test_toc_naming_a_missing_block_is_malformed(rubin_blocks: dict[int, Block]) -> None:
     blocks = dict(rubin_blocks)
+    toc = parse_toc(blocks[0xFD].value, blocks)
     del blocks[54]
     with pytest.raises(MalformedTocError, match="block 54"):
-        toc_evidence(blocks[0xFD].value, blocks)
+        toc_evidence(toc, blocks)
+    with pytest.raises(MalformedReportError, match="block 54"):
+        device_evidence(blocks, read_pem_chain(DATA / "rubin-gr100-620.54" / "cert-chain.pem")[0])
 
 
 # --- unsigned, and the envelope -----------------------------------------------------------
@@ -408,7 +393,7 @@ def test_a_certificate_that_is_not_der_is_refused(pki: RimPki) -> None:
     header = dict(cbor2.loads(signed.value[0]))
     header[33] = b"\0" * 64
     forged = cbor2.CBORTag(18, [cbor2.dumps(header), *signed.value[1:]])
-    with pytest.raises(CoseCheckError, match="not a DER certificate"):
+    with pytest.raises(CoseCheckError, match="x5chain entry 0 cannot be parsed as a certificate"):
         read_corim(cbor2.dumps(forged), anchor=pki.root, now=NOW)
     with pytest.raises(MalformedCoseError):
         read_corim(cbor2.dumps(cbor2.CBORTag(18, [b"", {}])), anchor=pki.root, now=NOW)

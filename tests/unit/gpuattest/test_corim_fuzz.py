@@ -15,6 +15,7 @@ from gpucc.core.errors import GpuccError
 from gpucc.gpuattest.cbor_strict import decode_strict
 from gpucc.gpuattest.corim import CORIM_TAGS, CorimPolicy, read_corim
 from gpucc.gpuattest.corim_appraise import toc_evidence
+from gpucc.gpuattest.spdm_toc import parse_toc
 from tests.support.corimpki import DATA, corim_bytes, sign_corim
 from tests.support.rimpki import RimPki, make_rim_pki
 from tests.support.spdmblocks import read_blocks, read_report_hex
@@ -75,7 +76,7 @@ def test_signed_corim_mutations_raise_only_gpucc_errors(data: bytes) -> None:
 @given(mutated([TOC]))
 def test_toc_mutations_raise_only_gpucc_errors(data: bytes) -> None:
     try:
-        toc_evidence(data, BLOCKS)
+        toc_evidence(parse_toc(data, BLOCKS), BLOCKS)
     except GpuccError:
         pass
 

@@ -1,9 +1,9 @@
 """NVIDIA's current device evidence through the one outline: Rubin (GR100, a signed table
 of contents in block 0xFD) and Blackwell's FSP responder (52 blocks, no opaque data).
 
-NVIDIA publishes their reference values only as CoRIMs, which gpucc does not read yet, so
-with the right nonce the verdict is undecided for that reason alone, with the chain, the
-signature and the nonce verified.
+NVIDIA publishes their reference values only as CoRIMs; offline, with none given, the
+verdict with the right nonce is undecided for that reason alone, with the chain, the
+signature and the nonce verified (tests/e2e/test_cli_corim.py appraises them with CoRIMs).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from gpucc.core.errors import (
     GpuccError,
     MalformedReportError,
+    RimNotFoundError,
     UnsupportedFormatError,
 )
 from gpucc.gpuattest.collateral import NoOcsp
@@ -38,8 +39,14 @@ CASES = {
 
 
 class _NoRims:
+    """Offline: nothing is found; only CoRIM IDs may be asked for (no XML RIM)."""
+
     def get_rim(self, rim_id: str) -> bytes:
-        raise AssertionError(f"no XML RIM is looked up for these devices ({rim_id})")
+        assert rim_id in CORIM_IDS, f"not a CoRIM ID of these devices: {rim_id}"
+        raise RimNotFoundError(rim_id, "offline")
+
+
+CORIM_IDS = {"NV_GPU_DRIVER_GR100_620.54", "GR100_081D_9900230000"}
 
 
 def _verify(evidence: EvidenceSet, nonce: str) -> AttestationResult:
@@ -182,8 +189,8 @@ def test_rubin_table_of_contents() -> None:
     assert toc.environments[0].class_id == "1.3.6.1.4.1.5703.1300.1.1.11.1.11.1.2"
     assert toc.values[54] == TOC_REPORT.blocks[54].value
     assert set(toc.values) <= set(TOC_REPORT.blocks)
-    svns = [m.svn for e in toc.environments for m in e.measurements if m.key == "L0FSVN"]
-    assert svns == [0]
+    svns = [m.values.svn for e in toc.environments for m in e.measurements if m.key == "L0FSVN"]
+    assert [s.value for s in svns if s is not None] == [0]
     assert toc.to_dict()["purpose"] == "CC MPT"
 
 
@@ -214,7 +221,39 @@ def test_fuzz_toc_raises_only_gpucc_errors(cut: int, pos: int, byte: int, tail: 
         pass
 
 
-def test_collateral_bundles_look_up_no_xml_rim_for_corim_only_devices() -> None:
+def test_collateral_bundles_look_up_corims_for_corim_only_devices() -> None:
     from gpucc.gpuattest.bundle import evidence_rim_ids
 
-    assert evidence_rim_ids(_raw(RUBIN_DIR).gpus + _raw(FSP).gpus) == []
+    # Rubin: its table's locators; a raw FSP report has no firmware-version hint, so no ID;
+    # its CMW file's hint names the VBIOS CoRIM as NVIDIA's SDK builds it.
+    assert evidence_rim_ids(_raw(RUBIN_DIR).gpus + _raw(FSP).gpus) == [
+        "GR100_081D_9900230000",
+        "NV_GPU_DRIVER_GR100_620.54",
+    ]
+    cmw = load_evidence_file(FSP / "evidence.cmw.json")
+    assert evidence_rim_ids(cmw.gpus) == ["NV_GPU_VBIOS_GB100_065C_0100000001"]
+
+
+def test_the_fsp_corim_id_is_built_from_model_apsku_and_the_firmware_hint() -> None:
+    from gpucc.gpuattest.device import CorimInputs
+
+    report = EnvelopeReport.parse(_raw(FSP).gpus[0].report)
+    leaf = "GB100 A01 FSP FMC LF"
+
+    def ids(report: object, leaf: str, hints: dict[str, str]) -> tuple[tuple[str, str], ...]:
+        assert BLACKWELL_FSP.corim_ids is not None
+        found = BLACKWELL_FSP.corim_ids(CorimInputs(report, None, leaf, hints))
+        assert bool(found.ids) != bool(found.missing)
+        return found.ids
+
+    hint = {"fwversion": "01.00.00.00.01"}
+    assert ids(report, leaf, hint) == (("vbios", "NV_GPU_VBIOS_GB100_065C_0100000001"),)
+    assert ids(report, leaf, {}) == ()  # a raw report: no hint, no ID
+    assert ids(report, leaf, {"fwversion": "1.0"}) == ()
+    assert ids(report, "XX A01 FSP", hint) == ()
+    import dataclasses
+    from types import SimpleNamespace
+
+    blocks = dict(report.blocks)
+    blocks[52] = dataclasses.replace(blocks[52], value=b"no sku")
+    assert ids(SimpleNamespace(blocks=blocks), leaf, hint) == ()

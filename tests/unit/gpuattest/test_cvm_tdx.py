@@ -121,11 +121,17 @@ def test_a_flipped_bit_is_refused(offset: int, words: str) -> None:
     assert words.lower() in check.reason.lower()
 
 
-def test_a_flipped_bit_in_the_pck_certificate_is_refused() -> None:
-    start = QUOTE.index(b"-----BEGIN CERTIFICATE-----")
-    f = verify_tdx_quote(flipped(QUOTE, start + 200), collateral(), now=AT)
+def test_a_flipped_bit_in_the_pck_certificates_signature_is_refused() -> None:
+    end = QUOTE.index(b"-----END CERTIFICATE-----")
+    f = verify_tdx_quote(flipped(QUOTE, end - 20), collateral(), now=AT)
     assert not f.evidence_ok
-    assert "fail" in statuses(f.checks).values()
+    assert statuses(f.checks)["cvm-quote"] == "fail"
+
+
+def test_a_pck_certificate_whose_issuer_does_not_parse_is_malformed_evidence() -> None:
+    start = QUOTE.index(b"-----BEGIN CERTIFICATE-----")
+    with pytest.raises(MalformedEvidenceError, match=r"PCK chain: certificate 1 of 3 .*issuer"):
+        verify_tdx_quote(flipped(QUOTE, start + 200), collateral(), now=AT)
 
 
 def _other_root() -> x509.Certificate:

@@ -7,9 +7,13 @@ ClientHello; when descriptors run out it logs a traceback per attempt. This loop
 * counts each accepted socket against the per-client and total caps **before** any TLS, and
   answers (plain HTTP: a JSON 503) or closes those over them;
 * caps TLS handshakes in progress (``max_handshakes``), each with the head's deadline;
-* stops accepting while the sockets it holds reach the descriptor budget (the soft
-  ``RLIMIT_NOFILE`` less those open at start less ``fd_reserve`` kept for the holder's own
-  files), and resumes as they close; the kernel's backlog holds the rest meanwhile;
+* raises the soft ``RLIMIT_NOFILE`` (up to the hard limit) so that the total cap and the
+  refusals in flight fit in the descriptor budget (the limit less those open at start less
+  ``fd_reserve`` kept for the holder's own files), and lowers the cap to fit when it cannot
+  (logged as ``connections-capped``): a client over the cap is then always told or reset;
+* stops accepting while the sockets it holds reach the descriptor budget anyway (the
+  holder's own files past the reserve), and resumes as they close; the kernel's backlog
+  holds the rest meanwhile, unanswered;
 * reports errors (its own and asyncio's) as JSON log lines, at most a few per interval, with
   the number suppressed since the last one.
 """
@@ -106,9 +110,24 @@ class Acceptor:
         self.max_connections, self.max_per_client = max_connections, max_per_client
         self.max_handshakes, self.handshake_s = max_handshakes, handshake_s
         self.trusted, self.errors = trusted, errors
-        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-        budget = soft - open_descriptors() - fd_reserve
+        held_at_start = open_descriptors()
+        soft = _descriptor_limit(max_connections + _MAX_REFUSING + held_at_start + fd_reserve)
+        budget = soft - held_at_start - fd_reserve
         self.fd_budget = max(8, budget) if soft != resource.RLIM_INFINITY else 1 << 20
+        # The total cap must be reached before the descriptors run out: accepting pauses at
+        # the budget, and a client left in the kernel's backlog meanwhile gets no answer at
+        # all, where one over the cap is told (503) or reset. When the limit cannot be raised
+        # far enough, the cap is lowered to what the descriptors allow, and the log says so.
+        fits = max(1, self.fd_budget - _MAX_REFUSING)
+        if max_connections > fits:
+            errors(
+                "connections-capped",
+                max_connections=fits,
+                asked=max_connections,
+                fd_limit=soft,
+                reason="the descriptor limit (RLIMIT_NOFILE) holds no more",
+            )
+            self.max_connections = fits
         self.open = 0  # connections being served (handshaking included)
         self.refusing = 0  # sockets held while a refusal is answered
         self.handshaking = 0
@@ -193,6 +212,11 @@ class Acceptor:
         self, conn: socket.socket, tls: ssl.SSLContext | None
     ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         loop = asyncio.get_running_loop()
+        # asyncio sets TCP_NODELAY only on sockets whose proto is IPPROTO_TCP, which an
+        # accepted socket's is not: without it, an answer's body (written after its head)
+        # waits for the client's delayed ACK, some 40 ms per request.
+        with contextlib.suppress(OSError):
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         reader = asyncio.StreamReader(limit=64 * 1024)
         protocol = asyncio.StreamReaderProtocol(reader)
         transport, _ = await loop.connect_accepted_socket(
@@ -242,6 +266,20 @@ class Acceptor:
         finally:
             self.refusing -= 1
             self._closed()
+
+
+def _descriptor_limit(wanted: int) -> int:
+    """The soft descriptor limit, first raised towards ``wanted`` (at most to the hard limit,
+    which an unprivileged process may not pass)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= wanted:
+        return soft
+    raised = wanted if hard == resource.RLIM_INFINITY else min(hard, wanted)
+    if raised > soft:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
+            return raised
+    return soft
 
 
 def _reset(conn: socket.socket) -> None:

@@ -16,7 +16,7 @@ HTTP/1.1 state machine Uvicorn and httpx use); this module adds the connection p
 * **request deadline**: head and body within ``request_s`` of the first byte;
 * **caps**: at most ``max_connections`` open connections, at most ``max_per_client`` from
   one client address, at most ``max_handshakes`` TLS handshakes in progress, all counted
-  when the connection is accepted, before TLS (:mod:`gpucc.holder.accept`); accepting
+  when the connection is accepted, before TLS (:mod:`gpucc.core.accept`); accepting
   pauses while the descriptors held reach the process's limit less ``fd_reserve``; one
   request at a time per connection;
 * **head size**: a request line over ``max_request_line`` bytes is refused with 414, a
@@ -541,7 +541,7 @@ def run_server(
     calls ``on_reload`` (an exception from it is logged; the service goes on).
     ``on_start`` is given the port listened on once the service accepts connections (the
     one the system chose when ``port`` is 0).
-    ``on_listen`` is given the accept loop (:class:`gpucc.holder.accept.Acceptor`) once it
+    ``on_listen`` is given the accept loop (:class:`gpucc.core.accept.Acceptor`) once it
     listens, e.g. for its connection counts.
 
     Returns:
