@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from .parts import PartKind, PartRegistry, default_parts
     from .platform import Platform, assemble
     from .result import PlatformEvidence, PlatformResult
-    from .settings import Settings, TimeSource, simulation_policy, utc_now
+    from .settings import Settings, TimeSource, select_policy, simulation_policy, utc_now
     from .sources import EvidenceSource, FileSource, LocalSource, SimulatedSource
     from .verifier import PlatformVerifier
 
@@ -37,7 +37,9 @@ if TYPE_CHECKING:
 #: does) costs only what the command then uses.
 _HOME = {
     **dict.fromkeys(("Platform", "assemble"), "platform"),
-    **dict.fromkeys(("Settings", "TimeSource", "simulation_policy", "utc_now"), "settings"),
+    **dict.fromkeys(
+        ("Settings", "TimeSource", "select_policy", "simulation_policy", "utc_now"), "settings"
+    ),
     **dict.fromkeys(("EvidenceSource", "FileSource", "LocalSource", "SimulatedSource"), "sources"),
     **dict.fromkeys(("PlatformEvidence", "PlatformResult"), "result"),
     **dict.fromkeys(("PartKind", "PartRegistry", "default_parts"), "parts"),
@@ -59,6 +61,7 @@ __all__ = [
     "TimeSource",
     "assemble",
     "default_parts",
+    "select_policy",
     "simulation_policy",
     "sources",
     "utc_now",

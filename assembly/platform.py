@@ -21,7 +21,7 @@ from .verifier import PlatformEvidence, PlatformResult, PlatformVerifier
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from gpucc.staging.release import CollectedCvmEvidence, CollectedEvidence
+    from gpucc.keyrelease.protocol import CollectedCvmEvidence, CollectedEvidence
 
     from .sources import EvidenceSource
 

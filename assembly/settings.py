@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
     from .parts import PartRegistry
 
-__all__ = ["Settings", "TimeSource", "simulation_policy", "utc_now"]
+__all__ = ["Settings", "TimeSource", "select_policy", "simulation_policy", "utc_now"]
 
 
 def utc_now() -> dt.datetime:
@@ -116,3 +116,26 @@ def simulation_policy() -> Policy:
     section = tdx_reference_policy(parse_event_log(simulated_boot_log()), mrtd=SIMULATED_MRTD)
     document = {"ocsp": {"require": False}, "cvm": section}
     return parse_policy(document, source="simulation default")
+
+
+def select_policy(
+    policy_file: Path | None,
+    *,
+    simulation: bool = False,
+    default: Policy | None = None,
+) -> Policy:
+    """The policy a verification runs under: the policy file when one is given, else the
+    simulation's (:func:`simulation_policy`) when a simulation's roots are trusted, else
+    ``default`` (the library's default :class:`Policy` when none is given, as for NVIDIA's
+    bundled sample its own). Every front end chooses its policy here.
+
+    Raises:
+        MalformedPolicyError, FileAccessError: the policy file cannot be read or parsed.
+    """
+    if policy_file is not None:
+        from gpucc.gpuattest.policy import load_policy
+
+        return load_policy(policy_file)
+    if simulation:
+        return simulation_policy()
+    return default if default is not None else Policy()

@@ -26,7 +26,7 @@ from .settings import utc_now
 if TYPE_CHECKING:
     from gpucc.gpuattest.cvm.tdx_sim import SimulatedTdx
     from gpucc.gpuattest.evidence import EvidenceSet
-    from gpucc.staging.release import CollectedCvmEvidence, CollectedEvidence
+    from gpucc.keyrelease.protocol import CollectedCvmEvidence, CollectedEvidence
 
 __all__ = [
     "SIMULATED_FILES",
@@ -101,14 +101,14 @@ def _cvm_collected(
 ) -> CollectedCvmEvidence:
     """The key-release protocol's form of CVM evidence (imported when first needed: the
     protocol's modules are not part of every command's start-up)."""
-    from gpucc.staging.release import CollectedCvmEvidence
+    from gpucc.keyrelease.protocol import CollectedCvmEvidence
 
     return CollectedCvmEvidence(evidence, collateral, event_log)
 
 
 def collected(source: EvidenceSource, nonce: bytes) -> CollectedEvidence:
     """The source's GPU evidence in the key-release protocol's form."""
-    from gpucc.staging.release import CollectedEvidence
+    from gpucc.keyrelease.protocol import CollectedEvidence
 
     return CollectedEvidence.from_evidence_set(source.gpu_evidence(nonce))
 

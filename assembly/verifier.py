@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from gpucc.gpuattest.collateral import OcspChecker, RimSource
     from gpucc.gpuattest.evidence import EvidenceSet
     from gpucc.gpuattest.trust import TrustRoots
-    from gpucc.staging.release import (
+    from gpucc.keyrelease.protocol import (
         AttestationOutcome,
         Attester,
         CvmAttester,

@@ -49,7 +49,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 from gpucc.ddp import EncryptedAllReduce, GroupKeys, encrypted_allreduce_hook  # noqa: E402
 from gpucc.ddp.messages import group_transcript_hash  # noqa: E402
 from gpucc.ddp.setup import exchange_bytes  # noqa: E402
-from gpucc.staging.release_messages import (  # noqa: E402
+from gpucc.keyrelease.messages import (  # noqa: E402
     CURVE,
     decode_public_key,
     encode_public_key,

@@ -50,9 +50,9 @@ from gpucc.gpuattest.evidence import load_evidence_json
 from gpucc.gpuattest.policy import parse_policy
 from gpucc.gpuattest.simulate import SimulatedGpu
 from gpucc.gpuattest.verifier import verify
+from gpucc.keyrelease.protocol import CollectedCvmEvidence, CollectedEvidence, create_offer
 from gpucc.staging import seal_file
 from gpucc.staging.format import write_key_file
-from gpucc.staging.release import CollectedCvmEvidence, CollectedEvidence, create_offer
 from gpucc.travel.client import HolderClient
 from gpucc.travel.signing import generate_signing_key, write_signing_key
 

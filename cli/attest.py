@@ -340,9 +340,8 @@ def attest(
     Exit codes: 0 trusted, 1 not trusted, 2 usage, 3 collateral missing,
     4 malformed input, 5 environment (no GPU/NVML, CC off).
     """
-    from gpucc.assembly import PlatformEvidence, PlatformVerifier, Settings
+    from gpucc.assembly import PlatformEvidence, PlatformVerifier, Settings, select_policy
     from gpucc.core.errors import UsageError
-    from gpucc.gpuattest.policy import Policy, load_policy
 
     from .invocation import current
     from .render import verdict_exit_code
@@ -364,7 +363,7 @@ def attest(
         if at is None:
             at, at_origin = cvm_bundle.at, f"the bundled CVM sample's time ({cvm_sample.value})"
     now = parse_time(at)
-    pol: Policy = load_policy(policy) if policy else Policy()
+    sample_pol: Policy | None = None  # NVIDIA's sample is verified under its own policy
     ev: EvidenceSet | None = None
     if (sign_eat is None) != (token_output is None):
         raise UsageError("--sign-eat KEY and -o FILE go together")
@@ -417,8 +416,7 @@ def attest(
         driver_rim = driver_rim or bundled.driver_rim_path
         vbios_rim = vbios_rim or bundled.vbios_rim_path
         nonce = nonce or bundled.nonce.hex()
-        if policy is None:
-            pol = sample_policy()
+        sample_pol = sample_policy()
     elif evidence is not None:
         ev = load_evidence(evidence, cert_chain)
     elif device is Device.NVSWITCH or ppcie:
@@ -438,15 +436,12 @@ def attest(
         nonce = fresh.hex()
     expected = parse_nonce(nonce) if nonce and not cvm_only_ else None
     ev, switches = _devices(ev, switch_evidence, device=device, ppcie=ppcie)
+    pol = select_policy(policy, simulation=simulate is not None, default=sample_pol)
     if ppcie:
         from gpucc.gpuattest.topology import TopologyPolicy
 
         topo = pol.topology
         pol = dataclasses.replace(pol, topology=TopologyPolicy(True, topo.gpus, topo.switches))
-    if simulate is not None and policy is None:
-        from gpucc.assembly import simulation_policy
-
-        pol = dataclasses.replace(simulation_policy(), topology=pol.topology)
     if switches is not None and (verifier is Verifier.REMOTE or sign_eat is not None):
         raise UsageError("NVSwitch evidence is verified locally only: drop --sign-eat/--verifier")
     if verifier is Verifier.REMOTE and ev is not None:
@@ -639,7 +634,7 @@ def _attest_remote(
     """NRAS judges; gpucc checks its answer; the same document and exit codes."""
     from gpucc.core.errors import GpuccError, UsageError
 
-    from .attest_remote import remote_document, remote_text, verify_remote
+    from .attest_remote import remote_text, verify_remote
     from .output import emit, out
 
     if expected is None:
@@ -649,7 +644,7 @@ def _attest_remote(
     except GpuccError as exc:
         exc.subject = exc.subject or "remote"  # its remedies are NRAS's, not collateral's
         raise
-    document = remote_document(verdict, ev)
+    document = verdict.attest_document(ev)
     if output is OutputFormat.JSON:
         emit(document)
     else:
@@ -825,13 +820,13 @@ def collect(
     if quote is not None:
         note(f"the CVM's evidence commits to report data {report_data.hex()}")
     if fmt is OutputFormat.JSON:
-        emit(
-            {
-                "schema": "gpucc.evidence/v1",
-                "output": str(output) if output is not None else None,
-                "gpus": len(ev.gpus) - switches if ev is not None else 0,
-                "switches": switches,
-                "nonce": value.hex(),
-                "cvm_report_data": report_data.hex() if quote is not None else None,
-            }
+        from gpucc.assembly.reports import EvidenceWritten
+
+        written = EvidenceWritten(
+            output=output,
+            gpus=len(ev.gpus) - switches if ev is not None else 0,
+            switches=switches,
+            nonce=value,
+            cvm_report_data=report_data if quote is not None else None,
         )
+        emit(written.to_dict())

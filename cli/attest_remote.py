@@ -10,12 +10,9 @@ never a verdict.
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-from .exitcodes import NOT_TRUSTED, OK
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from gpucc.assembly import PlatformResult
@@ -44,39 +41,6 @@ def verify_remote(
         settings, roots=[], nras_url=nras_url, environ=os.environ, allowed_origins=origins
     )
     return client.attest(evidence, nonce, now=now)
-
-
-def remote_document(verdict: RemoteVerdict, evidence: EvidenceSet) -> dict[str, Any]:
-    """The ``gpucc.attest/v1`` document for a remote verdict (NVIDIA's claim names)."""
-    from gpucc.gpuattest.nras import verdict_claims
-
-    claims = verdict_claims(verdict)
-    gpus = []
-    for index, (gpu, gpu_claims) in enumerate(zip(evidence.gpus, claims, strict=True)):
-        gpus.append(
-            {
-                "index": index,
-                "uuid": gpu.uuid,
-                "arch": gpu.arch,
-                "verdict": "trusted" if gpu_claims.get("measres") == "success" else "not-trusted",
-                "evidence_sha256": hashlib.sha256(gpu.report).hexdigest(),
-                "claims": gpu_claims,
-            }
-        )
-    outcome = OK if verdict.trusted else NOT_TRUSTED
-    return {
-        "schema": "gpucc.attest/v1",
-        "verifier": "remote",
-        "verdict": "trusted" if verdict.trusted else "not-trusted",
-        "trusted": verdict.trusted,
-        "exit_code": outcome.code,
-        "x-nvidia-overall-att-result": verdict.overall_result,
-        "verified_at": verdict.verified_at.isoformat().replace("+00:00", "Z"),
-        "nonce": verdict.nonce.hex(),
-        "evidence_source": evidence.source,
-        "remote": verdict.to_dict(),
-        "gpus": gpus,
-    }
 
 
 def remote_text(verdict: RemoteVerdict) -> list[str]:

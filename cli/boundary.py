@@ -22,6 +22,7 @@ from typing import Any
 import typer
 
 from gpucc.core.errors import GpuccError
+from gpucc.core.outcomes import Failure
 
 from .exitcodes import (
     BROKEN_PIPE,
@@ -38,7 +39,7 @@ from .invocation import Invocation
 from .output import write_document, write_stdout
 from .terminal import safe_text
 
-ERROR_SCHEMA = "gpucc.error/v1"
+ERROR_SCHEMA = Failure.SCHEMA
 
 #: Top-level fields that state a verdict: false in any document of a failed command.
 VERDICT_FIELDS = ("verified", "trusted", "complete")
@@ -173,15 +174,7 @@ def report(
     except OSError:
         pass
     if invocation.json and not invocation.result.written:
-        error: dict[str, Any] = {
-            "code": outcome.code,
-            "kind": outcome.kind,
-            "message": message,
-            "hint": hint,
-        }
-        if reasons:
-            error["reasons"] = list(reasons)
-        _emit_json({"schema": ERROR_SCHEMA, "error": error})
+        _emit_json(Failure(outcome, message, hint, tuple(reasons or ())).to_dict())
     return outcome.code
 
 

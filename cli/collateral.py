@@ -210,7 +210,7 @@ def fetch(
     if fmt is OutputFormat.JSON:
         # Like an undecided verdict: the result (with "complete": false and what is missing)
         # is the document, and the exit status says 3.
-        emit(_fetch_document(output, bundle, result, gpus=gpus, switches=switches))
+        emit(result.to_dict(output, gpus=gpus, switches=switches))
         if result.problems:
             note(f"error: {incomplete}")
             raise typer.Exit(COLLATERAL.code)
@@ -225,32 +225,6 @@ def _missing(message: str, problems: Any) -> Exception:
     error = CollateralUnavailableError(message)
     error.reasons = tuple(str(p) for p in problems)  # type: ignore[attr-defined]
     return error
-
-
-def _fetch_document(
-    output: Path, bundle: Any, result: Any, *, gpus: int, switches: int
-) -> dict[str, Any]:
-    """The ``gpucc.collateral.fetch/v1`` document."""
-    ocsp = []
-    for name, kind, outcome in result.outcomes:
-        ocsp.append(
-            {
-                "subject": name,
-                "chain": str(kind),
-                "status": str(outcome.status),
-                "revocation_reason": outcome.revocation_reason or None,
-            }
-        )
-    return {
-        "schema": "gpucc.collateral.fetch/v1",
-        "output": str(output),
-        "gpus": gpus,
-        "switches": switches,
-        "complete": not result.problems,
-        "rims": list(bundle.rims),
-        "ocsp": ocsp,
-        "missing": list(result.problems),
-    }
 
 
 @collateral_app.command("show")
@@ -270,7 +244,7 @@ def show(
 
     bundle = load_bundle(bundle_path)
     if fmt is OutputFormat.JSON:
-        emit(_show_document(bundle_path, bundle))
+        emit(bundle.to_dict(bundle_path))
         return
     lines = [f"created {bundle.created.isoformat()}"]
     for rim_id, data in bundle.rims.items():
@@ -285,30 +259,6 @@ def show(
             )
         lines.append(f"OCSP {entry.subject}{window}")
     out(*lines)
-
-
-def _show_document(path: Path, bundle: Any) -> dict[str, Any]:
-    """The ``gpucc.collateral.show/v1`` document."""
-    from cryptography.x509 import ocsp as x509_ocsp
-
-    entries = []
-    for entry in bundle.ocsp:
-        resp = x509_ocsp.load_der_ocsp_response(entry.response)
-        this_update = next_update = None
-        if resp.response_status is x509_ocsp.OCSPResponseStatus.SUCCESSFUL:
-            this_update = resp.this_update_utc.isoformat()
-            nxt = resp.next_update_utc
-            next_update = nxt.isoformat() if nxt else None
-        entries.append(
-            {"subject": entry.subject, "this_update": this_update, "next_update": next_update}
-        )
-    return {
-        "schema": "gpucc.collateral.show/v1",
-        "bundle": str(path),
-        "created": bundle.created.isoformat(),
-        "rims": [{"id": rim_id, "bytes": len(data)} for rim_id, data in bundle.rims.items()],
-        "ocsp": entries,
-    }
 
 
 def _register_mirror_commands() -> None:

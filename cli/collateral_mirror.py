@@ -307,7 +307,7 @@ def serve_cmd(
     import os
 
     from gpucc.core.files import refuse_existing
-    from gpucc.travel.httpserver import ServerLimits
+    from gpucc.core.httpserver import ServerLimits
     from gpucc.travel.mirror_http import serve_mirror
 
     if config_file is not None:

@@ -80,16 +80,11 @@ def _emit(
     parse_policy(doc, source="reference")
     text = header + yaml.safe_dump(doc, sort_keys=False, width=200)
     if fmt is OutputFormat.JSON:
+        from gpucc.gpuattest.cvm.reference import ReferencePolicy
+
         from .output import emit
 
-        emit(
-            {
-                "schema": "gpucc.cvm.reference/v1",
-                "kind": kind,
-                "policy": doc,
-                "output": str(output) if output is not None else None,
-            }
-        )
+        emit(ReferencePolicy(kind, doc, output).to_dict())
     if output is None:
         if fmt is not OutputFormat.JSON:
             from .output import out

@@ -32,6 +32,7 @@ def demo(
     every chunk; (5) show that a tampered chunk is caught and named. With --format json
     the steps are one document on stdout and the narration goes to stderr.
     """
+    from gpucc.assembly.reports import DemoRun
     from gpucc.core.errors import NotTrustedError
     from gpucc.gpuattest.collateral import NoOcsp, rim_sources_from_mapping
     from gpucc.gpuattest.policy import parse_policy
@@ -39,17 +40,15 @@ def demo(
     from gpucc.gpuattest.simulate import SimulatedGpu
     from gpucc.gpuattest.trust import TrustRoots
     from gpucc.gpuattest.verifier import verify
+    from gpucc.keyrelease.protocol import CollectedEvidence, DatasetKey, local_session
     from gpucc.staging import open_sealed, seal_file, stage
     from gpucc.staging.errors import ChunkAuthenticationError
-    from gpucc.staging.release import CollectedEvidence, DatasetKey, local_session
 
     from .output import console
 
     out = console(stderr=fmt is OutputFormat.JSON)
-    steps: list[dict[str, Any]] = []
-
-    def step(name: str, ok: bool, **detail: Any) -> None:
-        steps.append({"step": len(steps) + 1, "name": name, "ok": ok, **detail})
+    run = DemoRun()
+    step = run.step
 
     no_ocsp = parse_policy({"ocsp": {"require": False}}, source="demo")
 
@@ -198,7 +197,7 @@ def demo(
         "[bold green]demo complete: attestation verified, data staged and verified[/bold green]"
     )
     if fmt is OutputFormat.JSON:
-        emit({"schema": "gpucc.demo/v1", "ok": True, "steps": steps})
+        emit(run.to_dict())
 
 
 def _simulated_cvm(now: dt.datetime) -> tuple[Any, Any]:
@@ -206,7 +205,7 @@ def _simulated_cvm(now: dt.datetime) -> tuple[Any, Any]:
     from gpucc.gpuattest.cvm.appraise import verify_tdx
     from gpucc.gpuattest.cvm.policy import parse_cvm_policy
     from gpucc.gpuattest.cvm.tdx_sim import SIMULATED_MRTD, simulated_tdx
-    from gpucc.staging.release import CollectedCvmEvidence
+    from gpucc.keyrelease.protocol import CollectedCvmEvidence
 
     tdx = simulated_tdx(now)
     collateral = tdx.collateral(issued=now - dt.timedelta(minutes=5)).to_json()

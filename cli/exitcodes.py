@@ -1,67 +1,62 @@
-"""Exit statuses: one table, mapped from the libraries' error families.
+"""Exit statuses: the library's one outcome table (:mod:`gpucc.core.outcomes`), read here.
 
 The libraries raise typed errors and return verdicts; only the command line turns them
 into process exit statuses, a machine-readable ``kind`` and a hint that names the options
-of the command that failed. README's exit-code table is checked against :data:`TABLE`.
+of the command that failed. The rows (``OK`` ... ``BROKEN_PIPE``, :data:`TABLE`) are the
+library's, re-exported under their old names; README's exit-code table is checked against
+:data:`TABLE`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from gpucc.core.outcomes import (
+    AUTHENTICATION,
+    BROKEN_PIPE,
+    COLLATERAL,
+    ENVIRONMENT,
+    FILE_ACCESS,
+    INTERNAL,
+    INTERRUPTED,
+    MALFORMED,
+    NOT_TRUSTED,
+    OK,
+    TABLE,
+    USAGE,
+    WRONG_KEY,
+    Outcome,
+    OutcomeTable,
+)
 from gpucc.gpuattest import errors
 from gpucc.gpuattest.result import Verdict
 from gpucc.staging.errors import GpuKernelError, GpuStagingUnavailableError
 
+__all__ = [
+    "AUTHENTICATION",
+    "BROKEN_PIPE",
+    "COLLATERAL",
+    "ENVIRONMENT",
+    "FILE_ACCESS",
+    "FILE_SITUATIONS",
+    "INTERNAL",
+    "INTERRUPTED",
+    "MALFORMED",
+    "NOT_TRUSTED",
+    "OK",
+    "OUTCOMES",
+    "SIGNAL_CODES",
+    "TABLE",
+    "USAGE",
+    "WRONG_KEY",
+    "Outcome",
+    "cli_hint",
+    "describe",
+    "exit_code_for",
+    "outcome_for",
+    "outcome_for_code",
+    "signal_outcome",
+    "verdict_outcome",
+]
 
-@dataclass(frozen=True)
-class Outcome:
-    """One row of the exit-status table."""
-
-    code: int
-    kind: str
-    meaning: str
-
-
-OK = Outcome(0, "ok", "trusted (attest), or the command succeeded")
-NOT_TRUSTED = Outcome(1, "not-trusted", "evaluated and not trusted: a check or the policy failed")
-USAGE = Outcome(2, "usage", "usage error: unknown or conflicting options, bad values")
-COLLATERAL = Outcome(
-    3,
-    "collateral-unavailable",
-    "could not decide: collateral (a RIM, an OCSP answer, a service) is missing or "
-    "unreachable, or a dataset's store is unreachable or too slow (retries and deadline spent)",
-)
-MALFORMED = Outcome(
-    4,
-    "malformed-input",
-    "malformed input: evidence, certificate, RIM, policy, bundle, message, sealed dataset or "
-    "key, or a store's answer outside the range protocol",
-)
-ENVIRONMENT = Outcome(
-    5,
-    "environment",
-    "environment: no GPU, driver, NVML or CuPy; CC mode off; an extra not installed",
-)
-AUTHENTICATION = Outcome(
-    6,
-    "authentication-failed",
-    "data authentication failed: a sealed chunk, header or wrap record was altered, "
-    "or chunks are missing, or a stored object changed while it was read",
-)
-WRONG_KEY = Outcome(
-    7, "wrong-key", "wrong key: the key given is not the one the data was sealed for"
-)
-FILE_ACCESS = Outcome(
-    8,
-    "file-access",
-    "a file or stored object cannot be read or written (missing, exists, special, permissions)",
-)
-INTERNAL = Outcome(70, "internal", "internal error (a bug), reported in one line; -v shows more")
-INTERRUPTED = Outcome(130, "interrupted", "interrupted (SIGINT); 143 for SIGTERM, 129 for SIGHUP")
-BROKEN_PIPE = Outcome(
-    141, "broken-pipe", "the reader of stdout went away (SIGPIPE); nothing printed"
-)
 
 #: Exit statuses of the signals that stop a command (SIGINT, SIGTERM, SIGHUP): 128 + the
 #: signal's number, the same in the JSON error document as in the process status.
@@ -75,33 +70,6 @@ FILE_SITUATIONS: dict[str, Outcome] = {
     "existing-output": FILE_ACCESS,  # an output that exists, without --force
     "exposed-key-file": FILE_ACCESS,  # a key file group or others can access, or not ours
 }
-
-TABLE: tuple[Outcome, ...] = (
-    OK,
-    NOT_TRUSTED,
-    USAGE,
-    COLLATERAL,
-    MALFORMED,
-    ENVIRONMENT,
-    AUTHENTICATION,
-    WRONG_KEY,
-    FILE_ACCESS,
-    INTERNAL,
-    INTERRUPTED,
-    BROKEN_PIPE,
-)
-
-# Most specific family first: an error takes the first row whose family it belongs to.
-_FAMILIES: tuple[tuple[type[errors.GpuccError], Outcome], ...] = (
-    (errors.WrongKeyError, WRONG_KEY),
-    (errors.FileAccessError, FILE_ACCESS),
-    (errors.IntegrityError, AUTHENTICATION),
-    (errors.UsageError, USAGE),
-    (errors.CollateralUnavailableError, COLLATERAL),
-    (errors.MalformedInputError, MALFORMED),
-    (errors.EnvironmentProblemError, ENVIRONMENT),
-    (errors.NotTrustedError, NOT_TRUSTED),
-)
 
 _VERDICTS = {
     Verdict.TRUSTED: OK,
@@ -214,14 +182,13 @@ def outcome_for_code(code: int) -> Outcome:
     return INTERNAL
 
 
+#: The library's table, read by the holder service too.
+OUTCOMES = OutcomeTable()
+
+
 def outcome_for(exc: BaseException) -> Outcome:
     """The exit-status row for an error raised by the libraries (INTERNAL for anything else)."""
-    for family, outcome in _FAMILIES:
-        if isinstance(exc, family):
-            return outcome
-    if isinstance(exc, errors.GpuccError):
-        return NOT_TRUSTED
-    return INTERNAL
+    return OUTCOMES.outcome_for(exc)
 
 
 def exit_code_for(exc: BaseException) -> int:

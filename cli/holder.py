@@ -43,7 +43,7 @@ from .output import warn
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric import ec
 
-    from gpucc.staging.statedb import PostgresState, SqliteState
+    from gpucc.holder.state import PostgresState, SqliteState
 
     HolderState = SqliteState | PostgresState
 
@@ -94,7 +94,7 @@ def _default_state_file(signing_key: ec.EllipticCurvePrivateKey) -> Path:
 
 def _state(url: str | None, signing_key: ec.EllipticCurvePrivateKey) -> HolderState | None:
     """The holder's durable state (``None``: memory only, for ``--state memory``)."""
-    from gpucc.staging.statedb import open_state
+    from gpucc.holder.state import open_state
 
     if url == "memory":
         return None
@@ -299,9 +299,9 @@ def serve(
     request within --body-timeout-s; SIGTERM stops accepting and drains requests in flight.
     """
     from gpucc.core.files import refuse_existing
+    from gpucc.core.httpserver import ServerLimits
+    from gpucc.holder.service import serve as run_service
     from gpucc.staging.format import read_secret_file
-    from gpucc.travel.holder import serve as run_service
-    from gpucc.travel.httpserver import ServerLimits
     from gpucc.travel.signing import load_signing_key
 
     def settings() -> dict[str, Any]:

@@ -2,7 +2,7 @@
 
 :func:`apply_config` reads a configuration file (``--config``, YAML) into the options the
 command line left at their defaults (old option spellings read as the new ones);
-:func:`holder_config` builds the service's :class:`~gpucc.travel.holder.HolderConfig` from the
+:func:`holder_config` builds the service's :class:`~gpucc.holder.service.HolderConfig` from the
 merged options, at start and on SIGHUP: the datasets and their keys, the signing key, the
 platform verifier (:func:`platform_verifier`) and the per-dataset release policies
 (``releases``).
@@ -21,8 +21,8 @@ from .output import note, warn
 
 if TYPE_CHECKING:
     from gpucc.assembly import PlatformVerifier
-    from gpucc.staging.statedb import PostgresState, SqliteState
-    from gpucc.travel.holder import HolderConfig, ReleasePolicy
+    from gpucc.holder.service import HolderConfig, ReleasePolicy
+    from gpucc.holder.state import PostgresState, SqliteState
 
     HolderState = SqliteState | PostgresState
 
@@ -188,7 +188,7 @@ def _releases(p: dict[str, Any]) -> tuple[ReleasePolicy, ...]:
     and/or ``requesters`` (public key files or ``sha256:`` key ids, one of which must have
     signed the offer)."""
     from gpucc.core.errors import MalformedInputError
-    from gpucc.travel.holder import ReleasePolicy
+    from gpucc.holder.service import ReleasePolicy
 
     doc = p.get("releases")
     if doc is None:
@@ -241,7 +241,7 @@ def _requester(base: Path, text: str, i: int) -> str:
 def holder_config(p: dict[str, Any], state: HolderState | None) -> HolderConfig:
     """The service's configuration from the merged options (at start, and on SIGHUP)."""
     from gpucc.core.files import read_capped
-    from gpucc.travel.holder import HolderConfig, load_named_datasets
+    from gpucc.holder.service import HolderConfig, load_named_datasets
     from gpucc.travel.signing import load_public_key, load_signing_key
 
     if p["simulate_roots"] is not None:
@@ -278,18 +278,12 @@ def platform_verifier(p: dict[str, Any], policy: Path | None) -> PlatformVerifie
     clock at each offer."""
     import os
 
-    from gpucc.assembly import PlatformVerifier, Settings, simulation_policy
+    from gpucc.assembly import PlatformVerifier, Settings, select_policy
     from gpucc.gpuattest.netconfig import NetworkSettings
-    from gpucc.gpuattest.policy import Policy, load_policy
     from gpucc.staging.format import read_secret_file
 
     simulate_roots = p["simulate_roots"]
-    if policy is not None:
-        pol = load_policy(policy)
-    elif simulate_roots is not None:
-        pol = simulation_policy()
-    else:
-        pol = Policy()
+    pol = select_policy(policy, simulation=simulate_roots is not None)
     service_key = os.environ.get("NV_ATTESTATION_SERVICE_KEY")
     if p["service_key_file"] is not None:
         raw = read_secret_file(p["service_key_file"], 4096, what="service key")

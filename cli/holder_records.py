@@ -23,7 +23,7 @@ from .output import emit, note, out, write_stdout
 from .terminal import safe_text
 
 if TYPE_CHECKING:
-    from gpucc.staging.statedb import PostgresState, SqliteState
+    from gpucc.holder.state import PostgresState, SqliteState
 
     HolderState = SqliteState | PostgresState
 
@@ -122,7 +122,7 @@ def _time(option: str, text: str) -> dt.datetime:
 def _open_existing_state(url: str) -> HolderState:
     """The state named by ``url``; a SQLite file must exist (a query never creates one)."""
     from gpucc.core.errors import FileAccessError
-    from gpucc.staging.statedb import open_state
+    from gpucc.holder.state import open_state
 
     if url == "memory":
         raise UsageError("--state memory keeps no audit records: give the service's database")
@@ -136,7 +136,7 @@ def _open_existing_state(url: str) -> HolderState:
 
 
 def _audit_records(url: str, fmt: OutputFormat, **filters: Any) -> None:
-    from gpucc.travel.audit import query_audit
+    from gpucc.holder.audit import query_audit
 
     holder_state = _open_existing_state(url)
     try:
@@ -144,7 +144,9 @@ def _audit_records(url: str, fmt: OutputFormat, **filters: Any) -> None:
     finally:
         holder_state.close()
     if fmt is OutputFormat.JSON:
-        emit({"schema": "gpucc.holder.audit/v1", "records": [r.to_dict() for r in found]})
+        from gpucc.holder.audit import AuditRecords
+
+        emit(AuditRecords(tuple(found)).to_dict())
         return
     headers = ("TIME", "DECISION", "DATASET", "RULE", "REQUESTER", "CLIENT", "CHALLENGE")
     rows = [
@@ -201,7 +203,7 @@ def prune_cmd(
     """Delete the audit records (and the receipts the state keeps) older than --before, in one
     transaction, and say how many. Expired answered challenges need no pruning: the service
     deletes them itself, once no challenge they protect can be answered."""
-    from gpucc.travel.audit import PruneFloorError, prune_audit
+    from gpucc.holder.audit import PruneFloorError, prune_audit
 
     if not before.strip():
         raise UsageError("--before needs a time (ISO 8601 or Unix seconds)")
@@ -218,7 +220,7 @@ def prune_cmd(
     finally:
         holder_state.close()
     if fmt is OutputFormat.JSON:
-        emit({"schema": "gpucc.holder.prune/v1", **done.to_dict()})
+        emit(done.to_dict())
         return
     verb = "would delete" if done.dry_run else "deleted"
     out(
@@ -230,32 +232,12 @@ def prune_cmd(
 
 
 def _receipt_files(receipt_dir: Path, fmt: OutputFormat) -> None:
-    from gpucc.core.files import read_capped
-    from gpucc.travel.receipt import MAX_RECEIPT_BYTES, Receipt
+    from gpucc.holder.receipts import KeptReceipts
 
-    found = []
-    for path in sorted(receipt_dir.glob("receipt-*.json")):
-        r = Receipt.from_json(read_capped(path, MAX_RECEIPT_BYTES, what="receipt"))
-        r.verify()
-        found.append((path, r))
+    kept = KeptReceipts.read(receipt_dir)
+    found = kept.receipts
     if fmt is OutputFormat.JSON:
-        emit(
-            {
-                "schema": "gpucc.holder.receipts/v1",
-                "receipts": [
-                    {
-                        "file": str(p),
-                        "holder_id": r.holder_id,
-                        "seq": r.seq,
-                        "entry_hash": r.entry_hash,
-                        "transcript_hash": r.transcript_hash,
-                        "orchestrator_key_id": r.orchestrator_key_id,
-                        "holder_trusted_with": r.trusted_with,
-                    }
-                    for p, r in found
-                ],
-            }
-        )
+        emit(kept.to_dict())
         return
     out(
         *(

@@ -36,21 +36,12 @@ def keygen(
 
 def write_key_pair(key: Path, pub: Path, fmt: OutputFormat) -> None:
     """Make a P-384 signing key at ``key`` (0600) and its public key at ``pub``; print its pin."""
-    from gpucc.core.errors import FileAccessError
-    from gpucc.travel.signing import generate_signing_key, key_id, public_pem, write_signing_key
+    from gpucc.travel.signing import write_key_pair as write
 
-    if pub.exists():
-        raise FileAccessError(f"{pub} exists; it is never replaced")
-    signing = generate_signing_key()
-    write_signing_key(key, signing)
-    try:
-        with pub.open("xb") as fh:
-            fh.write(public_pem(signing))
-    except OSError as exc:
-        raise FileAccessError(f"cannot write {pub}: {exc.strerror or exc}") from None
-    pin = f"sha256:{key_id(signing)}"
+    written = write(key, pub)
+    pin = written.pin
     if fmt is OutputFormat.JSON:
-        emit({"schema": "gpucc.keygen/v1", "key": str(key), "pub": str(pub), "pin": pin})
+        emit(written.to_dict())
     else:
         out(pin)
     note(f"wrote {key} (mode 0600) and {pub}; its pin for plan.yaml is {pin}")
@@ -66,18 +57,16 @@ def datasets_cmd(
     fmt: FormatOption = OutputFormat.TEXT,
 ) -> None:
     """Print each sealed dataset's plan entry (name, path, header digest) as YAML."""
-    from gpucc.staging import open_sealed
+    from gpucc.travel.plan import PlanDatasets
 
     found = sorted(datasets.glob("*.gcc"))
     if not found:
         raise UsageError(f"{datasets} holds no sealed dataset (*.gcc)")
-    entries = [
-        {"name": p.stem, "path": str(p), "header_digest": open_sealed(p).header_digest.hex()}
-        for p in found
-    ]
+    planned = PlanDatasets.of(found)
     if fmt is OutputFormat.JSON:
-        emit({"schema": "gpucc.holder.datasets/v1", "datasets": entries})
+        emit(planned.to_dict())
         return
+    entries = planned.to_dict()["datasets"]
     lines: list[str] = []
     for e in entries:
         lines += [f"- name: {e['name']}", f"  path: {e['path']}"]

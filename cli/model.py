@@ -15,7 +15,7 @@ import os
 import secrets
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -199,22 +199,6 @@ def _digest(
     return manifest, time.perf_counter() - started, total
 
 
-def _document(
-    schema: str, model: Path, manifest: Manifest, seconds: float, nbytes: int, **extra: Any
-) -> dict[str, Any]:
-    """The JSON result of ``model digest`` and ``model sign``."""
-    return {
-        "schema": schema,
-        "model": str(model),
-        "resources": len(manifest.resources),
-        "bytes": nbytes,
-        "seconds": round(seconds, 6),
-        "algorithm": manifest.serialization.resource_algorithm,
-        "subject_sha256": manifest.subject_digest.hex(),
-        **extra,
-    }
-
-
 def _summary(manifest: Manifest, seconds: float, nbytes: int) -> str:
     return (
         f"{len(manifest.resources)} resource(s), {format_size(nbytes)} hashed in {seconds:.2f} s "
@@ -255,16 +239,12 @@ def digest(
         write_output(output, data, force=force)
     if output_format is OutputFormat.JSON:
         inline = json.loads(data) if output is None else None
+        from gpucc.staging.model.manifest import DigestReport
+
         emit(
-            _document(
-                "gpucc.model.digest/v1",
-                model,
-                manifest,
-                seconds,
-                nbytes,
-                output=None if output is None else str(output),
-                statement=inline,
-            )
+            DigestReport(
+                model, manifest, seconds, nbytes, output=output, statement=inline
+            ).to_dict()
         )
     elif output is None:
         from .terminal import json_for_terminal
@@ -326,11 +306,9 @@ def sign(
     bundle = sign_manifest(manifest, key, certificate=certificate, chain=chain)
     write_output(signature, bundle, force=force)
     if output_format is OutputFormat.JSON:
-        emit(
-            _document(
-                "gpucc.model.sign/v1", model, manifest, seconds, nbytes, signature=str(signature)
-            )
-        )
+        from gpucc.staging.model.manifest import DigestReport
+
+        emit(DigestReport(model, manifest, seconds, nbytes, signature=signature).to_dict())
     note(f"signed {model} into {signature}: {_summary(manifest, seconds, nbytes)}")
 
 
@@ -398,7 +376,7 @@ def verify(
     result = verify_model(model, trusted, device=device.value, threads=threads, ignore=[own])
     seconds = time.perf_counter() - started
     if output_format is OutputFormat.JSON:
-        emit({"schema": "gpucc.model.verify/v1", **result.to_json()})
+        emit(result.to_dict())
     elif result.ok:
         out(
             f"verified: {result.summary()} ({result.serialization.resource_algorithm}, "

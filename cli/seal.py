@@ -207,23 +207,7 @@ def seal(
     if fmt is OutputFormat.JSON:
         from gpucc.staging.format import key_id
 
-        emit(
-            {
-                "schema": "gpucc.seal/v1",
-                "input": str(dataset),
-                "output": str(output),
-                "dataset_id": header.dataset_id.hex(),
-                "bytes": header.plaintext_length,
-                "sealed_bytes": header.file_size,
-                "chunks": header.chunk_count,
-                "chunk_size": header.chunk_size,
-                "key_id": key_id(kek).hex(),
-                "seconds": round(seconds, 6),
-                "gb_per_s": round(header.plaintext_length / seconds / 1e9, 3)
-                if seconds > 0
-                else None,
-            }
-        )
+        emit(result.to_dict(dataset, output, key_id=key_id(kek), seconds=seconds))
     note(
         f"sealed {format_size(header.plaintext_length)} into {output}: "
         f"{chunk_summary(header.chunk_count, header.plaintext_length, header.chunk_size)}, "
@@ -288,19 +272,7 @@ def _seal_shards(
         raise
     seconds = time.perf_counter() - started
     if fmt is OutputFormat.JSON:
-        emit(
-            {
-                "schema": "gpucc.seal.shards/v1",
-                "input": str(dataset),
-                "set_id": result.set_id.hex(),
-                "shards": [str(p) for p in result.paths],
-                "chunks": list(result.chunk_counts),
-                "chunk_size": result.chunk_size,
-                "bytes": result.plaintext_length,
-                "key_id": key_id(kek).hex(),
-                "seconds": round(seconds, 6),
-            }
-        )
+        emit(result.to_dict(dataset, key_id=key_id(kek), seconds=seconds))
     note(
         f"sealed {format_size(result.plaintext_length)} into {len(result.paths)} bound shards "
         f"in {out_dir} (set {result.set_id.hex()}) in {seconds:.2f} s"

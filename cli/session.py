@@ -47,7 +47,7 @@ from .session_cvm import CvmCollateralOption, GpuOnlyOption
 if TYPE_CHECKING:
     from gpucc.assembly import PlatformResult, PlatformVerifier, Settings
     from gpucc.assembly.record import TrustRecord
-    from gpucc.staging.release import DatasetKey, Offer
+    from gpucc.keyrelease.protocol import DatasetKey, Offer
 
 __all__ = ["session_app"]
 
@@ -154,18 +154,11 @@ def _settings(
 ) -> Settings:
     """The options as the platform verifier's settings (the simulation's default policy
     when simulating without a policy file)."""
-    from gpucc.assembly import Settings, simulation_policy
+    from gpucc.assembly import Settings, select_policy
     from gpucc.gpuattest.netconfig import NetworkSettings
-    from gpucc.gpuattest.policy import Policy, load_policy
 
-    if policy is not None:
-        pol = load_policy(policy)
-    elif simulate is not None:
-        pol = simulation_policy()
-    else:
-        pol = Policy()
     return Settings(
-        policy=pol,
+        policy=select_policy(policy, simulation=simulate is not None),
         network=NetworkSettings(bundle=collateral, offline=offline),
         rim_dir=rim_dir,
         simulation=simulate,
@@ -240,9 +233,9 @@ def _audit(
     (client ``session answer``), then one housekeeping batch; what cannot be done is a
     warning."""
     from gpucc.core.errors import GpuccError
-    from gpucc.staging.requester import RequesterSignatureError, requester_key_id
-    from gpucc.staging.statedb import PostgresState, SqliteState
-    from gpucc.travel.audit import audit_document
+    from gpucc.holder.audit import audit_document
+    from gpucc.holder.state import PostgresState, SqliteState
+    from gpucc.keyrelease.requester import RequesterSignatureError, requester_key_id
 
     if not isinstance(state, SqliteState | PostgresState):
         return
@@ -276,8 +269,8 @@ def _audit(
 
 
 def _grants(datasets: list[Path], key_file: Path) -> list[DatasetKey]:
+    from gpucc.keyrelease.protocol import DatasetKey
     from gpucc.staging import open_sealed, read_key_file
-    from gpucc.staging.release import DatasetKey
 
     kek = read_key_file(key_file)
     grants = []
@@ -322,13 +315,14 @@ HostKeyOutOption = Annotated[
 @session_app.command("challenge")
 def challenge(fmt: FormatOption = OutputFormat.TEXT) -> None:
     """Data holder: print a fresh 32-byte challenge (hex) for one host."""
-    from gpucc.staging.release import new_challenge
+    from gpucc.keyrelease.protocol import new_challenge
+    from gpucc.keyrelease.reports import ChallengeIssued
 
-    value = new_challenge().hex()
+    issued = ChallengeIssued(new_challenge())
     if fmt is OutputFormat.JSON:
-        emit({"schema": "gpucc.session.challenge/v1", "challenge": value})
+        emit(issued.to_dict())
         return
-    out(value)
+    out(issued.challenge.hex())
 
 
 @session_app.command("offer")
@@ -361,7 +355,7 @@ def offer(
 
     The offer replaces an existing file only with --force; the host key file is always new.
     """
-    from gpucc.staging.release import create_offer
+    from gpucc.keyrelease.protocol import create_offer
 
     signer = None
     if requester_key is not None:  # read before any evidence is collected: fail early
@@ -384,7 +378,7 @@ def offer(
     made, secret = create_offer(value, platform.collect(), collect_cvm=platform.collect_cvm())
     requester = None
     if signer is not None:
-        from gpucc.staging.requester import sign_offer
+        from gpucc.keyrelease.requester import sign_offer
         from gpucc.travel.signing import key_id
 
         made, requester = sign_offer(made, signer), key_id(signer)
@@ -401,17 +395,18 @@ def offer(
     if requester is not None:
         note(f"signed by requester key sha256:{requester}")
     if fmt is OutputFormat.JSON:
+        from gpucc.keyrelease.reports import OfferWritten
+
         emit(
-            {
-                "schema": "gpucc.session.offer/v1",
-                "offer": str(output),
-                "host_key": str(host_key),
-                "gpus": len(secret.report_digests),
-                "nonce": made.nonce.hex(),
-                "simulated": simulate is not None,
-                "protocol_version": made.version,
-                "requester_key_id": requester,
-            }
+            OfferWritten(
+                offer=output,
+                host_key=host_key,
+                gpus=len(secret.report_digests),
+                nonce=made.nonce,
+                simulated=simulate is not None,
+                protocol_version=made.version,
+                requester_key_id=requester,
+            ).to_dict()
         )
 
 
@@ -464,8 +459,8 @@ def answer(
     Each challenge is answered at most once (docs/PROTOCOL.md, "Replay store").
     """
     from gpucc.core.files import read_capped
-    from gpucc.staging.release import MAX_OFFER_BYTES, FileReplayStore, Offer, accept_offer
-    from gpucc.staging.replay import ReplayStore
+    from gpucc.keyrelease.protocol import MAX_OFFER_BYTES, FileReplayStore, Offer, accept_offer
+    from gpucc.keyrelease.replay import ReplayStore
 
     if not datasets:
         raise UsageError("name at least one --dataset whose key to release")
@@ -493,7 +488,7 @@ def answer(
     verdicts: list[PlatformResult] = []
     replay: ReplayStore
     if state is not None:
-        from gpucc.staging.statedb import open_state
+        from gpucc.holder.state import open_state
 
         replay = open_state(state)
     else:
@@ -521,17 +516,18 @@ def answer(
         f"(transcript {holder.transcript_hash.hex()[:16]}…)"
     )
     if fmt is OutputFormat.JSON:
+        from gpucc.keyrelease.reports import AnswerWritten
+
         emit(
-            {
-                "schema": "gpucc.session.answer/v1",
-                "answer": str(output),
-                "gpus": len(holder.report_digests),
-                "dataset_ids": [g.dataset_id.hex() for g in grants],
-                "transcript_hash": holder.transcript_hash.hex(),
-                "simulated": simulate is not None,
-                "protocol_version": holder.version,
-                "trusted_with": record.to_dict(),
-            }
+            AnswerWritten(
+                answer=output,
+                gpus=len(holder.report_digests),
+                dataset_ids=[g.dataset_id for g in grants],
+                transcript_hash=holder.transcript_hash,
+                simulated=simulate is not None,
+                protocol_version=holder.version,
+                trusted_with=record.to_dict(),
+            ).to_dict()
         )
 
 
@@ -561,8 +557,8 @@ def accept(
     command only verifies, without reading the chunks.
     """
     from gpucc.core.files import read_capped
+    from gpucc.keyrelease.protocol import MAX_ANSWER_BYTES, Answer, HostKey, open_answer
     from gpucc.staging import open_sealed
-    from gpucc.staging.release import MAX_ANSWER_BYTES, Answer, HostKey, open_answer
 
     secret = HostKey.read(host_key)  # the secret's own checks (owner, mode) come first
     answer_bytes = read_capped(answer_file, MAX_ANSWER_BYTES, what="session answer")
@@ -578,13 +574,14 @@ def accept(
         session.dataset_key(wrap.header_digest)
     digests = [w.header_digest.hex() for w in session.wraps]
     if fmt is OutputFormat.JSON:
+        from gpucc.keyrelease.reports import AnswerAccepted
+
         emit(
-            {
-                "schema": "gpucc.session.accept/v1",
-                "answer": str(answer_file),
-                "header_digests": digests,
-                "checked": [str(p) for p in datasets or []],
-            }
+            AnswerAccepted(
+                answer=answer_file,
+                header_digests=[w.header_digest for w in session.wraps],
+                checked=list(datasets or []),
+            ).to_dict()
         )
         return
     out(
@@ -624,7 +621,7 @@ def local(
     Then stage with ``gpucc stage DATASET --session ANSWER --host-key HOST_KEY``. The answer
     replaces an existing file only with --force; the host key file is always new.
     """
-    from gpucc.staging.release import local_session
+    from gpucc.keyrelease.protocol import local_session
 
     _fresh_host_key(host_key)
     check_output(output, key_file, policy, collateral, *datasets, also=(host_key,))
@@ -671,14 +668,15 @@ def local(
         f"host key {host_key} (mode 0600)"
     )
     if fmt is OutputFormat.JSON:
+        from gpucc.keyrelease.reports import LocalRelease
+
         emit(
-            {
-                "schema": "gpucc.session.local/v1",
-                "answer": str(output),
-                "host_key": str(host_key),
-                "dataset_ids": [g.dataset_id.hex() for g in grants],
-                "simulated": simulate is not None,
-                "protocol_version": result.answer.version,
-                "trusted_with": record.to_dict(),
-            }
+            LocalRelease(
+                answer=output,
+                host_key=host_key,
+                dataset_ids=[g.dataset_id for g in grants],
+                simulated=simulate is not None,
+                protocol_version=result.answer.version,
+                trusted_with=record.to_dict(),
+            ).to_dict()
         )

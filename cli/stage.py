@@ -39,7 +39,7 @@ _DEVICE_NAMES: dict[Device, Literal["cpu", "gpu", "auto"]] = {
 
 def _session_key(answer_path: Path, host_key_path: Path, header_digest: bytes) -> bytes:
     from gpucc.core.files import read_capped
-    from gpucc.staging.release import MAX_ANSWER_BYTES, Answer, HostKey, open_answer
+    from gpucc.keyrelease.protocol import MAX_ANSWER_BYTES, Answer, HostKey, open_answer
 
     answer = Answer.from_json(read_capped(answer_path, MAX_ANSWER_BYTES))
     session = open_answer(answer, HostKey.read(host_key_path))
@@ -342,16 +342,10 @@ def stage(
         note(f"--device auto: staging on {plan.device}")
     if not plan.sealed:
         note(f"{dataset} is not sealed: staging it sealed in transit under a fresh one-time key")
+    from gpucc.staging.report import StageReport, source_summary
+
     header = plan.header
-    summary: dict[str, Any] = {
-        "schema": "gpucc.stage/v1",
-        "dataset": str(dataset),
-        "device": plan.device,
-        "gpus": gpus if plan.device == "gpu" else 0,
-        "input": "sealed" if plan.sealed else "plaintext",
-        "key_source": plan.key_source,
-        "dataset_id": header.dataset_id.hex() if plan.sealed else None,
-    }
+    source: dict[str, Any] | None = None
 
     total = header.plaintext_length
     staged = header.plaintext_length
@@ -367,7 +361,7 @@ def stage(
             seconds = time.perf_counter() - started
             held, scrubbed = verified.held_bytes, verified.scrubbed
             if remote:
-                summary["source"] = _source_summary(verified)
+                source = source_summary(verified)
         else:
             with plan.run(threads=threads, progress=progress, arena=arena) as buf:
                 seconds = time.perf_counter() - started
@@ -378,22 +372,26 @@ def stage(
             # The API zeroes the buffer on exit; check it where that is cheap to see.
             scrubbed = reads_back_zero(buf)
             held = staged
-    if checked is not None:
-        summary["model"] = checked.to_json()
-    summary.update(
-        bytes=staged,
+    report = StageReport(
+        dataset=str(dataset),
+        device=plan.device,
+        gpus=gpus if plan.device == "gpu" else 0,
+        input="sealed" if plan.sealed else "plaintext",
+        key_source=plan.key_source,
+        dataset_id=header.dataset_id.hex() if plan.sealed else None,
+        source=source,
+        model=checked.to_json() if checked is not None else None,
+        nbytes=staged,
         chunks=header.chunk_count,
         chunk_size=header.chunk_size,
         threads=threads or staging.default_threads(),
         verified=checked is None or checked.ok,
         scrubbed=scrubbed,
         held_bytes=held,
-        seconds=round(seconds, 6),
-        bytes_per_second=round(staged / seconds) if seconds > 0 else None,
-        gb_per_s=round(staged / seconds / 1e9, 3) if seconds > 0 else None,
+        seconds=seconds,
     )
     if output is OutputFormat.JSON:
-        emit(summary)
+        emit(report.to_dict())
     if checked is not None and not checked.ok:
         for problem in checked.problems:
             note(f"model {problem.kind}: {problem.name}")
@@ -411,17 +409,6 @@ def stage(
             f"({checked.serialization.resource_algorithm}, "
             f"subject sha256 {checked.subject_digest})"
         )
-
-
-def _source_summary(verified: Any) -> dict[str, Any]:
-    """The ``source`` object of the JSON document (staging.sources.sealed.SourceVerified)."""
-    return {
-        "name": verified.source,
-        "pin": verified.pin,
-        "parallelism": verified.parallelism,
-        "part_size": verified.part_size,
-        "window_bytes": verified.window_bytes,
-    }
 
 
 def _held(held: int, staged: int, *, each: bool = False) -> str:
@@ -455,28 +442,26 @@ def _stage_set(
     seconds = time.perf_counter() - started
     first = shard_set.parts[0]
     if output is OutputFormat.JSON:
-        emit(
-            {
-                "schema": "gpucc.stage/v1",
-                "dataset": first.name,
-                "shards": len(shard_set.parts),
-                "device": where,
-                "gpus": gpus if where == "gpu" else 0,
-                "input": "sealed",
-                "key_source": "session" if by_session else "key-file",
-                "dataset_id": first.dataset_id.hex(),
-                "bytes": staged,
-                "chunks": chunks,
-                "chunk_size": shard_set.chunk_size,
-                "threads": threads or staging.default_threads(),
-                "verified": True,
-                "scrubbed": scrubbed,
-                "held_bytes": held,
-                "seconds": round(seconds, 6),
-                "bytes_per_second": round(staged / seconds) if seconds > 0 else None,
-                "gb_per_s": round(staged / seconds / 1e9, 3) if seconds > 0 else None,
-            }
+        from gpucc.staging.report import StageReport
+
+        report = StageReport(
+            dataset=first.name,
+            shards=len(shard_set.parts),
+            device=where,
+            gpus=gpus if where == "gpu" else 0,
+            input="sealed",
+            key_source="session" if by_session else "key-file",
+            dataset_id=first.dataset_id.hex(),
+            nbytes=staged,
+            chunks=chunks,
+            chunk_size=shard_set.chunk_size,
+            threads=threads or staging.default_threads(),
+            verified=True,
+            scrubbed=scrubbed,
+            held_bytes=held,
+            seconds=seconds,
         )
+        emit(report.to_dict())
     note(
         f"staged {format_size(staged)} of a set of {len(shard_set.parts)} bound shards "
         f"(set {shard_set.set_id.hex()}) on {where}: {chunks} chunks verified in "

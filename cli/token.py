@@ -95,16 +95,8 @@ def verify(
         raise MalformedTokenError(f"{result} is larger than {MAX_EAT_BYTES} bytes")
     verified = verify_eat(data, public, nonce=expected, now=now, issuer=issuer)
     trusted = verified.overall_result
-    freshness = "nonce-checked" if expected is not None else "not-checked"
     if as_json:
-        doc = {
-            "schema": "gpucc.token.verify/v1",
-            "valid": True,
-            "trusted": trusted,
-            "freshness": freshness,
-            **verified.to_dict(),
-        }
-        emit(doc)
+        emit(verified.verify_document(nonce_checked=expected is not None))
     else:
         n = len(verified.devices)
         state = "TRUSTED" if trusted else "NOT TRUSTED"
@@ -184,19 +176,8 @@ def verify_ear_command(
     if len(data) > MAX_EAR_BYTES:
         raise MalformedTokenError(f"{ear} is larger than {MAX_EAR_BYTES} bytes")
     verified = verify_ear(data, public, now=now, nonce=expected, issuer=issuer)
-    freshness = "nonce-checked" if expected is not None else "not-checked"
     if output_format is OutputFormat.JSON:
-        emit(
-            {
-                "schema": "gpucc.token.verify-ear/v1",
-                "valid": True,
-                "trusted": verified.affirming,
-                "freshness": freshness,
-                "status": str(verified.status),
-                "submods": {k: str(v) for k, v in verified.submods.items()},
-                "kid": verified.kid,
-            }
-        )
+        emit(verified.verify_document(nonce_checked=expected is not None))
     else:
         parts = ", ".join(f"{k} {v}" for k, v in verified.submods.items())
         fresh = "nonce checked" if expected is not None else "FRESHNESS NOT CHECKED (--no-nonce)"

@@ -115,25 +115,7 @@ def run(
         )
         _show_holder_record(visit.holder_id, visit.trusted_with)
     if fmt is OutputFormat.JSON:
-        emit(
-            {
-                "schema": "gpucc.travel.run/v2",
-                "visits": [
-                    {
-                        "holder_id": v.holder_id,
-                        "bytes_staged": v.bytes_staged,
-                        "transcript_hash": v.transcript_hash,
-                        "evidence_digest": v.evidence_digest,
-                        "receipt_kept": v.receipt_kept,
-                        "trusted_with": v.trusted_with,
-                    }
-                    for v in result.visits
-                ],
-                "model_digest": result.model_digest,
-                "log": None if result.log_path is None else str(result.log_path),
-                "head": result.head,
-            }
-        )
+        emit(result.to_dict())
         return
     where = f"; log {result.log_path}, head {result.head}" if result.log_path else ""
     out(f"visited {len(result.visits)} holder(s); model digest {result.model_digest}{where}")
@@ -188,18 +170,7 @@ def verify_log(
         receipts=receipts,
     )
     if fmt is OutputFormat.JSON:
-        emit(
-            {
-                "schema": "gpucc.travel.verify-log/v1",
-                "entries": summary.entries,
-                "planned": summary.planned,
-                "complete": summary.complete,
-                "holders": list(summary.holders),
-                "head": summary.head,
-                "head_checked": expect_head is not None,
-                "receipts_checked": len(receipts),
-            }
-        )
+        emit(summary.to_dict(head_checked=expect_head is not None, receipts_checked=len(receipts)))
         return
     state = "complete" if summary.complete else "STOPPED EARLY"
     out(

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from torch.distributed import ProcessGroup
 
     from gpucc.assembly import Platform
-    from gpucc.staging.release import (
+    from gpucc.keyrelease.protocol import (
         Attester,
         CollectedCvmEvidence,
         CollectedEvidence,

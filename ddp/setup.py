@@ -4,9 +4,9 @@ Four exchanges over the process group, each an ``all_gather`` of length-bounded 
 strings (raw bytes in tensors; nothing is unpickled):
 
 1. 32 random bytes per rank -> the group challenge (:func:`messages.group_challenge`).
-2. Every rank's session offer (:func:`gpucc.staging.release.create_offer` with the group
+2. Every rank's session offer (:func:`gpucc.keyrelease.protocol.create_offer` with the group
    challenge and a fresh ephemeral P-384 key).
-3. Every rank verifies every peer's offer with :func:`gpucc.staging.release.accept_offer`
+3. Every rank verifies every peer's offer with :func:`gpucc.keyrelease.protocol.accept_offer`
    under the caller's ``attest`` and sends its verdicts and its transcript hash.
 4. (No message) every rank derives ``ECDH(own, peer)`` per peer, and the edge keys.
 
@@ -27,7 +27,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from gpucc.core.errors import GpuccError, MalformedInputError
 from gpucc.core.jsonio import loads_untrusted
-from gpucc.staging.release import (
+from gpucc.keyrelease.messages import CURVE, MAX_OFFER_BYTES, decode_public_key
+from gpucc.keyrelease.protocol import (
     Attester,
     CollectedCvmEvidence,
     CollectedEvidence,
@@ -37,7 +38,6 @@ from gpucc.staging.release import (
     accept_offer,
     create_offer,
 )
-from gpucc.staging.release_messages import CURVE, MAX_OFFER_BYTES, decode_public_key
 
 from .errors import GroupSetupError, PeerNotTrustedError
 from .messages import (
@@ -226,7 +226,7 @@ def establish_group(
 
 
 def _is_gpu_only(raw: bytes) -> bool:
-    from gpucc.staging.release_messages import GPU_ONLY_VERSION
+    from gpucc.keyrelease.messages import GPU_ONLY_VERSION
 
     return Offer.from_json(raw).version == GPU_ONLY_VERSION
 

@@ -39,7 +39,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from cryptography import x509
 from cryptography.x509 import ocsp as x509_ocsp
@@ -155,6 +155,32 @@ class Bundle:
     created: dt.datetime
     rims: Mapping[str, bytes] = field(default_factory=dict)
     ocsp: tuple[BundleOcspEntry, ...] = ()
+
+    SCHEMA: ClassVar[str] = "gpucc.collateral.show/v1"
+
+    def to_dict(self, path: str | Path) -> dict[str, Any]:
+        """The ``gpucc.collateral.show/v1`` document: what the bundle at ``path`` holds, each
+        OCSP response's validity window included (``None`` for an unsuccessful response)."""
+        from cryptography.x509 import ocsp as x509_ocsp
+
+        entries = []
+        for entry in self.ocsp:
+            resp = x509_ocsp.load_der_ocsp_response(entry.response)
+            this_update = next_update = None
+            if resp.response_status is x509_ocsp.OCSPResponseStatus.SUCCESSFUL:
+                this_update = resp.this_update_utc.isoformat()
+                nxt = resp.next_update_utc
+                next_update = nxt.isoformat() if nxt else None
+            entries.append(
+                {"subject": entry.subject, "this_update": this_update, "next_update": next_update}
+            )
+        return {
+            "schema": self.SCHEMA,
+            "bundle": str(path),
+            "created": self.created.isoformat(),
+            "rims": [{"id": rim_id, "bytes": len(data)} for rim_id, data in self.rims.items()],
+            "ocsp": entries,
+        }
 
     def __post_init__(self) -> None:
         if self.created.tzinfo is None:
@@ -418,10 +444,35 @@ class CollectionResult:
     problems: tuple[str, ...]
     outcomes: tuple[tuple[str, ChainKind, OcspOutcome], ...] = ()
 
+    SCHEMA: ClassVar[str] = "gpucc.collateral.fetch/v1"
+
     @property
     def complete(self) -> bool:
         """Nothing is missing."""
         return not self.problems
+
+    def to_dict(self, output: str | Path, *, gpus: int, switches: int) -> dict[str, Any]:
+        """The ``gpucc.collateral.fetch/v1`` document: this collection, written to ``output``,
+        for the evidence of ``gpus`` GPUs and ``switches`` NVSwitches."""
+        ocsp = [
+            {
+                "subject": name,
+                "chain": str(kind),
+                "status": str(outcome.status),
+                "revocation_reason": outcome.revocation_reason or None,
+            }
+            for name, kind, outcome in self.outcomes
+        ]
+        return {
+            "schema": self.SCHEMA,
+            "output": str(output),
+            "gpus": gpus,
+            "switches": switches,
+            "complete": self.complete,
+            "rims": list(self.bundle.rims),
+            "ocsp": ocsp,
+            "missing": list(self.problems),
+        }
 
 
 def evidence_rim_ids(entries: Iterable[GpuEvidence]) -> list[str]:

@@ -24,7 +24,7 @@ import enum
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from cryptography.hazmat.primitives.asymmetric import ec
 
@@ -230,6 +230,21 @@ class VerifiedEar:
         return self.status is EarStatus.AFFIRMING and all(
             s is EarStatus.AFFIRMING for s in self.submods.values()
         )
+
+    VERIFY_SCHEMA: ClassVar[str] = "gpucc.token.verify-ear/v1"
+
+    def verify_document(self, *, nonce_checked: bool) -> dict[str, Any]:
+        """The ``gpucc.token.verify-ear/v1`` document (``gpucc token verify-ear -f json``):
+        valid, whether every part affirms, whether the nonce was compared, each status."""
+        return {
+            "schema": self.VERIFY_SCHEMA,
+            "valid": True,
+            "trusted": self.affirming,
+            "freshness": "nonce-checked" if nonce_checked else "not-checked",
+            "status": str(self.status),
+            "submods": {k: str(v) for k, v in self.submods.items()},
+            "kid": self.kid,
+        }
 
 
 def _status(value: Any, what: str) -> EarStatus:

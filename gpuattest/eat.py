@@ -30,7 +30,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
@@ -131,6 +131,19 @@ class VerifiedEat:
             "kid": self.kid,
             "overall": dict(self.overall),
             "devices": {k: dict(v) for k, v in self.devices.items()},
+        }
+
+    VERIFY_SCHEMA: ClassVar[str] = "gpucc.token.verify/v1"
+
+    def verify_document(self, *, nonce_checked: bool) -> dict[str, Any]:
+        """The ``gpucc.token.verify/v1`` document: this result, valid, whether it says the
+        GPUs are trusted, and whether its nonce was compared (``nonce-checked``) or not."""
+        return {
+            "schema": self.VERIFY_SCHEMA,
+            "valid": True,
+            "trusted": self.overall_result,
+            "freshness": "nonce-checked" if nonce_checked else "not-checked",
+            **self.to_dict(),
         }
 
 

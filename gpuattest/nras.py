@@ -45,11 +45,12 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import hashlib
 import json
 import types
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from cryptography import x509
 
@@ -224,6 +225,42 @@ class RemoteVerdict:
             "overall_claims": json.loads(json.dumps(dict(self.overall_claims))),
             "claims": verdict_claims(self),
             "detached_eat": self.detached_eat(),
+        }
+
+    ATTEST_SCHEMA: ClassVar[str] = "gpucc.attest/v1"
+
+    def attest_document(self, evidence: EvidenceSet) -> dict[str, Any]:
+        """The ``gpucc.attest/v1`` document for this verdict on ``evidence`` (NVIDIA's claim
+        names; ``verifier: remote``), its exit status the outcome table's."""
+        from gpucc.core.outcomes import NOT_TRUSTED, OK
+
+        claims = verdict_claims(self)
+        gpus = []
+        for index, (gpu, gpu_claims) in enumerate(zip(evidence.gpus, claims, strict=True)):
+            trusted = gpu_claims.get("measres") == "success"
+            gpus.append(
+                {
+                    "index": index,
+                    "uuid": gpu.uuid,
+                    "arch": gpu.arch,
+                    "verdict": "trusted" if trusted else "not-trusted",
+                    "evidence_sha256": hashlib.sha256(gpu.report).hexdigest(),
+                    "claims": gpu_claims,
+                }
+            )
+        outcome = OK if self.trusted else NOT_TRUSTED
+        return {
+            "schema": self.ATTEST_SCHEMA,
+            "verifier": "remote",
+            "verdict": "trusted" if self.trusted else "not-trusted",
+            "trusted": self.trusted,
+            "exit_code": outcome.code,
+            "x-nvidia-overall-att-result": self.overall_result,
+            "verified_at": self.verified_at.isoformat().replace("+00:00", "Z"),
+            "nonce": self.nonce.hex(),
+            "evidence_source": evidence.source,
+            "remote": self.to_dict(),
+            "gpus": gpus,
         }
 
 

@@ -67,6 +67,14 @@ if TYPE_CHECKING:
     from gpucc.gpuattest.simulate import SimulatedGpu
     from gpucc.gpuattest.trust import TrustRoots
     from gpucc.gpuattest.verifier import verify
+    from gpucc.keyrelease.protocol import (
+        DatasetKey,
+        accept_offer,
+        create_offer,
+        local_session,
+        new_challenge,
+        open_answer,
+    )
     from gpucc.staging import (
         SealedDataset,
         SealResult,
@@ -78,14 +86,6 @@ if TYPE_CHECKING:
         seal_file,
         stage,
         write_key_file,
-    )
-    from gpucc.staging.release import (
-        DatasetKey,
-        accept_offer,
-        create_offer,
-        local_session,
-        new_challenge,
-        open_answer,
     )
 
 _HOME: dict[str, str] = {
@@ -142,7 +142,7 @@ _HOME: dict[str, str] = {
             "new_challenge",
             "open_answer",
         ),
-        "staging.release",
+        "keyrelease.protocol",
     ),
 }
 

@@ -1,7 +1,7 @@
-"""gpucc staging: sealed datasets (``docs/FORMAT.md``), key release and verified staging.
+"""gpucc staging: sealed datasets (``docs/FORMAT.md``) and verified staging.
 
 Staging takes key bytes; it uses the attestation library only for its error families and,
-in :mod:`staging.release`, to load evidence for the attestation check the caller injects.
+in :mod:`keyrelease.protocol`, to load evidence for the attestation check the caller injects.
 Submodules load on first use, so ``import gpucc.staging`` stays cheap::
 
     staging.seal_file(src, dst, kek=key)            # staging.seal
@@ -16,7 +16,7 @@ Submodules load on first use, so ``import gpucc.staging`` stays cheap::
     with staging.HostArena() as arena:              # staging.arena: memory lent, reused,
         staging.stage_cpu(dataset, key, arena=arena)  # zeroed on return and on close
 
-Errors are in :mod:`staging.errors`; the key-release protocol in :mod:`staging.release`;
+Errors are in :mod:`staging.errors`; the key-release protocol in :mod:`keyrelease.protocol`;
 GPU staging in :mod:`staging.gpu`.
 """
 

@@ -406,7 +406,7 @@ def plan_stage(
         kek: the key-file key the dataset was sealed for, or
         key_file: the key file itself (mode 0600), or
         key_for: ``key_for(header_digest) -> dataset key``, e.g. an attested session's
-            :meth:`staging.release.HostSession.dataset_key`.
+            :meth:`keyrelease.protocol.HostSession.dataset_key`.
         device: ``"cpu"``, ``"gpu"``, or ``"auto"`` (GPU when usable).
         gpus: with ``device="gpu"``, split the dataset over this many local GPUs.
         plaintext: force the plaintext path (``True``) or the sealed path (``False``);

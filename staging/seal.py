@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, ClassVar
 
 from gpucc.core.errors import MalformedInputError
 from gpucc.core.files import (
@@ -57,6 +58,7 @@ __all__ = [
     "plan_seal",
     "rewrap",
     "seal_bytes",
+    "seal_chunks",
     "seal_file",
 ]
 
@@ -125,6 +127,31 @@ class SealResult:
     wrap: WrapRecord | None
     dataset_key: bytes = field(repr=False)
     seconds: float
+
+    #: the schema of :meth:`to_dict`'s document
+    SCHEMA: ClassVar[str] = "gpucc.seal/v1"
+
+    def to_dict(
+        self, src: StrPath, dst: StrPath, *, key_id: bytes, seconds: float | None = None
+    ) -> dict[str, Any]:
+        """The ``gpucc.seal/v1`` document (``gpucc seal -f json``): ``src`` sealed into
+        ``dst`` for the key-file key of id ``key_id``, in ``seconds`` (this result's own
+        time when not given)."""
+        seconds = self.seconds if seconds is None else seconds
+        header = self.header
+        return {
+            "schema": self.SCHEMA,
+            "input": str(src),
+            "output": str(dst),
+            "dataset_id": header.dataset_id.hex(),
+            "bytes": header.plaintext_length,
+            "sealed_bytes": header.file_size,
+            "chunks": header.chunk_count,
+            "chunk_size": header.chunk_size,
+            "key_id": key_id.hex(),
+            "seconds": round(seconds, 6),
+            "gb_per_s": round(header.plaintext_length / seconds / 1e9, 3) if seconds > 0 else None,
+        }
 
 
 def plan_seal(
@@ -324,46 +351,74 @@ def _write_sealed(
             os.pwrite(out_fd, prefix, 0)
         except OSError as exc:
             raise io_error("write", dst, exc) from None
-        count = header.chunk_count
-        slots = window_for(threads, count)
-        size = header.chunk_size
-        first = min(size, header.plaintext_length)
-        plain = slot_buffers(first, slots, arena)
-        sealed = slot_buffers(first + TAG_SIZE, slots, arena)
-        total = header.plaintext_length
-
-        def work(index: int, slot: int) -> None:
-            length = header.chunk_length(index)
-            pt = plain[slot][:length]
-            ct = sealed[slot][: length + TAG_SIZE]
-            try:
-                read_exact(src_fd, pt, index * size)
-            except OSError as exc:
-                raise io_error("read", src, exc) from None
-            cipher.encrypt_into(index, pt, ct)
-            try:
-                write_all(out_fd, ct, header.chunk_offset(index))
-            except OSError as exc:
-                raise io_error("write", dst, exc) from None
-
-        def on_done(index: int) -> None:
-            if progress is not None:
-                progress(min(total, (index + 1) * size), total)
-
+        seal_chunks(
+            src_fd, src, out_fd, dst, cipher, threads=threads, progress=progress, arena=arena
+        )
         try:
-            run_chunks(count, work, threads=threads, on_done=on_done)
-        except ChunkFailure as failure:
-            if isinstance(failure.cause, MalformedInputError):
-                raise MalformedInputError(f"{src} shrank while it was being sealed") from None
-            raise failure.cause from None
-        finally:
-            for buf in plain:  # plaintext copies: do not leave them to the allocator
-                zero(buf)
-        try:
-            if os.fstat(src_fd).st_size != total:
+            if os.fstat(src_fd).st_size != header.plaintext_length:
                 raise MalformedInputError(f"{src} changed size while it was being sealed")
         except OSError as exc:
             raise io_error("read", src, exc) from None
+
+
+def seal_chunks(
+    src_fd: int,
+    src: Path,
+    out_fd: int,
+    dst: Path,
+    cipher: ChunkCipher,
+    *,
+    start: int = 0,
+    threads: int,
+    progress: ProgressCallback | None,
+    arena: HostArena | None,
+) -> None:
+    """The sealing loop: every chunk of ``cipher.header`` read from ``src_fd`` (its plaintext
+    at ``start`` on), encrypted and written at its place in ``out_fd``, ``threads`` at a time.
+
+    Chunk buffers are lent by ``arena`` (else allocated) and the plaintext copies are zeroed
+    however the loop ends. ``progress(done, total)`` counts this dataset's plaintext bytes.
+    A whole file and each shard of a set are sealed by this one loop.
+
+    Raises:
+        MalformedInputError: ``src`` ended before a chunk (it shrank while it was sealed).
+        StagingIOError: reading ``src`` or writing ``dst`` failed.
+    """
+    header = cipher.header
+    size = header.chunk_size
+    slots = window_for(threads, header.chunk_count)
+    first = min(size, header.plaintext_length)
+    plain = slot_buffers(first, slots, arena)
+    sealed = slot_buffers(first + TAG_SIZE, slots, arena)
+    total = header.plaintext_length
+
+    def work(index: int, slot: int) -> None:
+        length = header.chunk_length(index)
+        pt = plain[slot][:length]
+        ct = sealed[slot][: length + TAG_SIZE]
+        try:
+            read_exact(src_fd, pt, start + index * size)
+        except OSError as exc:
+            raise io_error("read", src, exc) from None
+        cipher.encrypt_into(index, pt, ct)
+        try:
+            write_all(out_fd, ct, header.chunk_offset(index))
+        except OSError as exc:
+            raise io_error("write", dst, exc) from None
+
+    def on_done(index: int) -> None:
+        if progress is not None:
+            progress(min(total, (index + 1) * size), total)
+
+    try:
+        run_chunks(header.chunk_count, work, threads=threads, on_done=on_done)
+    except ChunkFailure as failure:
+        if isinstance(failure.cause, MalformedInputError):
+            raise MalformedInputError(f"{src} shrank while it was being sealed") from None
+        raise failure.cause from None
+    finally:
+        for buf in plain:  # plaintext copies: do not leave them to the allocator
+            zero(buf)
 
 
 def slot_buffers(length: int, count: int, arena: HostArena | None) -> list[memoryview]:

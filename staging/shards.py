@@ -34,24 +34,22 @@ import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from gpucc.core.errors import IntegrityError, MalformedInputError, UsageError
 from gpucc.core.files import fsync_dir, refuse_existing, write_all
 
-from ._pipeline import ChunkFailure, run_chunks, window_for
 from .arena import HostArena
-from .chunks import ChunkCipher, zero
-from .dataset import SealedDataset, io_error, open_sealed, read_exact
+from .chunks import ChunkCipher
+from .dataset import SealedDataset, io_error, open_sealed
 from .errors import StageKeyArgumentsError
 from .format import (
     DEFAULT_CHUNK_SIZE,
-    TAG_SIZE,
     StrPath,
     chunk_count_for,
     read_key_file,
 )
-from .seal import ProgressCallback, WrapSpec, default_threads, plan_seal, slot_buffers
+from .seal import ProgressCallback, WrapSpec, default_threads, plan_seal, seal_chunks
 
 if TYPE_CHECKING:
     from .sources import SourceSettings
@@ -142,6 +140,23 @@ class ShardSetResult:
     plaintext_length: int
     chunk_counts: tuple[int, ...]
     dataset_key: bytes = field(repr=False)
+
+    #: the schema of :meth:`to_dict`'s document
+    SCHEMA: ClassVar[str] = "gpucc.seal.shards/v1"
+
+    def to_dict(self, src: StrPath, *, key_id: bytes, seconds: float) -> dict[str, Any]:
+        """The ``gpucc.seal.shards/v1`` document (``gpucc seal --shards N -f json``)."""
+        return {
+            "schema": self.SCHEMA,
+            "input": str(src),
+            "set_id": self.set_id.hex(),
+            "shards": [str(p) for p in self.paths],
+            "chunks": list(self.chunk_counts),
+            "chunk_size": self.chunk_size,
+            "bytes": self.plaintext_length,
+            "key_id": key_id.hex(),
+            "seconds": round(seconds, 6),
+        }
 
 
 def _split(chunks: int, n: int) -> list[tuple[int, int]]:
@@ -298,41 +313,17 @@ def _write_part(
             write_all(out_fd, memoryview(prefix), 0)
         except OSError as exc:
             raise io_error("write", tmp, exc) from None
-        size = header.chunk_size
-        slots = window_for(threads, header.chunk_count)
-        first = min(size, header.plaintext_length)
-        plain = slot_buffers(first, slots, arena)
-        sealed = slot_buffers(first + TAG_SIZE, slots, arena)
-        total = header.plaintext_length
-
-        def work(index: int, slot: int) -> None:
-            length = header.chunk_length(index)
-            pt = plain[slot][:length]
-            ct = sealed[slot][: length + TAG_SIZE]
-            try:
-                read_exact(src_fd, pt, start + index * size)
-            except OSError as exc:
-                raise io_error("read", src, exc) from None
-            cipher.encrypt_into(index, pt, ct)
-            try:
-                write_all(out_fd, ct, header.chunk_offset(index))
-            except OSError as exc:
-                raise io_error("write", tmp, exc) from None
-
-        try:
-            run_chunks(
-                header.chunk_count,
-                work,
-                threads=threads,
-                on_done=lambda i: progress(min(total, (i + 1) * size), total),
-            )
-        except ChunkFailure as failure:
-            if isinstance(failure.cause, MalformedInputError):
-                raise MalformedInputError(f"{src} shrank while it was being sealed") from None
-            raise failure.cause from None
-        finally:
-            for buf in plain:
-                zero(buf)
+        seal_chunks(
+            src_fd,
+            src,
+            out_fd,
+            tmp,
+            cipher,
+            start=start,
+            threads=threads,
+            progress=progress,
+            arena=arena,
+        )
         try:
             os.fsync(out_fd)
         except OSError as exc:

@@ -8,7 +8,7 @@ from typing import Any
 
 from gpucc.core.errors import MalformedInputError
 from gpucc.core.jsonio import loads_untrusted
-from gpucc.staging.release import CHALLENGE_SIZE, Offer
+from gpucc.keyrelease.protocol import CHALLENGE_SIZE, Offer
 
 from .errors import (
     HolderCannotDecideError,

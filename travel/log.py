@@ -26,7 +26,7 @@ import hmac
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes
@@ -113,6 +113,22 @@ class LogSummary:
     entry_hashes: tuple[str, ...] = ()
     planned: int | None = None
     complete: bool = False
+
+    SCHEMA: ClassVar[str] = "gpucc.travel.verify-log/v1"
+
+    def to_dict(self, *, head_checked: bool, receipts_checked: int) -> dict[str, Any]:
+        """The ``gpucc.travel.verify-log/v1`` document: this summary, and whether the head
+        was compared with one kept elsewhere and how many receipts were checked."""
+        return {
+            "schema": self.SCHEMA,
+            "entries": self.entries,
+            "planned": self.planned,
+            "complete": self.complete,
+            "holders": list(self.holders),
+            "head": self.head,
+            "head_checked": head_checked,
+            "receipts_checked": receipts_checked,
+        }
 
     @property
     def closed(self) -> bool:

@@ -1,7 +1,7 @@
 """The collateral mirror's HTTP face (``gpucc collateral serve``): a small Starlette app.
 
 It lives beside the holder because it runs on the holder's hardened HTTP/1.1 server
-(:mod:`gpucc.travel.httpserver`: deadlines, connection caps, TLS, trusted proxies); the engine
+(:mod:`gpucc.core.httpserver`: deadlines, connection caps, TLS, trusted proxies); the engine
 it serves (:mod:`gpucc.gpuattest.mirror`) knows nothing of HTTP serving. It answers:
 
 * the vendors' paths (:func:`gpucc.gpuattest.mirror.item_for`) with the vendor's bytes and
@@ -211,7 +211,7 @@ def serve_mirror(
     Returns:
         The signal that stopped the service (the CLI re-raises it), or None.
     """
-    from .httpserver import run_server
+    from gpucc.core.httpserver import run_server
 
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("%(message)s"))

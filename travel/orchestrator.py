@@ -8,10 +8,10 @@ Per holder, in order, failing closed at every step:
 
 1. a fresh challenge from that holder, and an offer with a fresh session key and GPU
    evidence collected for the nonce bound to both, signed with the orchestrator's key when
-   it has one (:mod:`gpucc.staging.requester`: a holder may release a dataset only to
+   it has one (:mod:`gpucc.keyrelease.requester`: a holder may release a dataset only to
    offers of named requesters);
 2. the holder's signed answer, checked against the key the plan pins, then against the
-   host's own offer (``staging.release.open_answer``);
+   host's own offer (``keyrelease.protocol.open_answer``);
 3. the model digest, which must equal the one taken when the GPU left the previous holder;
 4. each dataset's header digest checked against the plan, then staged (verified chunk by
    chunk) with the key released by this session only;
@@ -34,13 +34,13 @@ import importlib
 from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from gpucc.core.errors import FileAccessError, UsageError
 from gpucc.core.files import OutputExistsError, read_capped, write_atomic
-from gpucc.staging.release import (
+from gpucc.keyrelease.protocol import (
     Answer,
     CollectedCvmEvidence,
     CollectedEvidence,
@@ -92,6 +92,28 @@ class TravelResult:
     head: str | None = None
     #: holder id -> SHA-256 of the image policy this CVM was checked against before leaving
     cvm_policies: dict[str, str] = field(default_factory=dict)
+
+    SCHEMA: ClassVar[str] = "gpucc.travel.run/v2"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``gpucc.travel.run/v2`` document (``gpucc travel run -f json``)."""
+        return {
+            "schema": self.SCHEMA,
+            "visits": [
+                {
+                    "holder_id": v.holder_id,
+                    "bytes_staged": v.bytes_staged,
+                    "transcript_hash": v.transcript_hash,
+                    "evidence_digest": v.evidence_digest,
+                    "receipt_kept": v.receipt_kept,
+                    "trusted_with": v.trusted_with,
+                }
+                for v in self.visits
+            ],
+            "model_digest": self.model_digest,
+            "log": None if self.log_path is None else str(self.log_path),
+            "head": self.head,
+        }
 
 
 def load_training_step(spec: str) -> TrainingStep:
@@ -152,8 +174,8 @@ def _visit(
     clock: Callable[[], dt.datetime],
     requester: ec.EllipticCurvePrivateKey | None = None,
 ) -> tuple[dict[str, Any], int, tuple[ScrubReceipt, ...], str, str]:
+    from gpucc.keyrelease.requester import sign_offer
     from gpucc.staging import plan_stage
-    from gpucc.staging.requester import sign_offer
 
     client = HolderClient(
         holder.url,

@@ -28,9 +28,10 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
 from gpucc.core.errors import KeyFileError
@@ -40,7 +41,7 @@ from gpucc.core.jsonio import load_yaml_untrusted, require_int
 from .errors import PlanError
 from .signing import KeyPin
 
-__all__ = ["DatasetSpec", "HolderSpec", "Plan", "load_plan", "parse_plan"]
+__all__ = ["DatasetSpec", "HolderSpec", "Plan", "PlanDatasets", "load_plan", "parse_plan"]
 
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _MAX_PLAN = 1024 * 1024
@@ -55,6 +56,37 @@ class DatasetSpec:
     name: str
     path: Path
     header_digest: bytes
+
+
+@dataclass(frozen=True)
+class PlanDatasets:
+    """Sealed datasets as a plan names them (``gpucc holder datasets``): each one's name
+    (its file's stem), path and header digest."""
+
+    SCHEMA: ClassVar[str] = "gpucc.holder.datasets/v1"
+
+    datasets: tuple[DatasetSpec, ...]
+
+    @classmethod
+    def of(cls, paths: Iterable[Path]) -> PlanDatasets:
+        """The entries of the sealed datasets at ``paths``, in that order.
+
+        Raises:
+            MalformedDatasetError, FileAccessError: a file is no sealed dataset or unreadable.
+        """
+        from gpucc.staging import open_sealed
+
+        return cls(tuple(DatasetSpec(p.stem, p, open_sealed(p).header_digest) for p in paths))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``gpucc.holder.datasets/v1`` document."""
+        return {
+            "schema": self.SCHEMA,
+            "datasets": [
+                {"name": d.name, "path": str(d.path), "header_digest": d.header_digest.hex()}
+                for d in self.datasets
+            ],
+        }
 
 
 @dataclass(frozen=True)

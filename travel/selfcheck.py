@@ -22,7 +22,7 @@ from gpucc.core.errors import MalformedPolicyError, UsageError
 from gpucc.core.files import read_capped
 from gpucc.core.jsonio import load_yaml_untrusted
 from gpucc.gpuattest.policy import MAX_POLICY_BYTES, Policy, parse_policy
-from gpucc.staging.release import CollectedCvmEvidence
+from gpucc.keyrelease.protocol import CollectedCvmEvidence
 
 from .errors import CvmPolicyMismatchError, CvmPolicyUndecidedError
 from .plan import HolderSpec

@@ -24,13 +24,13 @@ import hmac
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from gpucc.core.errors import KeyFileError
+from gpucc.core.errors import FileAccessError, KeyFileError
 from gpucc.core.jsonio import loads_untrusted
 from gpucc.staging.format import read_secret_file, write_secret_file
 
@@ -41,6 +41,7 @@ __all__ = [
     "ENVELOPE_SCHEMA",
     "MAX_ENVELOPE_BYTES",
     "Envelope",
+    "KeyPairWritten",
     "KeyPin",
     "canonical_json",
     "envelope_signing_input",
@@ -50,6 +51,7 @@ __all__ = [
     "load_signing_key",
     "public_pem",
     "sign_answer",
+    "write_key_pair",
     "write_signing_key",
 ]
 
@@ -110,6 +112,41 @@ def public_pem(key: ec.EllipticCurvePrivateKey | ec.EllipticCurvePublicKey) -> b
     return pub.public_bytes(
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
     )
+
+
+@dataclass(frozen=True)
+class KeyPairWritten:
+    """A long-term signing key written with its public key, and the pin that names it."""
+
+    SCHEMA: ClassVar[str] = "gpucc.keygen/v1"
+
+    key: Path
+    pub: Path
+    pin: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``gpucc.keygen/v1`` document (``gpucc holder keygen``, ``travel keygen``)."""
+        return {"schema": self.SCHEMA, "key": str(self.key), "pub": str(self.pub), "pin": self.pin}
+
+
+def write_key_pair(key: Path, pub: Path) -> KeyPairWritten:
+    """Make a P-384 signing key at ``key`` (0600) and its public key PEM at ``pub``; neither
+    file is ever replaced.
+
+    Raises:
+        FileAccessError: ``pub`` exists or cannot be written.
+        KeyFileError, FileAccessError: ``key`` exists or cannot be written.
+    """
+    if pub.exists():
+        raise FileAccessError(f"{pub} exists; it is never replaced")
+    signing = generate_signing_key()
+    write_signing_key(key, signing)
+    try:
+        with pub.open("xb") as fh:
+            fh.write(public_pem(signing))
+    except OSError as exc:
+        raise FileAccessError(f"cannot write {pub}: {exc.strerror or exc}") from None
+    return KeyPairWritten(key, pub, f"sha256:{key_id(signing)}")
 
 
 def _spki_der(key: ec.EllipticCurvePublicKey) -> bytes:

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from gpucc.core.errors import EnvironmentProblemError, MalformedEvidenceError
 
@@ -28,6 +28,7 @@ from .eventlog import CcEventLog
 __all__ = [
     "MAX_IMAGE_BYTES",
     "REFERENCE_EVENT_TYPES",
+    "ReferencePolicy",
     "SnpImage",
     "snp_launch_measurement",
     "snp_reference_policy",
@@ -253,3 +254,30 @@ def vtpm_reference_policy(
         name = "measurement" if kind == "snp" else "mrtd"
         section["measurements"] = {kind: {name: value.hex()}}
     return section
+
+
+@dataclass(frozen=True)
+class ReferencePolicy:
+    """A policy whose ``cvm:`` section pins a CVM image's reference values
+    (``gpucc cvm reference-snp``, ``reference-tdx``, ``reference-vtpm``, ``reference-from``).
+
+    Attributes:
+        kind: the CVM kind it pins (``snp``, ``tdx``, ``vtpm``).
+        policy: the policy document.
+        output: the file it was written to (``None``: printed).
+    """
+
+    SCHEMA: ClassVar[str] = "gpucc.cvm.reference/v1"
+
+    kind: str
+    policy: dict[str, Any]
+    output: Path | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``gpucc.cvm.reference/v1`` document."""
+        return {
+            "schema": self.SCHEMA,
+            "kind": self.kind,
+            "policy": self.policy,
+            "output": str(self.output) if self.output is not None else None,
+        }

@@ -26,8 +26,8 @@ import hmac
 import json
 import math
 from dataclasses import dataclass, field
-from pathlib import PurePosixPath
-from typing import Any
+from pathlib import Path, PurePosixPath
+from typing import Any, ClassVar
 
 from gpucc.core.errors import IntegrityError
 from gpucc.core.jsonio import loads_untrusted
@@ -40,6 +40,7 @@ __all__ = [
     "MAX_MANIFEST_SIZE",
     "PREDICATE_TYPE",
     "STATEMENT_TYPE",
+    "DigestReport",
     "Manifest",
     "ModelMismatchError",
     "Resource",
@@ -255,6 +256,12 @@ class VerificationResult:
             "problems": [p.to_json() for p in self.problems],
         }
 
+    SCHEMA: ClassVar[str] = "gpucc.model.verify/v1"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``gpucc.model.verify/v1`` document (``gpucc model verify -f json``)."""
+        return {"schema": self.SCHEMA, **self.to_json()}
+
 
 class ModelMismatchError(IntegrityError):
     """The model's resources differ from the trusted manifest."""
@@ -441,3 +448,49 @@ def _hex_digest(value: object, what: str) -> bytes:
         return bytes.fromhex(text)
     except ValueError:
         raise MalformedManifestError(f"{what} is not hex") from None
+
+
+@dataclass(frozen=True)
+class DigestReport:
+    """A model digested into a manifest (``gpucc model digest``), and signed when
+    ``signature`` names the bundle written (``gpucc model sign``).
+
+    Attributes:
+        model: the model's directory or file.
+        manifest: its manifest.
+        seconds: wall time of the digest.
+        nbytes: bytes hashed.
+        output: the manifest file written (digest only; ``None``: printed).
+        statement: the manifest's statement, when it was printed rather than written.
+        signature: the signature bundle written (sign only).
+    """
+
+    DIGEST_SCHEMA: ClassVar[str] = "gpucc.model.digest/v1"
+    SIGN_SCHEMA: ClassVar[str] = "gpucc.model.sign/v1"
+
+    model: Path
+    manifest: Manifest
+    seconds: float
+    nbytes: int
+    output: Path | None = None
+    statement: dict[str, Any] | None = None
+    signature: Path | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``gpucc.model.digest/v1`` or, signed, ``gpucc.model.sign/v1`` document."""
+        manifest = self.manifest
+        doc: dict[str, Any] = {
+            "schema": self.DIGEST_SCHEMA if self.signature is None else self.SIGN_SCHEMA,
+            "model": str(self.model),
+            "resources": len(manifest.resources),
+            "bytes": self.nbytes,
+            "seconds": round(self.seconds, 6),
+            "algorithm": manifest.serialization.resource_algorithm,
+            "subject_sha256": manifest.subject_digest.hex(),
+        }
+        if self.signature is None:
+            doc["output"] = None if self.output is None else str(self.output)
+            doc["statement"] = self.statement
+        else:
+            doc["signature"] = str(self.signature)
+        return doc

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import ast
 import concurrent.futures
 import json
 import os
@@ -475,15 +476,55 @@ def test_failed_verdicts_never_read_true(files: Path, tmp_path: Path) -> None:
     assert doc["schema"] == "gpucc.attest/v1" and doc["exit_kind"] == "file-access"
 
 
+#: The library's packages: where every document a command prints is built.
+LIBRARY = ("core", "gpuattest", "staging", "keyrelease", "assembly", "travel", "ddp", "holder")
+
+
+def _library_documents() -> set[str]:
+    """The schemas of the library's document values: each class's ``SCHEMA``-named class
+    variable, and a dict literal's ``"schema"`` (the attestation result's)."""
+    named: set[str] = set()
+    for package in LIBRARY:
+        for path in (ROOT / package).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if (
+                    isinstance(node, ast.AnnAssign)
+                    and isinstance(node.target, ast.Name)
+                    and node.target.id.endswith("SCHEMA")
+                    and isinstance(node.value, ast.Constant)
+                ):
+                    named.add(str(node.value.value))
+                if isinstance(node, ast.Dict):
+                    for key, value in zip(node.keys, node.values, strict=True):
+                        if isinstance(key, ast.Constant) and key.value == "schema":
+                            if isinstance(value, ast.Constant):
+                                named.add(str(value.value))
+    return named
+
+
 def test_every_document_a_command_prints_has_a_shipped_schema() -> None:
     shipped = set(schema_names())
-    named = set()
-    for path in (ROOT / "cli").glob("*.py"):
-        named |= set(re.findall(r'"(gpucc\.[a-z.-]+/v\d+)"', path.read_text(encoding="utf-8")))
-    assert named, "no schema names found"
-    assert named <= shipped, named - shipped
+    named = _library_documents()
+    assert named == shipped, (named - shipped, shipped - named)
     for name in shipped:
         assert load_schema(name)["properties"]["schema"] == {"const": name}
+
+
+def test_every_document_comes_from_a_library_object() -> None:
+    """The command line only renders: no command module builds a schema-tagged document
+    (a dict literal with a ``"schema"`` key), so a Python caller gets from the library
+    object what ``-f json`` prints."""
+    built = []
+    for path in sorted((ROOT / "cli").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Dict) and any(
+                isinstance(k, ast.Constant) and k.value == "schema" for k in node.keys
+            ):
+                built.append(f"{path.name}:{node.lineno}")
+            if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "dict":
+                if any(k.arg == "schema" for k in node.keywords):
+                    built.append(f"{path.name}:{node.lineno}")
+    assert built == []
 
 
 def test_stdout_and_terminal_text_have_one_path_each() -> None:
@@ -660,7 +701,7 @@ def test_documents_of_model_holder_keygen_and_shards_match_their_schemas(tmp_pat
     (tmp_path / "d.bin").write_bytes(b"d" * 9000)
     seal_file(tmp_path / "d.bin", tmp_path / "data" / "d.gcc", kek=kek, chunk_size=4096)
     (tmp_path / "shards").mkdir()
-    from gpucc.staging.statedb import SqliteState
+    from gpucc.holder.state import SqliteState
 
     SqliteState(tmp_path / "state.sqlite3").close()  # a holder's state, no decision yet
     runs = {

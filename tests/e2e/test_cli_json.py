@@ -349,8 +349,8 @@ def test_demo_json(tmp_path: Path) -> None:
 
 
 def test_holder_audit_records_json_and_their_errors(tmp_path: Path) -> None:
-    from gpucc.staging.statedb import SqliteState
-    from gpucc.travel.audit import audit_document
+    from gpucc.holder.audit import audit_document
+    from gpucc.holder.state import SqliteState
 
     state = SqliteState(tmp_path / "state.sqlite3")
     state.put_audit(
@@ -389,7 +389,7 @@ def test_holder_audit_records_json_and_their_errors(tmp_path: Path) -> None:
 
 
 def test_holder_prune_json_and_its_errors(tmp_path: Path) -> None:
-    from gpucc.staging.statedb import SqliteState
+    from gpucc.holder.state import SqliteState
 
     old = dt.datetime(2025, 1, 1, tzinfo=dt.UTC).timestamp()
     state = SqliteState(tmp_path / "state.sqlite3", clock=lambda: old)

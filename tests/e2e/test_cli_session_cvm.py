@@ -132,7 +132,7 @@ def test_stale_cvm_collateral_is_exit_3_and_releases_nothing(work: Path) -> None
     import datetime as dt
 
     from gpucc.assembly import Platform, PlatformVerifier, Settings, SimulatedSource
-    from gpucc.staging.release import create_offer
+    from gpucc.keyrelease.protocol import create_offer
 
     # A CVM whose collateral was issued 40 days ago: stale now, when keys are released.
     challenge = run("session", "challenge", cwd=work).stdout.strip()

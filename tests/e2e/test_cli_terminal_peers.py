@@ -231,8 +231,8 @@ def test_receipts_and_datasets_with_hostile_file_names(tmp_path: Path) -> None:
     junk = tmp_path / "junk"
     junk.mkdir()
     (junk / f"{HOSTILE}.gcc").write_bytes(MESSAGE.encode() * 20)
-    from gpucc.staging.statedb import SqliteState
-    from gpucc.travel.audit import audit_document
+    from gpucc.holder.audit import audit_document
+    from gpucc.holder.state import SqliteState
 
     state = SqliteState(tmp_path / "state.sqlite3")
     reason = {"dataset": HOSTILE, "policy": MESSAGE, "check": MESSAGE, "detail": MESSAGE}

@@ -42,7 +42,7 @@ from gpucc.gpuattest.evidence import EvidenceSet
 from gpucc.gpuattest.policy import parse_policy
 from gpucc.gpuattest.simulate import SimulatedGpu
 from gpucc.gpuattest.verifier import AttestationResult, verify
-from gpucc.staging.release import CollectedCvmEvidence, CollectedEvidence
+from gpucc.keyrelease.protocol import CollectedCvmEvidence, CollectedEvidence
 
 NOW = dt.datetime.now(dt.UTC)
 POLICY = parse_policy({"ocsp": {"require": False}})

@@ -23,8 +23,8 @@ import pytest
 import requests
 
 from gpucc.gpuattest.simulate import SimulatedGpu
-from gpucc.staging.release import Offer, create_offer
-from gpucc.staging.requester import sign_offer
+from gpucc.keyrelease.protocol import Offer, create_offer
+from gpucc.keyrelease.requester import sign_offer
 from gpucc.travel.client import HolderClient
 from gpucc.travel.signing import generate_signing_key, key_id, public_pem
 from tests.e2e.test_travel_e2e import World, _holder_files

@@ -12,7 +12,7 @@ import pytest
 from cryptography import x509
 
 from gpucc.gpuattest.simulate import SimulatedGpu
-from gpucc.staging.release import Answer, CollectedEvidence, create_offer, open_answer
+from gpucc.keyrelease.protocol import Answer, CollectedEvidence, create_offer, open_answer
 from gpucc.travel.client import HolderClient
 from gpucc.travel.errors import HolderProtocolError, HolderRefusedError
 from tests.e2e.test_travel_e2e import Holder, World, _start, _stop, _wait_healthy

@@ -24,7 +24,7 @@ from gpucc.gpuattest.cvm.gpu_event import devices_pin, record_gpu_verdict
 from gpucc.gpuattest.cvm.tdx_sim import SIMULATED_MRTD, simulated_boot_log
 from gpucc.gpuattest.evidence import dump_evidence_json
 from gpucc.gpuattest.simulate import SimulatedGpu
-from gpucc.staging.release import Answer, CollectedEvidence, create_offer, open_answer
+from gpucc.keyrelease.protocol import Answer, CollectedEvidence, create_offer, open_answer
 from gpucc.travel.client import HolderClient
 from gpucc.travel.errors import HolderRefusedError
 from tests.e2e.test_travel_e2e import Holder, World, _start, _stop, _wait_healthy

@@ -18,7 +18,7 @@ import pytest
 import requests
 
 from gpucc.gpuattest.simulate import SimulatedGpu
-from gpucc.staging.release import CollectedCvmEvidence, create_offer
+from gpucc.keyrelease.protocol import CollectedCvmEvidence, create_offer
 from gpucc.travel.client import HolderClient
 from tests.e2e.test_travel_e2e import Holder, World, _holder_files, _stop, _wait_healthy
 from tests.support.netfixtures import free_port

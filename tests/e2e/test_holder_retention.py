@@ -22,8 +22,8 @@ import pytest
 import requests
 
 from gpucc.gpuattest.simulate import SimulatedGpu
-from gpucc.staging.release import create_offer
-from gpucc.staging.statedb import PostgresState, SqliteState
+from gpucc.holder.state import PostgresState, SqliteState
+from gpucc.keyrelease.protocol import create_offer
 from gpucc.travel.client import HolderClient
 from tests.e2e.test_travel_e2e import World, _holder_files
 from tests.support.cli import run_cli
@@ -178,8 +178,8 @@ def test_a_state_that_forgets_answers_before_its_challenges_expire_is_refused(
 
     from gpucc.assembly import PlatformVerifier, Settings
     from gpucc.core.errors import UsageError
-    from gpucc.staging.statedb import HOUSEKEEPING_MARGIN_S
-    from gpucc.travel.holder import HolderConfig, build_app
+    from gpucc.holder.service import HolderConfig, build_app
+    from gpucc.holder.state import HOUSEKEEPING_MARGIN_S
     from gpucc.travel.signing import generate_signing_key
 
     config = HolderConfig(

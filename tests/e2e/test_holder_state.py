@@ -16,7 +16,7 @@ import pytest
 import requests
 
 from gpucc.gpuattest.simulate import SimulatedGpu
-from gpucc.staging.release import create_offer
+from gpucc.keyrelease.protocol import create_offer
 from gpucc.travel.client import HolderClient
 from tests.e2e.test_travel_e2e import Holder, World, _start, _stop, _wait_healthy
 from tests.support.netfixtures import free_port

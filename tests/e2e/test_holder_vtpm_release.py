@@ -20,7 +20,7 @@ from gpucc.assembly.sources import LocalSource
 from gpucc.gpuattest.cvm.snp_simulate import DEFAULT_MEASUREMENT, SimulatedSnp
 from gpucc.gpuattest.cvm.vtpm_simulate import simulated_hcl_report
 from gpucc.gpuattest.simulate import SimulatedGpu
-from gpucc.staging.release import (
+from gpucc.keyrelease.protocol import (
     Answer,
     CollectedCvmEvidence,
     CollectedEvidence,

@@ -23,7 +23,7 @@ from gpucc.gpuattest.cvm.tdx_sim import SIMULATED_MRTD
 from gpucc.gpuattest.cvm.vtpm_simulate import simulated_tdx_hcl_report
 from gpucc.gpuattest.evidence import dump_evidence_json
 from gpucc.gpuattest.simulate import SimulatedGpu
-from gpucc.staging.release import (
+from gpucc.keyrelease.protocol import (
     Answer,
     CollectedCvmEvidence,
     CollectedEvidence,

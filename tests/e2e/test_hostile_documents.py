@@ -14,9 +14,9 @@ import pytest
 from gpucc.core.errors import GpuccError, MalformedInputError
 from gpucc.gpuattest.jwks import RemoteServiceError, parse_jwks
 from gpucc.gpuattest.jws import parse_detached
+from gpucc.keyrelease.protocol import Answer, Offer
 from gpucc.staging.format import write_key_file
 from gpucc.staging.model.manifest import Manifest
-from gpucc.staging.release import Answer, Offer
 from gpucc.travel.log import verify_log_lines
 from gpucc.travel.receipt import Receipt
 from gpucc.travel.signing import Envelope, generate_signing_key, public_pem

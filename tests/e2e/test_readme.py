@@ -41,6 +41,13 @@ def test_readme_exit_code_table_is_the_code_table() -> None:
     assert len(rows) == len(table) == len({r[0] for r in rows})
 
 
+def test_readme_layout_lists_every_package() -> None:
+    """Each folder ``gpucc/`` links (and ``gpucc/`` itself) has its line in the layout."""
+    packages = {p.name for p in (ROOT / "gpucc").iterdir() if p.is_symlink()} | {"gpucc"}
+    listed = set(re.findall(r"^- `([a-z_]+)/`", _section("Development"), flags=re.M))
+    assert packages - listed == set()
+
+
 # --- README's inline examples and CI gate, run ----------------------------------------------
 #
 # README's fenced blocks run with every doc's (tests/e2e/test_doc_examples.py), in the same

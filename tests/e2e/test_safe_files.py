@@ -39,7 +39,7 @@ from gpucc.core.files import (
 from gpucc.core.jsonio import load_yaml_untrusted, loads_untrusted
 from gpucc.gpuattest.bundle import BUNDLE_FORMAT
 from gpucc.gpuattest.ocsp_response import CertId
-from gpucc.staging import release
+from gpucc.keyrelease import protocol as release
 from tests.support.cli import ENV, GPUCC, run_cli
 
 
@@ -610,7 +610,7 @@ def test_replay_records_expire_on_the_given_clock(tmp_path: Path, kind: str) -> 
 
 def test_data_holder_answers_each_challenge_once() -> None:
     from gpucc.gpuattest.simulate import SimulatedGpu
-    from tests.unit.staging.test_session import NOW, _attester, _collector
+    from tests.unit.keyrelease.test_protocol import NOW, _attester, _collector
 
     gpu = SimulatedGpu.create(now=NOW)
     challenge = release.new_challenge()

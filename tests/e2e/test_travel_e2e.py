@@ -36,10 +36,10 @@ from gpucc.gpuattest.cvm.tdx_sim import (
     simulated_tdx,
 )
 from gpucc.gpuattest.simulate import SimulatedGpu
+from gpucc.keyrelease.protocol import CollectedCvmEvidence, CollectedEvidence, create_offer
 from gpucc.staging import open_sealed, seal_file
 from gpucc.staging.errors import ProtocolError
 from gpucc.staging.format import write_key_file
-from gpucc.staging.release import CollectedCvmEvidence, CollectedEvidence, create_offer
 from gpucc.travel.client import HolderClient
 from gpucc.travel.errors import (
     CvmPolicyMismatchError,

@@ -300,7 +300,7 @@ def plan(data: bytes) -> object:
 @functools.cache
 def _offers() -> list[bytes]:
     from gpucc.gpuattest.cvm.tdx_sim import simulated_tdx
-    from gpucc.staging.release import CollectedCvmEvidence, CollectedEvidence, create_offer
+    from gpucc.keyrelease.protocol import CollectedCvmEvidence, CollectedEvidence, create_offer
 
     gpu, tdx = _simulated_gpu(), simulated_tdx(NOW)
 
@@ -318,13 +318,13 @@ def _offers() -> list[bytes]:
 
 @target("offer", _offers)
 def offer(data: bytes) -> object:
-    from gpucc.staging.release import Offer
+    from gpucc.keyrelease.protocol import Offer
 
     return Offer.from_json(data)
 
 
 def _answers() -> list[bytes]:
-    from tests.unit.staging.test_session import DATASET_ID, HEADER_DIGEST, PINNED
+    from tests.unit.keyrelease.test_protocol import DATASET_ID, HEADER_DIGEST, PINNED
 
     wrap = {"dataset_id": DATASET_ID.hex(), "header_digest": HEADER_DIGEST.hex(),
             "record": base64.b64encode(bytes.fromhex(PINNED["wrap_record"])).decode()}  # fmt: skip
@@ -336,7 +336,7 @@ def _answers() -> list[bytes]:
 
 @target("answer", _answers)
 def answer(data: bytes) -> object:
-    from gpucc.staging.release import Answer
+    from gpucc.keyrelease.protocol import Answer
 
     return Answer.from_json(data)
 

@@ -31,14 +31,14 @@ from gpucc.core.errors import MalformedEvidenceError, UsageError
 from gpucc.gpuattest.evidence import EvidenceSet, GpuEvidence
 from gpucc.gpuattest.netconfig import NetworkSettings
 from gpucc.gpuattest.result import Check, CheckStatus, Decision, Verdict
-from gpucc.staging.errors import ProtocolError
-from gpucc.staging.release import (
+from gpucc.keyrelease.protocol import (
     CollectedCvmEvidence,
     CollectedEvidence,
     accept_offer,
     create_offer,
     new_challenge,
 )
+from gpucc.staging.errors import ProtocolError
 from tests.support.paths import DATA
 
 NONCE = bytes(range(32))

@@ -18,8 +18,8 @@ from gpucc.gpuattest.evidence import EvidenceSet, GpuEvidence
 from gpucc.gpuattest.policy import Policy, parse_policy
 from gpucc.gpuattest.result import CheckStatus, Verdict
 from gpucc.gpuattest.simulate_board import SimulatedBoard
+from gpucc.keyrelease.protocol import CollectedEvidence, accept_offer, create_offer, new_challenge
 from gpucc.staging.errors import ProtocolError
-from gpucc.staging.release import CollectedEvidence, accept_offer, create_offer, new_challenge
 
 NOW = dt.datetime(2026, 11, 27, tzinfo=dt.UTC)
 PPCIE = parse_policy({"ocsp": {"require": False}, "topology": {"ppcie": True}})

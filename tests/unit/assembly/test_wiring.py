@@ -31,7 +31,7 @@ from gpucc.assembly import (
 )
 from gpucc.cli.main import build
 from gpucc.gpuattest.evidence import EvidenceSet
-from gpucc.staging.release import CollectedCvmEvidence, Offer, create_offer, new_challenge
+from gpucc.keyrelease.protocol import CollectedCvmEvidence, Offer, create_offer, new_challenge
 
 
 class CountingSource:
@@ -160,8 +160,8 @@ def test_the_holder_service_verifies_offers_through_the_platform_verifier(
     wiring: Wiring, tmp_path: Path
 ) -> None:
     from gpucc.cli.holder_config import platform_verifier
-    from gpucc.travel.decide import answer_offer
-    from gpucc.travel.holder import HolderConfig, load_datasets
+    from gpucc.holder.decide import answer_offer
+    from gpucc.holder.service import HolderConfig, load_datasets
     from gpucc.travel.signing import generate_signing_key
 
     sealed, key_file = _dataset(tmp_path)

@@ -17,6 +17,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from gpucc.core.errors import KeyFileError, MalformedPolicyError
 from gpucc.core.files import OutputExistsError
 from gpucc.gpuattest.policy import load_policy
+from gpucc.holder.service import ChallengeRefused, ChallengeStore, RateLimiter
 from gpucc.travel.errors import (
     HolderAuthenticationError,
     LogTamperedError,
@@ -26,7 +27,6 @@ from gpucc.travel.errors import (
     PlanError,
     ScrubError,
 )
-from gpucc.travel.holder import ChallengeRefused, ChallengeStore, RateLimiter
 from gpucc.travel.log import (
     GENESIS,
     LOG_SCHEMA,

@@ -10,9 +10,9 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from gpucc.keyrelease.protocol import Offer, encode_public_key
+from gpucc.keyrelease.requester import RequesterSignatureError, requester_key_id, sign_offer
 from gpucc.staging.errors import MalformedSessionMessageError
-from gpucc.staging.release import Offer, encode_public_key
-from gpucc.staging.requester import RequesterSignatureError, requester_key_id, sign_offer
 from gpucc.travel.signing import key_id
 
 

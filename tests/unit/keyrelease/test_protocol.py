@@ -32,8 +32,8 @@ from gpucc.gpuattest.evidence import EvidenceSet
 from gpucc.gpuattest.policy import parse_policy
 from gpucc.gpuattest.simulate import SimulatedGpu
 from gpucc.gpuattest.verifier import AttestationResult, verify
+from gpucc.keyrelease import protocol as s
 from gpucc.staging import format as fmt
-from gpucc.staging import release as s
 from gpucc.staging.cpu import stage_cpu
 from gpucc.staging.dataset import SealedDataset, open_sealed
 from gpucc.staging.errors import (
@@ -554,7 +554,7 @@ def test_a_device_report_the_shared_replay_state_holds_is_refused(gpu: Simulated
     and its report is then recorded."""
     from cryptography import x509
 
-    from gpucc.staging.replay import (
+    from gpucc.keyrelease.replay import (
         DeviceReportReplayError,
         MemoryReplayStore,
         claim_device_reports,

@@ -26,7 +26,7 @@ from gpucc.gpuattest.evidence import EvidenceSet
 from gpucc.gpuattest.policy import parse_policy
 from gpucc.gpuattest.simulate import SimulatedGpu
 from gpucc.gpuattest.verifier import AttestationResult, verify
-from gpucc.staging import release as s
+from gpucc.keyrelease import protocol as s
 from gpucc.staging.errors import MalformedSessionMessageError, ProtocolError
 
 # --- known answers (the version-1 vector's keys, challenge and digests) ----------------

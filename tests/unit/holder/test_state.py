@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gpucc.staging.replay import ChallengeReplayError
-from gpucc.staging.statedb import (
+from gpucc.holder.state import (
     HOUSEKEEPING_MARGIN_S,
     Housekeeping,
     PostgresState,
@@ -22,6 +21,7 @@ from gpucc.staging.statedb import (
     StateUnavailableError,
     open_state,
 )
+from gpucc.keyrelease.replay import ChallengeReplayError
 from tests.support.postgres import postgres_server
 
 Factory = Callable[..., SqliteState | PostgresState]
