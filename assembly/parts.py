@@ -817,7 +817,9 @@ class VtpmPart(CvmPartKind):
             return None  # verified offline; the collateral check says what is missing
 
     def verify(self, evidence: Any, context: PartContext) -> PartResult:
+        from gpucc.core.errors import CollateralUnavailableError
         from gpucc.gpuattest.cvm.appraise import verify_vtpm
+        from gpucc.gpuattest.cvm.snp_roots import SnpRoots
         from gpucc.gpuattest.cvm.vtpm_evidence import parse_vtpm_evidence
 
         document = parse_vtpm_evidence(evidence)
@@ -825,12 +827,18 @@ class VtpmPart(CvmPartKind):
         inner = TdxPart() if document.hcl.tee == "tdx" else SnpPart()
         tdx_root = context.tdx_root
         snp_roots = None
+        rootless: CollateralUnavailableError | None = None
         if context.simulation is not None:
             if isinstance(inner, SnpPart):
-                snp_roots = inner.simulated_roots(context.simulation)
+                try:
+                    snp_roots = inner.simulated_roots(context.simulation)
+                except CollateralUnavailableError as exc:
+                    # read the evidence first, as the SEV-SNP part does: what does not parse
+                    # is malformed input (400 at a holder), whatever roots are missing
+                    rootless, snp_roots = exc, SnpRoots(())
             elif tdx_root is None:
                 tdx_root = inner.simulated_roots(context.simulation)
-        return verify_vtpm(
+        result = verify_vtpm(
             document,
             evidence,
             collateral,
@@ -842,6 +850,9 @@ class VtpmPart(CvmPartKind):
             require_pins=_pins_required(context),
             event_log=context.event_log,
         )
+        if rootless is not None:
+            raise rootless
+        return result
 
 
 def _pins_required(context: PartContext) -> bool:

@@ -315,6 +315,10 @@ def test_a_bundles_and_a_services_text_reaches_the_terminal_escaped(tmp_path: Pa
             fetch = ("collateral", "fetch", *evidence, "-o", f"{name}.json", "--rim-url", url,
                      "--ocsp-url", url, "--no-cache", "--timeout", "5", "--deadline", "20")  # fmt: skip
             runs += [(*fetch, "-v"), (*fetch, "-f", "json", "--force")]
+        for url in (down, away, liar.url):  # the pre-flight check meets the same services
+            runs.append(("collateral", "check", "--driver", "550.90.07", "--vbios",
+                         "96.00.5E.00.01", "--board", "1010_0200_882", "--rim-url", url,
+                         "--timeout", "5", "--deadline", "20", "-v"))  # fmt: skip
         results = _run_all(runs, tmp_path)
     for args, result in zip(runs, results, strict=True):
         _assert_clean(args, result)
@@ -324,6 +328,8 @@ def test_a_bundles_and_a_services_text_reaches_the_terminal_escaped(tmp_path: Pa
     assert results[2].returncode == 4 and _escaped(results[2].stderr), results[2].stderr
     assert all(r.returncode == 3 for r in results[3:]), [r.stderr for r in results[3:]]
     assert "\\x1b[1A\\x1b]8;;\\x9b2J" in results[3].stderr  # the reason, shown escaped
+    checked = results[-3]  # collateral check against the refusing service: not published
+    assert "not-published" in checked.stdout, checked.stdout
 
 
 #: Requests as a hostile client sends them: raw control bytes in the target, the headers
@@ -453,6 +459,11 @@ def test_a_hostile_offer_and_answer_reach_the_terminal_escaped(tmp_path: Path) -
 WALKED = {
     "attest": "test_cli_terminal: a hostile evidence file name",
     "collateral fetch": "a service's reason phrase, redirect and junk answers",
+    "collateral check": "the same services' reason phrase, redirect and junk answers",
+    "collateral serve": "none to a terminal: its log is JSON lines (json.dumps escapes control "
+    "characters) and it stores upstream bytes without printing them",
+    "collateral export": "none: it prints a count and the path it was given",
+    "collateral import": "test_collateral_mirror: a malformed export is refused in one line",
     "collateral show": "a bundle's OCSP subject, issuer and RIM id",
     "demo": "none: it makes and names its own data in its own directory",
     "cvm reference-snp": "a hostile image file name (test_cvm_reference_with_hostile_names)",
