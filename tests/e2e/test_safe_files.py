@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import hashlib
 import json
 import os
 import shutil
@@ -545,8 +546,13 @@ def test_a_challenge_is_answered_once(work: Path) -> None:
     _one_error_line(second, "already answered")
     assert not (work / "a2.json").exists()
     records = list((work / "state" / "answered-challenges").iterdir())
-    assert len(records) == 1 and stat.S_IMODE(records[0].stat().st_mode) == 0o600
-    assert value not in records[0].name  # a hash of it, not the challenge
+    # one record for the challenge, named by a labelled hash of it (never the challenge), and
+    # one for the simulated GPU's report over it (a replayed device report is refused too)
+    label = b"gpucc/session/v1/answered-challenge"
+    name = hashlib.sha256(label + bytes.fromhex(value)).hexdigest() + ".answered"
+    assert name in {r.name for r in records} and len(records) == 2, records
+    assert all(stat.S_IMODE(r.stat().st_mode) == 0o600 for r in records)
+    assert not any(value in r.name for r in records)
 
 
 def test_no_rollback_protection_under_one_key(work: Path) -> None:
