@@ -262,7 +262,8 @@ class Command(TyperCommand):
                 value = ctx.invoke(self.callback, **own) if self.callback else None
             except _exits() as exc:
                 code = int(getattr(exc, "exit_code", 1))
-                if not publish(invocation, code) and code != 0:
+                verdict = isinstance(exc, VerdictExit)  # its verdict line said it: no error
+                if not publish(invocation, code) and code != 0 and not verdict:
                     report(invocation, outcome_for_code(code), f"failed (exit {code})")
                 raise
             except GpuccError as exc:
@@ -298,6 +299,11 @@ def _path_problem(given: object, rule: PathRule) -> FileAccessError | None:
         if not os.access(str(item), os.R_OK):
             return FileAccessError(f"cannot read {rule.label} {item}: permission denied")
     return None
+
+
+class VerdictExit(typer.Exit):
+    """The exit status of a verdict the command printed (not trusted, undecided): a verdict
+    is not an error, so no ``gpucc: error:`` line follows it."""
 
 
 def _exits() -> tuple[type[Exception], ...]:
