@@ -32,6 +32,12 @@ COLLATERAL = Outcome(
     "could not decide: collateral (a RIM, an OCSP answer, a service) is missing or "
     "unreachable, or a dataset's store is unreachable or too slow (retries and deadline spent)",
 )
+CONNECTION = Outcome(
+    3,
+    "connection-failed",
+    "could not decide: a service (a holder) could not be reached: connection refused, name "
+    "not known, TLS failed; the message names the cause",
+)
 MALFORMED = Outcome(
     4,
     "malformed-input",
@@ -81,6 +87,7 @@ TABLE: tuple[Outcome, ...] = (
     NOT_TRUSTED,
     USAGE,
     COLLATERAL,
+    CONNECTION,
     MALFORMED,
     ENVIRONMENT,
     AUTHENTICATION,
@@ -97,6 +104,7 @@ _FAMILIES: tuple[tuple[type[errors.GpuccError], Outcome], ...] = (
     (errors.FileAccessError, FILE_ACCESS),
     (errors.IntegrityError, AUTHENTICATION),
     (errors.UsageError, USAGE),
+    (errors.ConnectionFailedError, CONNECTION),
     (errors.CollateralUnavailableError, COLLATERAL),
     (errors.MalformedInputError, MALFORMED),
     (errors.EnvironmentProblemError, ENVIRONMENT),

@@ -57,6 +57,7 @@ from gpucc.staging.statedb import (
 )
 
 from .audit import audit_document
+from .client import WITHHELD_HEADER
 from .decide import (
     DatasetsRefused,
     HolderConfig,
@@ -472,7 +473,9 @@ def build_app(config: HolderConfig, live: LiveConfig | None = None) -> Any:
         )
         request.state.outcome = "answered"
         request.state.withheld = done.withheld
-        return Response(done.envelope, media_type="application/json")
+        named = [{k: r[k] for k in ("dataset", "policy", "check") if k in r} for r in done.withheld]
+        told = {WITHHELD_HEADER: json.dumps(named[:20], separators=(",", ":"))} if named else {}
+        return Response(done.envelope, media_type="application/json", headers=told)
 
     async def receipt(request: Request) -> Response:
         config = live.current
