@@ -43,7 +43,11 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "gpucc session answer offer.json --challenge HEX --dataset data.gcc "
         "--data-key data.key -o answer.json",
     ),
-    "session accept": ("gpucc session accept answer.json --host-key host.key",),
+    "session accept": (
+        "gpucc session accept answer.json --host-key host.key",
+        "gpucc session accept envelope.json --host-key host.key --holder-pub holder.pub.pem "
+        "-o answer.json",
+    ),
     "session local": (
         "gpucc session local data.gcc --data-key data.key -o answer.json --host-key host.key",
     ),
