@@ -67,7 +67,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "model sign": ("gpucc model sign ./model --signer-key key.pem --signature model.sig",),
     "holder serve": (
         "gpucc holder serve --datasets data/ --data-key data.key --holder-key holder.key "
-        "--policy policy.yaml --listen 127.0.0.1:8443",
+        "--policy policy.yaml --listen 127.0.0.1:8080",
     ),
     "holder keygen": ("gpucc holder keygen --holder-key holder.key --holder-pub holder.pub",),
     "cvm reference-snp": (

@@ -144,9 +144,11 @@ def serve(
         typer.Option(
             "--listen",
             help="HOST:PORT to listen on; port 0: one the system chooses, named in the "
-            "start record of the log.",
+            "start record of the log. The default is the backend of the shipped proxy "
+            "configurations (deploy/haproxy.cfg, deploy/nginx.conf), which terminate TLS on "
+            "8443.",
         ),
-    ] = "127.0.0.1:8443",
+    ] = "127.0.0.1:8080",
     tls_cert: Annotated[
         Path | None, typer.Option("--tls-cert", exists=True, dir_okay=False)
     ] = None,
