@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
-from typer.core import TyperCommand
+from typer.core import TyperCommand, TyperOption
 from typer.exceptions import TyperException
 
 from gpucc.core.errors import FileAccessError, GpuccError
@@ -299,6 +299,19 @@ def _path_problem(given: object, rule: PathRule) -> FileAccessError | None:
         if not os.access(str(item), os.R_OK):
             return FileAccessError(f"cannot read {rule.label} {item}: permission denied")
     return None
+
+
+def _error_hint(self: TyperOption, ctx: Any) -> str:
+    """An option as an error names it: ``'--format' / '-f' (env var GPUCC_FORMAT or
+    NVAT_FORMAT)``. Typer's own writes a list of variables as a Python list."""
+    hint = " / ".join(f"'{name}'" for name in self.opts or [self.human_readable_name])
+    names = [self.envvar] if isinstance(self.envvar, str) else list(self.envvar or ())
+    if self.show_envvar and names:
+        hint += f" (env var {' or '.join(names)})"
+    return hint
+
+
+setattr(TyperOption, "get_error_hint", _error_hint)  # noqa: B010 - replaces Typer's method
 
 
 class VerdictExit(typer.Exit):

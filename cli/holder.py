@@ -150,9 +150,24 @@ def serve(
         ),
     ] = "127.0.0.1:8080",
     tls_cert: Annotated[
-        Path | None, typer.Option("--tls-cert", exists=True, dir_okay=False)
+        Path | None,
+        typer.Option(
+            "--tls-cert",
+            exists=True,
+            dir_okay=False,
+            help="Terminate TLS here (with --tls-key): this PEM certificate, its chain after "
+            "it. Behind the shipped proxies, which terminate TLS, give neither.",
+        ),
     ] = None,
-    tls_key: Annotated[Path | None, typer.Option("--tls-key", exists=True, dir_okay=False)] = None,
+    tls_key: Annotated[
+        Path | None,
+        typer.Option(
+            "--tls-key",
+            exists=True,
+            dir_okay=False,
+            help="The PEM private key of --tls-cert (owner only, mode 0600).",
+        ),
+    ] = None,
     allow_plain_http: Annotated[
         bool,
         typer.Option("--allow-plain-http", help="Serve without TLS on a non-loopback address."),

@@ -1,0 +1,34 @@
+"""What the command line says about itself: `gpucc` or a group alone prints its help (exit
+0), every option of `holder serve` has help, and an option's error names its environment
+variables as words, never as a Python list."""
+
+from __future__ import annotations
+
+from tests.support.cli import gpucc
+
+
+def test_gpucc_or_a_group_alone_prints_its_help_and_exits_0() -> None:
+    for args in ((), ("session",), ("holder",)):
+        proc = gpucc(*args, env={"COLUMNS": "200"})
+        assert proc.returncode == 0, (args, proc.stderr)
+        assert "Usage:" in proc.stdout and proc.stderr == "", args
+
+
+def test_an_unknown_command_is_still_a_usage_error() -> None:
+    proc = gpucc("no-such-command")
+    assert proc.returncode == 2 and "no-such-command" in proc.stderr
+
+
+def test_an_environment_variable_error_names_the_variables_as_words() -> None:
+    proc = gpucc("attest", "--sample", env={"GPUCC_FORMAT": "xml"})
+    assert proc.returncode == 2
+    text = " ".join(proc.stderr.replace("│", " ").split())
+    assert "(env var GPUCC_FORMAT or NVAT_FORMAT)" in text, proc.stderr
+    assert "['" not in proc.stderr
+
+
+def test_the_tls_options_have_help() -> None:
+    proc = gpucc("holder", "serve", "--help", env={"COLUMNS": "250"})
+    for line in proc.stdout.splitlines():
+        if "--tls-cert " in line or "--tls-key " in line:
+            assert "PEM" in line, line
