@@ -183,6 +183,9 @@ class Command(TyperCommand):
         if clash:
             raise TypeError(f"command {name}: {sorted(clash)} are options of every command")
         super().__init__(name, params=[*own, *common_parameters()], **kw)
+        for param in self.params:
+            if type(param) is TyperOption:
+                param.__class__ = _Option  # the same option, named in errors without reprs
         self.path_rules = {
             p.name: rule
             for p in own
@@ -301,17 +304,16 @@ def _path_problem(given: object, rule: PathRule) -> FileAccessError | None:
     return None
 
 
-def _error_hint(self: TyperOption, ctx: Any) -> str:
+class _Option(TyperOption):
     """An option as an error names it: ``'--format' / '-f' (env var GPUCC_FORMAT or
-    NVAT_FORMAT)``. Typer's own writes a list of variables as a Python list."""
-    hint = " / ".join(f"'{name}'" for name in self.opts or [self.human_readable_name])
-    names = [self.envvar] if isinstance(self.envvar, str) else list(self.envvar or ())
-    if self.show_envvar and names:
-        hint += f" (env var {' or '.join(names)})"
-    return hint
+    NVAT_FORMAT)``; Typer's own writes a list of variables as a Python list."""
 
-
-setattr(TyperOption, "get_error_hint", _error_hint)  # noqa: B010 - replaces Typer's method
+    def get_error_hint(self, ctx: Any) -> str:
+        hint = " / ".join(f"'{name}'" for name in self.opts or [self.human_readable_name])
+        names = [self.envvar] if isinstance(self.envvar, str) else list(self.envvar or ())
+        if self.show_envvar and names:
+            hint += f" (env var {' or '.join(names)})"
+        return hint
 
 
 class VerdictExit(typer.Exit):

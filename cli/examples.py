@@ -31,7 +31,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     ),
     "stage": (
         "gpucc stage data.gcc --data-key data.key",
-        "gpucc stage data.gcc --data-key data.key --device gpu -f json",
+        "gpucc stage data.gcc --data-key data.key --backend gpu -f json",
         "gpucc stage model.gcc --data-key model.key --manifest model.manifest.json",
     ),
     "session challenge": ("gpucc session challenge > challenge.hex",),
@@ -62,7 +62,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "model digest": ("gpucc model digest ./model --hash blake3 -o manifest.json",),
     "model verify": (
         "gpucc model verify ./model --signature model.sig --signer-pub pub.pem",
-        "gpucc model verify ./model --manifest manifest.json --device gpu",
+        "gpucc model verify ./model --manifest manifest.json --backend gpu",
     ),
     "model sign": ("gpucc model sign ./model --signer-key key.pem --signature model.sig",),
     "holder serve": (

@@ -196,12 +196,12 @@ _HINTS: tuple[tuple[type[errors.GpuccError], frozenset[str] | None, str], ...] =
         GpuKernelError,
         _WITH_DEVICE,
         "the GPU is present but its kernels failed to build or verify: check the CUDA "
-        "driver and CuPy/NVRTC versions, or use --device cpu",
+        "driver and CuPy/NVRTC versions, or use --backend cpu",
     ),
     (
         GpuStagingUnavailableError,
         _WITH_DEVICE,
-        "pip install 'gpucc[gpu]' on a host with a CUDA GPU, or use --device cpu",
+        "pip install 'gpucc[gpu]' on a host with a CUDA GPU, or use --backend cpu",
     ),
 )
 
@@ -271,7 +271,7 @@ def cli_hint(exc: BaseException, command: str = "") -> str:
 #: zeroed): the device or the driver, not the build.
 _LAUNCH_FAULT = (
     "a GPU kernel faulted on the data (its output was zeroed): check the GPU's health "
-    "(nvidia-smi, Xid errors in the kernel log) and run again, or use --device cpu"
+    "(nvidia-smi, Xid errors in the kernel log) and run again, or use --backend cpu"
 )
 
 

@@ -145,14 +145,18 @@ def stage(
         ),
     ] = None,
     device: Annotated[
-        Device, typer.Option("--device", help="Where to stage: cpu, gpu or auto.")
+        Device,
+        typer.Option(
+            "--backend",
+            help="What decrypts and holds the staged data: cpu, gpu, or auto (gpu if usable).",
+        ),
     ] = Device.CPU,
     gpus: Annotated[
         int,
         typer.Option(
             "--gpus",
             min=1,
-            help="With --device gpu/auto: split the dataset over N local GPUs (chunk ranges).",
+            help="With --backend gpu/auto: split the dataset over N local GPUs (chunk ranges).",
         ),
     ] = 1,
     threads: Annotated[
@@ -269,7 +273,7 @@ def stage(
     from gpucc.staging.model.api import require_verified, verify_staged
 
     if device is Device.CPU and gpus > 1:
-        raise UsageError("--gpus needs --device gpu or auto")
+        raise UsageError("--gpus needs --backend gpu or auto")
     size = parse_size(chunk_size)
     check_chunk_size(size, chunk_size)
     if (session is None) != (host_key is None):
@@ -339,7 +343,7 @@ def stage(
             _stage_set(shard_set, device, gpus, threads, output, session is not None)
             return
     if device is Device.AUTO:
-        note(f"--device auto: staging on {plan.device}")
+        note(f"--backend auto: staging on {plan.device}")
     if not plan.sealed:
         note(f"{dataset} is not sealed: staging it sealed in transit under a fresh one-time key")
     header = plan.header
