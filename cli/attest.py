@@ -337,8 +337,9 @@ def attest(
 ) -> None:
     """Verify GPU attestation evidence (and a confidential VM's) and print a verdict.
 
-    Exit codes: 0 trusted, 1 not trusted, 2 usage, 3 collateral missing,
-    4 malformed input, 5 environment (no GPU/NVML, CC off).
+    Exit codes: 0 trusted (verdict line TRUSTED), 1 not trusted (REFUSED), 2 usage,
+    3 collateral missing (UNDECIDED) or a service unreachable, 4 malformed input,
+    5 environment (no GPU/NVML, CC off), 8 a file cannot be read or written.
     """
     from gpucc.assembly import PlatformEvidence, PlatformVerifier, Settings
     from gpucc.core.errors import UsageError

@@ -54,7 +54,7 @@ from .boundary import (
     stdout_gone,
 )
 from .examples import epilog_for
-from .exitcodes import BROKEN_PIPE, outcome_for, outcome_for_code
+from .exitcodes import BROKEN_PIPE, exit_codes_line, outcome_for, outcome_for_code
 from .invocation import HeldResult, Invocation, bound
 from .logs import configure
 from .output import warn
@@ -183,6 +183,8 @@ class Command(TyperCommand):
         if clash:
             raise TypeError(f"command {name}: {sorted(clash)} are options of every command")
         super().__init__(name, params=[*own, *common_parameters()], **kw)
+        if self.help is not None and "Exit codes" not in self.help:
+            self.help = f"{self.help.rstrip()}\n\n{exit_codes_line()}"
         for param in self.params:
             if type(param) is TyperOption:
                 param.__class__ = _Option  # the same option, named in errors without reprs

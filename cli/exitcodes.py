@@ -206,6 +206,16 @@ _HINTS: tuple[tuple[type[errors.GpuccError], frozenset[str] | None, str], ...] =
 )
 
 
+def exit_codes_line() -> str:
+    """``Exit codes: 0 ok, 1 not-trusted, ...``: every status and its kind, for the ``--help``
+    of a command whose own text lists none."""
+    kinds: dict[int, list[str]] = {}
+    for outcome in TABLE:
+        kinds.setdefault(outcome.code, []).append(outcome.kind)
+    listed = ", ".join(f"{code} {' or '.join(names)}" for code, names in kinds.items())
+    return f"Exit codes: {listed} (README.md, Exit codes)."
+
+
 def signal_outcome(signum: int) -> Outcome:
     """The row for a command stopped by signal ``signum``: kind ``interrupted``, status
     128 + ``signum`` (130 SIGINT, 143 SIGTERM, 129 SIGHUP)."""

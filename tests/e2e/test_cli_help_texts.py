@@ -32,3 +32,36 @@ def test_the_tls_options_have_help() -> None:
     for line in proc.stdout.splitlines():
         if "--tls-cert " in line or "--tls-key " in line:
             assert "PEM" in line, line
+
+
+def _commands() -> list[list[str]]:
+    from typer.main import get_command
+
+    from gpucc.cli.main import build
+
+    found: list[list[str]] = []
+
+    def walk(command: object, path: list[str]) -> None:
+        subcommands = getattr(command, "commands", None)
+        if subcommands is None:
+            found.append(path)
+            return
+        for name, sub in subcommands.items():
+            if not getattr(sub, "hidden", False):
+                walk(sub, [*path, name])
+
+    walk(get_command(build()), [])
+    return found
+
+
+def test_every_help_lists_the_exit_codes_and_shows_no_python_value() -> None:
+    commands = _commands()
+    assert len(commands) >= 30
+    for path in commands:
+        proc = gpucc(*path, "--help", env={"COLUMNS": "400", "NO_COLOR": "1"})
+        assert proc.returncode == 0, (path, proc.stderr)
+        text = " ".join(proc.stdout.split())
+        codes = text[text.find("Exit codes") :]
+        assert "Exit codes" in text and " 8 " in codes[:600], path
+        for leak in ("['", "<unicode string>", "None"):
+            assert leak not in text, (path, leak)
