@@ -74,7 +74,10 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "gpucc cvm reference-snp --ovmf OVMF.fd --kernel vmlinuz --initrd initrd.img "
         "--append 'console=ttyS0' --vcpus 4 --vcpu-type EPYC-v4 -o policy.yaml",
     ),
-    "cvm pin": ("gpucc cvm pin result.json -o policy.yaml",),
+    "cvm pin": (
+        "gpucc cvm pin result.json -o policy.yaml",
+        "gpucc cvm pin --simulate sim --base mine.yaml -o policy.yaml",
+    ),
     "cvm reference-tdx": (
         "gpucc cvm reference-tdx --event-log CCEL --quote quote.bin -o policy.yaml",
     ),

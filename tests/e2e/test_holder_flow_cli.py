@@ -55,9 +55,11 @@ def _simulation(work: Path) -> None:
 
 
 @contextlib.contextmanager
-def _holder(work: Path) -> Iterator[tuple[str, Any, list[Any]]]:
-    """A holder serving h-0 to anyone and h-1 only to offers signed by k1: its URL, its
-    signing key and its datasets."""
+def _holder(
+    work: Path, extra: str = ""
+) -> Iterator[tuple[str, Any, list[Any], subprocess.Popen[bytes]]]:
+    """A holder serving h-0 to anyone and h-1 only to offers signed by k1 (configuration
+    ``extra`` added): its URL, its signing key, its datasets and its process."""
     *_, datasets, _keys, key = _holder_files(work, "h", [1_000, 2_000])
     made = run_cli("travel", "keygen", "--orchestrator-key", "k1.key",
                    "--orchestrator-pub", "k1.pub", cwd=work)  # fmt: skip
@@ -66,7 +68,7 @@ def _holder(work: Path) -> Iterator[tuple[str, Any, list[Any]]]:
     (work / "holder.yaml").write_text(
         "datasets: h/data\ndata-key: h/data.key\nholder-key: h/holder.key\n"
         "listen: '127.0.0.1:0'\naddress-file: address\nsimulate: sim\nstate: memory\n"
-        "releases:\n  - {name: k1-only, datasets: [h-1], requesters: [k1.pub]}\n"
+        "releases:\n  - {name: k1-only, datasets: [h-1], requesters: [k1.pub]}\n" + extra
     )
     log = work / "holder.log"
     proc = subprocess.Popen(
@@ -78,14 +80,14 @@ def _holder(work: Path) -> Iterator[tuple[str, Any, list[Any]]]:
         while not (work / "address").exists():
             assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
             time.sleep(0.05)
-        yield "http://" + (work / "address").read_text().strip(), key, datasets
+        yield "http://" + (work / "address").read_text().strip(), key, datasets, proc
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=20)
 
 
 def test_a_withheld_dataset_is_a_refusal_naming_holder_dataset_and_rule(tmp_path: Path) -> None:
-    with _holder(tmp_path) as (url, key, datasets):
+    with _holder(tmp_path) as (url, key, datasets, _):
         plan = _plan(tmp_path / "plan.json", "hospital", url, key, datasets)
         for fmt in ("text", "json"):
             run = run_cli("travel", "run", str(plan), "--simulate", "sim", "-f", fmt,
@@ -102,7 +104,7 @@ def test_a_withheld_dataset_is_a_refusal_naming_holder_dataset_and_rule(tmp_path
 
 
 def test_session_accept_opens_a_holder_envelope_under_the_holder_key(tmp_path: Path) -> None:
-    with _holder(tmp_path) as (url, key, datasets):
+    with _holder(tmp_path) as (url, key, datasets, _):
         challenge = HolderClient(url).challenge().hex()
         made = run_cli("session", "offer", "--challenge", challenge, "-o", "offer.json",
                        "--host-key", "host.key", "--simulate", "sim", cwd=tmp_path)  # fmt: skip
@@ -141,3 +143,26 @@ def test_a_refused_connection_keeps_its_cause_and_its_kind(tmp_path: Path) -> No
     error = json.loads(run.stdout)["error"]
     assert error["kind"] == "connection-failed"
     assert error["message"] == f"holder {url}: connection failed: Connection refused"
+
+
+def test_one_command_pins_the_simulated_cvm_for_a_users_policy(tmp_path: Path) -> None:
+    """A simulated holder under the user's own policy refuses the simulated CVM until `gpucc
+    cvm pin --simulate DIR` adds it to that policy; then the journey travels."""
+    (tmp_path / "mine.yaml").write_text("version: 1\nocsp:\n  require: false\n")
+    (tmp_path / "policy.yaml").write_text("version: 1\nocsp:\n  require: false\n")
+    with _holder(tmp_path, "policy: policy.yaml\n") as (url, key, datasets, holder):
+        plan = _plan(tmp_path / "plan.json", "hospital", url, key, datasets[:1])
+        refused = run_cli("travel", "run", str(plan), "--simulate", "sim", cwd=tmp_path)
+        assert refused.returncode == 1, refused.stderr
+        pinned = run_cli("cvm", "pin", "--simulate", "sim", "--base", "mine.yaml",
+                         "-o", "policy.yaml", "--force", cwd=tmp_path)  # fmt: skip
+        assert pinned.returncode == 0, pinned.stderr
+        assert "SIMULATED CVM" in pinned.stderr
+        log = tmp_path / "holder.log"
+        holder.send_signal(signal.SIGHUP)  # the holder re-reads its configuration and policy
+        deadline = time.monotonic() + 30
+        while '"reloaded"' not in log.read_text():
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.05)
+        travelled = run_cli("travel", "run", str(plan), "--simulate", "sim", cwd=tmp_path)
+        assert travelled.returncode == 0, travelled.stderr
