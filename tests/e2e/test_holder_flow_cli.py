@@ -164,5 +164,14 @@ def test_one_command_pins_the_simulated_cvm_for_a_users_policy(tmp_path: Path) -
         while '"reloaded"' not in log.read_text():
             assert time.monotonic() < deadline, log.read_text()
             time.sleep(0.05)
+        signed = json.loads(plan.read_text())  # the log is signed with the orchestrator key
+        plan.write_text(
+            json.dumps({**signed, "orchestrator": {"key": "k1.key", "log": "log.jsonl"}})
+        )
         travelled = run_cli("travel", "run", str(plan), "--simulate", "sim", cwd=tmp_path)
         assert travelled.returncode == 0, travelled.stderr
+    seen = run_cli("inspect", "log.jsonl", "-f", "json", cwd=tmp_path)
+    assert seen.returncode == 0, seen.stderr
+    doc = json.loads(seen.stdout)
+    assert doc["kind"] == "travel-log" and doc["details"]["visits"] == 1
+    assert doc["details"]["closed"] is True and doc["details"]["holders"] == "hospital"
