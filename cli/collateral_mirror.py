@@ -389,6 +389,7 @@ def import_cmd(
     sources: Annotated[
         list[Path],
         typer.Argument(
+            metavar="FILE...",
             exists=True,
             dir_okay=False,
             help="Files from 'collateral export' or 'collateral fetch' bundles.",

@@ -188,6 +188,10 @@ class Command(TyperCommand):
         for param in self.params:
             if type(param) is TyperOption:
                 param.__class__ = _Option  # the same option, named in errors without reprs
+                param.metavar = _option_metavar(param)
+            elif type(param.type).__name__ == "StringParamType":  # an argument's type column
+                param.type = type(param.type)()  # its own instance: the shared one stays
+                param.type.name = "text"
         self.path_rules = {
             p.name: rule
             for p in own
@@ -316,6 +320,25 @@ class _Option(TyperOption):
         if self.show_envvar and names:
             hint += f" (env var {' or '.join(names)})"
         return hint
+
+
+def _option_metavar(param: TyperOption) -> str | None:
+    """One style for an option's value in help and errors: ``<lowercase>`` (``<file>``,
+    ``<text|json>``, ``<dir>``, ``<n>``), as Typer writes paths and choices; arguments stay
+    upper case (``FILE``), as Click writes them."""
+    if param.is_flag or param.count:
+        return param.metavar
+    if param.metavar is not None:
+        text = {"DIR": "DIRECTORY"}.get(param.metavar, param.metavar)
+        return text if text.startswith("<") else f"<{text.lower()}>"
+    kind = type(param.type).__name__
+    return {
+        "StringParamType": "<text>",
+        "IntParamType": "<n>",
+        "IntRange": "<n>",
+        "FloatParamType": "<number>",
+        "FloatRange": "<number>",
+    }.get(kind)
 
 
 class VerdictExit(typer.Exit):

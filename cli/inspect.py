@@ -274,8 +274,11 @@ def _json(path: Path) -> dict[str, Any]:
 
     data = read_capped(path, _MAX_JSON, what="file")
     lines = [line for line in data.splitlines() if line.strip()]
-    if lines and b'"gpucc.travel-log/v1"' in lines[0]:
-        return _travel_log(lines, path)
+    if lines and b'"prev"' in lines[0] and b'"seq"' in lines[0]:  # a hash-chained log
+        from gpucc.travel.log import LOG_SCHEMA
+
+        if f'"schema":"{LOG_SCHEMA}"'.encode() in lines[0]:
+            return _travel_log(lines, path)
     doc = loads_untrusted(data, what=str(path), error=MalformedInputError, max_bytes=_MAX_JSON)
     if isinstance(doc, list) and doc and isinstance(doc[0], list) and doc[0][:1] == ["JWT"]:
         return _eat(doc, path)

@@ -63,5 +63,5 @@ def test_every_help_lists_the_exit_codes_and_shows_no_python_value() -> None:
         text = " ".join(proc.stdout.split())
         codes = text[text.find("Exit codes") :]
         assert "Exit codes" in text and " 8 " in codes[:600], path
-        for leak in ("['", "<unicode string>", "None"):
+        for leak in ("['", "<unicode string>", "None", "<str>", "<int range>", "<float range>"):
             assert leak not in text, (path, leak)
