@@ -38,6 +38,7 @@ RENAMED: dict[str, dict[str, str]] = {
         "--key": "--holder-key",
         "--orchestrator-key": "--orchestrator-pub",
         "--simulate-roots": "--simulate",
+        "--challenge-ttl": "--challenge-ttl-s",  # every duration in seconds ends in -s
     },
     "holder keygen": {"--key": "--holder-key", "--pub": "--holder-pub"},
     "travel keygen": {"--key": "--orchestrator-key", "--pub": "--orchestrator-pub"},
