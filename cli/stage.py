@@ -404,6 +404,13 @@ def stage(
         note(f"buffer {'scrubbed' if scrubbed else 'released'}; nothing staged is kept")
         require_verified(checked)
     what = "sealed dataset" if plan.sealed else "plaintext (sealed in transit)"
+    from .output import detail
+
+    detail(
+        f"{dataset}: key from {summary['key_source']}, dataset id "
+        f"{summary['dataset_id'] or 'none (sealed in transit)'}, "
+        f"{summary['threads']} thread(s), backend {plan.device}"
+    )
     note(
         f"staged {format_size(staged)} of {what} {dataset} on {plan.device}: "
         f"{chunk_summary(header.chunk_count, staged, header.chunk_size)} verified "
@@ -481,6 +488,14 @@ def _stage_set(
                 "gb_per_s": round(staged / seconds / 1e9, 3) if seconds > 0 else None,
             }
         )
+    from .output import detail
+
+    for part in shard_set.parts:
+        detail(f"{part.path}: verified and scrubbed")
+    detail(
+        f"key from {'session' if by_session else 'key-file'}, "
+        f"{threads or staging.default_threads()} thread(s), on {where}"
+    )
     note(
         f"staged {format_size(staged)} of a set of {len(shard_set.parts)} bound shards "
         f"(set {shard_set.set_id.hex()}) on {where}: {chunks} chunks verified in "

@@ -4,6 +4,8 @@ variables as words, never as a Python list."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from tests.support.cli import gpucc
 
 
@@ -65,3 +67,21 @@ def test_every_help_lists_the_exit_codes_and_shows_no_python_value() -> None:
         assert "Exit codes" in text and " 8 " in codes[:600], path
         for leak in ("['", "<unicode string>", "None", "<str>", "<int range>", "<float range>"):
             assert leak not in text, (path, leak)
+
+
+def test_verbose_adds_lines_to_seal_and_stage_and_quiet_removes_them(tmp_path: Path) -> None:
+    (tmp_path / "d.bin").write_bytes(b"x" * 100_000)
+    key = str(tmp_path / "k.key")
+    runs = {}
+    for flag in ("-q", "", "-v"):
+        extra = (flag,) if flag else ()
+        out = str(tmp_path / f"d{flag}.gcc")
+        sealed = gpucc("seal", str(tmp_path / "d.bin"), "-o", out, "--data-key", key, *extra)
+        staged = gpucc("stage", out, "--data-key", key, *extra)
+        assert sealed.returncode == staged.returncode == 0, (sealed.stderr, staged.stderr)
+        runs[flag] = (sealed.stderr.splitlines(), staged.stderr.splitlines())
+    for step in (0, 1):
+        quiet, normal, verbose = (len(runs[f][step]) for f in ("-q", "", "-v"))
+        assert quiet == 0 and normal >= 1 and verbose > normal, runs
+    assert any("key id" in line for line in runs["-v"][0])
+    assert any("thread(s)" in line for line in runs["-v"][1])
