@@ -38,7 +38,7 @@ import typer
 from typer.core import TyperCommand, TyperOption
 from typer.exceptions import TyperException
 
-from gpucc.core.errors import FileAccessError, GpuccError
+from gpucc.core.errors import FileAccessError, GpuccError, UsageError
 
 from .aliases import renamed_args
 from .boundary import (
@@ -109,6 +109,11 @@ class PathRule:
 
         path = Path(str(value))
         shown = f"{self.label} {path}"
+        if self.exists and str(value) == "-" and not os.path.lexists(path):
+            raise UsageError(
+                f"{self.label}: standard input (-) cannot be read here; write it to a file "
+                "and name the file"
+            )
         try:
             st = os.stat(path)
         except FileNotFoundError:

@@ -7,6 +7,7 @@ of the command that failed. README's exit-code table is checked against :data:`T
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from gpucc.gpuattest import errors
@@ -288,5 +289,8 @@ _LAUNCH_FAULT = (
 def describe(exc: errors.GpuccError, command: str = "") -> tuple[str, str]:
     """(message, hint) for one line on stderr or the JSON error document."""
     message = " ".join((str(exc) or type(exc).__name__).split())
+    path = getattr(exc, "path", None)  # the file an error about a file is about
+    if isinstance(path, (str, os.PathLike)) and str(path) not in message:
+        message = f"{'standard input' if str(path) == '-' else path}: {message}"
     hints = [h for h in (exc.hint, cli_hint(exc, command)) if h]
     return message, "; ".join(hints)

@@ -279,7 +279,7 @@ def _json(path: Path) -> dict[str, Any]:
 
         if f'"schema":"{LOG_SCHEMA}"'.encode() in lines[0]:
             return _travel_log(lines, path)
-    doc = loads_untrusted(data, what=str(path), error=MalformedInputError, max_bytes=_MAX_JSON)
+    doc = loads_untrusted(data, what=f"file {path}", error=MalformedInputError, max_bytes=_MAX_JSON)
     if isinstance(doc, list) and doc and isinstance(doc[0], list) and doc[0][:1] == ["JWT"]:
         return _eat(doc, path)
     if isinstance(doc, list) and doc and all(isinstance(e, dict) and "evidence" in e for e in doc):

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import time
+from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
@@ -362,7 +364,11 @@ def stage(
     checked = None
     # The host memory that holds plaintext is this command's, lent by one arena that is
     # closed (every page it lent zeroed) before the command reports.
-    with staging.HostArena() as arena, byte_progress("staging", total) as progress:
+    with (
+        staging.HostArena() as arena,
+        byte_progress("staging", total) as progress,
+        _naming(dataset),
+    ):
         started = time.perf_counter()
         if trusted is None:
             # Nothing needs the plaintext afterwards: authenticate every chunk without
@@ -404,6 +410,7 @@ def stage(
         note(f"buffer {'scrubbed' if scrubbed else 'released'}; nothing staged is kept")
         require_verified(checked)
     what = "sealed dataset" if plan.sealed else "plaintext (sealed in transit)"
+    shown = "standard input" if str(dataset) == "-" else dataset
     from .output import detail
 
     detail(
@@ -412,7 +419,7 @@ def stage(
         f"{summary['threads']} thread(s), backend {plan.device}"
     )
     note(
-        f"staged {format_size(staged)} of {what} {dataset} on {plan.device}: "
+        f"staged {format_size(staged)} of {what} {shown} on {plan.device}: "
         f"{chunk_summary(header.chunk_count, staged, header.chunk_size)} verified "
         f"in {seconds:.3f} s ({format_rate(staged, seconds)}); {_held(held, staged)}"
     )
@@ -422,6 +429,19 @@ def stage(
             f"({checked.serialization.resource_algorithm}, "
             f"subject sha256 {checked.subject_digest})"
         )
+
+
+@contextlib.contextmanager
+def _naming(dataset: Path) -> Iterator[None]:
+    """A chunk or header that fails authentication is reported with the file it is in."""
+    from gpucc.core.errors import IntegrityError
+
+    try:
+        yield
+    except IntegrityError as exc:
+        if getattr(exc, "path", False) is None:
+            exc.path = dataset  # type: ignore[attr-defined]
+        raise
 
 
 def _source_summary(verified: Any) -> dict[str, Any]:

@@ -169,7 +169,7 @@ def test_stage_tampered_chunk_exits_6_naming_it(work: Path) -> None:
     error = json.loads(result.stdout)
     assert error["schema"] == "gpucc.error/v1"
     assert error["error"]["code"] == 6 and error["error"]["kind"] == "authentication-failed"
-    assert error["error"]["message"] == "chunk 3 failed authentication"
+    assert error["error"]["message"] == "d.gcc: chunk 3 failed authentication"  # names the file
 
 
 def test_stage_integrity_and_framing_failures(work: Path) -> None:
