@@ -138,8 +138,8 @@ class PathRule:
 
 def _label(param: Any) -> str:
     """How an error names a parameter: its first long option, or the argument's name."""
-    if param.param_type_name != "option":
-        return str(param.human_readable_name)
+    if param.param_type_name != "option":  # FILE..., one of them: FILE
+        return str(param.human_readable_name).removesuffix("...")
     longs = [o for o in param.opts if o.startswith("--")]
     return str((longs or param.opts)[0])
 

@@ -43,3 +43,19 @@ def test_malformed_evidence_names_its_file(tmp_path: Path) -> None:
     assert f"error: {bad}: the evidence is not JSON" in proc.stderr
     seen = gpucc("inspect", str(bad))
     assert seen.returncode == 4 and f"the file {bad} is not JSON" in seen.stderr
+
+
+def test_messages_show_no_parser_or_framework_internals(tmp_path: Path) -> None:
+    """A YAML error says where, not the parser's name for its input; a missing file among
+    several is named with the argument's name, without the ``...`` of the usage line."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("ocsp: [\n")
+    proc = gpucc("attest", "--sample", "--offline", "--policy", str(bad))
+    assert proc.returncode == 4, proc.stderr
+    assert "at line 2, column 1" in proc.stderr and "the end of the file" in proc.stderr
+    missing = tmp_path / "nope.json"
+    imported = gpucc("collateral", "import", str(missing), "--store", str(tmp_path / "s"))
+    assert imported.returncode == 8 and f"FILE {missing} does not exist" in imported.stderr
+    for text in (proc.stderr, imported.stderr):
+        for leak in ("<unicode string>", "...", "['", "None"):
+            assert leak not in text, (leak, text)
