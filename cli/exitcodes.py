@@ -290,7 +290,7 @@ def describe(exc: errors.GpuccError, command: str = "") -> tuple[str, str]:
     """(message, hint) for one line on stderr or the JSON error document."""
     message = " ".join((str(exc) or type(exc).__name__).split())
     path = getattr(exc, "path", None)  # the file an error about a file is about
-    if isinstance(path, (str, os.PathLike)) and str(path) not in message:
+    if isinstance(path, (str, os.PathLike)) and os.path.basename(str(path)) not in message:
         message = f"{'standard input' if str(path) == '-' else path}: {message}"
     hints = [h for h in (exc.hint, cli_hint(exc, command)) if h]
     return message, "; ".join(hints)
