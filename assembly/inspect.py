@@ -44,6 +44,11 @@ class FileDescription:
         return {"schema": self.SCHEMA, "file": str(self.file), **self.fields}
 
 
+#: The travel hand-over log's schema (``gpucc.travel.log.LOG_SCHEMA``, a layer above this one;
+#: tests/e2e/test_cli_inspect.py keeps the two equal).
+TRAVEL_LOG_SCHEMA = "gpucc.travel-log/v1"
+
+
 def inspect_file(path: Path) -> FileDescription:
     """The description of ``path`` (:func:`describe_file`'s fields).
 
@@ -75,11 +80,123 @@ def describe_file(path: Path) -> dict[str, Any]:
         return _sealed(path)
     if head.startswith(_KEY_FILE_START):
         return _key_file(path)
+    if head.startswith(b"eyJ"):
+        return _ear(path)
     if head.lstrip()[:1] in (b"{", b"["):
         return _json(path)
     raise MalformedInputError(
-        f"{path} is not a file gpucc knows (a sealed dataset, a key file or gpucc's JSON)"
+        f"{path} is not a file gpucc knows (a sealed dataset, a key file, a signed result or "
+        "gpucc's JSON)"
     )
+
+
+def _jwt_part(token: str, index: int, path: Path) -> dict[str, Any]:
+    """One JSON part of a compact JWS (0 header, 1 claims), decoded but not verified."""
+    import base64
+    import binascii
+
+    from gpucc.core.errors import MalformedInputError
+    from gpucc.core.jsonio import loads_untrusted
+
+    parts = token.split(".")
+    if len(parts) != 3:
+        raise MalformedInputError(f"{path} holds a token that is not a compact JWS")
+    try:
+        raw = base64.urlsafe_b64decode(parts[index] + "=" * (-len(parts[index]) % 4))
+    except (binascii.Error, ValueError):
+        raise MalformedInputError(f"{path} holds a token that is not base64url") from None
+    doc = loads_untrusted(raw, what=f"token in {path}", error=MalformedInputError)
+    return _mapping(doc)
+
+
+def _ear(path: Path) -> dict[str, Any]:
+    """An EAR (``gpucc attest --ear-out``): one compact JWS."""
+    from gpucc.core.files import read_capped
+
+    token = read_capped(path, _MAX_JSON, what="file").decode("ascii", "replace").strip()
+    header, claims = _jwt_part(token, 0, path), _jwt_part(token, 1, path)
+    status = claims.get("ear.status", "?")
+    return {
+        "kind": "ear",
+        "summary": f"a signed attestation result (EAR), status {status!s}, key "
+        f"{header.get('kid', 'without kid')!s}, not verified",
+        "details": {
+            "status": str(status),
+            "kid": str(header.get("kid")),
+            "alg": str(header.get("alg")),
+        },
+    }
+
+
+def _eat(doc: list[Any], path: Path) -> dict[str, Any]:
+    """An EAT (``gpucc attest --sign-eat``): the overall token, then one per GPU."""
+    token = str(doc[0][1])
+    header, claims = _jwt_part(token, 0, path), _jwt_part(token, 1, path)
+    devices = _mapping(doc[1]) if len(doc) > 1 else {}
+    return {
+        "kind": "eat",
+        "summary": f"a signed attestation result (EAT) of {len(devices)} GPU token(s), key "
+        f"{header.get('kid', 'without kid')!s}, not verified",
+        "details": {
+            "gpus": len(devices),
+            "kid": str(header.get("kid")),
+            "issuer": str(claims.get("iss")),
+            "nonce": str(claims.get("eat_nonce")),
+        },
+    }
+
+
+def _signature_bundle(doc: dict[str, Any], path: Path) -> dict[str, Any]:
+    """A model signature (a Sigstore bundle whose DSSE payload is the manifest)."""
+    import base64
+    import binascii
+
+    from gpucc.core.errors import MalformedInputError
+    from gpucc.core.jsonio import loads_untrusted
+
+    envelope = _mapping(doc.get("dsseEnvelope"))
+    try:
+        payload = base64.b64decode(str(envelope.get("payload", "")), validate=True)
+    except (binascii.Error, ValueError):
+        raise MalformedInputError(f"{path}: the signature's payload is not base64") from None
+    statement = _mapping(
+        loads_untrusted(payload, what=f"payload of {path}", error=MalformedInputError)
+    )
+    subjects = statement.get("subject")
+    first = subjects[0] if isinstance(subjects, list) and subjects else {}
+    name = first.get("name", "?") if isinstance(first, dict) else "?"
+    resources = _mapping(statement.get("predicate")).get("resources")
+    count = len(resources) if isinstance(resources, list) else 0
+    key = _mapping(_mapping(doc.get("verificationMaterial")).get("publicKey")).get("hint")
+    return {
+        "kind": "model-signature",
+        "summary": f"a model signature of {name!s}: {count} resource(s), not verified",
+        "details": {"model_name": str(name), "resources": count, "key_hint": str(key)},
+    }
+
+
+def _travel_log(lines: list[bytes], path: Path) -> dict[str, Any]:
+    """A travel hand-over log: one signed entry per line, the last closing the journey."""
+    from gpucc.core.errors import MalformedInputError
+    from gpucc.core.jsonio import loads_untrusted
+
+    entries = [
+        _mapping(loads_untrusted(line, what=f"line {n} of {path}", error=MalformedInputError))
+        for n, line in enumerate(lines, 1)
+    ]
+    closing = entries[-1] if entries and entries[-1].get("kind") == "closing" else None
+    visits = [e for e in entries if e.get("kind") != "closing"]
+    state = "closed" if closing is not None else "not closed (cut, or its run was stopped)"
+    return {
+        "kind": "travel-log",
+        "summary": f"a travel hand-over log of {len(visits)} visit(s), {state}, not verified",
+        "details": {
+            "entries": len(entries),
+            "visits": len(visits),
+            "closed": closing is not None,
+            "holders": ", ".join(str(e["holder_id"]) for e in visits if e.get("holder_id")),
+        },
+    }
 
 
 def _sealed(path: Path) -> dict[str, Any]:
@@ -165,7 +282,13 @@ def _json(path: Path) -> dict[str, Any]:
     from gpucc.core.jsonio import loads_untrusted
 
     data = read_capped(path, _MAX_JSON, what="file")
-    doc = loads_untrusted(data, what=str(path), error=MalformedInputError, max_bytes=_MAX_JSON)
+    lines = [line for line in data.splitlines() if line.strip()]
+    if lines and b'"prev"' in lines[0] and b'"seq"' in lines[0]:  # a hash-chained log
+        if f'"schema":"{TRAVEL_LOG_SCHEMA}"'.encode() in lines[0]:
+            return _travel_log(lines, path)
+    doc = loads_untrusted(data, what=f"file {path}", error=MalformedInputError, max_bytes=_MAX_JSON)
+    if isinstance(doc, list) and doc and isinstance(doc[0], list) and doc[0][:1] == ["JWT"]:
+        return _eat(doc, path)
     if isinstance(doc, list) and doc and all(isinstance(e, dict) and "evidence" in e for e in doc):
         archs = sorted({str(e.get("arch")) for e in doc})
         nonces = sorted({str(e.get("nonce")) for e in doc if e.get("nonce")})
@@ -192,6 +315,8 @@ def _json(path: Path) -> dict[str, Any]:
             "summary": f"a collateral bundle of {len(rims)} RIM(s), created {doc.get('created')}",
             "details": details,
         }
+    if str(doc.get("mediaType", "")).startswith("application/vnd.dev.sigstore.bundle"):
+        return _signature_bundle(doc, path)
     if doc.get("_type") == "https://in-toto.io/Statement/v1":
         subject = doc.get("subject")
         subjects: list[Any] = subject if isinstance(subject, list) else []

@@ -14,7 +14,7 @@ import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gpucc.gpuattest.netconfig import NetworkSettings
 from gpucc.gpuattest.policy import Policy
@@ -104,17 +104,23 @@ class Settings:
         return self.simulation is not None
 
 
-def simulation_policy() -> Policy:
-    """The simulation's default policy: no OCSP (a simulation has no responder), the
-    simulated TD image pinned: its MRTD and the events of its boot (the simulated kernel,
-    command line and initrd), as ``gpucc cvm reference-tdx`` writes them."""
+def simulation_cvm_section() -> dict[str, Any]:
+    """The ``cvm:`` policy section that pins the simulated TD image: its MRTD and the events
+    of its boot (the simulated kernel, command line and initrd), as ``gpucc cvm
+    reference-tdx`` writes them."""
     from gpucc.gpuattest.cvm.eventlog import parse_event_log
     from gpucc.gpuattest.cvm.reference import tdx_reference_policy
     from gpucc.gpuattest.cvm.tdx_sim import SIMULATED_MRTD, simulated_boot_log
+
+    return tdx_reference_policy(parse_event_log(simulated_boot_log()), mrtd=SIMULATED_MRTD)
+
+
+def simulation_policy() -> Policy:
+    """The simulation's default policy: no OCSP (a simulation has no responder), the
+    simulated TD image pinned (:func:`simulation_cvm_section`)."""
     from gpucc.gpuattest.policy import parse_policy
 
-    section = tdx_reference_policy(parse_event_log(simulated_boot_log()), mrtd=SIMULATED_MRTD)
-    document = {"ocsp": {"require": False}, "cvm": section}
+    document = {"ocsp": {"require": False}, "cvm": simulation_cvm_section()}
     return parse_policy(document, source="simulation default")
 
 

@@ -27,7 +27,10 @@ __all__ = ["RENAMED", "renamed_args"]
 #: command path -> {old spelling: new spelling}
 RENAMED: dict[str, dict[str, str]] = {
     "seal": {"--key-file": "--data-key"},
-    "stage": {"--key-file": "--data-key", "--public-key": "--signer-pub"},
+    # --device is attest's and evidence collect's gpu|nvswitch (as in nvattest); where a
+    # command computes it was --device too, now --backend cpu|gpu|auto
+    "stage": {"--key-file": "--data-key", "--public-key": "--signer-pub", "--device": "--backend"},
+    "model digest": {"--device": "--backend"},
     "session answer": {"--key-file": "--data-key"},
     "session local": {"--key-file": "--data-key"},
     "holder serve": {
@@ -35,17 +38,23 @@ RENAMED: dict[str, dict[str, str]] = {
         "--key": "--holder-key",
         "--orchestrator-key": "--orchestrator-pub",
         "--simulate-roots": "--simulate",
+        "--challenge-ttl": "--challenge-ttl-s",  # every duration in seconds ends in -s
     },
     "holder keygen": {"--key": "--holder-key", "--pub": "--holder-pub"},
     "travel keygen": {"--key": "--orchestrator-key", "--pub": "--orchestrator-pub"},
     "travel verify-log": {"--key": "--orchestrator-pub"},
     "token verify": {"--key": "--signer-pub"},
     "model sign": {
+        "--device": "--backend",
         "--private-key": "--signer-key",
         "--signing-certificate": "--signer-cert",
         "--certificate-chain": "--cert-chain",
     },
-    "model verify": {"--public-key": "--signer-pub", "--certificate-chain": "--cert-chain"},
+    "model verify": {
+        "--device": "--backend",
+        "--public-key": "--signer-pub",
+        "--certificate-chain": "--cert-chain",
+    },
 }
 
 

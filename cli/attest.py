@@ -28,7 +28,7 @@ from .attest_cvm import (
     read_cvm_event_log,
     read_cvm_evidence,
 )
-from .command import App
+from .command import App, VerdictExit
 from .options import (
     AtOption,
     CacheDirOption,
@@ -337,8 +337,9 @@ def attest(
 ) -> None:
     """Verify GPU attestation evidence (and a confidential VM's) and print a verdict.
 
-    Exit codes: 0 trusted, 1 not trusted, 2 usage, 3 collateral missing,
-    4 malformed input, 5 environment (no GPU/NVML, CC off).
+    Exit codes: 0 trusted (verdict line TRUSTED), 1 not trusted (REFUSED), 2 usage,
+    3 collateral missing (UNDECIDED) or a service unreachable, 4 malformed input,
+    5 environment (no GPU/NVML, CC off), 8 a file cannot be read or written.
     """
     from gpucc.assembly import PlatformEvidence, PlatformVerifier, Settings, select_policy
     from gpucc.core.errors import UsageError
@@ -362,6 +363,17 @@ def attest(
         cvm_only_ = cvm_only_ or not (sample or evidence)
         if at is None:
             at, at_origin = cvm_bundle.at, f"the bundled CVM sample's time ({cvm_sample.value})"
+    if sample and at is None:
+        from gpucc.gpuattest.samples import SAMPLE_VALID_AT
+
+        at = SAMPLE_VALID_AT.isoformat().replace("+00:00", "Z")
+        at_origin = "the bundled sample's time"
+        from .output import note
+
+        note(
+            f"--sample: verifying as of {at}, when the sample's RIM signers were valid "
+            "(give --at to choose another time)"
+        )
     now = parse_time(at)
     sample_pol: Policy | None = None  # NVIDIA's sample is verified under its own policy
     ev: EvidenceSet | None = None
@@ -502,11 +514,8 @@ def attest(
         )
         missing.subject = "cvm"
         note(f"the CVM's collateral is missing: {cli_hint(missing, 'attest')}")
-    if output is not OutputFormat.JSON:  # JSON carries it as trusted_with
-        from .output import note, warn
-
-        record = result.record
-        (note if record.strict else warn)(f"trusted with: {record.summary()}")
+    if output is not OutputFormat.JSON:  # JSON carries it as trusted_with and reasons
+        _explain(result)
     if sign_eat is not None and token_output is not None and result.gpu is not None:
         from .attest_remote import sign_result
 
@@ -520,7 +529,24 @@ def attest(
 
         kid, path = sign_ear_result(result, ear_key, ear_out, force=force)
         note(f"EAR (key {kid}) written to {path}")
-    raise typer.Exit(verdict_exit_code(result.verdict))
+    raise VerdictExit(verdict_exit_code(result.verdict))
+
+
+def _explain(result: PlatformResult) -> None:
+    """The verdict's account on stderr (nothing with ``-q``): what a trusted verdict was
+    trusted with, or every reason that refused it or left it undecided. Simulated roots
+    are said even with ``-q``: such a verdict attests nothing real."""
+    from .output import note, warn
+
+    record = result.record
+    if record.simulated:
+        warn("SIMULATED roots: this verdict attests nothing real")
+    if result.trusted:
+        note(f"trusted with: {record.summary()}")
+        return
+    what = "refused by" if str(result.verdict) == "not-trusted" else "undecided because of"
+    for reason in result.reasons:
+        note(f"{what}: {reason}")
 
 
 def _record_gpus(
@@ -649,7 +675,7 @@ def _attest_remote(
         emit(document)
     else:
         out(*remote_text(verdict))
-    raise typer.Exit(document["exit_code"])
+    raise VerdictExit(document["exit_code"])
 
 
 @evidence_app.command("collect")

@@ -45,7 +45,9 @@ def verify_remote(
 
 def remote_text(verdict: RemoteVerdict) -> list[str]:
     """Human lines for a remote verdict (stdout)."""
-    state = "TRUSTED" if verdict.trusted else "NOT TRUSTED"
+    from .render import VERDICT_TOKENS
+
+    state = VERDICT_TOKENS["trusted" if verdict.trusted else "not-trusted"]
     anchor = (
         "key set chained to a pinned root"
         if verdict.key_anchor == "x5c-chain"
@@ -60,7 +62,8 @@ def remote_text(verdict: RemoteVerdict) -> list[str]:
         lines.append(f"  {gpu.name}: measres {measres}")
     from .render import counted
 
-    lines.append(f"{state}: {counted(len(verdict.gpus), 'GPU', 'GPUs')} verified remotely")
+    gpus = counted(len(verdict.gpus), "GPU", "GPUs")
+    lines.append(f"{state}: {gpus} {'verified' if verdict.trusted else 'not trusted'} remotely")
     return lines
 
 

@@ -234,12 +234,16 @@ def serve_cmd(
         typer.Option("--offline", help="Air gap: never contact a vendor; serve what is held."),
     ] = False,
     timeout: Annotated[
-        float, typer.Option("--timeout", min=0.1, max=120, help="Upstream read timeout, s.")
+        float,
+        typer.Option("--timeout", min=0.1, max=120, help="Upstream read timeout, in seconds."),
     ] = 10.0,
     deadline: Annotated[
         float,
         typer.Option(
-            "--deadline", min=0.1, max=600, help="Upstream request limit, retries included, s."
+            "--deadline",
+            min=0.1,
+            max=600,
+            help="Upstream request limit, retries included, in seconds.",
         ),
     ] = 20.0,
     retries: Annotated[
@@ -251,12 +255,15 @@ def serve_cmd(
             "--outage-hold-s",
             min=0,
             max=600,
-            help="After a vendor could not be reached, answer new items 503 at once for this long.",
+            help="After a vendor could not be reached, answer new items 503 at once for this "
+            "long, in seconds.",
         ),
     ] = 10.0,
     refresh_s: Annotated[
         float,
-        typer.Option("--refresh-s", min=0.1, max=86400, help="How often due entries are renewed."),
+        typer.Option(
+            "--refresh-s", min=0.1, max=86400, help="How often due entries are renewed, in seconds."
+        ),
     ] = 60.0,
     forget_days: Annotated[
         float,
@@ -389,6 +396,7 @@ def import_cmd(
     sources: Annotated[
         list[Path],
         typer.Argument(
+            metavar="FILE...",
             exists=True,
             dir_okay=False,
             help="Files from 'collateral export' or 'collateral fetch' bundles.",

@@ -35,10 +35,10 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
-from typer.core import TyperCommand
+from typer.core import TyperCommand, TyperOption
 from typer.exceptions import TyperException
 
-from gpucc.core.errors import FileAccessError, GpuccError
+from gpucc.core.errors import FileAccessError, GpuccError, UsageError
 
 from .aliases import renamed_args
 from .boundary import (
@@ -54,7 +54,7 @@ from .boundary import (
     stdout_gone,
 )
 from .examples import epilog_for
-from .exitcodes import BROKEN_PIPE, outcome_for, outcome_for_code
+from .exitcodes import BROKEN_PIPE, exit_codes_line, outcome_for, outcome_for_code
 from .invocation import HeldResult, Invocation, bound
 from .logs import configure
 from .output import warn
@@ -109,6 +109,11 @@ class PathRule:
 
         path = Path(str(value))
         shown = f"{self.label} {path}"
+        if self.exists and str(value) == "-" and not os.path.lexists(path):
+            raise UsageError(
+                f"{self.label}: standard input (-) cannot be read here; write it to a file "
+                "and name the file"
+            )
         try:
             st = os.stat(path)
         except FileNotFoundError:
@@ -133,8 +138,8 @@ class PathRule:
 
 def _label(param: Any) -> str:
     """How an error names a parameter: its first long option, or the argument's name."""
-    if param.param_type_name != "option":
-        return str(param.human_readable_name)
+    if param.param_type_name != "option":  # FILE..., one of them: FILE
+        return str(param.human_readable_name).removesuffix("...")
     longs = [o for o in param.opts if o.startswith("--")]
     return str((longs or param.opts)[0])
 
@@ -183,6 +188,15 @@ class Command(TyperCommand):
         if clash:
             raise TypeError(f"command {name}: {sorted(clash)} are options of every command")
         super().__init__(name, params=[*own, *common_parameters()], **kw)
+        if self.help is not None and "Exit codes" not in self.help:
+            self.help = f"{self.help.rstrip()}\n\n{exit_codes_line()}"
+        for param in self.params:
+            if type(param) is TyperOption:
+                param.__class__ = _Option  # the same option, named in errors without reprs
+                param.metavar = _option_metavar(param)
+            elif type(param.type).__name__ == "StringParamType":  # an argument's type column
+                param.type = type(param.type)()  # its own instance: the shared one stays
+                param.type.name = "text"
         self.path_rules = {
             p.name: rule
             for p in own
@@ -262,7 +276,8 @@ class Command(TyperCommand):
                 value = ctx.invoke(self.callback, **own) if self.callback else None
             except _exits() as exc:
                 code = int(getattr(exc, "exit_code", 1))
-                if not publish(invocation, code) and code != 0:
+                verdict = isinstance(exc, VerdictExit)  # its verdict line said it: no error
+                if not publish(invocation, code) and code != 0 and not verdict:
                     report(invocation, outcome_for_code(code), f"failed (exit {code})")
                 raise
             except GpuccError as exc:
@@ -298,6 +313,42 @@ def _path_problem(given: object, rule: PathRule) -> FileAccessError | None:
         if not os.access(str(item), os.R_OK):
             return FileAccessError(f"cannot read {rule.label} {item}: permission denied")
     return None
+
+
+class _Option(TyperOption):
+    """An option as an error names it: ``'--format' / '-f' (env var GPUCC_FORMAT or
+    NVAT_FORMAT)``; Typer's own writes a list of variables as a Python list."""
+
+    def get_error_hint(self, ctx: Any) -> str:
+        hint = " / ".join(f"'{name}'" for name in self.opts or [self.human_readable_name])
+        names = [self.envvar] if isinstance(self.envvar, str) else list(self.envvar or ())
+        if self.show_envvar and names:
+            hint += f" (env var {' or '.join(names)})"
+        return hint
+
+
+def _option_metavar(param: TyperOption) -> str | None:
+    """One style for an option's value in help and errors: ``<lowercase>`` (``<file>``,
+    ``<text|json>``, ``<dir>``, ``<n>``), as Typer writes paths and choices; arguments stay
+    upper case (``FILE``), as Click writes them."""
+    if param.is_flag or param.count:
+        return param.metavar
+    if param.metavar is not None:
+        text = {"DIR": "DIRECTORY"}.get(param.metavar, param.metavar)
+        return text if text.startswith("<") else f"<{text.lower()}>"
+    kind = type(param.type).__name__
+    return {
+        "StringParamType": "<text>",
+        "IntParamType": "<n>",
+        "IntRange": "<n>",
+        "FloatParamType": "<number>",
+        "FloatRange": "<number>",
+    }.get(kind)
+
+
+class VerdictExit(typer.Exit):
+    """The exit status of a verdict the command printed (not trusted, undecided): a verdict
+    is not an error, so no ``gpucc: error:`` line follows it."""
 
 
 def _exits() -> tuple[type[Exception], ...]:

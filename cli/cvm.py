@@ -320,14 +320,26 @@ def _checked_mrtd(quote: Path, log: Any) -> bytes:
 @cvm_app.command("pin")
 def pin(
     result: Annotated[
-        Path,
+        Path | None,
         typer.Argument(
             metavar="RESULT",
             exists=True,
             dir_okay=False,
             help="A trusted result of gpucc attest -f json that verified a CVM.",
         ),
-    ],
+    ] = None,
+    simulate: Annotated[
+        Path | None,
+        typer.Option(
+            "--simulate",
+            file_okay=False,
+            metavar="DIR",
+            help="Instead of RESULT: pin the simulated CVM that 'gpucc travel run' and "
+            "'gpucc session offer' run with --simulate DIR (the simulated TD image's MRTD "
+            "and boot events), so that a simulated holder with your own policy admits it. "
+            "For simulations only: it attests nothing real.",
+        ),
+    ] = None,
     base: BaseOption = None,
     output: OutputOption = None,
     force: ForceOption = False,
@@ -337,13 +349,30 @@ def pin(
 
     Every measurement the result's CVM reported and a policy can pin (TDX: MRTD, the RTMRs,
     MRSEAM, MRCONFIGID, MROWNER, MROWNERCONFIG; SEV-SNP: MEASUREMENT, HOST_DATA) becomes
-    cvm.measurements. Only a trusted result is pinned. Exit codes: 0 written, 1 the result
-    is not trusted, 2 usage, 4 not a result with a CVM, 8 a file problem.
+    cvm.measurements. Only a trusted result is pinned. With --simulate DIR instead of
+    RESULT, the simulation's CVM is pinned. Exit codes: 0 written, 1 the result is not
+    trusted, 2 usage, 4 not a result with a CVM, 8 a file problem.
     """
-    from gpucc.core.errors import MalformedInputError, NotTrustedError
+    from gpucc.core.errors import MalformedInputError, NotTrustedError, UsageError
     from gpucc.core.files import read_capped
     from gpucc.core.jsonio import loads_untrusted
     from gpucc.gpuattest.cvm.policy import PINNABLE
+
+    if (result is None) == (simulate is None):
+        raise UsageError(
+            "give RESULT (a trusted result of gpucc attest -f json) or --simulate DIR (the "
+            "simulation's CVM), one of them"
+        )
+    if result is None:
+        from gpucc.assembly.settings import simulation_cvm_section
+
+        from .output import warn
+
+        warn("SIMULATED CVM: for tests and demos only, this pins nothing real")
+        section = simulation_cvm_section()
+        header = f"# the simulated TD image run with --simulate {simulate}: for simulations only\n"
+        _emit(_merged(base, section), output, force=force, header=header, kind="tdx", fmt=fmt)
+        return
 
     doc = loads_untrusted(
         read_capped(result, 64 * 1024 * 1024, what="result"),

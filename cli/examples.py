@@ -31,7 +31,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     ),
     "stage": (
         "gpucc stage data.gcc --data-key data.key",
-        "gpucc stage data.gcc --data-key data.key --device gpu -f json",
+        "gpucc stage data.gcc --data-key data.key --backend gpu -f json",
         "gpucc stage model.gcc --data-key model.key --manifest model.manifest.json",
     ),
     "session challenge": ("gpucc session challenge > challenge.hex",),
@@ -43,7 +43,11 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "gpucc session answer offer.json --challenge HEX --dataset data.gcc "
         "--data-key data.key -o answer.json",
     ),
-    "session accept": ("gpucc session accept answer.json --host-key host.key",),
+    "session accept": (
+        "gpucc session accept answer.json --host-key host.key",
+        "gpucc session accept envelope.json --host-key host.key --holder-pub holder.pub.pem "
+        "-o answer.json",
+    ),
     "session local": (
         "gpucc session local data.gcc --data-key data.key -o answer.json --host-key host.key",
     ),
@@ -58,19 +62,22 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "model digest": ("gpucc model digest ./model --hash blake3 -o manifest.json",),
     "model verify": (
         "gpucc model verify ./model --signature model.sig --signer-pub pub.pem",
-        "gpucc model verify ./model --manifest manifest.json --device gpu",
+        "gpucc model verify ./model --manifest manifest.json --backend gpu",
     ),
     "model sign": ("gpucc model sign ./model --signer-key key.pem --signature model.sig",),
     "holder serve": (
         "gpucc holder serve --datasets data/ --data-key data.key --holder-key holder.key "
-        "--policy policy.yaml --listen 127.0.0.1:8443",
+        "--policy policy.yaml --listen 127.0.0.1:8080",
     ),
     "holder keygen": ("gpucc holder keygen --holder-key holder.key --holder-pub holder.pub",),
     "cvm reference-snp": (
         "gpucc cvm reference-snp --ovmf OVMF.fd --kernel vmlinuz --initrd initrd.img "
         "--append 'console=ttyS0' --vcpus 4 --vcpu-type EPYC-v4 -o policy.yaml",
     ),
-    "cvm pin": ("gpucc cvm pin result.json -o policy.yaml",),
+    "cvm pin": (
+        "gpucc cvm pin result.json -o policy.yaml",
+        "gpucc cvm pin --simulate sim --base mine.yaml -o policy.yaml",
+    ),
     "cvm reference-tdx": (
         "gpucc cvm reference-tdx --event-log CCEL --quote quote.bin -o policy.yaml",
     ),

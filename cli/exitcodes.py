@@ -9,10 +9,13 @@ library's, re-exported under their old names; README's exit-code table is checke
 
 from __future__ import annotations
 
+import os
+
 from gpucc.core.outcomes import (
     AUTHENTICATION,
     BROKEN_PIPE,
     COLLATERAL,
+    CONNECTION,
     ENVIRONMENT,
     FILE_ACCESS,
     INTERNAL,
@@ -34,6 +37,7 @@ __all__ = [
     "AUTHENTICATION",
     "BROKEN_PIPE",
     "COLLATERAL",
+    "CONNECTION",
     "ENVIRONMENT",
     "FILE_ACCESS",
     "FILE_SITUATIONS",
@@ -50,6 +54,7 @@ __all__ = [
     "Outcome",
     "cli_hint",
     "describe",
+    "exit_codes_line",
     "exit_code_for",
     "outcome_for",
     "outcome_for_code",
@@ -156,14 +161,24 @@ _HINTS: tuple[tuple[type[errors.GpuccError], frozenset[str] | None, str], ...] =
         GpuKernelError,
         _WITH_DEVICE,
         "the GPU is present but its kernels failed to build or verify: check the CUDA "
-        "driver and CuPy/NVRTC versions, or use --device cpu",
+        "driver and CuPy/NVRTC versions, or use --backend cpu",
     ),
     (
         GpuStagingUnavailableError,
         _WITH_DEVICE,
-        "pip install 'gpucc[gpu]' on a host with a CUDA GPU, or use --device cpu",
+        "pip install 'gpucc[gpu]' on a host with a CUDA GPU, or use --backend cpu",
     ),
 )
+
+
+def exit_codes_line() -> str:
+    """``Exit codes: 0 ok, 1 not-trusted, ...``: every status and its kind, for the ``--help``
+    of a command whose own text lists none."""
+    kinds: dict[int, list[str]] = {}
+    for outcome in TABLE:
+        kinds.setdefault(outcome.code, []).append(outcome.kind)
+    listed = ", ".join(f"{code} {' or '.join(names)}" for code, names in kinds.items())
+    return f"Exit codes: {listed} (README.md, Exit codes)."
 
 
 def signal_outcome(signum: int) -> Outcome:
@@ -230,12 +245,15 @@ def cli_hint(exc: BaseException, command: str = "") -> str:
 #: zeroed): the device or the driver, not the build.
 _LAUNCH_FAULT = (
     "a GPU kernel faulted on the data (its output was zeroed): check the GPU's health "
-    "(nvidia-smi, Xid errors in the kernel log) and run again, or use --device cpu"
+    "(nvidia-smi, Xid errors in the kernel log) and run again, or use --backend cpu"
 )
 
 
 def describe(exc: errors.GpuccError, command: str = "") -> tuple[str, str]:
     """(message, hint) for one line on stderr or the JSON error document."""
     message = " ".join((str(exc) or type(exc).__name__).split())
+    path = getattr(exc, "path", None)  # the file an error about a file is about
+    if isinstance(path, (str, os.PathLike)) and os.path.basename(str(path)) not in message:
+        message = f"{'standard input' if str(path) == '-' else path}: {message}"
     hints = [h for h in (exc.hint, cli_hint(exc, command)) if h]
     return message, "; ".join(hints)

@@ -144,13 +144,30 @@ def serve(
         typer.Option(
             "--listen",
             help="HOST:PORT to listen on; port 0: one the system chooses, named in the "
-            "start record of the log.",
+            "start record of the log. The default is the backend of the shipped proxy "
+            "configurations (deploy/haproxy.cfg, deploy/nginx.conf), which terminate TLS on "
+            "8443.",
         ),
-    ] = "127.0.0.1:8443",
+    ] = "127.0.0.1:8080",
     tls_cert: Annotated[
-        Path | None, typer.Option("--tls-cert", exists=True, dir_okay=False)
+        Path | None,
+        typer.Option(
+            "--tls-cert",
+            exists=True,
+            dir_okay=False,
+            help="Terminate TLS here (with --tls-key): this PEM certificate, its chain after "
+            "it. Behind the shipped proxies, which terminate TLS, give neither.",
+        ),
     ] = None,
-    tls_key: Annotated[Path | None, typer.Option("--tls-key", exists=True, dir_okay=False)] = None,
+    tls_key: Annotated[
+        Path | None,
+        typer.Option(
+            "--tls-key",
+            exists=True,
+            dir_okay=False,
+            help="The PEM private key of --tls-cert (owner only, mode 0600).",
+        ),
+    ] = None,
     allow_plain_http: Annotated[
         bool,
         typer.Option("--allow-plain-http", help="Serve without TLS on a non-loopback address."),
@@ -193,7 +210,8 @@ def serve(
         ),
     ] = None,
     challenge_ttl: Annotated[
-        float, typer.Option("--challenge-ttl", min=1, max=3600, help="Challenge lifetime, s.")
+        float,
+        typer.Option("--challenge-ttl-s", min=1, max=3600, help="Challenge lifetime, in seconds."),
     ] = 120.0,
     max_request_kib: Annotated[
         int, typer.Option("--max-request-kib", min=4, max=8192, help="Largest request body.")
@@ -205,7 +223,10 @@ def serve(
     body_timeout: Annotated[
         float,
         typer.Option(
-            "--body-timeout-s", min=0.1, max=600, help="Whole request (head and body) deadline, s."
+            "--body-timeout-s",
+            min=0.1,
+            max=600,
+            help="Whole request (head and body) deadline, in seconds.",
         ),
     ] = 30.0,
     idle_timeout: Annotated[
@@ -214,12 +235,14 @@ def serve(
             "--idle-timeout-s",
             min=0.1,
             max=600,
-            help="Deadline for a connection's next request, s.",
+            help="Deadline for a connection's next request, in seconds.",
         ),
     ] = 10.0,
     header_timeout: Annotated[
         float,
-        typer.Option("--header-timeout-s", min=0.1, max=600, help="Request head deadline, s."),
+        typer.Option(
+            "--header-timeout-s", min=0.1, max=600, help="Request head deadline, in seconds."
+        ),
     ] = 10.0,
     max_connections: Annotated[
         int, typer.Option("--max-connections", min=1, max=65536, help="Open connections, total.")
@@ -275,7 +298,8 @@ def serve(
         ),
     ] = None,
     drain_s: Annotated[
-        float, typer.Option("--drain-s", min=0, max=600, help="Graceful shutdown limit, s.")
+        float,
+        typer.Option("--drain-s", min=0, max=600, help="Graceful shutdown limit, in seconds."),
     ] = 20.0,
     simulate_roots: Annotated[
         Path | None,

@@ -1,8 +1,9 @@
 """``gpucc inspect FILE``: what a file is, without attesting, staging or opening anything.
 
 A sealed dataset or shard (its header: sizes, ids, for whom its key is wrapped), a key file
-(its key id, never the key), or one of gpucc's JSON files (evidence, a collateral bundle, a
-model manifest, a command's result document). Nothing is verified: a header's tag needs the
+(its key id, never the key), or one of the other files gpucc writes (evidence, a collateral
+bundle, a model manifest or its signature bundle, a signed result as EAT or EAR, a travel
+hand-over log, a command's result document). Nothing is verified: a header's tag needs the
 key, and evidence needs ``gpucc attest``. Exit codes: 0 known; 4 a file gpucc does not know;
 8 a file problem (a key file anyone else can read included).
 """
@@ -25,7 +26,8 @@ def inspect(
             exists=True,
             dir_okay=False,
             help="A sealed dataset or shard, a key file, evidence, a collateral bundle, a "
-            "model manifest or a gpucc JSON result.",
+            "model manifest or signature, a signed result (EAT, EAR), a travel log or a "
+            "gpucc JSON result.",
         ),
     ],
     output_format: FormatOption = OutputFormat.TEXT,

@@ -40,6 +40,7 @@ COMMANDS: tuple[tuple[str, str, str, bool], ...] = (
     ("gpucc.cli.inspect", "inspect", "inspect", False),
 )
 NAMES = frozenset(name for _, _, name, _ in COMMANDS)
+GROUPS = frozenset(name for _, _, name, group in COMMANDS if group)
 
 
 def _version(value: bool) -> None:
@@ -133,6 +134,8 @@ def run() -> None:
     if script is not None:
         sys.stdout.write(script + "\n")
         sys.exit(0)
+    if not argv or (len(argv) == 1 and argv[0] in GROUPS):
+        argv = [*argv, "--help"]  # `gpucc` or a group alone: its help on stdout, exit 0
     code = run_app(build(command_of(argv)), argv)
     # The process ends next. Interpreter shutdown would otherwise search every object
     # the run created (some 150,000) for garbage cycles, which took about an eighth of

@@ -1,7 +1,7 @@
 """``gpucc model digest|verify|sign``: model integrity with OpenSSF model-signing manifests.
 
 Exit codes: 0 verified (or written), 2 usage, 4 malformed manifest/bundle/key or a model tree
-gpucc refuses, 5 environment (no GPU for ``--device gpu``, no blake3 package), 6 not verified
+gpucc refuses, 5 environment (no GPU for ``--backend gpu``, no blake3 package), 6 not verified
 (a signature that does not verify, a resource that differs, is missing or extra, or a file
 that changed while hashed). See docs/MODEL.md.
 """
@@ -70,7 +70,8 @@ ShardOption = Annotated[
     ),
 ]
 DeviceOption = Annotated[
-    Device, typer.Option("--device", help="Where to hash: cpu, gpu, or auto (gpu if usable).")
+    Device,
+    typer.Option("--backend", help="What hashes: cpu, gpu, or auto (gpu if usable)."),
 ]
 SymlinkOption = Annotated[
     bool,

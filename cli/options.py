@@ -138,7 +138,7 @@ TimeoutOption = Annotated[
         "--timeout",
         rich_help_panel="Network",
         min=0.1,
-        help="Network timeout per request, seconds.",
+        help="Network timeout per request, in seconds.",
     ),
 ]
 DeadlineOption = Annotated[

@@ -77,6 +77,14 @@ def note(message: str) -> None:
     sys.stderr.flush()
 
 
+def detail(message: str) -> None:
+    """One line for ``-v`` (and ``-vv``) on stderr, prefixed ``gpucc:``, escaped."""
+    if current().verbosity < 1:
+        return
+    sys.stderr.write(f"gpucc: {safe_text(message)}\n")
+    sys.stderr.flush()
+
+
 def warn(message: str) -> None:
     """A warning that must not go unseen (a simulated GPU): on stderr even with ``-q``."""
     sys.stderr.write(f"gpucc: {safe_text(message)}\n")

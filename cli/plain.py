@@ -27,6 +27,7 @@ from .render import (
     fit_widths,
     measurement_lines,
     shorten_hex,
+    verdict_words,
 )
 from .terminal import UNBOUNDED, is_terminal, pipe_width
 
@@ -196,7 +197,8 @@ def _report_lines(result: PlatformResult, width: int, verbose: bool) -> Iterable
             yield from measurement_lines(gpu.runtime_measurements)
     label, _style = _VERDICT_LINE[str(result.verdict)]
     at = result.verified_at.isoformat().replace("+00:00", "Z")
-    line = f"{label}: {counted(len(result.gpus), 'GPU', 'GPUs')} verified as of {at}"
+    subject = counted(len(result.gpus), "GPU", "GPUs")
+    line = f"{label}: {verdict_words(result.verdict, subject, at)}"
     if result.reasons:
         line += f"; {shorten_hex(result.reasons[0])}"
         if len(result.reasons) > 1:

@@ -39,15 +39,30 @@ _STATUS_STYLE = {
     "not-checked": "yellow",
     "not-present": "cyan",
 }
+# One token per verdict, first on the verdict line, none inside another (``grep -w``, a
+# ``^TOKEN:`` prefix and a plain ``grep TOKEN`` each find one verdict only): README's
+# "Gating a CI pipeline" documents them.
+VERDICT_TOKENS = {"trusted": "TRUSTED", "not-trusted": "REFUSED", "undecided": "UNDECIDED"}
 _VERDICT_LINE = {
-    "trusted": ("TRUSTED", "bold green"),
-    "not-trusted": ("NOT TRUSTED", "bold red"),
-    "undecided": ("UNDECIDED (collateral missing)", "bold yellow"),
+    "trusted": (VERDICT_TOKENS["trusted"], "bold green"),
+    "not-trusted": (VERDICT_TOKENS["not-trusted"], "bold red"),
+    "undecided": (VERDICT_TOKENS["undecided"], "bold yellow"),
+}
+# What follows the token: a refused or undecided subject is never "verified".
+_VERDICT_WORDS = {
+    "trusted": "{subject} verified as of {at}",
+    "not-trusted": "{subject} not trusted as of {at}",
+    "undecided": "{subject} not decided as of {at} (collateral missing)",
 }
 # Hex runs longer than this are shortened in text mode (a SHA-256 digest is 64).
 _LONG_HEX = re.compile(r"\b[0-9a-fA-F]{33,}\b")
 _HEX_KEEP = 8
 _ELLIPSIS = "..."
+
+
+def verdict_words(verdict: Verdict, subject: str, at: str) -> str:
+    """The verdict line's words after its token: what was (or was not) decided, as of when."""
+    return _VERDICT_WORDS[str(verdict)].format(subject=subject, at=at)
 
 
 def verdict_exit_code(verdict: Verdict) -> int:
@@ -301,7 +316,7 @@ def render_text(result: PlatformResult, console: Console, *, verbose: bool = Fal
     if cvm_part is not None:  # a CVM alone is not "the CVM and no device"
         cvm = f"the CVM ({getattr(cvm_part.result, 'kind', cvm_part.kind.name)})"
         subject = cvm if subject == "no device" else f"{cvm} and {subject}"
-    line.append(f": {subject} verified as of {at}", style="")
+    line.append(f": {verdict_words(result.verdict, subject, at)}", style="")
     if result.reasons:
         line.append(f"; {shorten_hex(result.reasons[0])}", style="")
         if len(result.reasons) > 1:

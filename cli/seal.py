@@ -17,7 +17,7 @@ from gpucc.core.errors import UsageError
 from gpucc.core.files import refuse_existing
 
 from .options import FormatOption, OutputFormat
-from .output import emit, format_bytes, format_rate, note
+from .output import detail, emit, format_bytes, format_rate, note
 from .safety_options import ForceOption, check_output, force_hint
 
 __all__ = ["byte_progress", "chunk_summary", "format_rate", "format_size", "parse_size", "seal"]
@@ -208,6 +208,13 @@ def seal(
         from gpucc.staging.format import key_id
 
         emit(result.to_dict(dataset, output, key_id=key_id(kek), seconds=seconds))
+    from gpucc.staging import default_threads
+    from gpucc.staging.format import key_id as _key_id
+
+    detail(
+        f"{output}: {header.file_size} bytes sealed for key id {_key_id(kek).hex()} "
+        f"({key_file}), {threads or default_threads()} thread(s)"
+    )
     note(
         f"sealed {format_size(header.plaintext_length)} into {output}: "
         f"{chunk_summary(header.chunk_count, header.plaintext_length, header.chunk_size)}, "
@@ -273,6 +280,8 @@ def _seal_shards(
     seconds = time.perf_counter() - started
     if fmt is OutputFormat.JSON:
         emit(result.to_dict(dataset, key_id=key_id(kek), seconds=seconds))
+    for path, chunks in zip(result.paths, result.chunk_counts, strict=True):
+        detail(f"{path}: {chunks} chunk(s), key id {key_id(kek).hex()}")
     note(
         f"sealed {format_size(result.plaintext_length)} into {len(result.paths)} bound shards "
         f"in {out_dir} (set {result.set_id.hex()}) in {seconds:.2f} s"

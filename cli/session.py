@@ -549,20 +549,48 @@ def accept(
             "--dataset", exists=True, dir_okay=False, help="Also check this dataset opens."
         ),
     ] = None,
+    holder_pub: Annotated[
+        str | None,
+        typer.Option(
+            "--holder-pub",
+            metavar="FILE|sha256:HEX",
+            help="The holder's public key (a PEM file) or its pin (sha256: and 64 hex "
+            "characters). ANSWER may then be the holder's signed envelope (the body of its "
+            "reply to POST /v1/offer): its signature is checked under this key before the "
+            "answer inside is opened.",
+        ),
+    ] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "-o",
+            "--output",
+            dir_okay=False,
+            help="Write the session answer (the one inside a checked envelope) to this file, "
+            "for 'gpucc stage --session FILE'.",
+        ),
+    ] = None,
+    force: ForceOption = False,
     fmt: FormatOption = OutputFormat.TEXT,
 ) -> None:
     """Host: check an answer against this session and list the datasets it opens.
 
-    Staging does the same checks (``gpucc stage D --session ANSWER --host-key F``); this
-    command only verifies, without reading the chunks.
+    ANSWER is the answer 'gpucc session answer' wrote, or a holder service's signed
+    envelope (gpucc.holder-envelope/v2) with --holder-pub. Staging does the same checks
+    (``gpucc stage D --session ANSWER --host-key F``); this command only verifies, without
+    reading the chunks.
     """
-    from gpucc.core.files import read_capped
-    from gpucc.keyrelease.protocol import MAX_ANSWER_BYTES, Answer, HostKey, open_answer
+    from gpucc.keyrelease.protocol import Answer, HostKey, open_answer
     from gpucc.staging import open_sealed
 
     secret = HostKey.read(host_key)  # the secret's own checks (owner, mode) come first
-    answer_bytes = read_capped(answer_file, MAX_ANSWER_BYTES, what="session answer")
+    answer_bytes, signer = _opened_envelope(answer_file, holder_pub)
     session = open_answer(Answer.from_json(answer_bytes), secret)
+    if signer is not None:
+        note(f"{answer_file}: signed by the pinned holder key sha256:{signer}")
+    if output is not None:
+        _write(output, answer_bytes, force=force)
+        note(f"wrote the session answer to {output}")
     for path in datasets or []:
         sealed = open_sealed(path)
         sealed.check_key(session.dataset_key(sealed.header_digest))
@@ -581,6 +609,7 @@ def accept(
                 answer=answer_file,
                 header_digests=[w.header_digest for w in session.wraps],
                 checked=list(datasets or []),
+                holder_key_id=signer,
             ).to_dict()
         )
         return
@@ -590,6 +619,51 @@ def accept(
         f"by header digest (SHA-256 of the sealed header, authenticated by the wrap): "
         f"{', '.join(digests) or 'none'}"
     )
+
+
+def _opened_envelope(path: Path, holder_pub: str | None) -> tuple[bytes, str | None]:
+    """The session answer in ``path``, and the holder key id that signed it: a holder's
+    envelope is opened only after its signature checks under ``holder_pub``.
+
+    Raises:
+        UsageError: an envelope without --holder-pub, or --holder-pub for a bare answer.
+        HolderAuthenticationError: the envelope is not signed by the pinned key.
+        FileAccessError: ``path`` or the key file cannot be read.
+    """
+    from gpucc.core.errors import MalformedInputError, UsageError
+    from gpucc.core.files import read_capped
+    from gpucc.core.jsonio import loads_untrusted
+    from gpucc.staging.release import Answer
+    from gpucc.travel.signing import ENVELOPE_SCHEMA, MAX_ENVELOPE_BYTES, Envelope, KeyPin
+
+    data = read_capped(path, MAX_ENVELOPE_BYTES, what="session answer")
+    try:
+        doc = loads_untrusted(data, what=f"session answer {path}", error=MalformedInputError)
+    except MalformedInputError:
+        doc = None  # the answer's own parser says what is wrong
+    if not (isinstance(doc, dict) and doc.get("schema") == ENVELOPE_SCHEMA):
+        if holder_pub is not None:
+            raise UsageError(
+                f"{path} is not a holder's signed envelope: --holder-pub checks one "
+                f"({ENVELOPE_SCHEMA}); drop it for an answer from 'gpucc session answer'"
+            )
+        return data, None
+    if holder_pub is None:
+        raise UsageError(
+            f"{path} is a holder's signed envelope: give --holder-pub FILE|sha256:HEX to "
+            "check its signature and open it"
+        )
+    if holder_pub.strip().startswith("sha256:"):
+        pin = KeyPin.parse(holder_pub, "--holder-pub")
+    else:
+        key = Path(holder_pub)
+        pin = KeyPin.parse(
+            read_capped(key, 64 * 1024, what="holder public key").decode("utf-8", "replace"),
+            f"--holder-pub {key}",
+        )
+    envelope = Envelope.from_json(data)
+    envelope.verify(pin, Answer.from_json(envelope.answer).transcript_hash)
+    return envelope.answer, envelope.holder_key_id
 
 
 @session_app.command("local")

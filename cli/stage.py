@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import time
+from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
@@ -145,14 +147,18 @@ def stage(
         ),
     ] = None,
     device: Annotated[
-        Device, typer.Option("--device", help="Where to stage: cpu, gpu or auto.")
+        Device,
+        typer.Option(
+            "--backend",
+            help="What decrypts and holds the staged data: cpu, gpu, or auto (gpu if usable).",
+        ),
     ] = Device.CPU,
     gpus: Annotated[
         int,
         typer.Option(
             "--gpus",
             min=1,
-            help="With --device gpu/auto: split the dataset over N local GPUs (chunk ranges).",
+            help="With --backend gpu/auto: split the dataset over N local GPUs (chunk ranges).",
         ),
     ] = 1,
     threads: Annotated[
@@ -269,7 +275,7 @@ def stage(
     from gpucc.staging.model.api import require_verified, verify_staged
 
     if device is Device.CPU and gpus > 1:
-        raise UsageError("--gpus needs --device gpu or auto")
+        raise UsageError("--gpus needs --backend gpu or auto")
     size = parse_size(chunk_size)
     check_chunk_size(size, chunk_size)
     if (session is None) != (host_key is None):
@@ -339,7 +345,7 @@ def stage(
             _stage_set(shard_set, device, gpus, threads, output, session is not None)
             return
     if device is Device.AUTO:
-        note(f"--device auto: staging on {plan.device}")
+        note(f"--backend auto: staging on {plan.device}")
     if not plan.sealed:
         note(f"{dataset} is not sealed: staging it sealed in transit under a fresh one-time key")
     from gpucc.staging.report import StageReport, source_summary
@@ -352,7 +358,11 @@ def stage(
     checked = None
     # The host memory that holds plaintext is this command's, lent by one arena that is
     # closed (every page it lent zeroed) before the command reports.
-    with staging.HostArena() as arena, byte_progress("staging", total) as progress:
+    with (
+        staging.HostArena() as arena,
+        byte_progress("staging", total) as progress,
+        _naming(dataset),
+    ):
         started = time.perf_counter()
         if trusted is None:
             # Nothing needs the plaintext afterwards: authenticate every chunk without
@@ -398,8 +408,16 @@ def stage(
         note(f"buffer {'scrubbed' if scrubbed else 'released'}; nothing staged is kept")
         require_verified(checked)
     what = "sealed dataset" if plan.sealed else "plaintext (sealed in transit)"
+    shown = "standard input" if str(dataset) == "-" else dataset
+    from .output import detail
+
+    detail(
+        f"{dataset}: key from {report.key_source}, dataset id "
+        f"{report.dataset_id or 'none (sealed in transit)'}, "
+        f"{report.threads} thread(s), backend {plan.device}"
+    )
     note(
-        f"staged {format_size(staged)} of {what} {dataset} on {plan.device}: "
+        f"staged {format_size(staged)} of {what} {shown} on {plan.device}: "
         f"{chunk_summary(header.chunk_count, staged, header.chunk_size)} verified "
         f"in {seconds:.3f} s ({format_rate(staged, seconds)}); {_held(held, staged)}"
     )
@@ -409,6 +427,19 @@ def stage(
             f"({checked.serialization.resource_algorithm}, "
             f"subject sha256 {checked.subject_digest})"
         )
+
+
+@contextlib.contextmanager
+def _naming(dataset: Path) -> Iterator[None]:
+    """A chunk or header that fails authentication is reported with the file it is in."""
+    from gpucc.core.errors import IntegrityError
+
+    try:
+        yield
+    except IntegrityError as exc:
+        if getattr(exc, "path", False) is None:
+            exc.path = dataset  # type: ignore[attr-defined]
+        raise
 
 
 def _held(held: int, staged: int, *, each: bool = False) -> str:
@@ -462,6 +493,14 @@ def _stage_set(
             seconds=seconds,
         )
         emit(report.to_dict())
+    from .output import detail
+
+    for part in shard_set.parts:
+        detail(f"{part.path}: verified and scrubbed")
+    detail(
+        f"key from {'session' if by_session else 'key-file'}, "
+        f"{threads or staging.default_threads()} thread(s), on {where}"
+    )
     note(
         f"staged {format_size(staged)} of a set of {len(shard_set.parts)} bound shards "
         f"(set {shard_set.set_id.hex()}) on {where}: {chunks} chunks verified in "

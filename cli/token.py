@@ -99,7 +99,9 @@ def verify(
         emit(verified.verify_document(nonce_checked=expected is not None))
     else:
         n = len(verified.devices)
-        state = "TRUSTED" if trusted else "NOT TRUSTED"
+        from .render import VERDICT_TOKENS
+
+        state = VERDICT_TOKENS["trusted" if trusted else "not-trusted"]
         fresh = (
             f"nonce {verified.overall.get('eat_nonce')} checked"
             if expected is not None

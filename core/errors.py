@@ -40,6 +40,7 @@ from typing import Any, ClassVar
 __all__ = [
     "CcModeError",
     "CollateralUnavailableError",
+    "ConnectionFailedError",
     "EnvironmentProblemError",
     "ExposedKeyFileError",
     "FileAccessError",
@@ -213,6 +214,11 @@ class CollateralUnavailableError(GpuccError):
 
 class NetworkError(CollateralUnavailableError):
     """A collateral service could not be reached or answered badly."""
+
+
+class ConnectionFailedError(NetworkError):
+    """No connection to a service: refused, a name not known, or TLS failed; the message
+    names the cause (the command line reports it under a kind of its own)."""
 
 
 class HttpStatusError(NetworkError):

@@ -245,6 +245,20 @@ def _strict_loader(max_depth: int) -> Any:
     return StrictLoader
 
 
+def _yaml_problem(exc: Exception) -> str:
+    """What a YAML parser found wrong and where (``expected ..., found ... at line 2,
+    column 1``), without the parser's name for its input."""
+    context = getattr(exc, "context", None)
+    problem = getattr(exc, "problem", None)
+    mark = getattr(exc, "problem_mark", None)
+    if problem is None:
+        return " ".join(str(exc).split())[:200] or "invalid YAML"
+    words = f"{context}: {problem}" if context else str(problem)
+    if mark is not None:
+        words += f" at line {mark.line + 1}, column {mark.column + 1}"
+    return " ".join(words.replace("'<stream end>'", "the end of the file").split())[:200]
+
+
 def load_yaml_untrusted(
     data: bytes | str,
     *,
@@ -272,8 +286,7 @@ def load_yaml_untrusted(
     except _Refused as exc:
         raise error(f"the {what} is not acceptable YAML: {exc}") from None
     except yaml.YAMLError as exc:
-        first = " ".join(str(exc).split())[:200] or "invalid YAML"
-        raise error(f"the {what} is not YAML: {first}") from None
+        raise error(f"the {what} is not YAML: {_yaml_problem(exc)}") from None
     except ValueError as exc:
         raise error(f"the {what} is not YAML: {' '.join(str(exc).split())[:200]}") from None
     finally:

@@ -23,6 +23,7 @@ __all__ = [
     "AUTHENTICATION",
     "BROKEN_PIPE",
     "COLLATERAL",
+    "CONNECTION",
     "ENVIRONMENT",
     "FAMILIES",
     "FILE_ACCESS",
@@ -84,6 +85,12 @@ COLLATERAL = Outcome(
     "could not decide: collateral (a RIM, an OCSP answer, a service) is missing or "
     "unreachable, or a dataset's store is unreachable or too slow (retries and deadline spent)",
 )
+CONNECTION = Outcome(
+    3,
+    "connection-failed",
+    "could not decide: a service (a holder) could not be reached: connection refused, name "
+    "not known, TLS failed; the message names the cause",
+)
 MALFORMED = Outcome(
     4,
     "malformed-input",
@@ -121,6 +128,7 @@ TABLE: tuple[Outcome, ...] = (
     NOT_TRUSTED,
     USAGE,
     COLLATERAL,
+    CONNECTION,
     MALFORMED,
     ENVIRONMENT,
     AUTHENTICATION,
@@ -166,6 +174,9 @@ FAMILIES: tuple[FamilyOutcome, ...] = (
     FamilyOutcome(errors.FileAccessError, FILE_ACCESS, _REFUSED),
     FamilyOutcome(errors.IntegrityError, AUTHENTICATION, _REFUSED),
     FamilyOutcome(errors.UsageError, USAGE, _REFUSED),
+    FamilyOutcome(
+        errors.ConnectionFailedError, CONNECTION, HttpAnswer(503, "collateral-unavailable")
+    ),
     FamilyOutcome(
         errors.CollateralUnavailableError, COLLATERAL, HttpAnswer(503, "collateral-unavailable")
     ),

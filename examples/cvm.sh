@@ -25,13 +25,13 @@ echo "== 2. pin the CVM's measurement into the GPU policy, and verify again unde
 printf 'version: 1\nocsp:\n  require: false\n' > gpu-policy.yaml
 gpucc cvm pin result.json --base gpu-policy.yaml -o policy.yaml
 grep -A3 "measurements:" policy.yaml
-gpucc attest -q --sample "${snp[@]}" "${at[@]}" --policy policy.yaml | grep -E "^(TRUSTED|NOT|UNDECIDED)"
+gpucc attest -q --sample "${snp[@]}" "${at[@]}" --policy policy.yaml | grep -E "^(TRUSTED|REFUSED|UNDECIDED):"
 
 echo "== 3. a policy pinning another image refuses the same CVM (exit 1)"
 sed -E 's/(measurement: *)[0-9a-f]{96}/\1'"$(printf 'ab%.0s' $(seq 48))"'/' policy.yaml > other.yaml
 status=0
 gpucc attest -q --sample "${snp[@]}" "${at[@]}" --policy other.yaml > refused.txt || status=$?
-grep -E "^NOT TRUSTED" refused.txt
+grep "^REFUSED:" refused.txt
 echo "exit $status"
 
 echo "== 4. an Azure TDX CVM (vTPM evidence, its TD quote inside): offline, without Intel's"

@@ -18,7 +18,7 @@ openssl pkey -in eat-key.pem -pubout -out eat-pub.pem
 # production: the nonce you chose).
 at=2024-01-01T00:00:00Z
 gpucc attest -q --sample --offline --at "$at" --sign-eat eat-key.pem -o result.eat.json \
-    | grep -E "^(TRUSTED|NOT TRUSTED|UNDECIDED)"
+    | grep -E "^(TRUSTED|REFUSED|UNDECIDED):"
 nonce=$(gpucc attest -q --sample --offline --at "$at" -f json \
     | python3 -c 'import json, sys; print(json.load(sys.stdin)["nonce"])')
 

@@ -336,5 +336,10 @@ def load_evidence_file(
         return load_raw_evidence(path, cert_chain, arch)
     data = _read_capped(path, "evidence file")
     if data.lstrip()[:1] in (b"[", b"{"):
-        return load_evidence_json(data)
+        try:
+            return load_evidence_json(data)
+        except MalformedEvidenceError as exc:
+            if getattr(exc, "path", None) is None:
+                exc.path = path  # type: ignore[attr-defined]  # the file it is about
+            raise
     raise NotEvidenceJsonError(f"{path} is not evidence JSON")

@@ -49,6 +49,7 @@ from gpucc.keyrelease.replay import (
     claim_device_reports,
 )
 from gpucc.staging.errors import ProtocolError
+from gpucc.travel.client import WITHHELD_HEADER
 from gpucc.travel.receipt import Receipt
 from gpucc.travel.signing import key_id
 
@@ -434,7 +435,10 @@ class RequestHandlers:
         except StateUnavailableError as exc:
             return _refuse_for(request, exc)
         await self._released(request, parsed, done)
-        return Response(done.envelope, media_type="application/json")
+        # the datasets withheld, named for the client (its refusal stands on the missing key)
+        named = [{k: r[k] for k in ("dataset", "policy", "check") if k in r} for r in done.withheld]
+        told = {WITHHELD_HEADER: json.dumps(named[:20], separators=(",", ":"))} if named else {}
+        return Response(done.envelope, media_type="application/json", headers=told)
 
     async def receipt(self, request: Request) -> Response:
         """``POST /v1/receipt``: the orchestrator's receipt for a session answered here."""

@@ -227,7 +227,9 @@ def _load_json(data: bytes, limit: int, what: str) -> dict[str, Any]:
 
 def _check_keys(doc: dict[str, Any], expected: set[str], schema: str, what: str) -> int:
     if doc.get("schema") != schema:
-        raise MalformedSessionMessageError(f"not a {what} (schema {doc.get('schema')!r})")
+        found = doc.get("schema")
+        said = f"schema {found}" if isinstance(found, str) else "no schema"
+        raise MalformedSessionMessageError(f"not a {what} ({said})")
     version = doc.get("version")
     # bool is an int subclass and 1.0 == 1: only an integer is a version, and only 1 is ours.
     if type(version) is not int:

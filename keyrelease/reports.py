@@ -110,11 +110,14 @@ class AnswerAccepted:
     answer: StrPath
     header_digests: Sequence[bytes]
     checked: Sequence[StrPath]
+    #: The key id of the holder whose signed envelope held the answer (None: a bare answer).
+    holder_key_id: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "schema": self.SCHEMA,
             "answer": str(self.answer),
+            "holder_key_id": self.holder_key_id,
             "header_digests": [d.hex() for d in self.header_digests],
             "checked": [str(p) for p in self.checked],
         }

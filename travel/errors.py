@@ -8,7 +8,10 @@
 * :class:`HolderCannotDecideError` (collateral unavailable): the holder could not reach
   a verdict (HTTP 503: its collateral is unavailable, or it is at capacity).
 * :class:`HolderUnreachableError` (network): no answer in time, a dropped connection, an
-  oversized or malformed HTTP reply.
+  oversized or malformed HTTP reply; :class:`HolderConnectionError`, its kind: no connection
+  (refused, name unknown, TLS failed), the cause in its message.
+* :class:`DatasetsWithheldError` (not trusted): the holder answered, but its release
+  policies withheld a dataset the plan visits it for.
 * :class:`CvmPolicyMismatchError` (not trusted): this CVM does not satisfy the image policy
   the plan names for a holder (checked before any holder is contacted).
 * :class:`CvmPolicyUndecidedError` (collateral unavailable): that check could not be decided.
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 from gpucc.core.errors import (
     CollateralUnavailableError,
+    ConnectionFailedError,
     IntegrityError,
     MalformedInputError,
     NetworkError,
@@ -37,8 +41,10 @@ __all__ = [
     "CvmPolicyMismatchError",
     "CvmPolicyUndecidedError",
     "DatasetDigestMismatchError",
+    "DatasetsWithheldError",
     "HolderAuthenticationError",
     "HolderCannotDecideError",
+    "HolderConnectionError",
     "HolderProtocolError",
     "HolderRefusedError",
     "HolderUnreachableError",
@@ -74,6 +80,17 @@ class HolderCannotDecideError(CollateralUnavailableError):
 
 class HolderUnreachableError(NetworkError):
     """The holder's service did not answer properly in time."""
+
+
+class HolderConnectionError(HolderUnreachableError, ConnectionFailedError):
+    """No connection to the holder's service: refused, an unknown name, or TLS failed (a
+    certificate not valid for the name, not signed by the CA given); the message keeps the
+    cause."""
+
+
+class DatasetsWithheldError(NotTrustedError):
+    """The holder released the session, but its release policies withheld datasets the plan
+    visits it for (each named with the rule it did not meet, where the holder said)."""
 
 
 class CvmPolicyMismatchError(NotTrustedError):

@@ -31,7 +31,7 @@ import contextlib
 import datetime as dt
 import hashlib
 import importlib
-from collections.abc import Callable, Mapping, MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -49,7 +49,7 @@ from gpucc.keyrelease.protocol import (
 )
 
 from .client import HolderClient
-from .errors import DatasetDigestMismatchError, ModelDigestMismatchError
+from .errors import DatasetDigestMismatchError, DatasetsWithheldError, ModelDigestMismatchError
 from .log import GENESIS, LOG_SCHEMA, closing_entry, entry_hash, sign_entry
 from .plan import HolderSpec, Plan
 from .receipt import make_receipt
@@ -149,6 +149,36 @@ def _check_datasets(holder: HolderSpec) -> None:
             )
 
 
+def _check_released(holder: HolderSpec, wraps: Sequence[Any], withheld: list[str]) -> None:
+    """Each of ``holder``'s datasets has a key in its answer; those without are named, with
+    the rule the holder said each did not meet.
+
+    Raises:
+        DatasetsWithheldError: the holder's release policies withheld a dataset.
+    """
+    import hmac
+
+    missing = [
+        spec.name
+        for spec in holder.datasets
+        if not any(hmac.compare_digest(w.header_digest, spec.header_digest) for w in wraps)
+    ]
+    if not missing:
+        return
+    said = [
+        w
+        for w in withheld
+        if any(
+            w.startswith(f"dataset {name} ") or w.startswith(f"dataset {name}:") for name in missing
+        )
+    ]
+    why = "; ".join(said) if said else "the holder named no rule (its decision log has it)"
+    raise DatasetsWithheldError(
+        f"holder {holder.id} withheld {', '.join(missing)}: its release policies released "
+        f"no key for {'them' if len(missing) > 1 else 'it'}; {why}"
+    )
+
+
 def _preflight(plan: Plan, log_path: Path | None) -> None:
     """What can be checked before any holder is contacted: a journey refused here never
     started, and leaves no log. Every check is made again when it matters (the datasets
@@ -187,10 +217,11 @@ def _visit(
     offer, host_key = create_offer(challenge, collect, collect_cvm=collect_cvm)
     if requester is not None:  # the orchestrator's key names who asks (release policies)
         offer = sign_offer(offer, requester)
-    envelope = client.offer(offer)
+    envelope, withheld = client.offer_reply(offer)
     answer = Answer.from_json(envelope.answer)
     envelope.verify(holder.pin, answer.transcript_hash)
     session = open_answer(answer, host_key)
+    _check_released(holder, session.wraps, withheld)
     digest_in = model_digest(model)
     if expected_in is not None and digest_in != expected_in:
         raise ModelDigestMismatchError(

@@ -149,7 +149,7 @@ def test_seal_and_stage_need_no_extra(blocked: list[str], tmp_path: Path) -> Non
     assert sealed.returncode == 0, sealed.stderr[-2000:]
     for device in ("cpu", "auto"):
         staged = _gpucc(
-            blocked, tmp_path, "stage", "data.gcc", "--data-key", "data.key", "--device", device
+            blocked, tmp_path, "stage", "data.gcc", "--data-key", "data.key", "--backend", device
         )
         assert staged.returncode == 0, staged.stderr[-2000:]
         assert "verified" in staged.stderr

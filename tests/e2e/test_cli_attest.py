@@ -64,7 +64,7 @@ def test_set_a_now_not_trusted_text(ocsp_optional: Path) -> None:
     proc = gpucc(*set_a_args(ocsp_optional))
     no_traceback(proc)
     assert proc.returncode == 1
-    assert "NOT TRUSTED" in proc.stdout and "HCC RIM L4 Signer" in proc.stdout
+    assert "REFUSED: " in proc.stdout and "HCC RIM L4 Signer" in proc.stdout
 
 
 def test_prod_vbios_mismatch_exit_1(ocsp_optional: Path) -> None:

@@ -78,7 +78,7 @@ def test_a_remote_not_trusted_answer_exits_1(nras: FakeNras, tmp_path: Path) -> 
     nras.overall_extra = {"x-nvidia-overall-att-result": False}
     result = remote(nras, tmp_path)
     assert result.returncode == 1
-    assert "NOT TRUSTED" in result.stdout
+    assert "REFUSED: " in result.stdout
 
 
 def test_a_forged_answer_is_not_trusted_and_names_the_check(nras: FakeNras, tmp_path: Path) -> None:

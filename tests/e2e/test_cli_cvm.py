@@ -144,7 +144,7 @@ def _flipped(tmp_path: Path, offset: int) -> Path:
 def test_a_flipped_bit_is_not_trusted(tmp_path: Path, offset: int) -> None:
     proc = cvm("--at", AT, "--cvm-report-data", REPORT_DATA, quote=_flipped(tmp_path, offset))
     assert proc.returncode == 1, proc.stdout
-    assert "NOT TRUSTED" in proc.stdout
+    assert "REFUSED: " in proc.stdout
 
 
 def test_a_flipped_bit_with_stale_collateral_is_still_not_trusted(tmp_path: Path) -> None:

@@ -50,7 +50,7 @@ def test_without_the_log_the_quote_is_undecided_unless_a_check_failed(tmp_path: 
 def test_the_real_pair_is_not_trusted_and_names_the_mismatch_text() -> None:
     proc = attest("--cvm-event-log", LOG)
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert "NOT TRUSTED" in proc.stdout
+    assert "REFUSED: " in proc.stdout
     assert "the event log does not match the quote: RTMR0, RTMR1 differ" in proc.stdout
     assert "Event log (5 events)" in proc.stdout
     assert "EV_EFI_PLATFORM_FIRMWARE_BLOB2" in proc.stdout

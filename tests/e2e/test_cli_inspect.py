@@ -70,3 +70,46 @@ def test_a_key_file_others_can_read_is_refused(files: Path, tmp_path: Path) -> N
 def test_an_unknown_file_is_exit_4_in_one_line(files: Path) -> None:
     code, said, _ = _inspect(files, "d.bin")
     assert code == 4 and "not a file gpucc knows" in said and "Traceback" not in said
+
+
+def test_the_signed_results_and_model_signatures_gpucc_writes_are_known(tmp_path: Path) -> None:
+    """An EAT (attest --sign-eat), an EAR (attest --ear-out) and a model signature (model
+    sign): each named with its key and validated against the inspect schema."""
+    import subprocess
+
+    import jsonschema
+
+    from tests.support.paths import ROOT
+
+    key = tmp_path / "k.pem"
+    subprocess.run(["openssl", "genpkey", "-algorithm", "EC", "-pkeyopt",
+                    "ec_paramgen_curve:P-384", "-out", str(key)], check=True)  # fmt: skip
+    key.chmod(0o600)
+    made = [
+        gpucc("attest", "-q", "--sample", "--offline", "--sign-eat", str(key),
+              "-o", str(tmp_path / "r.eat.json")),
+        gpucc("attest", "-q", "--sample", "--offline", "--ear-key", str(key),
+              "--ear-out", str(tmp_path / "r.ear")),
+    ]  # fmt: skip
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "w.bin").write_bytes(b"weights")
+    made.append(gpucc("model", "sign", str(tmp_path / "m"), "--signer-key", str(key),
+                      "--signature", str(tmp_path / "m.sig"), "-q"))  # fmt: skip
+    assert all(p.returncode == 0 for p in made), [p.stderr for p in made]
+    schema = json.loads((ROOT / "cli" / "schemas" / "gpucc.inspect.v1.json").read_text())
+    for name, kind, words in (
+        ("r.eat.json", "eat", "(EAT) of 1 GPU token(s)"),
+        ("r.ear", "ear", "EAR), status affirming"),
+        ("m.sig", "model-signature", "a model signature of m: 1 resource(s)"),
+    ):
+        code, text, doc = _inspect(tmp_path, name)
+        assert code == 0 and doc is not None, text
+        jsonschema.validate(doc, schema)
+        assert doc["kind"] == kind and words in doc["summary"] and "not verified" in text
+
+
+def test_inspect_knows_the_travel_logs_schema() -> None:
+    from gpucc.assembly.inspect import TRAVEL_LOG_SCHEMA
+    from gpucc.travel.log import LOG_SCHEMA
+
+    assert TRAVEL_LOG_SCHEMA == LOG_SCHEMA

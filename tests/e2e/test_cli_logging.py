@@ -86,7 +86,7 @@ def test_vv_shows_the_traceback_of_an_error(sealed: Path) -> None:
 
 
 def test_verbose_quiet_and_the_environment_set_the_level(sealed: Path) -> None:
-    args = ("stage", "d.gcc", "--data-key", "k.key", "--device", "auto")
+    args = ("stage", "d.gcc", "--data-key", "k.key", "--backend", "auto")
     note = "staging on the CPU"
     assert note not in run(*args, cwd=sealed).stderr
     assert note in run(*args, "-v", cwd=sealed).stderr

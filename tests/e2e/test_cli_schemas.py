@@ -234,7 +234,7 @@ RUNS: dict[str, tuple[Run, ...]] = {
     "travel run": (
         ok("gpucc.travel.run/v2", "travel run plan.yaml --simulate sim"),
         error(8, "travel run plan.yaml --simulate sim"),
-        error(3, "travel run gone.yaml --simulate sim"),
+        Run("connection-failed", tuple("travel run gone.yaml --simulate sim".split()), 3),
         error(6, "travel run pinned-elsewhere.yaml --simulate sim"),
         error(4, "travel run nul.yaml --simulate sim"),
     ),

@@ -136,7 +136,7 @@ def test_stage_on_gpu_without_cupy_is_one_line_exit_5(work: Path) -> None:
     except ImportError:
         pass
     _seal(work)
-    result = run("stage", "d.gcc", "--data-key", "k.key", "--device", "gpu", cwd=work)
+    result = run("stage", "d.gcc", "--data-key", "k.key", "--backend", "gpu", cwd=work)
     assert result.returncode == 5
     _one_error_line(result, "GPU staging not available")
 
@@ -150,7 +150,7 @@ def test_stage_auto_without_a_gpu_says_it_uses_the_cpu(work: Path) -> None:
         pass
     _seal(work)
     result = run(
-        "stage", "d.gcc", "--data-key", "k.key", "--device", "auto", "--format", "json", cwd=work
+        "stage", "d.gcc", "--data-key", "k.key", "--backend", "auto", "--format", "json", cwd=work
     )
     assert result.returncode == 0, result.stderr
     assert "staging on cpu" in result.stderr
@@ -169,7 +169,7 @@ def test_stage_tampered_chunk_exits_6_naming_it(work: Path) -> None:
     error = json.loads(result.stdout)
     assert error["schema"] == "gpucc.error/v1"
     assert error["error"]["code"] == 6 and error["error"]["kind"] == "authentication-failed"
-    assert error["error"]["message"] == "chunk 3 failed authentication"
+    assert error["error"]["message"] == "d.gcc: chunk 3 failed authentication"  # names the file
 
 
 def test_stage_integrity_and_framing_failures(work: Path) -> None:

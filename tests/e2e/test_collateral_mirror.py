@@ -375,7 +375,7 @@ def test_the_systemd_unit_verifies_and_its_configuration_serves(tmp_path: Path) 
     gpucc.chmod(0o755)
     unit = tmp_path / "gpucc-collateral.service"
     text = (DEPLOY / "gpucc-collateral.service").read_text()
-    unit.write_text(text.replace("/usr/bin/gpucc", str(gpucc)))
+    unit.write_text(text.replace("/opt/gpucc/bin/gpucc", str(gpucc)))
     run = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True)
     assert run.returncode == 0 and "gpucc-collateral.service" not in run.stderr, run.stderr
 

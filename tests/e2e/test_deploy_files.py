@@ -5,6 +5,7 @@ set, as CI sets them)."""
 
 from __future__ import annotations
 
+import inspect
 import os
 import shutil
 import subprocess
@@ -54,15 +55,70 @@ def test_nginx_accepts_the_shipped_configuration(tmp_path: Path) -> None:
     assert run.returncode and "nowhere" in run.stderr, run.stderr
 
 
-def test_systemd_verifies_the_unit(tmp_path: Path) -> None:
-    if shutil.which("systemd-analyze") is None:
-        pytest.skip("systemd-analyze is absent")
-    gpucc = tmp_path / "gpucc"
+INSTALLED = "/opt/gpucc/bin/gpucc"  # the virtual environment TRAVEL.md installs gpucc into
+
+
+def _unit(name: str) -> dict[str, str]:
+    """The [Service] keys of a shipped unit (the last value of a repeated key)."""
+    keys: dict[str, str] = {}
+    for line in (DEPLOY / name).read_text().splitlines():
+        if "=" in line and not line.startswith("#"):
+            key, _, value = line.partition("=")
+            keys[key.strip()] = value.strip()
+    return keys
+
+
+def _systemd(tool: str) -> str:
+    """A systemd tool; CI (GPUCC_REQUIRE_SYSTEMD) fails without it, elsewhere it skips."""
+    return require(tool, "GPUCC_REQUIRE_SYSTEMD", "systemd")
+
+
+def test_the_documented_install_is_the_layout_the_units_run(tmp_path: Path) -> None:
+    """The units run what TRAVEL.md's install makes: gpucc in /opt/gpucc, users from the
+    shipped sysusers file, the configuration the install puts in /etc/gpucc."""
+    install = (DEPLOY.parent / "docs" / "TRAVEL.md").read_text()
+    assert "python3 -m venv /opt/gpucc" in install
+    assert "deploy/gpucc.sysusers.conf /etc/sysusers.d/gpucc.conf" in install
+    sysusers = _systemd("systemd-sysusers")
+    root = tmp_path / "root"
+    (root / "etc").mkdir(parents=True)
+    made = subprocess.run(
+        [sysusers, f"--root={root}", str(DEPLOY / "gpucc.sysusers.conf")],
+        capture_output=True,
+        text=True,
+    )
+    assert made.returncode == 0, made.stderr
+    users = {line.split(":")[0] for line in (root / "etc" / "passwd").read_text().splitlines()}
+    groups = {line.split(":")[0] for line in (root / "etc" / "group").read_text().splitlines()}
+    for name, config in (
+        ("gpucc-holder.service", "/etc/gpucc/holder.yaml"),
+        ("gpucc-collateral.service", "/etc/gpucc/collateral-mirror.yaml"),
+    ):
+        unit = _unit(name)
+        assert unit["User"] in users and unit["Group"] in groups, name
+        assert unit["ExecStart"].split()[0] == INSTALLED, name
+        assert unit["ExecStart"].endswith(f"--config {config}"), name
+        assert config in install, f"TRAVEL.md's install does not write {config}"
+
+
+def test_the_holder_listens_where_the_shipped_proxies_forward() -> None:
+    from gpucc.cli.holder import serve
+
+    backend = inspect.signature(serve).parameters["listen"].default
+    assert f"server h1 {backend} " in (DEPLOY / "haproxy.cfg").read_text()
+    assert f"server {backend} " in (DEPLOY / "nginx.conf").read_text()
+
+
+@pytest.mark.parametrize("name", ["gpucc-holder.service", "gpucc-collateral.service"])
+def test_systemd_verifies_the_unit_as_installed(name: str, tmp_path: Path) -> None:
+    """``systemd-analyze verify`` on the unit, its ExecStart moved under a copy of the
+    installed layout (the executable where the venv puts it)."""
+    analyze = _systemd("systemd-analyze")
+    gpucc = tmp_path / INSTALLED.lstrip("/")
+    gpucc.parent.mkdir(parents=True)
     gpucc.write_text("#!/bin/sh\n")
     gpucc.chmod(0o755)
-    unit = tmp_path / "gpucc-holder.service"
-    unit.write_text(
-        (DEPLOY / "gpucc-holder.service").read_text().replace("/usr/bin/gpucc", str(gpucc))
-    )
-    run = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True)
-    assert run.returncode == 0 and "gpucc-holder.service" not in run.stderr, run.stderr
+    unit = tmp_path / name
+    unit.write_text((DEPLOY / name).read_text().replace(INSTALLED, str(gpucc)))
+    run = subprocess.run([analyze, "verify", str(unit)], capture_output=True, text=True)
+    assert run.returncode == 0 and name not in run.stderr, run.stderr

@@ -4,6 +4,7 @@ why not (tests/support/docexamples.py describes the marks)."""
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -51,6 +52,21 @@ def test_marks_are_well_formed() -> None:
             assert any(block in docexamples.chain(b) for b in later), (
                 f"{block.id} is written to {block.file} but no block after it runs it"
             )
+
+
+def test_what_a_block_needs_is_said_where_a_reader_sees_it() -> None:
+    """The marks are HTML comments, hidden when the doc is rendered: a block that needs a
+    GPU, a confidential VM or a firmware image (its mark says "needs" or "runs inside")
+    says so in its own first line, a comment."""
+    hidden = []
+    for block in docexamples.examples():
+        wants = re.search(r"(needs|runs inside)[^;]*", block.skip or "")
+        if wants is None:
+            continue
+        first = block.text.splitlines()[0] if block.text else ""
+        if not (first.startswith("#") and ("needs" in first or "inside" in first)):
+            hidden.append(f"{block.id}: {wants.group(0)}")
+    assert not hidden, "say what these blocks need in their first line:\n" + "\n".join(hidden)
 
 
 def test_every_example_file_is_in_a_doc() -> None:

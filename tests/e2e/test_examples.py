@@ -73,7 +73,7 @@ RUNS = {
             "trusted: True | cvm: snp trusted",
             "measurement: 8922ebbd",
             "TRUSTED: the CVM (snp) and 1 GPU verified",
-            "NOT TRUSTED: the CVM (snp) and 1 GPU verified",
+            "REFUSED: the CVM (snp) and 1 GPU not trusted",
             "differs from the policy: measurement",
             "exit 1",
             "verdict: undecided",

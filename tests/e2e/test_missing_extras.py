@@ -33,7 +33,7 @@ CASES = [
     ("holder", "starlette,h11", HOLDER),
     ("metrics", "prometheus_client", [*HOLDER, "--metrics"]),
     ("state-postgres", "psycopg", [*HOLDER, "--state", "postgresql://127.0.0.1:9/none"]),
-    ("gpu", "cupy", ["stage", "data.gcc", "--data-key", "data.key", "--device", "gpu"]),
+    ("gpu", "cupy", ["stage", "data.gcc", "--data-key", "data.key", "--backend", "gpu"]),
     ("nvml", "pynvml", ["attest"]),
     ("nvml", "pynvml", ["evidence", "collect", "-o", "evidence.json"]),
     ("model", "blake3", ["model", "digest", "data", "--hash", "blake3"]),

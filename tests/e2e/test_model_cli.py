@@ -288,6 +288,6 @@ def test_gpu_device_without_a_gpu_fails_cleanly(work: Path) -> None:
 
     if digest_gpu.available():
         pytest.skip("a GPU is usable here")
-    error_line(run("digest", "model", "--device", "gpu", cwd=work), 5)
-    auto = run("digest", "model", "--device", "auto", cwd=work)
+    error_line(run("digest", "model", "--backend", "gpu", cwd=work), 5)
+    auto = run("digest", "model", "--backend", "auto", cwd=work)
     assert auto.returncode == 0, auto.stderr

@@ -402,7 +402,7 @@ def collateral_bundle(data: bytes) -> object:
 _HOLDER_CONFIG = (
     b"datasets: cfg/data\ndata-key: cfg/data.key\nholder-key: cfg/holder.key\n"
     b"listen: '127.0.0.1:8443'\nsimulate: roots\nstate: memory\nmetrics: true\n"
-    b"rate: 500\nburst: 500\nchallenge-ttl: 60\ntrusted-proxy: ['10.0.0.1']\n"
+    b"rate: 500\nburst: 500\nchallenge-ttl-s: 60\ntrusted-proxy: ['10.0.0.1']\n"
     b"releases:\n  - {name: strict, datasets: [cfg-1], requesters: ['sha256:"
     + b"ab" * 32
     + b"']}\n"

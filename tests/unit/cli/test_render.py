@@ -132,7 +132,7 @@ def test_on_a_pipe_the_verdict_and_its_reason_are_one_line(case: str) -> None:
     for width in (40, 80):
         lines = render(result, width).splitlines()
         verdict = lines[-1]
-        assert verdict.startswith(("TRUSTED: ", "NOT TRUSTED: ", "UNDECIDED")), lines[-3:]
+        assert verdict.startswith(("TRUSTED: ", "REFUSED: ", "UNDECIDED: ")), lines[-3:]
         if result.reasons:
             assert shorten_hex(result.reasons[0]) in verdict
 
@@ -243,7 +243,7 @@ def test_real_process_at_columns(columns: int) -> None:
     assert proc.stdout.isascii()
     for line in proc.stdout.splitlines():  # tables fit COLUMNS; lines of text are whole
         assert len(line) <= columns or line[:1] not in "+|", line
-    verdict = [line for line in proc.stdout.splitlines() if line.startswith("NOT TRUSTED: ")]
+    verdict = [line for line in proc.stdout.splitlines() if line.startswith("REFUSED: ")]
     assert len(verdict) == 1 and verdict[0].endswith(" more)"), proc.stdout  # reason included
     words = lines_words(proc.stdout)
     assert {"NV_GPU_VBIOS_1010_0200_882_96005E0001", "NV_GPU_DRIVER_GH100_545.00"} <= words
