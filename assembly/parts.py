@@ -552,15 +552,15 @@ class GpuPart(DevicePartKind):
         Raises:
             CollateralUnavailableError: they cannot be read.
         """
-        from gpucc.core.errors import CollateralUnavailableError
+        from gpucc.core.errors import SimulationRootsMissingError
         from gpucc.gpuattest.trust import TrustRoots
 
         try:
             device_root = (directory / "device_root.pem").read_bytes()
             return TrustRoots.from_pem(device_root, (directory / "rim_root.pem").read_bytes())
         except OSError as exc:
-            raise CollateralUnavailableError(
-                f"the simulated GPU's roots cannot be read: {exc.strerror or exc}"
+            raise SimulationRootsMissingError(
+                f"the simulated GPU's roots in {directory} cannot be read: {exc.strerror or exc}"
             ) from None
 
     def evidence_source(self, result: Any) -> str | None:
@@ -666,13 +666,13 @@ class TdxPart(CvmPartKind):
             CollateralUnavailableError: the simulation wrote no TDX root (yet).
             MalformedEvidenceError: the file is not a certificate.
         """
-        from gpucc.core.errors import CollateralUnavailableError, MalformedEvidenceError
+        from gpucc.core.errors import MalformedEvidenceError, SimulationRootsMissingError
         from gpucc.core.files import read_capped
         from gpucc.gpuattest.x509chain import load_certificate
 
         path = directory / "tdx_root.pem"
         if not path.exists():
-            raise CollateralUnavailableError(
+            raise SimulationRootsMissingError(
                 f"the simulation in {directory} has no TDX root (tdx_root.pem): its CVM "
                 "evidence cannot be judged"
             )
@@ -728,7 +728,7 @@ class SnpPart(CvmPartKind):
             CollateralUnavailableError: the simulation wrote no SEV-SNP roots.
             MalformedCertificateError: a file is not an ARK and an ASK.
         """
-        from gpucc.core.errors import CollateralUnavailableError
+        from gpucc.core.errors import SimulationRootsMissingError
         from gpucc.core.files import read_capped
         from gpucc.gpuattest.cvm.snp_report import SnpProduct
         from gpucc.gpuattest.cvm.snp_roots import SnpRoots
@@ -741,7 +741,7 @@ class SnpPart(CvmPartKind):
                 marker = b"-----BEGIN CERTIFICATE-----"
                 pems[product] = tuple(marker + part for part in data.split(marker)[1:])
         if not pems:
-            raise CollateralUnavailableError(
+            raise SimulationRootsMissingError(
                 f"the simulation in {directory} has no SEV-SNP roots (snp_milan.pem, ...): its "
                 "CVM evidence cannot be judged"
             )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 
+from gpucc.core.errors import SimulationRootsMissingError
 from gpucc.core.outcomes import (
     AUTHENTICATION,
     BROKEN_PIPE,
@@ -91,6 +92,13 @@ _NVML_HINT = "run on a host with an NVIDIA driver and the nvml extra (pip instal
 _CVM = frozenset(f"{c} (cvm)" for c in _ATTESTING)
 _REMOTE = frozenset({"attest (remote)"})
 _HINTS: tuple[tuple[type[errors.GpuccError], frozenset[str] | None, str], ...] = (
+    # Nothing is fetched for a simulation: connectivity is never its remedy.
+    (
+        SimulationRootsMissingError,
+        None,
+        "a simulation's roots are written by the side whose simulated GPU or CVM made the "
+        "evidence: give every party the directory that side used (--simulate DIR)",
+    ),
     # The CVM's collateral (Intel's for TDX, AMD's VCEK for SEV-SNP) is never in a bundle.
     (
         errors.OfflineError,

@@ -633,7 +633,7 @@ def _opened_envelope(path: Path, holder_pub: str | None) -> tuple[bytes, str | N
     from gpucc.core.errors import MalformedInputError, UsageError
     from gpucc.core.files import read_capped
     from gpucc.core.jsonio import loads_untrusted
-    from gpucc.staging.release import Answer
+    from gpucc.keyrelease.protocol import Answer
     from gpucc.travel.signing import ENVELOPE_SCHEMA, MAX_ENVELOPE_BYTES, Envelope, KeyPin
 
     data = read_capped(path, MAX_ENVELOPE_BYTES, what="session answer")

@@ -58,6 +58,7 @@ __all__ = [
     "NotTrustedError",
     "NvmlUnavailableError",
     "OfflineError",
+    "SimulationRootsMissingError",
     "RimNotFoundError",
     "ServiceAccessDeniedError",
     "UnsupportedFormatError",
@@ -239,6 +240,12 @@ class ServiceAccessDeniedError(HttpStatusError):
     """The service refused access (HTTP 401/403)."""
 
     hint = "the deployment may need an NVIDIA attestation service key"
+
+
+class SimulationRootsMissingError(CollateralUnavailableError):
+    """A simulation directory holds no roots for the evidence at hand: the simulation that
+    made the evidence is another one, or has not made such a part yet. Nothing is fetched, so
+    connectivity is never the remedy."""
 
 
 class OfflineError(CollateralUnavailableError):

@@ -4,6 +4,8 @@ by one."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tests.support import netfixtures as nf
@@ -53,3 +55,35 @@ def test_remote_verifier_failure_names_the_remote_remedy(args: tuple[str, ...], 
     assert says in proc.stderr, proc.stderr
     assert "--collateral BUNDLE --offline" not in proc.stderr
     assert "collateral fetch" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--sample",),  # the simulated GPU's roots
+        (
+            "--cvm-only",
+            "--cvm-evidence",
+            str(DATA / "cpu-tee" / "snp" / "report.bin"),
+            "--cvm-collateral",
+            str(DATA / "cpu-tee" / "snp" / "vcek.der"),
+        ),  # SEV-SNP roots
+        (
+            "--cvm-only",
+            "--cvm-evidence",
+            str(TDX_QUOTE),
+            "--cvm-report-data",
+            TDX_REPORT_DATA,
+        ),  # the TDX root
+    ],  # fmt: skip
+    ids=["gpu", "snp", "tdx"],
+)
+def test_a_simulation_without_roots_is_told_which_directory_not_connectivity(
+    args: tuple[str, ...], tmp_path: Path
+) -> None:
+    # Nothing is fetched for a simulation: its missing roots are undecided (3), and the remedy
+    # is the directory the simulated side used, never the network.
+    (tmp_path / "sim").mkdir()
+    proc = gpucc("attest", *args, "--simulate", str(tmp_path / "sim"), "--offline", "--at", AT)
+    assert proc.returncode == 3, proc.stderr
+    assert "--simulate DIR" in proc.stderr and "connectivity" not in proc.stderr, proc.stderr
