@@ -79,13 +79,15 @@ class CollateralCache:
         directory: where entries live; created (mode 0700) on first write.
     """
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, *, offline: bool = False) -> None:
         self.directory = Path(directory)
+        #: Nothing missing is fetched (--offline): a miss is final, and its log line says so.
+        self.offline = offline
 
     @classmethod
-    def default(cls) -> CollateralCache:
+    def default(cls, *, offline: bool = False) -> CollateralCache:
         """The cache in the per-user cache directory."""
-        return cls(default_cache_dir())
+        return cls(default_cache_dir(), offline=offline)
 
     def __repr__(self) -> str:
         return f"CollateralCache({str(self.directory)!r})"
@@ -178,7 +180,10 @@ class CollateralCache:
     def _read(self, kind: str, key: str, cap: int, *, now: dt.datetime | None) -> bytes | None:
         path = self._path(kind, key)
         if not path.exists():
-            _log.debug("cache miss: %s %s", kind, key)
+            if self.offline:
+                _log.debug("not in the cache: %s %s (offline: not fetched)", kind, key)
+            else:
+                _log.debug("cache miss: %s %s (to be fetched)", kind, key)
             return None
         try:
             raw = read_capped(path, cap, what="cache entry")

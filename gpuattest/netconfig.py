@@ -106,7 +106,9 @@ class NetworkSettings:
         """The cache these settings use, or None when caching is off."""
         if not self.use_cache:
             return None
-        return CollateralCache(self.cache_dir) if self.cache_dir else CollateralCache.default()
+        if self.cache_dir:
+            return CollateralCache(self.cache_dir, offline=self.offline)
+        return CollateralCache.default(offline=self.offline)
 
 
 def build_fetcher(settings: NetworkSettings) -> RequestsFetcher:

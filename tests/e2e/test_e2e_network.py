@@ -350,3 +350,15 @@ def test_debug_log_shows_each_request_cache_decisions_and_sources(
     assert second.returncode == 0, second.stderr
     assert f"cache hit: rim {nf.DRIVER_RIM_ID}" in second.stderr
     assert "GET http" not in second.stderr  # nothing fetched the second time
+
+
+def test_offline_debug_log_says_a_missing_entry_is_not_fetched(tmp_path: Path) -> None:
+    """-vv with --offline: what the cache lacks is said to stay missing, never a miss that
+    reads as if a fetch followed."""
+    cache = {"GPUCC_CACHE_DIR": str(tmp_path / "cache")}
+    done = gpucc(
+        "attest", "--sample", "--offline", "--at", "2024-01-01T00:00:00Z", "-vv", env=cache
+    )
+    assert done.returncode in (0, 3), done.stderr
+    assert "(offline: not fetched)" in done.stderr, done.stderr
+    assert "cache miss" not in done.stderr
