@@ -512,9 +512,11 @@ def _signer_chain(
 ) -> tuple[x509.Certificate, ...]:
     """A RIM's signing chain: an XML RIM's embedded one, or a signed CoRIM's (read and
     verified here, since only its verified envelope names a chain)."""
-    from .corim import CorimPolicy, looks_like_corim, read_corim
+    from .corim_format import looks_like_corim
 
     if looks_like_corim(data):
+        from .corim import CorimPolicy, read_corim  # the CoRIM reader only for a CoRIM
+
         corim = read_corim(
             data, anchor=roots.rim_root, now=now, policy=CorimPolicy(allow_unsigned=True)
         )

@@ -36,6 +36,7 @@ from cryptography import x509
 from gpucc.core.errors import MalformedRimError, NotTrustedError
 
 from .cbor_strict import CborLimits, decode_strict
+from .corim_format import looks_like_corim
 from .cose import VerifiedSign1, is_cose_sign1, verify_cose_sign1
 from .x509chain import ChainProfile
 
@@ -663,14 +664,6 @@ def _corim_map(
     if not_after is not None and now > not_after:
         raise CorimNotAcceptedError("expired", f"expired on {not_after.isoformat()}")
     return corim_id, tuple(comids), profile, not_before, not_after, skipped
-
-
-def looks_like_corim(data: bytes) -> bool:
-    """Whether a file is a CoRIM by content (for ``--rim-dir``, ``--driver-rim``...): it
-    starts with tag 501 (unsigned) or tag 18 (COSE_Sign1), where an XML RIM starts with
-    text. Only a hint for choosing the reader: :func:`read_corim` decides.
-    """
-    return data[:3] == b"\xd9\x01\xf5" or data[:1] == b"\xd2"
 
 
 def read_corim(

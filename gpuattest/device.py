@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .report import (
     Architecture,
@@ -34,8 +34,10 @@ from .report import (
     MeasurementBlock,
     OpaqueData,
 )
-from .switch_report import SwitchReport
 from .x509chain import ChainProfile
+
+if TYPE_CHECKING:  # loaded for switches only (start-up)
+    from .switch_report import SwitchReport
 
 __all__ = [
     "BLACKWELL_FSP",
@@ -114,6 +116,12 @@ def _gpu_rims(report: Any, arch: Architecture | None) -> tuple[RimRef, ...]:
 def _gpu_versions(report: Any) -> dict[str, str]:
     r: AttestationReport = report
     return {"driver-version": r.driver_version, "vbios-version": r.vbios_version}
+
+
+def _parse_switch(data: bytes) -> DeviceReport:
+    from .switch_report import SwitchReport  # loaded for switches only (start-up)
+
+    return SwitchReport.parse(data)
 
 
 def _switch_rims(report: Any, arch: Architecture | None) -> tuple[RimRef, ...]:
@@ -292,7 +300,7 @@ NVSWITCH = DeviceProfile(
     claim_prefix="x-nvidia-switch-",
     architectures=frozenset({"LS10"}),
     chain=SWITCH_CHAIN,
-    parse=SwitchReport.parse,
+    parse=_parse_switch,
     rims=_switch_rims,
     versions=_switch_versions,
     no_fwid_reason="the switch report carries no FWID (opaque type 20)",

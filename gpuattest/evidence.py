@@ -27,8 +27,6 @@ from gpucc.core.errors import MalformedEvidenceError
 from gpucc.core.files import read_capped
 from gpucc.core.jsonio import loads_untrusted
 
-from .cmw import CmwItem, is_cmw, read_cmw, write_cmw
-
 __all__ = [
     "MAX_EVIDENCE_FILE_BYTES",
     "CcState",
@@ -148,7 +146,7 @@ def load_evidence_json(data: bytes) -> EvidenceSet:
     if len(data) > MAX_EVIDENCE_FILE_BYTES:
         raise MalformedEvidenceError(f"evidence is larger than {MAX_EVIDENCE_FILE_BYTES} bytes")
     doc = loads_untrusted(data, what="evidence", error=MalformedEvidenceError)
-    if is_cmw(doc):
+    if isinstance(doc, dict) and "__cmwc_t" in doc:  # a CMW collection (cmw.is_cmw)
         return load_cmw(doc)
     source = "file"
     cc: CcState | None = None
@@ -210,6 +208,8 @@ def load_cmw(doc: Any) -> EvidenceSet:
     Raises:
         UnsupportedFormatError, MalformedEvidenceError: see :func:`gpuattest.cmw.read_cmw`.
     """
+    from .cmw import read_cmw
+
     items = read_cmw(doc)
     if len(items) > MAX_GPUS:
         raise MalformedEvidenceError(f"CMW evidence holds more than {MAX_GPUS} items")
@@ -230,6 +230,8 @@ def load_cmw(doc: Any) -> EvidenceSet:
 def dump_cmw(evidence: EvidenceSet) -> bytes:
     """Serialise to NVIDIA's CMW verifier input: ``gpu_N`` and ``switch_N`` items."""
     counts = {"gpu": 0, "switch": 0}
+    from .cmw import CmwItem, write_cmw
+
     items: list[CmwItem] = []
     for gpu in evidence.gpus:
         kind = "switch" if is_switch_arch(gpu.arch) else "gpu"

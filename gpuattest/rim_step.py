@@ -116,7 +116,7 @@ def verify_rim(
             f"{claim}-measurements-available": False,
         }
         return RimOutcome(None, tuple(checks), claims)
-    from .corim import looks_like_corim
+    from .corim_format import looks_like_corim
     from .rim import verify_document  # lxml loads only when a RIM is there to parse
 
     if looks_like_corim(data):

@@ -36,7 +36,7 @@ import hmac
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
@@ -50,7 +50,6 @@ from ._internal import der
 from ._internal.x509names import common_name
 from .chain import load_pem_chain
 from .collateral import ChainKind, OcspChecker, RimSource
-from .corim_step import CorimOutcome, verify_corims
 from .device import (
     DEVICE_CHAIN,
     DEVICE_CHAIN_LENGTH,
@@ -82,9 +81,12 @@ from .result import (
 )
 from .revocation import chain_claim, check_chain_revocation
 from .rim_step import RimOutcome, verify_rim
-from .spdm_toc import SpdmToc, parse_toc
 from .trust import TrustRoots
 from .x509chain import ChainResult, validate_chain
+
+if TYPE_CHECKING:  # loaded only for the kinds that need them (start-up)
+    from .corim_step import CorimOutcome
+    from .spdm_toc import SpdmToc
 
 # AttestationResult is what verify() returns; it is re-exported for its callers.
 __all__ = [
@@ -161,6 +163,8 @@ def _read_toc(report: DeviceReport, profile: DeviceProfile) -> SpdmToc | None:
     block = report.blocks.get(profile.toc_block)
     if block is None:
         return None
+    from .spdm_toc import parse_toc  # only kinds with a table of contents load CBOR
+
     return parse_toc(block.value, report.blocks)
 
 
@@ -324,6 +328,8 @@ def _check_corims(
     """The CoRIM variant of step 9, for kinds whose reference values are CoRIMs."""
     if profile.corim_ids is None:
         return None
+    from .corim_step import verify_corims  # only kinds whose reference values are CoRIMs
+
     found = profile.corim_ids(CorimInputs(report, toc, common_name(leaf), dict(ev.hints or {})))
     out = verify_corims(
         profile=profile,
