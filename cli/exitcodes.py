@@ -91,11 +91,16 @@ _WITH_DEVICE = frozenset({"stage", "model digest", "model verify", "model sign"}
 _NVML_HINT = "run on a host with an NVIDIA driver and the nvml extra (pip install 'gpucc[nvml]')"
 _CVM = frozenset(f"{c} (cvm)" for c in _ATTESTING)
 _REMOTE = frozenset({"attest (remote)"})
+#: The commands that take --simulate DIR (and their CVM's and remote subjects).
+_SIMULATING = frozenset(
+    {"attest", "cvm pin", "holder serve", "session answer", "session local", "session offer"}
+    | {"travel run", "attest (cvm)", "session offer (cvm)", "session local (cvm)"}
+)
 _HINTS: tuple[tuple[type[errors.GpuccError], frozenset[str] | None, str], ...] = (
     # Nothing is fetched for a simulation: connectivity is never its remedy.
     (
         SimulationRootsMissingError,
-        None,
+        _SIMULATING,
         "a simulation's roots are written by the side whose simulated GPU or CVM made the "
         "evidence: give every party the directory that side used (--simulate DIR)",
     ),
