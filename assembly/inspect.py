@@ -286,7 +286,14 @@ def _json(path: Path) -> dict[str, Any]:
     if lines and b'"prev"' in lines[0] and b'"seq"' in lines[0]:  # a hash-chained log
         if f'"schema":"{TRAVEL_LOG_SCHEMA}"'.encode() in lines[0]:
             return _travel_log(lines, path)
-    doc = loads_untrusted(data, what=f"file {path}", error=MalformedInputError, max_bytes=_MAX_JSON)
+    try:
+        doc = loads_untrusted(
+            data, what=f"file {path}", error=MalformedInputError, max_bytes=_MAX_JSON
+        )
+    except MalformedInputError as exc:  # it only starts like JSON
+        raise MalformedInputError(
+            f"{path} is not a file gpucc knows: it starts like JSON, but {exc}"
+        ) from None
     if isinstance(doc, list) and doc and isinstance(doc[0], list) and doc[0][:1] == ["JWT"]:
         return _eat(doc, path)
     if isinstance(doc, list) and doc and all(isinstance(e, dict) and "evidence" in e for e in doc):
