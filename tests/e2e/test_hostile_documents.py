@@ -88,7 +88,14 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 #: document type -> the command line that reads it (DOC is replaced by the hostile file)
 COMMANDS: dict[str, Callable[[dict[str, Path], Path], list[str]]] = {
     "travel plan": lambda f, doc: ["travel", "run", str(doc)],
-    "policy": lambda f, doc: ["attest", "--sample", "--policy", str(doc)],
+    "policy": lambda f, doc: [
+        "attest",
+        "--sample",
+        "--at",
+        "2024-01-01T00:00:00Z",
+        "--policy",
+        str(doc),
+    ],
     "travel log": lambda f, doc: [
         "travel",
         "verify-log",
