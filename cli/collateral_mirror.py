@@ -10,7 +10,6 @@ published or not obtainable). docs/NETWORK.md, "A mirror for a fleet".
 from __future__ import annotations
 
 import datetime as dt
-import ipaddress
 import signal
 import time
 from collections.abc import Callable
@@ -36,6 +35,7 @@ from .options import (
     parse_time,
 )
 from .output import emit, note, out
+from .serving import is_loopback, parse_listen, parse_proxy
 
 if TYPE_CHECKING:
     from gpucc.gpuattest.mirror import Mirror
@@ -68,23 +68,6 @@ _CONFIG_KEYS = {
     "max_connections_per_client",
     "address_file",
 }
-
-
-def _listen(text: str) -> tuple[str, int]:
-    host, sep, port_text = text.rpartition(":")
-    host = host.strip("[]")
-    if not sep or not port_text.isdigit() or not 0 <= int(port_text) < 65536:
-        raise UsageError(f"--listen {text!r} must be HOST:PORT")
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        if host != "localhost":
-            raise UsageError(f"--listen {text!r}: HOST must be an IP address") from None
-    return host, int(port_text)
-
-
-def _is_loopback(host: str) -> bool:
-    return host == "localhost" or ipaddress.ip_address(host).is_loopback
 
 
 def _clock(at: str | None) -> Callable[[], dt.datetime]:
@@ -324,10 +307,10 @@ def serve_cmd(
     p: dict[str, Any] = {
         k: Path(v) if k in paths and isinstance(v, str) else v for k, v in ctx.params.items()
     }
-    host, port = _listen(p["listen"])
+    host, port = parse_listen(p["listen"])
     if (p["tls_cert"] is None) != (p["tls_key"] is None):
         raise UsageError("--tls-cert and --tls-key go together")
-    if p["tls_cert"] is None and not _is_loopback(host) and not p["allow_plain_http"]:
+    if p["tls_cert"] is None and not is_loopback(host) and not p["allow_plain_http"]:
         raise UsageError(
             f"{host} is not a loopback address: give --tls-cert/--tls-key "
             "(or --allow-plain-http behind a TLS proxy)"
@@ -344,12 +327,7 @@ def serve_cmd(
         read_secret_file(p["tls_key"], 1024 * 1024, what="TLS key")
     if p["address_file"] is not None:
         refuse_existing(p["address_file"])
-    proxies = set()
-    for text in p["trusted_proxy"] or ():
-        try:
-            proxies.add(str(ipaddress.ip_address(text)))
-        except ValueError:
-            raise UsageError(f"--trusted-proxy {text!r} must be an IP address") from None
+    proxies = {parse_proxy(text) for text in p["trusted_proxy"] or ()}
     mirror = _mirror(p, service_key=service_key)
     limits = ServerLimits(
         max_connections=p["max_connections"],

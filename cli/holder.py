@@ -16,7 +16,6 @@ file and builds the service's configuration with :mod:`~gpucc.cli.holder_config`
 
 from __future__ import annotations
 
-import ipaddress
 import signal
 import sys
 from pathlib import Path
@@ -39,6 +38,7 @@ from .options import (
     RimDirOption,
 )
 from .output import warn
+from .serving import is_loopback, parse_listen, parse_proxy
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric import ec
@@ -56,30 +56,6 @@ holder_app = App(
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,
 )
-
-
-def _listen(text: str) -> tuple[str, int]:
-    host, sep, port_text = text.rpartition(":")
-    host = host.strip("[]")
-    if not sep or not port_text.isdigit() or not 0 <= int(port_text) < 65536:
-        raise UsageError(f"--listen {text!r} must be HOST:PORT")
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        if host != "localhost":
-            raise UsageError(f"--listen {text!r}: HOST must be an IP address") from None
-    return host, int(port_text)
-
-
-def _proxy(text: str) -> str:
-    try:
-        return str(ipaddress.ip_address(text))
-    except ValueError:
-        raise UsageError(f"--trusted-proxy {text!r} must be an IP address") from None
-
-
-def _is_loopback(host: str) -> bool:
-    return host == "localhost" or ipaddress.ip_address(host).is_loopback
 
 
 def _default_state_file(signing_key: ec.EllipticCurvePrivateKey) -> Path:
@@ -338,11 +314,11 @@ def serve(
         return given if config_file is None else apply_config(ctx, config_file, given)
 
     p = settings()
-    host, port = _listen(p["listen"])
+    host, port = parse_listen(p["listen"])
     tls_cert, tls_key = p["tls_cert"], p["tls_key"]
     if (tls_cert is None) != (tls_key is None):
         raise UsageError("--tls-cert and --tls-key go together")
-    if tls_cert is None and not _is_loopback(host) and not p["allow_plain_http"]:
+    if tls_cert is None and not is_loopback(host) and not p["allow_plain_http"]:
         raise UsageError(
             f"{host} is not a loopback address: give --tls-cert/--tls-key "
             "(or --allow-plain-http behind a TLS proxy)"
@@ -366,7 +342,7 @@ def serve(
         max_connections=p["max_connections"],
         max_per_client=p["max_per_client"],
         max_body=config.max_request_bytes,
-        trusted_proxies=frozenset(_proxy(x) for x in p["trusted_proxy"] or ()),
+        trusted_proxies=frozenset(parse_proxy(x) for x in p["trusted_proxy"] or ()),
     )
     stopped_by = run_service(
         config,

@@ -421,13 +421,13 @@ def _serve_context() -> object:
 
 @target("holder-config", lambda: [_HOLDER_CONFIG], corpus=("holder-config--",))
 def holder_config(data: bytes) -> object:
-    from gpucc.cli.holder import _listen, _proxy
     from gpucc.cli.holder_config import _releases, apply_config
+    from gpucc.cli.serving import parse_listen, parse_proxy
 
     ctx = _serve_context()
     p = apply_config(ctx, _file("holder.yaml", data), dict(ctx.params))  # type: ignore[arg-type, attr-defined]
-    _listen(p["listen"])
+    parse_listen(p["listen"])
     for proxy in p["trusted_proxy"] or ():
-        _proxy(proxy)
+        parse_proxy(proxy)
     p["config_file"] = _work() / "holder.yaml"
     return _releases(p)
